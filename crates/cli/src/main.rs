@@ -1,0 +1,98 @@
+//! `hytra`: the command users run. Everything environmental (bad arguments, unwritable
+//! files, a cluster that cannot start) becomes a one-line message and a distinct exit
+//! code here, at the edge; the libraries below report typed errors.
+//!
+//! - `micro.rs`: `hytra micro`, the raw-primitive benchmark
+//! - `table.rs`: terminal tables and JSON output helpers
+
+mod micro;
+mod table;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Exit code for bad arguments or input.
+const EXIT_USAGE: u8 = 2;
+/// Exit code for a failure while running.
+const EXIT_RUN: u8 = 1;
+
+#[derive(Parser)]
+#[command(name = "hytra", version, about = "Hybrid RDMA transactions: benchmarks and tools")]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Raw-primitive throughput and latency (DrTM+H §4.2, Fig. 5).
+    Micro(micro::MicroArgs),
+}
+
+/// An error that is the user's to fix (exit 2) or a failure of the run (exit 1).
+pub enum CliError {
+    /// Bad arguments or input.
+    Usage(String),
+    /// The run failed.
+    Run(anyhow::Error),
+}
+
+impl From<anyhow::Error> for CliError {
+    fn from(e: anyhow::Error) -> Self {
+        CliError::Run(e)
+    }
+}
+
+/// Shorthand for usage errors.
+pub fn usage<T>(msg: impl Into<String>) -> Result<T, CliError> {
+    Err(CliError::Usage(msg.into()))
+}
+
+/// Collapses clap's multi-line message into one line.
+fn one_line(e: &clap::Error) -> String {
+    let text = e.to_string();
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| {
+            !l.is_empty() && !l.starts_with("For more information") && !l.starts_with("Usage:")
+        })
+        .collect();
+    lines.join(" ").trim_start_matches("error: ").to_string()
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e)
+            if matches!(
+                e.kind(),
+                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion
+            ) =>
+        {
+            print!("{e}");
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("error: {}", one_line(&e));
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    let result = match cli.command {
+        Some(Command::Micro(args)) => micro::run(args),
+        // With no command, run the default benchmark.
+        None => micro::run(micro::MicroArgs::default_run()),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(CliError::Usage(msg)) => {
+            eprintln!("error: {msg}");
+            ExitCode::from(EXIT_USAGE)
+        }
+        Err(CliError::Run(e)) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(EXIT_RUN)
+        }
+    }
+}

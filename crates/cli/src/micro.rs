@@ -1,0 +1,406 @@
+//! `hytra micro`: the raw-primitive benchmark (DrTM+H §4.2, Fig. 5) on the simulator or
+//! on threads.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::Context;
+use clap::Args;
+use hytra_fabric::constants::DATAGRAM_MTU;
+use hytra_fabric::local::{LocalCluster, LocalConfig};
+use hytra_fabric::sim::profile::NicProfile;
+use hytra_fabric::sim::{SimCluster, SimConfig};
+use hytra_fabric::{ClusterShape, RunStats};
+use hytra_workloads::micro::{
+    check_payload, effective_payload, run_point, MicroError, MicroParams, Point, Primitive,
+};
+use serde_json::json;
+
+use crate::table::{mops, open_output, us, write_json, Table};
+use crate::{usage, CliError};
+
+/// Options of `hytra micro`.
+#[derive(Args, Debug, Clone)]
+pub struct MicroArgs {
+    /// Backend: sim (simulated cluster, virtual time) or local (threads, real time).
+    #[arg(long, default_value = "sim")]
+    backend: String,
+    /// NIC profile of the simulator.
+    #[arg(long, default_value = "cx4")]
+    profile: String,
+    /// Nodes [default: 16 on sim, 2 on local].
+    #[arg(long)]
+    nodes: Option<u16>,
+    /// Workers per node [default: 24 on sim, 1 on local].
+    #[arg(long)]
+    workers: Option<u16>,
+    /// OS threads (local only) [default: one per core].
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Coroutines per worker.
+    #[arg(long, default_value_t = 4)]
+    coroutines: u16,
+    /// Requests per doorbell batch (per gather for RPCs).
+    #[arg(long, default_value_t = 8)]
+    batch: u16,
+    /// Primitives to measure: read, write, cas, faa, rpc, wrpc [default: all].
+    #[arg(long, value_delimiter = ',')]
+    primitives: Option<Vec<String>>,
+    /// Payloads in bytes [default: 8,16,...,4096].
+    #[arg(long, value_delimiter = ',')]
+    payloads: Option<Vec<u32>>,
+    /// Connections per peer per worker to measure with [default: 1,5 on sim (16-node and
+    /// 80-node settings), 1 on local].
+    #[arg(long, value_delimiter = ',')]
+    lanes: Option<Vec<u16>>,
+    /// Seed of every random choice.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Warm-up before measuring, microseconds [default: 20 on sim, 100000 on local].
+    #[arg(long)]
+    warmup_us: Option<u64>,
+    /// Measurement window, microseconds [default: 60 on sim, 400000 on local].
+    #[arg(long)]
+    measure_us: Option<u64>,
+    /// Let RPC frames to one destination share a datagram (the runtime's default; off
+    /// measures the raw primitive, one request per message, as the paper does).
+    #[arg(long)]
+    rpc_coalescing: bool,
+    /// Fewer payloads and shorter windows.
+    #[arg(long)]
+    quick: bool,
+    /// Also write the results as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+impl MicroArgs {
+    /// What `hytra` with no arguments runs: a quick pass of the default benchmark.
+    pub fn default_run() -> MicroArgs {
+        MicroArgs {
+            backend: "sim".into(),
+            profile: "cx4".into(),
+            nodes: None,
+            workers: None,
+            threads: None,
+            coroutines: 4,
+            batch: 8,
+            primitives: None,
+            payloads: None,
+            lanes: None,
+            seed: 1,
+            warmup_us: None,
+            measure_us: None,
+            rpc_coalescing: false,
+            quick: true,
+            json: None,
+        }
+    }
+}
+
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+enum BackendKind {
+    Sim,
+    Local,
+}
+
+/// Everything validated, ready to run.
+struct Plan {
+    backend: BackendKind,
+    profile: NicProfile,
+    shape: ClusterShape,
+    threads: Option<usize>,
+    primitives: Vec<Primitive>,
+    payloads: Vec<u32>,
+    lanes: Vec<u16>,
+    params: MicroParams,
+}
+
+fn plan(a: &MicroArgs) -> Result<Plan, CliError> {
+    let backend = match a.backend.as_str() {
+        "sim" => BackendKind::Sim,
+        "local" => BackendKind::Local,
+        "ucx" => {
+            return usage("backend 'ucx' is not available in this build (it needs the ucx feature)")
+        }
+        other => return usage(format!("unknown backend '{other}' (expected sim or local)")),
+    };
+    let Some(profile) = NicProfile::by_name(&a.profile) else {
+        return usage(format!(
+            "unknown NIC profile '{}' (expected one of: {})",
+            a.profile,
+            NicProfile::NAMES.join(", ")
+        ));
+    };
+    let sim = backend == BackendKind::Sim;
+    let nodes = a.nodes.unwrap_or(if sim { 16 } else { 2 });
+    let workers = a.workers.unwrap_or(if sim { 24 } else { 1 });
+    if nodes < 2 {
+        return usage(format!("--nodes {nodes}: the benchmark needs at least 2 nodes"));
+    }
+    if workers == 0 {
+        return usage("--workers must be at least 1");
+    }
+    if a.coroutines == 0 || a.batch == 0 || usize::from(a.batch) > hytra_rt::constants::BATCH_MAX {
+        return usage(format!(
+            "--coroutines must be positive and --batch in 1..={}",
+            hytra_rt::constants::BATCH_MAX
+        ));
+    }
+    if a.threads == Some(0) {
+        return usage("--threads must be at least 1");
+    }
+    let primitives = match &a.primitives {
+        None => Primitive::ALL.to_vec(),
+        Some(names) => names
+            .iter()
+            .map(|n| {
+                Primitive::parse(n).ok_or_else(|| {
+                    CliError::Usage(format!(
+                        "unknown primitive '{n}' (expected read, write, cas, faa, rpc or wrpc)"
+                    ))
+                })
+            })
+            .collect::<Result<_, _>>()?,
+    };
+    let default_payloads: &[u32] = if a.quick {
+        &[8, 64, 512, 4096]
+    } else {
+        &[8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
+    };
+    let payloads = a.payloads.clone().unwrap_or_else(|| default_payloads.to_vec());
+    for &p in &payloads {
+        if let Err(MicroError::Payload { payload, reason }) =
+            check_payload(Primitive::Read, p, DATAGRAM_MTU)
+        {
+            return usage(format!("payload {payload} B {reason}"));
+        }
+    }
+    let lanes = a.lanes.clone().unwrap_or_else(|| if sim { vec![1, 5] } else { vec![1] });
+    if let Some(l) = lanes.iter().find(|&&l| l == 0 || l > hytra_fabric::constants::LANES_MAX) {
+        return usage(format!(
+            "--lanes {l}: must be in 1..={}",
+            hytra_fabric::constants::LANES_MAX
+        ));
+    }
+    let (warmup, measure) = match (sim, a.quick) {
+        (true, _) => (20, 60),
+        (false, false) => (100_000, 400_000),
+        (false, true) => (20_000, 100_000),
+    };
+    let params = MicroParams {
+        coroutines: a.coroutines,
+        batch: a.batch,
+        warmup_ns: a.warmup_us.unwrap_or(warmup) * 1000,
+        measure_ns: a.measure_us.unwrap_or(measure).max(1) * 1000,
+        seed: a.seed,
+        rpc_timeout_ns: if sim { 1_000_000 } else { 1_000_000_000 },
+        rpc_coalescing: a.rpc_coalescing,
+    };
+    let shape = ClusterShape { nodes, workers_per_node: workers, lanes_per_peer: 1 };
+    Ok(Plan { backend, profile, shape, threads: a.threads, primitives, payloads, lanes, params })
+}
+
+/// One measured point with the run's statistics.
+struct Measured {
+    point: Point,
+    stats: RunStats,
+}
+
+fn measure(
+    plan: &Plan,
+    primitive: Primitive,
+    payload: u32,
+    lanes: u16,
+) -> anyhow::Result<Measured> {
+    let shape = ClusterShape { lanes_per_peer: lanes, ..plan.shape };
+    let mut params = plan.params;
+    if plan.backend == BackendKind::Sim {
+        // Large payloads are bandwidth-bound: the same number of requests in flight takes
+        // proportionally longer to drain, so the windows grow with the payload.
+        let scale = u64::from(payload.div_ceil(256)).max(1);
+        params.warmup_ns *= scale;
+        params.measure_ns *= scale;
+    }
+    let (point, stats) = match plan.backend {
+        BackendKind::Sim => {
+            let mut cfg = SimConfig::new(shape, plan.params.seed);
+            cfg.profile = plan.profile.clone();
+            let mut b = SimCluster::new(cfg)?;
+            run_point(&mut b, primitive, payload, params)?
+        }
+        BackendKind::Local => {
+            let mut cfg = LocalConfig::new(shape);
+            cfg.threads = plan.threads;
+            let mut b = LocalCluster::new(cfg)?;
+            run_point(&mut b, primitive, payload, params)?
+        }
+    };
+    Ok(Measured { point, stats })
+}
+
+/// Runs `hytra micro`.
+pub fn run(args: MicroArgs) -> Result<(), CliError> {
+    let plan = plan(&args)?;
+    let out = args.json.as_deref().map(open_output).transpose()?;
+    let sim = plan.backend == BackendKind::Sim;
+    if sim {
+        let cfg = SimConfig {
+            profile: plan.profile.clone(),
+            ..SimConfig::new(plan.shape, plan.params.seed)
+        };
+        eprintln!("{}", cfg.describe());
+    }
+    let mut todo = Vec::new();
+    for &lanes in &plan.lanes {
+        for &p in &plan.primitives {
+            let payloads: &[u32] = if p.is_atomic() { &[8] } else { &plan.payloads };
+            for &payload in payloads {
+                let payload = effective_payload(p, payload);
+                if check_payload(p, payload, DATAGRAM_MTU).is_ok()
+                    && !todo.contains(&(p, payload, lanes))
+                {
+                    todo.push((p, payload, lanes));
+                }
+            }
+        }
+    }
+    let wall = Instant::now();
+    let mut results = Vec::new();
+    let mut trace = 0xCBF2_9CE4_8422_2325u64;
+    let mut events = 0u64;
+    let mut verbs = 0u64;
+    for (i, &(p, payload, lanes)) in todo.iter().enumerate() {
+        let m = measure(&plan, p, payload, lanes)
+            .with_context(|| format!("measuring {} at {payload} B", p.name()))?;
+        eprintln!(
+            "[{}/{}] {:<5} {:>4} B lanes={}: {} Mops/s per node, p50 {} us",
+            i + 1,
+            todo.len(),
+            p.name(),
+            m.point.payload,
+            lanes,
+            mops(m.point.ops_per_sec),
+            us(m.point.p50_ns)
+        );
+        trace = (trace ^ m.stats.trace_hash).wrapping_mul(0x0000_0100_0000_01B3);
+        events += m.stats.events;
+        verbs += m.stats.verbs;
+        results.push(m);
+    }
+    let wall_s = wall.elapsed().as_secs_f64();
+    print_table(&plan, &results);
+    let threads =
+        LocalConfig { threads: plan.threads, ..LocalConfig::new(plan.shape) }.thread_count();
+    let cores = if sim {
+        None
+    } else {
+        Some(threads.min(std::thread::available_parallelism().map_or(1, |n| n.get())))
+    };
+    if sim {
+        println!(
+            "\nsimulated {events} events ({verbs} verbs) in {wall_s:.2} s of wall time: {:.2} M events/s, {:.2} M verbs/s; trace hash {trace:#018x}",
+            events as f64 / wall_s / 1e6,
+            verbs as f64 / wall_s / 1e6
+        );
+    } else {
+        println!(
+            "\n{} threads on {} cores; per-core rates divide the cluster total by the cores",
+            threads,
+            cores.unwrap_or(1)
+        );
+    }
+    if let (Some(file), Some(path)) = (out, args.json.as_deref()) {
+        let rows: Vec<_> = results
+            .iter()
+            .map(|m| {
+                let p = &m.point;
+                let mut row = json!({
+                    "primitive": p.primitive.name(),
+                    "payload": p.payload,
+                    "lanes": p.lanes,
+                    "setting": if p.lanes == 1 { format!("{}-node", plan.shape.nodes) } else { format!("{}-node connections", u32::from(plan.shape.nodes) * u32::from(p.lanes)) },
+                    "ops_per_sec": p.ops_per_sec,
+                    "p50_us": p.p50_ns as f64 / 1e3,
+                    "p99_us": p.p99_ns as f64 / 1e3,
+                    "ops": p.ops,
+                    "failures": p.failures,
+                });
+                if let Some(c) = cores {
+                    row["ops_per_sec_per_core"] = json!(p.ops_per_sec * f64::from(plan.shape.nodes) / c as f64);
+                }
+                row
+            })
+            .collect();
+        let mut doc = json!({
+            "command": "micro",
+            "backend": args.backend,
+            "nodes": plan.shape.nodes,
+            "workers": plan.shape.workers_per_node,
+            "coroutines": plan.params.coroutines,
+            "batch": plan.params.batch,
+            "rpc_coalescing": plan.params.rpc_coalescing,
+            "seed": plan.params.seed,
+            "results": rows,
+            "wall_s": wall_s,
+        });
+        if sim {
+            doc["profile"] = json!(plan.profile.name);
+            doc["trace_hash"] = json!(format!("{trace:#018x}"));
+            doc["sim"] = json!({
+                "events": events,
+                "events_per_sec": events as f64 / wall_s,
+                "verbs": verbs,
+                "verbs_per_sec": verbs as f64 / wall_s,
+            });
+        } else {
+            doc["threads"] = json!(threads);
+            doc["cores"] = json!(cores);
+        }
+        write_json(file, path, &doc)?;
+    }
+    Ok(())
+}
+
+fn print_table(plan: &Plan, results: &[Measured]) {
+    let mut header = vec!["primitive".to_string(), "payload".to_string()];
+    for &l in &plan.lanes {
+        let tag = if l == 1 { String::new() } else { format!(" x{l}") };
+        header.push(format!("Mops/s{tag}"));
+        header.push(format!("p50 us{tag}"));
+        header.push(format!("p99 us{tag}"));
+    }
+    let titles: Vec<&str> = header.iter().map(String::as_str).collect();
+    let mut t = Table::new(&titles);
+    let mut keys: Vec<(Primitive, u32)> = Vec::new();
+    for m in results {
+        let k = (m.point.primitive, m.point.payload);
+        if !keys.contains(&k) {
+            keys.push(k);
+        }
+    }
+    for (p, payload) in keys {
+        let mut row = vec![p.name().to_string(), format!("{payload} B")];
+        for &l in &plan.lanes {
+            match results.iter().find(|m| {
+                m.point.primitive == p && m.point.payload == payload && m.point.lanes == l
+            }) {
+                Some(m) => {
+                    row.extend([mops(m.point.ops_per_sec), us(m.point.p50_ns), us(m.point.p99_ns)])
+                }
+                None => row.extend(["-".into(), "-".into(), "-".into()]),
+            }
+        }
+        t.row(row);
+    }
+    let who = if plan.backend == BackendKind::Sim {
+        format!("per node, profile {}", plan.profile.name)
+    } else {
+        "per node".into()
+    };
+    println!(
+        "\nraw primitives: {} nodes x {} workers, {} coroutines x batch {} ({who}; x5 = 5 connections per peer, the 80-node setting)\n",
+        plan.shape.nodes, plan.shape.workers_per_node, plan.params.coroutines, plan.params.batch
+    );
+    println!("{}", t.render());
+}

@@ -1,0 +1,87 @@
+//! Terminal tables and output files.
+
+use std::fs::File;
+use std::io::Write;
+use std::path::Path;
+
+use crate::CliError;
+
+/// A table printed with aligned columns.
+pub struct Table {
+    header: Vec<String>,
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    /// A table with these column titles.
+    pub fn new(header: &[&str]) -> Table {
+        Table { header: header.iter().map(|s| s.to_string()).collect(), rows: Vec::new() }
+    }
+
+    /// Adds a row (as many cells as titles).
+    pub fn row(&mut self, cells: Vec<String>) {
+        assert_eq!(cells.len(), self.header.len(), "row width");
+        self.rows.push(cells);
+    }
+
+    /// Renders the table; the first column is left-aligned, the rest right-aligned.
+    pub fn render(&self) -> String {
+        let widths: Vec<usize> = (0..self.header.len())
+            .map(|c| {
+                self.rows
+                    .iter()
+                    .map(|r| r[c].len())
+                    .chain([self.header[c].len()])
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
+        let line = |cells: &[String]| {
+            cells
+                .iter()
+                .enumerate()
+                .map(|(i, c)| {
+                    if i == 0 {
+                        format!("{c:<w$}", w = widths[i])
+                    } else {
+                        format!("{c:>w$}", w = widths[i])
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join("  ")
+        };
+        let mut out = line(&self.header);
+        out.push('\n');
+        out.push_str(&"-".repeat(widths.iter().sum::<usize>() + 2 * (widths.len() - 1)));
+        for r in &self.rows {
+            out.push('\n');
+            out.push_str(&line(r));
+        }
+        out
+    }
+}
+
+/// Opens `path` for the JSON report before any work starts, so that a bad path fails
+/// at once rather than after a long run.
+pub fn open_output(path: &Path) -> Result<File, CliError> {
+    File::create(path)
+        .map_err(|e| CliError::Usage(format!("cannot write '{}': {e}", path.display())))
+}
+
+/// Writes a JSON value to an opened file.
+pub fn write_json(mut file: File, path: &Path, value: &serde_json::Value) -> Result<(), CliError> {
+    let text = serde_json::to_string_pretty(value).expect("JSON values serialise");
+    file.write_all(text.as_bytes())
+        .and_then(|()| file.write_all(b"\n"))
+        .map_err(|e| CliError::Run(anyhow::anyhow!("writing '{}': {e}", path.display())))
+}
+
+/// Formats a rate in millions per second with three significant digits.
+pub fn mops(rate: f64) -> String {
+    format!("{:.2}", rate / 1e6)
+}
+
+/// Formats nanoseconds as microseconds.
+pub fn us(ns: u64) -> String {
+    format!("{:.2}", ns as f64 / 1e3)
+}

@@ -1,0 +1,86 @@
+//! The `hytra` command end to end: bad input gets a one-line error and a non-zero exit
+//! (never a panic), and `--json` writes what it promises.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn hytra(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_hytra")).args(args).output().expect("hytra runs")
+}
+
+fn temp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("hytra-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+/// Small enough to run in a test, large enough to exercise every code path.
+const SMALL: &[&str] = &[
+    "micro",
+    "--nodes",
+    "3",
+    "--workers",
+    "2",
+    "--payloads",
+    "64",
+    "--primitives",
+    "read,cas,rpc",
+    "--measure-us",
+    "20",
+];
+
+#[test]
+fn bad_input_gets_one_line_and_exit_2() {
+    let cases: &[&[&str]] = &[
+        &["micro", "--backend", "nope"],
+        &["micro", "--profile", "cx9"],
+        &["micro", "--payloads", "8192"],
+        &["micro", "--payloads", "12"],
+        &["micro", "--workers", "0"],
+        &["micro", "--nodes", "1"],
+        &["micro", "--primitives", "teleport"],
+        &["micro", "--json", "/nonexistent-dir/out.json"],
+        &["micro", "--payloads", "abc"],
+        &["frobnicate"],
+    ];
+    for args in cases {
+        let out = hytra(args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert_eq!(stderr.trim_end().lines().count(), 1, "{args:?}: not one line: {stderr}");
+        assert!(stderr.starts_with("error: "), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
+fn json_has_the_promised_fields_and_a_seed_replays() {
+    let (a, b) = (temp("a.json"), temp("b.json"));
+    for path in [&a, &b] {
+        let mut args = SMALL.to_vec();
+        args.extend(["--seed", "7", "--json", path.to_str().unwrap()]);
+        let out = hytra(&args);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(String::from_utf8_lossy(&out.stdout).contains("read"), "table printed");
+    }
+    let parse = |p: &PathBuf| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+    };
+    let (ja, jb) = (parse(&a), parse(&b));
+    assert_eq!(ja["trace_hash"], jb["trace_hash"], "same seed, same trace");
+    let results = ja["results"].as_array().unwrap();
+    assert_eq!(results.len(), 3 * 2, "three primitives in two connection settings");
+    for r in results {
+        for field in ["primitive", "payload", "ops_per_sec", "p50_us", "p99_us"] {
+            assert!(!r[field].is_null(), "missing {field} in {r}");
+        }
+        assert!(r["ops_per_sec"].as_f64().unwrap() > 0.0, "{r}");
+    }
+}
+
+#[test]
+fn help_and_version_succeed() {
+    assert!(hytra(&["--help"]).status.success());
+    assert!(hytra(&["micro", "--help"]).status.success());
+    assert!(hytra(&["--version"]).status.success());
+}

@@ -1,0 +1,207 @@
+//! The backend-neutral interface: what a worker can do ([`Endpoint`]), what a worker runs
+//! ([`Program`]) and how a cluster is set up and run ([`Backend`]).
+//!
+//! Everything above `fabric` is written against these traits only, so the same engine
+//! runs in the simulator, on threads, and over UCX.
+
+use thiserror::Error;
+
+use crate::ids::{ClusterShape, NodeId, Qp, Rkey, WorkerId, WrId};
+use crate::memory::Region;
+use crate::verbs::{Completion, OpFlags, PostError, WorkRequest};
+
+/// Static properties of a fabric, fixed for the life of a cluster.
+#[derive(Copy, Clone, Debug)]
+pub struct Caps {
+    /// Largest datagram payload.
+    pub mtu: usize,
+    /// Largest inline WRITE payload.
+    pub inline_max: usize,
+    /// Requests a connection may have outstanding.
+    pub sq_depth: u32,
+    /// Whether NIC atomics (CAS/FAA posted through the fabric) are atomic with respect to
+    /// CPU atomics on the same word. Real RNICs: no (paper §5.2). When false, a word that
+    /// the fabric's atomics touch must never be changed by a CPU atomic, and vice versa.
+    pub atomics_coherent: bool,
+    /// Whether one-sided operations complete without the target worker running (true for
+    /// an RNIC, the simulator, threads and UCX shared memory; false for UCX over TCP).
+    pub one_sided_bypasses_target: bool,
+}
+
+/// What one worker can do: post one-sided work requests on its connections, poll its
+/// completion queue, send and receive datagrams, and touch its own node's memory.
+///
+/// All calls are non-blocking. An endpoint belongs to one worker and is used from one
+/// thread at a time.
+pub trait Endpoint {
+    /// The worker this endpoint belongs to.
+    fn me(&self) -> WorkerId;
+    /// Size of the cluster.
+    fn shape(&self) -> ClusterShape;
+    /// Properties of the fabric.
+    fn caps(&self) -> Caps;
+    /// Current time in nanoseconds: virtual in the simulator, monotonic wall time elsewhere.
+    fn now_ns(&self) -> u64;
+    /// Charges `ns` of CPU work to this worker. The simulator advances the worker's clock;
+    /// real backends ignore it (the work really took its time).
+    fn charge_cpu(&mut self, ns: u64);
+    /// A registered region of this worker's own node, for direct CPU access.
+    fn region(&self, rkey: Rkey) -> Option<&Region>;
+    /// Posts a one-sided request on connection `qp`.
+    fn post(
+        &mut self,
+        qp: Qp,
+        wr_id: WrId,
+        wr: &WorkRequest<'_>,
+        flags: OpFlags,
+    ) -> Result<(), PostError>;
+    /// Hands every request still queued behind `MORE` to the NIC (one doorbell per queue
+    /// pair). Needed only when a batch cannot be closed by a final post, e.g. because
+    /// that post was refused.
+    fn ring_doorbells(&mut self);
+    /// Moves up to `out.len()` completions into `out`; returns how many.
+    fn poll_cq(&mut self, out: &mut [Completion]) -> usize;
+    /// Sends one datagram to worker `to` (`MORE` batches doorbells as for `post`).
+    /// Datagrams may be lost, duplicated or reordered; delivery is not acknowledged.
+    fn send(&mut self, to: WorkerId, payload: &[u8], flags: OpFlags) -> Result<(), PostError>;
+    /// Copies the next received datagram into `buf` (at least `caps().mtu` long) and
+    /// returns its sender and length, or `None` if nothing has arrived.
+    fn recv(&mut self, buf: &mut [u8]) -> Option<(WorkerId, usize)>;
+}
+
+/// What a worker runs: the backend calls `step` whenever the worker may make progress.
+pub trait Program {
+    /// Does a bounded amount of work (poll, handle, resume) and says what comes next.
+    fn step(&mut self) -> Step;
+    /// Whether this worker has nothing more to initiate. A done worker keeps being
+    /// stepped (it still serves its peers) until every worker in the cluster is done.
+    fn is_done(&self) -> bool;
+}
+
+/// Result of one [`Program::step`].
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub enum Step {
+    /// More work is ready now; step again as soon as possible.
+    Busy,
+    /// Nothing to do until a completion or datagram arrives, or until `wake_at_ns`.
+    Idle {
+        /// A time at which the program wants to be stepped even if nothing arrives.
+        wake_at_ns: Option<u64>,
+    },
+}
+
+/// A region to register on a node.
+#[derive(Copy, Clone, Debug)]
+pub struct RegionSpec {
+    /// Size in bytes, a multiple of 8.
+    pub len_bytes: u64,
+    /// A worker of the node that polls this region for incoming WRITEs (a mailbox or log
+    /// ring). The simulator steps that worker when a remote WRITE or atomic lands here;
+    /// real backends ignore it, since their workers poll continuously.
+    pub watcher: Option<u16>,
+}
+
+impl RegionSpec {
+    /// A region of `len_bytes` that nobody watches.
+    pub const fn new(len_bytes: u64) -> Self {
+        RegionSpec { len_bytes, watcher: None }
+    }
+}
+
+/// When a run stops.
+#[derive(Copy, Clone, Debug)]
+pub struct RunLimits {
+    /// Stop once `now_ns` passes this (virtual in the simulator, wall time elsewhere),
+    /// even if programs are not done.
+    pub time_limit_ns: u64,
+}
+
+/// What a run reports besides the programs' own results.
+#[derive(Clone, Debug, Default)]
+pub struct RunStats {
+    /// Time the run covered, in the backend's clock (virtual for the simulator).
+    pub elapsed_ns: u64,
+    /// Wall-clock duration of the run.
+    pub wall_ns: u64,
+    /// Whether every program reported done before the time limit.
+    pub all_done: bool,
+    /// Simulator only: events processed (request arrivals at targets, datagram arrivals,
+    /// worker steps, faults).
+    pub events: u64,
+    /// Simulator only: one-sided requests executed plus datagrams sent.
+    pub verbs: u64,
+    /// Simulator only: hash of the event trace (equal for equal seeds and configs).
+    pub trace_hash: u64,
+    /// Datagrams dropped by the fabric (faults or full receive queues).
+    pub datagrams_dropped: u64,
+}
+
+/// Errors of setting up or running a cluster.
+#[derive(Debug, Error)]
+pub enum BackendError {
+    /// The cluster shape is not allowed.
+    #[error("invalid cluster: {0}")]
+    InvalidShape(String),
+    /// A region could not be registered.
+    #[error("cannot register a region of {len_bytes} bytes on {node}: {reason}")]
+    Register {
+        /// Node.
+        node: NodeId,
+        /// Requested size.
+        len_bytes: u64,
+        /// Why.
+        reason: String,
+    },
+    /// A worker thread panicked; the message is the panic's.
+    #[error("worker {worker} panicked: {message}")]
+    WorkerPanicked {
+        /// Which worker.
+        worker: WorkerId,
+        /// Panic payload, if it was a string.
+        message: String,
+    },
+    /// A configuration value is out of range.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+}
+
+/// A whole cluster on one backend: register memory, then run one program per worker.
+pub trait Backend {
+    /// The endpoint type handed to programs.
+    type Ep: Endpoint + 'static;
+
+    /// Size of the cluster.
+    fn shape(&self) -> ClusterShape;
+
+    /// Registers a region on `node`. Keys are dense per node in registration order.
+    fn register(&mut self, node: NodeId, spec: RegionSpec) -> Result<Rkey, BackendError>;
+
+    /// Registers the same region on every node; returns the key (equal on all nodes).
+    fn register_all(&mut self, spec: RegionSpec) -> Result<Rkey, BackendError> {
+        let mut key = None;
+        for n in 0..self.shape().nodes {
+            let k = self.register(NodeId(n), spec)?;
+            assert!(key.is_none_or(|prev| prev == k), "nodes disagree on region keys");
+            key = Some(k);
+        }
+        key.ok_or_else(|| BackendError::InvalidShape("cluster has no nodes".into()))
+    }
+
+    /// A region of a node, for setup-time initialisation and post-run inspection.
+    fn region(&self, node: NodeId, rkey: Rkey) -> Option<Region>;
+
+    /// Builds one program per worker with `make` (on the thread that will run it), runs
+    /// them until all are done or the time limit passes, and returns `finish` of each
+    /// program in worker-index order.
+    fn run<P, R, F, G>(
+        &mut self,
+        make: F,
+        finish: G,
+        limits: RunLimits,
+    ) -> Result<(Vec<R>, RunStats), BackendError>
+    where
+        P: Program,
+        R: Send,
+        F: Fn(Self::Ep) -> P + Sync,
+        G: Fn(P) -> R + Sync;
+}

@@ -1,0 +1,39 @@
+//! hytra's fabric: the RDMA verbs model every other layer is written against, and its
+//! backends.
+//!
+//! - `ids`: nodes, workers, region keys, remote addresses, queue pairs
+//! - `verbs`: work requests, flags, completions, errors
+//! - `memory`: registered regions, touched only through word-granular atomics
+//! - `endpoint`: the [`Endpoint`], [`Program`] and [`Backend`] traits
+//! - `exec`: post-time validation and target-side effects shared by every backend
+//! - `constants`: limits shared by all backends (MTU, inline size, queue depths)
+//! - `rng`: the seeded generator every deterministic component draws from
+//! - [`sim`]: deterministic discrete-event simulation of a whole cluster
+//! - [`local`]: every node as threads of this process, in real time
+//! - [`testing`]: test harness shared by the suites of every crate (one suite, every
+//!   backend)
+//!
+//! The model follows verbs so that readers of the papers recognise it: per-(worker, node)
+//! reliable connections carrying READ/WRITE/CAS/FAA in FIFO order, a per-worker datagram
+//! endpoint, per-worker completion queues, and the flags `signaled`, `inline` and `more`.
+//! See docs/ARCHITECTURE.md for the map and docs/INVARIANTS.md for the rules.
+
+pub mod constants;
+mod endpoint;
+mod exec;
+mod ids;
+pub mod local;
+mod memory;
+pub mod rng;
+pub mod sim;
+pub mod testing;
+mod verbs;
+
+pub use endpoint::{
+    Backend, BackendError, Caps, Endpoint, Program, RegionSpec, RunLimits, RunStats, Step,
+};
+pub use ids::{ClusterShape, LocalAddr, NodeId, Qp, RemoteAddr, Rkey, WorkerId, WrId};
+pub use memory::Region;
+pub use verbs::{
+    AccessError, Completion, OpFlags, OpKind, PostError, Status, WorkRequest, WriteSrc,
+};

@@ -1,0 +1,275 @@
+//! `local`: every node as a group of workers in this process, in real time.
+//!
+//! Workers are spread over a few OS threads (by default one per core); each thread steps
+//! its workers round robin, so a cluster of many workers runs on two cores without a
+//! spinning thread waiting for a descheduled peer. One-sided requests are executed by the
+//! posting thread on the target's memory (see `endpoint.rs`); real parallelism, real
+//! races. NIC atomics are CPU atomics here, hence coherent with them.
+
+mod endpoint;
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use crossbeam_queue::ArrayQueue;
+
+pub use self::endpoint::LocalEndpoint;
+use self::endpoint::{Msg, SmallMsg};
+use crate::constants::{DATAGRAM_MTU, INLINE_MAX, RECV_DEPTH, SQ_DEPTH};
+use crate::endpoint::{
+    Backend, BackendError, Caps, Program, RegionSpec, RunLimits, RunStats, Step,
+};
+use crate::ids::{ClusterShape, NodeId, Rkey};
+use crate::memory::Region;
+use crate::sim::validate_shape;
+
+/// Buffers for datagrams larger than 120 bytes each worker owns by default (4 KiB each).
+/// A sender with every buffer in flight gets `QueueFull` until receivers hand some back;
+/// smaller datagrams travel by value and need none.
+pub const SEND_BUFFERS: usize = 256;
+
+/// Idle rounds a thread spins before it yields its core to other threads.
+const IDLE_SPINS_MAX: u32 = 64;
+
+/// Configuration of a threaded cluster.
+#[derive(Clone, Debug)]
+pub struct LocalConfig {
+    /// Cluster size.
+    pub shape: ClusterShape,
+    /// OS threads to run the workers on; `None`: one per available core, at most one
+    /// per worker.
+    pub threads: Option<usize>,
+    /// Datagram buffers per worker.
+    pub send_buffers: usize,
+}
+
+impl LocalConfig {
+    /// Defaults for `shape`.
+    pub fn new(shape: ClusterShape) -> Self {
+        LocalConfig { shape, threads: None, send_buffers: SEND_BUFFERS }
+    }
+
+    /// Threads this configuration will use.
+    pub fn thread_count(&self) -> usize {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        self.threads.unwrap_or(cores).clamp(1, self.shape.workers_total())
+    }
+}
+
+/// State every thread of a run shares.
+pub(crate) struct Shared {
+    pub(crate) shape: ClusterShape,
+    pub(crate) caps: Caps,
+    pub(crate) regions: Vec<Vec<Region>>,
+    pub(crate) small_inboxes: Vec<ArrayQueue<SmallMsg>>,
+    pub(crate) inboxes: Vec<ArrayQueue<Box<Msg>>>,
+    pub(crate) pools: Vec<ArrayQueue<Box<Msg>>>,
+    pub(crate) start: Instant,
+    pub(crate) dropped: AtomicU64,
+    done: AtomicUsize,
+    abort: AtomicBool,
+}
+
+/// A threaded cluster: register regions, then [`Backend::run`] programs on it.
+pub struct LocalCluster {
+    config: LocalConfig,
+    regions: Vec<Vec<Region>>,
+}
+
+impl LocalCluster {
+    /// A cluster with no regions yet.
+    pub fn new(config: LocalConfig) -> Result<LocalCluster, BackendError> {
+        validate_shape(config.shape)?;
+        if config.send_buffers == 0 {
+            return Err(BackendError::Config("send_buffers must be positive".into()));
+        }
+        let regions = vec![Vec::new(); usize::from(config.shape.nodes)];
+        Ok(LocalCluster { config, regions })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &LocalConfig {
+        &self.config
+    }
+
+    fn shared(&self) -> Arc<Shared> {
+        let workers = self.config.shape.workers_total();
+        let pools = (0..workers)
+            .map(|w| {
+                let pool = ArrayQueue::new(self.config.send_buffers);
+                for _ in 0..self.config.send_buffers {
+                    let msg = Box::new(Msg { from: w as u32, len: 0, data: [0; DATAGRAM_MTU] });
+                    pool.push(msg).ok().expect("pool sized for its buffers");
+                }
+                pool
+            })
+            .collect();
+        Arc::new(Shared {
+            shape: self.config.shape,
+            caps: Caps {
+                mtu: DATAGRAM_MTU,
+                inline_max: INLINE_MAX,
+                sq_depth: SQ_DEPTH,
+                atomics_coherent: true,
+                one_sided_bypasses_target: true,
+            },
+            regions: self.regions.clone(),
+            small_inboxes: (0..workers).map(|_| ArrayQueue::new(RECV_DEPTH)).collect(),
+            inboxes: (0..workers).map(|_| ArrayQueue::new(RECV_DEPTH)).collect(),
+            pools,
+            start: Instant::now(),
+            dropped: AtomicU64::new(0),
+            done: AtomicUsize::new(0),
+            abort: AtomicBool::new(false),
+        })
+    }
+}
+
+impl Backend for LocalCluster {
+    type Ep = LocalEndpoint;
+
+    fn shape(&self) -> ClusterShape {
+        self.config.shape
+    }
+
+    fn register(&mut self, node: NodeId, spec: RegionSpec) -> Result<Rkey, BackendError> {
+        let err = |reason: &str| BackendError::Register {
+            node,
+            len_bytes: spec.len_bytes,
+            reason: reason.into(),
+        };
+        let list = self.regions.get_mut(usize::from(node.0)).ok_or_else(|| err("no such node"))?;
+        if spec.len_bytes == 0 || spec.len_bytes % 8 != 0 {
+            return Err(err("length must be a positive multiple of 8"));
+        }
+        list.push(Region::zeroed(spec.len_bytes));
+        Ok(Rkey(u32::try_from(list.len() - 1).expect("region count fits u32")))
+    }
+
+    fn region(&self, node: NodeId, rkey: Rkey) -> Option<Region> {
+        self.regions.get(usize::from(node.0))?.get(rkey.0 as usize).cloned()
+    }
+
+    fn run<P, R, F, G>(
+        &mut self,
+        make: F,
+        finish: G,
+        limits: RunLimits,
+    ) -> Result<(Vec<R>, RunStats), BackendError>
+    where
+        P: Program,
+        R: Send,
+        F: Fn(LocalEndpoint) -> P + Sync,
+        G: Fn(P) -> R + Sync,
+    {
+        let shared = self.shared();
+        let threads = self.config.thread_count();
+        let total = self.config.shape.workers_total();
+        let outputs: Vec<Result<Vec<(usize, R)>, BackendError>> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..threads)
+                .map(|t| {
+                    let (shared, make, finish) = (shared.clone(), &make, &finish);
+                    s.spawn(move || {
+                        let mine: Vec<usize> = (t..total).step_by(threads).collect();
+                        let result = catch_unwind(AssertUnwindSafe(|| {
+                            run_thread(&shared, &mine, make, finish, limits)
+                        }));
+                        result.map_err(|payload| {
+                            shared.abort.store(true, Ordering::Relaxed);
+                            BackendError::WorkerPanicked {
+                                worker: shared.shape.worker_at(mine[0]),
+                                message: panic_message(&payload),
+                            }
+                        })
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().expect("thread result is caught")).collect()
+        });
+        let mut results: Vec<Option<R>> = (0..total).map(|_| None).collect();
+        for out in outputs {
+            for (w, r) in out? {
+                results[w] = Some(r);
+            }
+        }
+        let stats = RunStats {
+            elapsed_ns: shared.start.elapsed().as_nanos() as u64,
+            wall_ns: shared.start.elapsed().as_nanos() as u64,
+            all_done: shared.done.load(Ordering::Relaxed) == total,
+            events: 0,
+            verbs: 0,
+            trace_hash: 0,
+            datagrams_dropped: shared.dropped.load(Ordering::Relaxed),
+        };
+        Ok((results.into_iter().map(|r| r.expect("every worker ran")).collect(), stats))
+    }
+}
+
+fn panic_message(payload: &Box<dyn std::any::Any + Send>) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-string panic".into())
+}
+
+/// The event loop of one OS thread: step each of its workers in turn until every worker
+/// of the cluster is done, the time limit passes, or another thread panicked.
+fn run_thread<P, R, F, G>(
+    shared: &Arc<Shared>,
+    mine: &[usize],
+    make: &F,
+    finish: &G,
+    limits: RunLimits,
+) -> Vec<(usize, R)>
+where
+    P: Program,
+    F: Fn(LocalEndpoint) -> P,
+    G: Fn(P) -> R,
+{
+    let total = shared.shape.workers_total();
+    let mut programs: Vec<P> = mine
+        .iter()
+        .map(|&w| make(LocalEndpoint::new(shared.clone(), shared.shape.worker_at(w))))
+        .collect();
+    let mut done = vec![false; programs.len()];
+    let mut idle_rounds = 0u32;
+    let mut round = 0u64;
+    loop {
+        let mut busy = false;
+        for (i, p) in programs.iter_mut().enumerate() {
+            if p.step() == Step::Busy {
+                busy = true;
+            }
+            if !done[i] && p.is_done() {
+                done[i] = true;
+                shared.done.fetch_add(1, Ordering::AcqRel);
+            }
+        }
+        round += 1;
+        if round % 64 == 0 {
+            let elapsed = shared.start.elapsed().as_nanos() as u64;
+            if shared.done.load(Ordering::Acquire) == total
+                || elapsed > limits.time_limit_ns
+                || shared.abort.load(Ordering::Relaxed)
+            {
+                break;
+            }
+        }
+        if busy {
+            idle_rounds = 0;
+        } else {
+            idle_rounds += 1;
+            if idle_rounds > IDLE_SPINS_MAX {
+                // Let a descheduled peer run: on two cores, a thread that only spins
+                // would hold the core its peer needs to answer.
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+    }
+    mine.iter().copied().zip(programs.into_iter().map(finish)).collect()
+}

@@ -1,0 +1,218 @@
+//! Registered memory: regions of 8-byte words that local CPUs and remote peers share.
+//!
+//! A region is touched only through word-granular atomic accessors. Relaxed loads and
+//! stores compile to plain moves, so this costs nothing on x86, yet no `&mut [u8]` ever
+//! aliases memory a peer may read or write at the same moment (docs/INVARIANTS.md, M1).
+//! Not for: deciding who may access what; protection checks live in [`Region::check`]
+//! and are applied by each backend on the target side of an operation.
+
+use std::ptr::NonNull;
+use std::sync::atomic::{fence, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crate::constants::WORD;
+use crate::verbs::AccessError;
+
+/// A registered memory region. Cloning is cheap and shares the memory.
+#[derive(Clone)]
+pub struct Region {
+    ptr: NonNull<AtomicU64>,
+    words: usize,
+    /// Keeps the memory behind `ptr` alive (a boxed slice here, a UCX mapping elsewhere).
+    _owner: Arc<dyn Send + Sync>,
+}
+
+// SAFETY: a Region only hands out shared references to `AtomicU64`s, which are Sync, and
+// `_owner` keeps the allocation alive for as long as any clone exists.
+unsafe impl Send for Region {}
+// SAFETY: as above; all mutation goes through atomic operations.
+unsafe impl Sync for Region {}
+
+impl std::fmt::Debug for Region {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Region").field("len_bytes", &self.len_bytes()).finish()
+    }
+}
+
+impl Region {
+    /// A zero-filled region of `len_bytes` (a multiple of 8) owned by this process.
+    pub fn zeroed(len_bytes: u64) -> Region {
+        assert!(len_bytes % WORD == 0, "region length {len_bytes} is not a multiple of 8");
+        let words = usize::try_from(len_bytes / WORD).expect("region fits in memory");
+        let mem: Arc<[AtomicU64]> = (0..words).map(|_| AtomicU64::new(0)).collect();
+        let ptr = NonNull::new(mem.as_ptr().cast_mut()).unwrap_or(NonNull::dangling());
+        Region { ptr, words, _owner: Arc::new(mem) }
+    }
+
+    /// Wraps memory that something else allocated and keeps alive (UCX's `ucp_mem_map`).
+    ///
+    /// # Safety
+    /// `ptr` must be 8-byte aligned, valid for reads and writes of `words * 8` bytes for
+    /// as long as `owner` lives, and accessed by everyone else only through atomics or by
+    /// hardware that behaves like an RNIC's DMA.
+    pub unsafe fn from_raw(ptr: NonNull<u64>, words: usize, owner: Arc<dyn Send + Sync>) -> Region {
+        Region { ptr: ptr.cast(), words, _owner: owner }
+    }
+
+    fn words(&self) -> &[AtomicU64] {
+        // SAFETY: `ptr` points to `words` initialised AtomicU64s kept alive by `_owner`
+        // (constructor contracts); a dangling pointer is only used with `words == 0`.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.words) }
+    }
+
+    /// Length in bytes.
+    pub fn len_bytes(&self) -> u64 {
+        self.words as u64 * WORD
+    }
+
+    /// Checks that `[offset, offset + len)` is inside the region and word aligned.
+    pub fn check(&self, offset: u64, len: u64) -> Result<(), AccessError> {
+        if offset % WORD != 0 || len % WORD != 0 {
+            return Err(AccessError::Misaligned);
+        }
+        match offset.checked_add(len) {
+            Some(end) if end <= self.len_bytes() => Ok(()),
+            _ => Err(AccessError::OutOfBounds),
+        }
+    }
+
+    fn word(&self, offset: u64) -> &AtomicU64 {
+        assert!(offset % WORD == 0, "unaligned word access at {offset}");
+        &self.words()[(offset / WORD) as usize]
+    }
+
+    /// Loads one word with acquire ordering.
+    pub fn load(&self, offset: u64) -> u64 {
+        self.word(offset).load(Ordering::Acquire)
+    }
+
+    /// Stores one word with release ordering.
+    pub fn store(&self, offset: u64, value: u64) {
+        self.word(offset).store(value, Ordering::Release)
+    }
+
+    /// Compare-and-swap on one word; returns the previous value (equal to `current` iff
+    /// the swap happened).
+    pub fn cas(&self, offset: u64, current: u64, new: u64) -> u64 {
+        match self.word(offset).compare_exchange(current, new, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(v) | Err(v) => v,
+        }
+    }
+
+    /// Fetch-and-add on one word (wrapping); returns the previous value.
+    pub fn faa(&self, offset: u64, add: u64) -> u64 {
+        self.word(offset).fetch_add(add, Ordering::AcqRel)
+    }
+
+    /// Copies words into `out`. Each word is read atomically but the copy as a whole is
+    /// not: a concurrent writer can leave a torn mix, which callers detect (versions or
+    /// checksums), exactly as with an RDMA READ.
+    pub fn read_words(&self, offset: u64, out: &mut [u64]) {
+        let src = &self.words()[(offset / WORD) as usize..][..out.len()];
+        for (o, w) in out.iter_mut().zip(src) {
+            *o = w.load(Ordering::Relaxed);
+        }
+        fence(Ordering::Acquire);
+    }
+
+    /// Writes words from `data` (not atomic as a whole; see [`Region::read_words`]). The
+    /// last word is stored with release ordering: a reader that acquires it sees the
+    /// rest, which is what "poll the last word of a message" protocols rely on (and what
+    /// RNICs provide by writing a message in address order).
+    pub fn write_words(&self, offset: u64, data: &[u64]) {
+        let dst = &self.words()[(offset / WORD) as usize..][..data.len()];
+        publish(dst, data.iter().copied());
+    }
+
+    /// Copies bytes out; `offset` and `out.len()` must be multiples of 8. Words are stored
+    /// little-endian, so byte `i` of the region is byte `i % 8` of word `i / 8`.
+    pub fn read_bytes(&self, offset: u64, out: &mut [u8]) {
+        assert!(offset % WORD == 0 && out.len() % 8 == 0, "unaligned byte read");
+        let src = &self.words()[(offset / WORD) as usize..][..out.len() / 8];
+        for (chunk, w) in out.chunks_exact_mut(8).zip(src) {
+            chunk.copy_from_slice(&w.load(Ordering::Relaxed).to_le_bytes());
+        }
+        fence(Ordering::Acquire);
+    }
+
+    /// Copies bytes in; `offset` and `data.len()` must be multiples of 8. The last word
+    /// is published with release ordering (see [`Region::write_words`]).
+    pub fn write_bytes(&self, offset: u64, data: &[u8]) {
+        assert!(offset % WORD == 0 && data.len() % 8 == 0, "unaligned byte write");
+        let dst = &self.words()[(offset / WORD) as usize..][..data.len() / 8];
+        publish(
+            dst,
+            data.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().expect("8-byte chunk"))),
+        );
+    }
+
+    /// Copies `len` bytes from this region to `dst` (an RDMA data movement). Both ranges
+    /// must have been checked.
+    /// The last word is published with release ordering (see [`Region::write_words`]).
+    pub fn copy_to(&self, offset: u64, dst: &Region, dst_offset: u64, len: u64) {
+        let n = (len / WORD) as usize;
+        let src = &self.words()[(offset / WORD) as usize..][..n];
+        let to = &dst.words()[(dst_offset / WORD) as usize..][..n];
+        publish(to, src.iter().map(|s| s.load(Ordering::Relaxed)));
+        fence(Ordering::Acquire);
+    }
+
+    /// Fills `[offset, offset + len)` with zeros.
+    pub fn zero(&self, offset: u64, len: u64) {
+        for w in &self.words()[(offset / WORD) as usize..][..(len / WORD) as usize] {
+            w.store(0, Ordering::Relaxed);
+        }
+        fence(Ordering::Release);
+    }
+}
+
+/// Stores `values` into `dst` in address order, the last one with release ordering after
+/// a release fence, so that everything before it is visible to whoever acquires it.
+fn publish(dst: &[AtomicU64], values: impl Iterator<Item = u64>) {
+    let last = dst.len().saturating_sub(1);
+    fence(Ordering::Release);
+    for (i, (w, v)) in dst.iter().zip(values).enumerate() {
+        if i == last {
+            w.store(v, Ordering::Release);
+        } else {
+            w.store(v, Ordering::Relaxed);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bytes_round_trip_little_endian() {
+        let r = Region::zeroed(64);
+        r.write_bytes(8, &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16]);
+        assert_eq!(r.load(8), u64::from_le_bytes([1, 2, 3, 4, 5, 6, 7, 8]));
+        let mut out = [0u8; 16];
+        r.read_bytes(8, &mut out);
+        assert_eq!(out[15], 16);
+        let other = Region::zeroed(32);
+        r.copy_to(8, &other, 16, 16);
+        assert_eq!(other.load(24), r.load(16));
+    }
+
+    #[test]
+    fn check_rejects_outside_and_unaligned() {
+        let r = Region::zeroed(64);
+        assert_eq!(r.check(0, 64), Ok(()));
+        assert_eq!(r.check(8, 64), Err(AccessError::OutOfBounds));
+        assert_eq!(r.check(4, 8), Err(AccessError::Misaligned));
+        assert_eq!(r.check(u64::MAX - 7, 16), Err(AccessError::OutOfBounds));
+    }
+
+    #[test]
+    fn atomics_return_previous_value() {
+        let r = Region::zeroed(16);
+        assert_eq!(r.cas(8, 0, 5), 0);
+        assert_eq!(r.cas(8, 0, 6), 5);
+        assert_eq!(r.faa(8, 3), 5);
+        assert_eq!(r.load(8), 8);
+    }
+}

@@ -1,0 +1,80 @@
+//! The simulator's [`Endpoint`]: a worker's handle on the shared simulation core.
+//!
+//! Every call borrows the core for its duration only, so programs (and their async
+//! tasks) can hold the endpoint across steps while the event loop owns the core between
+//! them.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use crate::endpoint::{Caps, Endpoint};
+use crate::ids::{ClusterShape, Qp, Rkey, WorkerId, WrId};
+use crate::memory::Region;
+use crate::sim::core::{ps, Core};
+use crate::verbs::{Completion, OpFlags, PostError, WorkRequest};
+
+/// A worker's endpoint in the simulator.
+pub struct SimEndpoint {
+    pub(crate) core: Rc<RefCell<Core>>,
+    pub(crate) me: WorkerId,
+    pub(crate) index: u32,
+    pub(crate) shape: ClusterShape,
+    pub(crate) caps: Caps,
+    /// This node's regions (registration is over before endpoints exist).
+    pub(crate) regions: Vec<Region>,
+}
+
+impl Endpoint for SimEndpoint {
+    fn me(&self) -> WorkerId {
+        self.me
+    }
+
+    fn shape(&self) -> ClusterShape {
+        self.shape
+    }
+
+    fn caps(&self) -> Caps {
+        self.caps
+    }
+
+    fn now_ns(&self) -> u64 {
+        let core = self.core.borrow();
+        // While stepping, the worker lives at its own clock, ahead of the event time by
+        // the CPU work it has done so far.
+        core.workers[self.index as usize].clock.max(core.now) / 1000
+    }
+
+    fn charge_cpu(&mut self, ns: u64) {
+        self.core.borrow_mut().charge(self.index, ps(ns as f64));
+    }
+
+    fn region(&self, rkey: Rkey) -> Option<&Region> {
+        self.regions.get(rkey.0 as usize)
+    }
+
+    fn post(
+        &mut self,
+        qp: Qp,
+        wr_id: WrId,
+        wr: &WorkRequest<'_>,
+        flags: OpFlags,
+    ) -> Result<(), PostError> {
+        self.core.borrow_mut().post(self.index, qp, wr_id, wr, flags)
+    }
+
+    fn ring_doorbells(&mut self) {
+        self.core.borrow_mut().ring_all(self.index);
+    }
+
+    fn poll_cq(&mut self, out: &mut [Completion]) -> usize {
+        self.core.borrow_mut().poll_cq(self.index, out)
+    }
+
+    fn send(&mut self, to: WorkerId, payload: &[u8], flags: OpFlags) -> Result<(), PostError> {
+        self.core.borrow_mut().send(self.index, to, payload, flags)
+    }
+
+    fn recv(&mut self, buf: &mut [u8]) -> Option<(WorkerId, usize)> {
+        self.core.borrow_mut().recv(self.index, buf)
+    }
+}

@@ -1,0 +1,118 @@
+//! Seeded fault injection for the simulator: what can go wrong, and when.
+//!
+//! Not for: deciding outcomes. The core draws from the fault generator at the points
+//! where a fault could strike (a datagram leaving, a node event's time arriving).
+
+use crate::ids::NodeId;
+
+/// What happens to a node at a time.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub enum NodeFaultKind {
+    /// The node's CPUs stop for `for_ns` (a long GC pause, a descheduled process); its
+    /// NIC keeps serving one-sided requests and buffering datagrams.
+    Pause {
+        /// How long.
+        for_ns: u64,
+    },
+    /// The node stops for good: CPUs and NIC. Requests to it complete in error after the
+    /// transport timeout; datagrams to it vanish.
+    Crash,
+}
+
+/// A fault on one node.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub struct NodeFault {
+    /// Which node.
+    pub node: NodeId,
+    /// When, in virtual nanoseconds.
+    pub at_ns: u64,
+    /// What.
+    pub kind: NodeFaultKind,
+}
+
+/// A network partition: nodes in `side` cannot talk to the others during the window.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Partition {
+    /// One side of the cut; the rest of the cluster is the other.
+    pub side: Vec<NodeId>,
+    /// Start, virtual nanoseconds.
+    pub from_ns: u64,
+    /// End (exclusive).
+    pub until_ns: u64,
+}
+
+/// Faults to inject; probabilities in parts per million per datagram.
+#[derive(Clone, PartialEq, Eq, Debug, Default)]
+pub struct FaultConfig {
+    /// Datagrams lost.
+    pub loss_ppm: u32,
+    /// Datagrams delivered twice.
+    pub duplicate_ppm: u32,
+    /// Datagrams held back by a uniform delay in `0..reorder_window_ns`, so that later
+    /// ones overtake them.
+    pub reorder_ppm: u32,
+    /// Window of the reordering delay.
+    pub reorder_window_ns: u64,
+    /// Datagrams delayed by `delay_ns` (a congestion spike long enough to trip timeouts).
+    pub delay_ppm: u32,
+    /// Length of such a delay.
+    pub delay_ns: u64,
+    /// Node pauses and crashes.
+    pub node_faults: Vec<NodeFault>,
+    /// Partitions.
+    pub partitions: Vec<Partition>,
+}
+
+impl FaultConfig {
+    /// No faults.
+    pub fn none() -> Self {
+        FaultConfig::default()
+    }
+
+    /// Lossy, reordering, delaying network at `loss_ppm`, with the other datagram faults
+    /// at the same rate: the standard chaos setting of the tests.
+    pub fn lossy(loss_ppm: u32) -> Self {
+        FaultConfig {
+            loss_ppm,
+            duplicate_ppm: loss_ppm,
+            reorder_ppm: loss_ppm,
+            reorder_window_ns: 20_000,
+            delay_ppm: loss_ppm,
+            delay_ns: 200_000,
+            ..FaultConfig::default()
+        }
+    }
+
+    /// Whether any datagram fault is possible (so the generator is consulted at all).
+    pub fn datagram_faults(&self) -> bool {
+        self.loss_ppm + self.duplicate_ppm + self.reorder_ppm + self.delay_ppm > 0
+    }
+
+    /// Checks ranges against the cluster size.
+    pub fn validate(&self, nodes: u16) -> Result<(), String> {
+        for p in [self.loss_ppm, self.duplicate_ppm, self.reorder_ppm, self.delay_ppm] {
+            if p > 1_000_000 {
+                return Err(format!("fault probability {p} ppm exceeds 1000000"));
+            }
+        }
+        for f in &self.node_faults {
+            if f.node.0 >= nodes {
+                return Err(format!("fault on {} but the cluster has {nodes} nodes", f.node));
+            }
+        }
+        for p in &self.partitions {
+            if p.side.iter().any(|n| n.0 >= nodes) || p.from_ns >= p.until_ns {
+                return Err(format!("bad partition {p:?}"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether `a` and `b` are cut off from each other at `now_ns`.
+    pub fn partitioned(&self, a: NodeId, b: NodeId, now_ns: u64) -> bool {
+        self.partitions.iter().any(|p| {
+            (p.from_ns..p.until_ns).contains(&now_ns)
+                && (p.side.contains(&a) != p.side.contains(&b))
+        })
+    }
+}

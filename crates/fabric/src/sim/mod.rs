@@ -1,0 +1,358 @@
+//! `sim`: the whole cluster in one OS thread, in virtual time.
+//!
+//! Every worker of every node runs the real program; the network and NICs are the model
+//! of a [`NicProfile`]. Same seed and configuration give the same event trace, bit for
+//! bit, which [`SimRun::trace_hash`] summarises and [`replay_check`] verifies.
+//!
+//! - `profile.rs`: NIC profiles and where each number comes from
+//! - `faults.rs`: seeded fault injection (datagram loss/duplication/reordering/delay,
+//!   node pause and crash, partitions)
+//! - `core.rs`: event queue, NIC resources, memory effects, worker queues
+//! - `timeline.rs`: capacity of NIC engines and links over time
+//! - `qp_cache.rs`: the NIC's queue-pair context cache
+//! - `endpoint.rs`: the [`Endpoint`](crate::Endpoint) of a simulated worker
+//! - `trace.rs`: the trace hash
+
+mod core;
+mod endpoint;
+pub mod faults;
+pub mod profile;
+mod qp_cache;
+mod timeline;
+mod trace;
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::time::Instant;
+
+pub use self::core::SimStats;
+use self::core::{Core, Event};
+pub use self::endpoint::SimEndpoint;
+use self::faults::FaultConfig;
+use self::profile::NicProfile;
+use crate::constants::{
+    DATAGRAM_MTU, INLINE_MAX, LANES_MAX, NODES_MAX, SQ_DEPTH, WORKERS_PER_NODE_MAX,
+};
+use crate::endpoint::{
+    Backend, BackendError, Caps, Program, RegionSpec, RunLimits, RunStats, Step,
+};
+use crate::ids::{ClusterShape, NodeId, Rkey};
+use crate::memory::Region;
+
+/// How a worker's CPU time is charged to its virtual clock.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub enum CpuMode {
+    /// From the deterministic cost model: the profile's host costs plus whatever the
+    /// program charges explicitly. Replays bit for bit.
+    Model,
+    /// From the thread CPU time each step really took, times `scale` (e.g. the ratio of
+    /// the modelled machine's speed to this one's). Not deterministic.
+    Measured {
+        /// Multiplier applied to measured time.
+        scale: f64,
+    },
+}
+
+/// Everything that determines a simulation.
+#[derive(Clone, Debug)]
+pub struct SimConfig {
+    /// Cluster size.
+    pub shape: ClusterShape,
+    /// NIC and host model.
+    pub profile: NicProfile,
+    /// Faults to inject.
+    pub faults: FaultConfig,
+    /// Seed of every random choice the simulator makes.
+    pub seed: u64,
+    /// How CPU time is charged.
+    pub cpu: CpuMode,
+}
+
+impl SimConfig {
+    /// A fault-free cx4 cluster of the given shape.
+    pub fn new(shape: ClusterShape, seed: u64) -> SimConfig {
+        SimConfig {
+            shape,
+            profile: NicProfile::cx4(),
+            faults: FaultConfig::none(),
+            seed,
+            cpu: CpuMode::Model,
+        }
+    }
+
+    /// One line naming everything that determines the run, printed before it starts so
+    /// that any run can be replayed.
+    pub fn describe(&self) -> String {
+        format!(
+            "sim: seed={} nodes={} workers/node={} lanes={} profile={} cpu={:?} faults={:?}",
+            self.seed,
+            self.shape.nodes,
+            self.shape.workers_per_node,
+            self.shape.lanes_per_peer,
+            self.profile.name,
+            self.cpu,
+            self.faults
+        )
+    }
+}
+
+/// Checks the limits every backend shares.
+pub(crate) fn validate_shape(shape: ClusterShape) -> Result<(), BackendError> {
+    let bad = |m: String| Err(BackendError::InvalidShape(m));
+    if shape.nodes == 0 || shape.nodes > NODES_MAX {
+        return bad(format!("{} nodes (1..={NODES_MAX})", shape.nodes));
+    }
+    if shape.workers_per_node == 0 || shape.workers_per_node > WORKERS_PER_NODE_MAX {
+        return bad(format!(
+            "{} workers per node (1..={WORKERS_PER_NODE_MAX})",
+            shape.workers_per_node
+        ));
+    }
+    if shape.lanes_per_peer == 0 || shape.lanes_per_peer > LANES_MAX {
+        return bad(format!("{} connections per peer (1..={LANES_MAX})", shape.lanes_per_peer));
+    }
+    Ok(())
+}
+
+/// A simulated cluster: register regions, then [`Backend::run`] programs on it.
+pub struct SimCluster {
+    config: SimConfig,
+    core: Rc<RefCell<Core>>,
+    ran: bool,
+}
+
+/// Results of the last run beyond [`RunStats`].
+#[derive(Clone, Debug)]
+pub struct SimRun {
+    /// Digest of the event trace.
+    pub trace_hash: u64,
+    /// Counters.
+    pub stats: SimStats,
+}
+
+impl SimCluster {
+    /// A cluster with no regions yet.
+    pub fn new(config: SimConfig) -> Result<SimCluster, BackendError> {
+        validate_shape(config.shape)?;
+        config.profile.validate().map_err(BackendError::Config)?;
+        config.faults.validate(config.shape.nodes).map_err(BackendError::Config)?;
+        if let CpuMode::Measured { scale } = config.cpu {
+            if !(scale.is_finite() && scale > 0.0) {
+                return Err(BackendError::Config(format!("CPU scale {scale} must be positive")));
+            }
+        }
+        let core = Core::new(
+            config.shape,
+            &config.profile,
+            config.faults.clone(),
+            config.seed,
+            config.cpu == CpuMode::Model,
+        );
+        Ok(SimCluster { config, core: Rc::new(RefCell::new(core)), ran: false })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &SimConfig {
+        &self.config
+    }
+
+    /// Trace hash and counters so far.
+    pub fn sim_run(&self) -> SimRun {
+        let core = self.core.borrow();
+        SimRun { trace_hash: core.trace_hash(), stats: core.stats.clone() }
+    }
+
+    fn caps(&self) -> Caps {
+        Caps {
+            mtu: DATAGRAM_MTU,
+            inline_max: INLINE_MAX,
+            sq_depth: SQ_DEPTH,
+            atomics_coherent: self.config.profile.atomics_coherent,
+            one_sided_bypasses_target: true,
+        }
+    }
+}
+
+/// CPU time of the calling thread, for [`CpuMode::Measured`].
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid, writable timespec and CLOCK_THREAD_CPUTIME_ID is supported
+    // on every Linux; clock_gettime writes only into `ts`.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID) failed");
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+impl Backend for SimCluster {
+    type Ep = SimEndpoint;
+
+    fn shape(&self) -> ClusterShape {
+        self.config.shape
+    }
+
+    fn register(&mut self, node: NodeId, spec: RegionSpec) -> Result<Rkey, BackendError> {
+        let err = |reason: &str| BackendError::Register {
+            node,
+            len_bytes: spec.len_bytes,
+            reason: reason.into(),
+        };
+        if self.ran {
+            return Err(err("regions must be registered before the cluster runs"));
+        }
+        if node.0 >= self.config.shape.nodes {
+            return Err(err("no such node"));
+        }
+        if spec.len_bytes == 0 || spec.len_bytes % 8 != 0 {
+            return Err(err("length must be a positive multiple of 8"));
+        }
+        if spec.watcher.is_some_and(|w| w >= self.config.shape.workers_per_node) {
+            return Err(err("watcher is not a worker of the node"));
+        }
+        let region = Region::zeroed(spec.len_bytes);
+        Ok(self.core.borrow_mut().add_region(node, region, spec.watcher))
+    }
+
+    fn region(&self, node: NodeId, rkey: Rkey) -> Option<Region> {
+        self.core.borrow().regions.get(usize::from(node.0))?.get(rkey.0 as usize).cloned()
+    }
+
+    fn run<P, R, F, G>(
+        &mut self,
+        make: F,
+        finish: G,
+        limits: RunLimits,
+    ) -> Result<(Vec<R>, RunStats), BackendError>
+    where
+        P: Program,
+        R: Send,
+        F: Fn(SimEndpoint) -> P + Sync,
+        G: Fn(P) -> R + Sync,
+    {
+        if self.ran {
+            return Err(BackendError::Config(
+                "a simulated cluster runs once; build a new one".into(),
+            ));
+        }
+        self.ran = true;
+        let shape = self.config.shape;
+        let caps = self.caps();
+        let mut programs: Vec<P> = shape
+            .workers()
+            .enumerate()
+            .map(|(i, me)| {
+                let regions = self.core.borrow().regions[usize::from(me.node.0)].clone();
+                make(SimEndpoint {
+                    core: self.core.clone(),
+                    me,
+                    index: i as u32,
+                    shape,
+                    caps,
+                    regions,
+                })
+            })
+            .collect();
+        let wall = Instant::now();
+        let limit_ps = limits.time_limit_ns.saturating_mul(1000);
+        {
+            let mut core = self.core.borrow_mut();
+            core.schedule_faults();
+            for w in 0..programs.len() {
+                core.wake(w as u32, 0);
+            }
+        }
+        let mut done: Vec<bool> = programs.iter().map(|p| p.is_done()).collect();
+        let mut remaining = done.iter().filter(|d| !**d).count();
+        while remaining > 0 {
+            let Some(event) = self.core.borrow_mut().pop(limit_ps) else { break };
+            match event {
+                Event::Arrive(op) => self.core.borrow_mut().arrive(op),
+                Event::Deliver(dg) => self.core.borrow_mut().deliver(dg),
+                Event::NodeFault { index } => self.core.borrow_mut().node_fault(index),
+                Event::Resume { node } => self.core.borrow_mut().resume(node),
+                Event::Step { worker, token } => {
+                    if !self.core.borrow_mut().begin_step(worker, token) {
+                        continue;
+                    }
+                    let outcome = self.step_one(&mut programs[worker as usize], worker);
+                    let w = worker as usize;
+                    if !done[w] && programs[w].is_done() {
+                        done[w] = true;
+                        remaining -= 1;
+                    }
+                    self.schedule_next(worker, outcome);
+                }
+            }
+        }
+        let core = self.core.borrow();
+        let stats = RunStats {
+            elapsed_ns: core.now / 1000,
+            wall_ns: wall.elapsed().as_nanos() as u64,
+            all_done: remaining == 0,
+            events: core.stats.events,
+            verbs: core.stats.one_sided
+                + core.stats.unreachable
+                + core.stats.datagrams_delivered
+                + core.stats.datagrams_dropped,
+            trace_hash: core.trace_hash(),
+            datagrams_dropped: core.stats.datagrams_dropped,
+        };
+        drop(core);
+        let results = programs.into_iter().map(finish).collect();
+        Ok((results, stats))
+    }
+}
+
+impl SimCluster {
+    fn step_one<P: Program>(&self, program: &mut P, worker: u32) -> Step {
+        let outcome = match self.config.cpu {
+            CpuMode::Model => program.step(),
+            CpuMode::Measured { scale } => {
+                let t0 = thread_cpu_ns();
+                let outcome = program.step();
+                let spent = ((thread_cpu_ns() - t0) as f64 * scale * 1000.0) as u64;
+                self.core.borrow_mut().workers[worker as usize].clock += spent;
+                outcome
+            }
+        };
+        self.core.borrow_mut().end_step(worker);
+        outcome
+    }
+
+    fn schedule_next(&self, worker: u32, outcome: Step) {
+        let mut core = self.core.borrow_mut();
+        let now = core.now;
+        let next = match outcome {
+            Step::Busy => {
+                let ws = &mut core.workers[worker as usize];
+                // A step that did no CPU work and wants to run again would spin forever
+                // at one instant; charge it a nanosecond so virtual time advances.
+                if ws.clock == now {
+                    ws.clock += 1000;
+                }
+                Some(ws.clock)
+            }
+            Step::Idle { wake_at_ns } => {
+                let timer = wake_at_ns.map(|t| t.saturating_mul(1000));
+                match (core.next_visible(worker), timer) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                }
+            }
+        };
+        if let Some(at) = next {
+            core.wake(worker, at);
+        }
+    }
+}
+
+/// Runs `run` twice and checks that both runs produced the same trace hash; returns it.
+/// `run` must build its cluster from scratch each time.
+pub fn replay_check(mut run: impl FnMut() -> u64) -> Result<u64, String> {
+    let a = run();
+    let b = run();
+    if a == b {
+        Ok(a)
+    } else {
+        Err(format!("nondeterminism: trace hash {a:#018x} then {b:#018x} for the same seed"))
+    }
+}

@@ -1,0 +1,509 @@
+//! The fabric conformance suite: every backend must behave the same on these.
+//!
+//! Each property is a generic function over [`TestBackend`]; the macro at the bottom
+//! instantiates it for the simulator and for threads (UCX joins with its feature).
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+
+use hytra_fabric::constants::{DATAGRAM_MTU, INLINE_MAX, SQ_DEPTH};
+use hytra_fabric::testing::{run_scripts, TestBackend};
+use hytra_fabric::{
+    AccessError, Backend, ClusterShape, Completion, Endpoint, LocalAddr, NodeId, OpFlags,
+    PostError, Qp, RegionSpec, RemoteAddr, Rkey, Status, WorkRequest, WorkerId, WriteSrc,
+};
+
+fn shape(nodes: u16, workers: u16) -> ClusterShape {
+    ClusterShape { nodes, workers_per_node: workers, lanes_per_peer: 1 }
+}
+
+/// Regions every test uses: `data` (64 KiB) and a per-worker `scratch` area.
+struct Regions {
+    data: Rkey,
+    scratch: Rkey,
+}
+
+const SCRATCH_PER_WORKER: u64 = 8192;
+
+fn regions<B: Backend>(b: &mut B) -> Regions {
+    let workers = u64::from(b.shape().workers_per_node);
+    let data = b.register_all(RegionSpec::new(64 * 1024)).unwrap();
+    let scratch = b.register_all(RegionSpec::new(workers * SCRATCH_PER_WORKER)).unwrap();
+    Regions { data, scratch }
+}
+
+fn scratch_of(me: WorkerId, r: &Regions, offset: u64) -> LocalAddr {
+    LocalAddr { rkey: r.scratch, offset: u64::from(me.index) * SCRATCH_PER_WORKER + offset }
+}
+
+fn remote(node: u16, rkey: Rkey, offset: u64) -> RemoteAddr {
+    RemoteAddr { node: NodeId(node), rkey, offset }
+}
+
+/// Polls until `want` completions arrived in total.
+fn collect<E: Endpoint>(ep: &mut E, got: &mut Vec<Completion>, want: usize) -> bool {
+    let mut buf = [Completion::EMPTY; 8];
+    let n = ep.poll_cq(&mut buf);
+    got.extend_from_slice(&buf[..n]);
+    assert!(got.len() <= want, "more completions than expected: {got:?}");
+    got.len() == want
+}
+
+fn first_worker(ep: &impl Endpoint) -> bool {
+    ep.me() == WorkerId { node: NodeId(0), index: 0 }
+}
+
+/// A CAS followed by a READ on one connection returns the value the CAS wrote, whether
+/// both share a doorbell or not, and the CAS deposits the old value locally.
+fn cas_then_read_sees_the_cas<B: TestBackend>() {
+    let mut b = B::for_test(shape(2, 1), 1);
+    let r = regions(&mut b);
+    b.region(NodeId(1), r.data).unwrap().store(64, 5);
+    run_scripts(&mut b, |ep| {
+        let mut stage = 0;
+        let mut got = Vec::new();
+        let active = first_worker(ep);
+        let me = ep.me();
+        let (data, scratch) = (r.data, r.scratch);
+        let r = Regions { data, scratch };
+        move |ep: &mut B::Ep| {
+            if !active {
+                return true;
+            }
+            let target = remote(1, r.data, 64);
+            let qp = Qp::to(NodeId(1));
+            match stage {
+                0 => {
+                    let cas = WorkRequest::Cas {
+                        remote: target,
+                        local: scratch_of(me, &r, 0),
+                        compare: 5,
+                        swap: 7,
+                    };
+                    let read =
+                        WorkRequest::Read { remote: target, local: scratch_of(me, &r, 8), len: 8 };
+                    ep.post(qp, 1, &cas, OpFlags::MORE).unwrap();
+                    ep.post(qp, 2, &read, OpFlags::SIGNALED).unwrap();
+                    stage = 1;
+                    false
+                }
+                1 => {
+                    if !collect(ep, &mut got, 1) {
+                        return false;
+                    }
+                    assert_eq!(got[0].wr_id, 2, "only the signaled READ completes");
+                    let s = ep.region(r.scratch).unwrap();
+                    assert_eq!(s.load(scratch_of(me, &r, 0).offset), 5, "CAS left the old value");
+                    assert_eq!(s.load(scratch_of(me, &r, 8).offset), 7, "READ saw the CAS");
+                    // Separate doorbells, no wait in between.
+                    let cas = WorkRequest::Cas {
+                        remote: target,
+                        local: scratch_of(me, &r, 0),
+                        compare: 7,
+                        swap: 9,
+                    };
+                    let read =
+                        WorkRequest::Read { remote: target, local: scratch_of(me, &r, 16), len: 8 };
+                    ep.post(qp, 3, &cas, OpFlags::SIGNALED).unwrap();
+                    ep.post(qp, 4, &read, OpFlags::SIGNALED).unwrap();
+                    got.clear();
+                    stage = 2;
+                    false
+                }
+                _ => {
+                    if !collect(ep, &mut got, 2) {
+                        return false;
+                    }
+                    assert_eq!(
+                        (got[0].wr_id, got[0].value),
+                        (3, 7),
+                        "completions in post order, CAS old value"
+                    );
+                    assert_eq!(got[1].wr_id, 4);
+                    assert_eq!(
+                        ep.region(r.scratch).unwrap().load(scratch_of(me, &r, 16).offset),
+                        9
+                    );
+                    true
+                }
+            }
+        }
+    });
+    assert_eq!(b.region(NodeId(1), r.data).unwrap().load(64), 9);
+}
+
+/// WRITE then WRITE to one word: the later one wins; unsignaled requests produce no
+/// completion, and a later signaled one implies theirs.
+fn later_write_wins_and_signaled_implies_unsignaled<B: TestBackend>() {
+    let mut b = B::for_test(shape(2, 1), 2);
+    let r = regions(&mut b);
+    run_scripts(&mut b, |ep| {
+        let active = first_worker(ep);
+        let me = ep.me();
+        let r = Regions { data: r.data, scratch: r.scratch };
+        let mut posted = false;
+        let mut got = Vec::new();
+        move |ep: &mut B::Ep| {
+            if !active {
+                return true;
+            }
+            let qp = Qp::to(NodeId(1));
+            let target = remote(1, r.data, 128);
+            if !posted {
+                for (i, v) in [11u64, 22, 33].into_iter().enumerate() {
+                    let bytes = v.to_le_bytes();
+                    let w = WorkRequest::Write { remote: target, src: WriteSrc::Bytes(&bytes) };
+                    ep.post(qp, 10 + i as u64, &w, OpFlags::INLINE).unwrap();
+                }
+                let read =
+                    WorkRequest::Read { remote: target, local: scratch_of(me, &r, 0), len: 8 };
+                ep.post(qp, 20, &read, OpFlags::SIGNALED).unwrap();
+                posted = true;
+                return false;
+            }
+            if !collect(ep, &mut got, 1) {
+                return false;
+            }
+            assert_eq!(got[0], Completion { wr_id: 20, status: Status::Success, value: 0 });
+            assert_eq!(ep.region(r.scratch).unwrap().load(scratch_of(me, &r, 0).offset), 33);
+            true
+        }
+    });
+}
+
+/// A doorbell batch of many requests (WRITEs from a registered buffer, then one READ)
+/// executes in order.
+fn doorbell_batches_execute_in_order<B: TestBackend>() {
+    let mut b = B::for_test(shape(3, 2), 3);
+    let r = regions(&mut b);
+    run_scripts(&mut b, |ep| {
+        let me = ep.me();
+        let r = Regions { data: r.data, scratch: r.scratch };
+        let mut posted = false;
+        let mut got = Vec::new();
+        move |ep: &mut B::Ep| {
+            // Each worker writes 16 words into its own slice of the next node's data.
+            let peer = (me.node.0 + 1) % 3;
+            let qp = Qp::to(NodeId(peer));
+            let base = u64::from(me.node.0 * 2 + me.index) * 1024;
+            if !posted {
+                let s = ep.region(r.scratch).unwrap().clone();
+                for i in 0..16u64 {
+                    s.store(scratch_of(me, &r, i * 8).offset, 1000 * u64::from(me.index + 1) + i);
+                    let w = WorkRequest::Write {
+                        remote: remote(peer, r.data, base + i * 8),
+                        src: WriteSrc::Local { addr: scratch_of(me, &r, i * 8), len: 8 },
+                    };
+                    ep.post(qp, i, &w, OpFlags::MORE).unwrap();
+                }
+                let read = WorkRequest::Read {
+                    remote: remote(peer, r.data, base),
+                    local: scratch_of(me, &r, 4096),
+                    len: 128,
+                };
+                ep.post(qp, 99, &read, OpFlags::SIGNALED).unwrap();
+                posted = true;
+                return false;
+            }
+            if !collect(ep, &mut got, 1) {
+                return false;
+            }
+            let s = ep.region(r.scratch).unwrap();
+            for i in 0..16u64 {
+                assert_eq!(
+                    s.load(scratch_of(me, &r, 4096 + i * 8).offset),
+                    1000 * u64::from(me.index + 1) + i
+                );
+            }
+            true
+        }
+    });
+}
+
+/// FAA and CAS from every worker of every node on one word are linearizable: FAA hands
+/// out each old value exactly once, and a CAS-increment loop loses no increment.
+fn atomics_are_linearizable_under_contention<B: TestBackend>() {
+    const PER_WORKER: u64 = 200;
+    let mut b = B::for_test(shape(3, 3), 4);
+    let r = regions(&mut b);
+    let olds = Arc::new(Mutex::new(Vec::new()));
+    run_scripts(&mut b, |ep| {
+        let me = ep.me();
+        let r = Regions { data: r.data, scratch: r.scratch };
+        let olds = olds.clone();
+        let (mut faa_done, mut cas_done, mut expected, mut in_flight) = (0u64, 0u64, 0u64, false);
+        move |ep: &mut B::Ep| {
+            let qp = Qp::to(NodeId(0));
+            if in_flight {
+                let mut c = [Completion::EMPTY; 1];
+                if ep.poll_cq(&mut c) == 0 {
+                    return false;
+                }
+                in_flight = false;
+                assert_eq!(c[0].status, Status::Success);
+                if c[0].wr_id == 1 {
+                    olds.lock().unwrap().push(c[0].value);
+                    faa_done += 1;
+                } else if c[0].value == expected {
+                    cas_done += 1;
+                    expected += 1;
+                } else {
+                    expected = c[0].value;
+                }
+            }
+            if faa_done < PER_WORKER {
+                let faa = WorkRequest::Faa {
+                    remote: remote(0, r.data, 0),
+                    local: scratch_of(me, &r, 0),
+                    add: 1,
+                };
+                ep.post(qp, 1, &faa, OpFlags::SIGNALED).unwrap();
+            } else if cas_done < PER_WORKER {
+                let cas = WorkRequest::Cas {
+                    remote: remote(0, r.data, 8),
+                    local: scratch_of(me, &r, 0),
+                    compare: expected,
+                    swap: expected + 1,
+                };
+                ep.post(qp, 2, &cas, OpFlags::SIGNALED).unwrap();
+            } else {
+                return true;
+            }
+            in_flight = true;
+            false
+        }
+    });
+    let total = 9 * PER_WORKER;
+    let data = b.region(NodeId(0), r.data).unwrap();
+    assert_eq!(data.load(0), total);
+    assert_eq!(data.load(8), total, "a CAS increment was lost");
+    let seen: BTreeSet<u64> = olds.lock().unwrap().iter().copied().collect();
+    assert_eq!(seen, (0..total).collect::<BTreeSet<u64>>(), "FAA handed out a value twice");
+}
+
+/// Protection errors come back as error completions (even unsignaled) and touch nothing;
+/// errors knowable at post time are refused at once.
+fn protection_errors_complete_in_error_and_touch_nothing<B: TestBackend>() {
+    let mut b = B::for_test(shape(2, 1), 5);
+    let r = regions(&mut b);
+    let data = b.region(NodeId(1), r.data).unwrap();
+    for off in (0..64 * 1024).step_by(8) {
+        data.store(off, 0xA5A5);
+    }
+    run_scripts(&mut b, |ep| {
+        let active = first_worker(ep);
+        let me = ep.me();
+        let r = Regions { data: r.data, scratch: r.scratch };
+        let mut posted = false;
+        let mut got = Vec::new();
+        move |ep: &mut B::Ep| {
+            if !active {
+                return true;
+            }
+            let qp = Qp::to(NodeId(1));
+            let local = scratch_of(me, &r, 0);
+            if !posted {
+                let bad_key = WorkRequest::Write {
+                    remote: remote(1, Rkey(99), 0),
+                    src: WriteSrc::Bytes(&[1; 8]),
+                };
+                let past_end = WorkRequest::Write {
+                    remote: remote(1, r.data, 64 * 1024 - 8),
+                    src: WriteSrc::Local { addr: local, len: 16 },
+                };
+                let misaligned_cas = WorkRequest::Cas {
+                    remote: remote(1, r.data, 4),
+                    local,
+                    compare: 0xA5A5,
+                    swap: 1,
+                };
+                let misaligned_read =
+                    WorkRequest::Read { remote: remote(1, r.data, 12), local, len: 8 };
+                ep.post(qp, 1, &bad_key, OpFlags::INLINE).unwrap();
+                ep.post(qp, 2, &past_end, OpFlags::NONE).unwrap();
+                ep.post(qp, 3, &misaligned_cas, OpFlags::SIGNALED).unwrap();
+                ep.post(qp, 4, &misaligned_read, OpFlags::SIGNALED).unwrap();
+                // Refused at post time, nothing queued:
+                let odd = WorkRequest::Read { remote: remote(1, r.data, 0), local, len: 12 };
+                assert_eq!(ep.post(qp, 9, &odd, OpFlags::SIGNALED), Err(PostError::BadLength(12)));
+                let bad_local = WorkRequest::Read {
+                    remote: remote(1, r.data, 0),
+                    local: LocalAddr { rkey: r.scratch, offset: 1 << 40 },
+                    len: 8,
+                };
+                assert_eq!(
+                    ep.post(qp, 9, &bad_local, OpFlags::SIGNALED),
+                    Err(PostError::LocalAccess(AccessError::OutOfBounds))
+                );
+                let big = [0u8; INLINE_MAX + 8];
+                let too_big =
+                    WorkRequest::Write { remote: remote(1, r.data, 0), src: WriteSrc::Bytes(&big) };
+                assert_eq!(
+                    ep.post(qp, 9, &too_big, OpFlags::INLINE),
+                    Err(PostError::Inline(INLINE_MAX + 8))
+                );
+                let no_lane = Qp { node: NodeId(1), lane: 1 };
+                assert_eq!(
+                    ep.post(no_lane, 9, &odd, OpFlags::SIGNALED),
+                    Err(PostError::NoSuchPeer)
+                );
+                posted = true;
+                return false;
+            }
+            if !collect(ep, &mut got, 4) {
+                return false;
+            }
+            let status: Vec<(u64, Status)> = got.iter().map(|c| (c.wr_id, c.status)).collect();
+            assert_eq!(
+                status,
+                vec![
+                    (1, Status::RemoteAccess(AccessError::UnknownKey)),
+                    (2, Status::RemoteAccess(AccessError::OutOfBounds)),
+                    (3, Status::RemoteAccess(AccessError::Misaligned)),
+                    (4, Status::RemoteAccess(AccessError::Misaligned)),
+                ]
+            );
+            true
+        }
+    });
+    for off in (0..64 * 1024).step_by(8) {
+        assert_eq!(data.load(off), 0xA5A5, "a refused access wrote at {off}");
+    }
+}
+
+/// Datagrams of every size up to the MTU arrive intact with the right sender; larger
+/// ones are refused.
+fn datagrams_arrive_intact<B: TestBackend>() {
+    let mut b = B::for_test(shape(3, 2), 6);
+    let received = Arc::new(Mutex::new(Vec::new()));
+    let sizes = [0usize, 1, 7, 64, 1000, DATAGRAM_MTU];
+    run_scripts(&mut b, |ep| {
+        let me = ep.me();
+        let received = received.clone();
+        let mut sent = false;
+        let mut got = 0;
+        let mut buf = vec![0u8; DATAGRAM_MTU];
+        move |ep: &mut B::Ep| {
+            let workers = ep.shape().workers_total();
+            let next = ep.shape().worker_at((ep.shape().worker_index(me) + 1) % workers);
+            if !sent {
+                for (i, &len) in sizes.iter().enumerate() {
+                    let msg: Vec<u8> =
+                        (0..len).map(|j| (j + i + usize::from(me.index)) as u8).collect();
+                    let flags = if i + 1 < sizes.len() { OpFlags::MORE } else { OpFlags::NONE };
+                    ep.send(next, &msg, flags).unwrap();
+                }
+                assert_eq!(
+                    ep.send(next, &vec![0; DATAGRAM_MTU + 1], OpFlags::NONE),
+                    Err(PostError::TooLarge(DATAGRAM_MTU + 1))
+                );
+                let nobody = WorkerId { node: NodeId(7), index: 0 };
+                assert_eq!(ep.send(nobody, &[1], OpFlags::NONE), Err(PostError::NoSuchPeer));
+                sent = true;
+            }
+            while let Some((from, len)) = ep.recv(&mut buf) {
+                received.lock().unwrap().push((me, from, buf[..len].to_vec()));
+                got += 1;
+            }
+            got == sizes.len()
+        }
+    });
+    let received = received.lock().unwrap();
+    assert_eq!(received.len(), 6 * sizes.len());
+    for (me, from, bytes) in received.iter() {
+        let workers = 6;
+        let expect_from = (me.node.0 as usize * 2 + me.index as usize + workers - 1) % workers;
+        assert_eq!((from.node.0 * 2 + from.index) as usize, expect_from);
+        let i = sizes.iter().position(|&s| s == bytes.len()).expect("a sent size");
+        assert!(bytes
+            .iter()
+            .enumerate()
+            .all(|(j, &x)| x == (j + i + usize::from(from.index)) as u8));
+    }
+}
+
+/// A connection refuses more than `SQ_DEPTH` outstanding requests; ringing the doorbell
+/// and reaping the completion drains it.
+fn send_queue_depth_is_enforced<B: TestBackend>() {
+    let mut b = B::for_test(shape(2, 1), 7);
+    let r = regions(&mut b);
+    run_scripts(&mut b, |ep| {
+        let active = first_worker(ep);
+        let me = ep.me();
+        let r = Regions { data: r.data, scratch: r.scratch };
+        let mut stage = 0;
+        let mut got = Vec::new();
+        move |ep: &mut B::Ep| {
+            if !active {
+                return true;
+            }
+            let qp = Qp::to(NodeId(1));
+            let w = WorkRequest::Write {
+                remote: remote(1, r.data, 0),
+                src: WriteSrc::Local { addr: scratch_of(me, &r, 0), len: 8 },
+            };
+            if stage == 0 {
+                for i in 0..u64::from(SQ_DEPTH) {
+                    let last = i + 1 == u64::from(SQ_DEPTH);
+                    ep.post(
+                        qp,
+                        i,
+                        &w,
+                        if last { OpFlags::MORE | OpFlags::SIGNALED } else { OpFlags::MORE },
+                    )
+                    .unwrap();
+                }
+                assert_eq!(ep.post(qp, 999, &w, OpFlags::SIGNALED), Err(PostError::QueueFull));
+                ep.ring_doorbells();
+                stage = 1;
+                return false;
+            }
+            if stage == 1 {
+                if !collect(ep, &mut got, 1) {
+                    return false;
+                }
+                assert_eq!(got[0].wr_id, u64::from(SQ_DEPTH) - 1);
+                ep.post(qp, 1000, &w, OpFlags::SIGNALED).expect("room again after the completion");
+                stage = 2;
+                got.clear();
+                return false;
+            }
+            collect(ep, &mut got, 1)
+        }
+    });
+}
+
+/// The backend states whether NIC atomics are coherent with CPU atomics: the simulator
+/// models a real RNIC (not coherent), threads use CPU atomics (coherent).
+fn reports_atomics_coherence<B: TestBackend>() {
+    let mut b = B::for_test(shape(1, 1), 8);
+    let expected = B::NAME == "local";
+    run_scripts(&mut b, |ep| {
+        assert_eq!(ep.caps().atomics_coherent, expected, "{}", B::NAME);
+        |_: &mut B::Ep| true
+    });
+}
+
+macro_rules! conformance {
+    ($($test:ident),* $(,)?) => {
+        mod sim {
+            use hytra_fabric::sim::SimCluster;
+            $( #[test] fn $test() { super::$test::<SimCluster>() } )*
+        }
+        mod local {
+            use hytra_fabric::local::LocalCluster;
+            $( #[test] fn $test() { super::$test::<LocalCluster>() } )*
+        }
+    };
+}
+
+conformance!(
+    cas_then_read_sees_the_cas,
+    later_write_wins_and_signaled_implies_unsignaled,
+    doorbell_batches_execute_in_order,
+    atomics_are_linearizable_under_contention,
+    protection_errors_complete_in_error_and_touch_nothing,
+    datagrams_arrive_intact,
+    send_queue_depth_is_enforced,
+    reports_atomics_coherence,
+);

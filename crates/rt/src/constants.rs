@@ -1,0 +1,40 @@
+//! Limits and default costs of the runtime, each with why it has its value.
+
+use hytra_fabric::constants::DATAGRAM_MTU;
+
+/// Coroutines (async tasks) per worker. The paper needs at most a few tens to hide RDMA
+/// latency (DrTM+H §3.2: "a small number of coroutines is sufficient ... e.g., 8"); the
+/// ready set is a fixed bitmap of this many bits.
+pub const TASKS_MAX: usize = 256;
+
+/// Work requests in one doorbell batch. Real NICs take a few dozen WQEs per doorbell
+/// before the gain flattens; the bound also keeps a batch well inside the send queue.
+pub const BATCH_MAX: usize = 64;
+
+/// Unsignaled requests a connection may accumulate before the runtime signals one itself,
+/// so that the send queue (`SQ_DEPTH`) drains even under pure passive ACK.
+pub const SIGNAL_EVERY: u32 = 64;
+
+/// Bytes of an RPC frame header inside a datagram.
+pub const FRAME_HEADER: usize = 16;
+
+/// Largest RPC payload (request or reply): one frame must fit one datagram.
+pub const RPC_PAYLOAD_MAX: usize = DATAGRAM_MTU - FRAME_HEADER;
+
+/// RPC types a worker can register handlers for.
+pub const RPC_TYPES_MAX: usize = 64;
+
+/// Datagrams one step receives before it returns (so CQ polling and coroutines are not
+/// starved by a flood of requests).
+pub const RECV_PER_STEP_MAX: usize = 64;
+
+/// Completions one step reaps per poll call.
+pub const CQ_POLL_BATCH: usize = 32;
+
+/// Calls one worker may have waiting for replies.
+pub const CALLS_MAX: usize = 4096;
+
+const _: () = assert!(TASKS_MAX % 64 == 0);
+const _: () = assert!(SIGNAL_EVERY as usize >= BATCH_MAX);
+const _: () = assert!(SIGNAL_EVERY + BATCH_MAX as u32 <= hytra_fabric::constants::SQ_DEPTH);
+const _: () = assert!(RPC_PAYLOAD_MAX <= u16::MAX as usize);

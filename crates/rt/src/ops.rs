@@ -1,0 +1,249 @@
+//! One-sided requests in flight: tickets, completion routing and send-queue accounting.
+//!
+//! A ticket stands for a batch of requests on one connection whose last request is
+//! signaled; the batch is done when that completion arrives, and fails with the first
+//! error any member reported (errors always complete, even unsignaled ones, and arrive in
+//! connection order before the signaled one). Fire-and-forget requests (passive ACK) get
+//! no ticket; the runtime signals one itself every `SIGNAL_EVERY` so the send queue
+//! drains. Not for: posting (see `Co::issue` in `worker.rs`).
+
+use std::task::Waker;
+
+use hytra_fabric::{Completion, Status, WrId};
+
+use crate::constants::SIGNAL_EVERY;
+
+/// Identifies an issued batch; wait for it with [`Co::wait`](crate::Co::wait). A ticket
+/// must be waited for exactly once, or its slot stays taken.
+#[must_use = "a ticket must be waited for, or its slot is never freed"]
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub struct OpTicket {
+    pub(crate) idx: u32,
+    pub(crate) gen: u32,
+}
+
+/// `wr_id` of fire-and-forget requests; their errors are counted, not delivered.
+pub(crate) const UNSIGNALED: WrId = u64::MAX;
+
+/// Marks the `wr_id` of a batch's last (signaled) member; the others carry the same id
+/// without it, so that their errors are recorded without settling the batch.
+pub(crate) const LAST: WrId = 1 << 63;
+
+#[derive(Clone, Debug)]
+enum SlotState {
+    Free,
+    Pending,
+    Done { status: Status, value: u64 },
+}
+
+#[derive(Clone, Debug)]
+struct OpSlot {
+    gen: u32,
+    state: SlotState,
+    /// First error a member of the batch reported.
+    first_error: Option<Status>,
+    /// Connection (dense index) and how many requests this completion retires there.
+    qp: u32,
+    covers: u32,
+    /// Signaled by the runtime to drain the send queue; nobody waits for it.
+    internal: bool,
+    waker: Option<Waker>,
+}
+
+/// Send-queue bookkeeping of one connection.
+#[derive(Copy, Clone, Debug, Default)]
+struct QpAccount {
+    /// Requests posted and not yet retired by a completion.
+    outstanding: u32,
+    /// Unsignaled requests since the last signaled one.
+    unsignaled_run: u32,
+}
+
+/// How the next batch on a connection must be posted.
+pub(crate) struct Plan {
+    /// `wr_id` of every member but the last.
+    pub(crate) wr_id: WrId,
+    /// `wr_id` of the last member.
+    pub(crate) last_wr_id: WrId,
+    /// Whether the last member is signaled.
+    pub(crate) signal_last: bool,
+    /// The ticket, if the caller asked for one.
+    pub(crate) ticket: Option<OpTicket>,
+}
+
+/// Counters of one-sided traffic.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OpStats {
+    /// Completions reaped.
+    pub completions: u64,
+    /// Signals the runtime added to drain send queues.
+    pub internal_signals: u64,
+    /// Errors of fire-and-forget requests (nobody waits for them).
+    pub unsignaled_errors: u64,
+    /// The last such error.
+    pub last_unsignaled_error: Option<Status>,
+}
+
+/// All tickets and connection accounts of one worker.
+pub(crate) struct OpTable {
+    slots: Vec<OpSlot>,
+    free: Vec<u32>,
+    qps: Vec<QpAccount>,
+    sq_depth: u32,
+    pub(crate) stats: OpStats,
+}
+
+fn wr_id(idx: u32, gen: u32) -> WrId {
+    // Generations use 31 bits so that `LAST` stays free.
+    u64::from(gen & 0x7FFF_FFFF) << 32 | u64::from(idx)
+}
+
+impl OpTable {
+    pub(crate) fn new(connections: usize, sq_depth: u32) -> OpTable {
+        OpTable {
+            slots: Vec::with_capacity(1024),
+            free: Vec::with_capacity(1024),
+            qps: vec![QpAccount::default(); connections],
+            sq_depth,
+            stats: OpStats::default(),
+        }
+    }
+
+    fn alloc(&mut self, qp: u32, covers: u32, internal: bool) -> (u32, u32) {
+        let idx = match self.free.pop() {
+            Some(i) => i,
+            None => {
+                self.slots.push(OpSlot {
+                    gen: 0,
+                    state: SlotState::Free,
+                    first_error: None,
+                    qp: 0,
+                    covers: 0,
+                    internal: false,
+                    waker: None,
+                });
+                u32::try_from(self.slots.len() - 1).expect("op slots fit u32")
+            }
+        };
+        let s = &mut self.slots[idx as usize];
+        debug_assert!(matches!(s.state, SlotState::Free));
+        s.gen = s.gen.wrapping_add(1) & 0x7FFF_FFFF;
+        s.state = SlotState::Pending;
+        s.first_error = None;
+        (s.qp, s.covers, s.internal) = (qp, covers, internal);
+        (idx, s.gen)
+    }
+
+    /// Reserves room for `n` requests on connection `qp`. `None` if the send queue cannot
+    /// take them now (wait for completions and retry).
+    pub(crate) fn plan(&mut self, qp: u32, n: u32, want_ticket: bool) -> Option<Plan> {
+        let acct = self.qps[qp as usize];
+        if acct.outstanding + n > self.sq_depth {
+            return None;
+        }
+        let force = !want_ticket && acct.unsignaled_run + n >= SIGNAL_EVERY;
+        let plan = if want_ticket || force {
+            let covers = acct.unsignaled_run + n;
+            let (idx, gen) = self.alloc(qp, covers, !want_ticket);
+            self.qps[qp as usize].unsignaled_run = 0;
+            if force {
+                self.stats.internal_signals += 1;
+            }
+            let ticket = want_ticket.then_some(OpTicket { idx, gen });
+            let id = wr_id(idx, gen);
+            Plan { wr_id: id, last_wr_id: id | LAST, signal_last: true, ticket }
+        } else {
+            self.qps[qp as usize].unsignaled_run += n;
+            Plan { wr_id: UNSIGNALED, last_wr_id: UNSIGNALED, signal_last: false, ticket: None }
+        };
+        self.qps[qp as usize].outstanding += n;
+        Some(plan)
+    }
+
+    /// Undoes part of a plan whose posts were refused after `posted` of `n` requests went
+    /// out: the posted ones stay, unsignaled, to be retired by a later signal.
+    pub(crate) fn abandon(&mut self, qp: u32, plan: &Plan, n: u32, posted: u32) {
+        let acct = &mut self.qps[qp as usize];
+        acct.outstanding -= n - posted;
+        if plan.signal_last {
+            let idx = (plan.last_wr_id & 0xFFFF_FFFF) as usize;
+            let covers = self.slots[idx].covers;
+            // The signal never went out: its run of unsignaled requests is still open.
+            self.qps[qp as usize].unsignaled_run += covers - n + posted;
+            self.slots[idx].state = SlotState::Free;
+            self.free.push(idx as u32);
+        } else {
+            acct.unsignaled_run -= n - posted;
+        }
+    }
+
+    /// Routes one completion; returns the waker to wake, if any.
+    pub(crate) fn complete(&mut self, c: &Completion) -> Option<Waker> {
+        self.stats.completions += 1;
+        if c.wr_id == UNSIGNALED {
+            debug_assert_ne!(c.status, Status::Success, "unsignaled success never completes");
+            self.stats.unsignaled_errors += 1;
+            self.stats.last_unsignaled_error = Some(c.status);
+            return None;
+        }
+        let last = c.wr_id & LAST != 0;
+        let (idx, gen) = ((c.wr_id & 0xFFFF_FFFF) as usize, ((c.wr_id & !LAST) >> 32) as u32);
+        let slot = &mut self.slots[idx];
+        // A slot is freed only after its last completion was collected, so a completion
+        // always finds its own generation still pending.
+        assert!(
+            slot.gen == gen && matches!(slot.state, SlotState::Pending),
+            "stray completion {c:?}"
+        );
+        if c.status != Status::Success && slot.first_error.is_none() {
+            slot.first_error = Some(c.status);
+        }
+        // Errors of unsignaled members arrive first (connection order); only the last
+        // member's completion settles the batch.
+        if !last {
+            return None;
+        }
+        let status = slot.first_error.unwrap_or(c.status);
+        let (qp, covers, internal) = (slot.qp, slot.covers, slot.internal);
+        self.qps[qp as usize].outstanding -= covers;
+        if internal {
+            if status != Status::Success {
+                self.stats.unsignaled_errors += 1;
+                self.stats.last_unsignaled_error = Some(status);
+            }
+            slot.state = SlotState::Free;
+            self.free.push(idx as u32);
+            return None;
+        }
+        slot.state = SlotState::Done { status, value: c.value };
+        slot.waker.take()
+    }
+
+    /// The result of a ticket if it is done (freeing its slot), else records `waker`.
+    pub(crate) fn poll(&mut self, t: OpTicket, waker: &Waker) -> Option<(Status, u64)> {
+        let slot = &mut self.slots[t.idx as usize];
+        assert!(
+            slot.gen == t.gen && !matches!(slot.state, SlotState::Free),
+            "ticket waited for twice"
+        );
+        match slot.state {
+            SlotState::Done { status, value } => {
+                slot.state = SlotState::Free;
+                self.free.push(t.idx);
+                Some((status, value))
+            }
+            SlotState::Pending => {
+                if !slot.waker.as_ref().is_some_and(|w| w.will_wake(waker)) {
+                    slot.waker = Some(waker.clone());
+                }
+                None
+            }
+            SlotState::Free => unreachable!("ticket of a free slot"),
+        }
+    }
+
+    /// Tickets issued and not yet collected (for leak checks in tests).
+    pub(crate) fn live(&self) -> usize {
+        self.slots.len() - self.free.len()
+    }
+}

@@ -1,0 +1,463 @@
+//! RPC over datagrams: frame format, the outbox that coalesces frames per destination,
+//! and the table of calls waiting for replies.
+//!
+//! A datagram carries one or more frames; a frame is a 16-byte header and a payload:
+//!
+//! ```text
+//! kind u8 | reserved u8 | rpc type u16 | payload len u16 | reserved u16 | call id u64
+//! ```
+//!
+//! (little endian). Requests carry the caller's call id; replies echo it; one-way frames
+//! (passive ACK: no reply wanted) carry 0. Input from the network is never trusted: a
+//! malformed datagram is counted and dropped. Not for: the coroutine API (`worker.rs`).
+
+use std::collections::VecDeque;
+use std::task::Waker;
+
+use hytra_fabric::{Endpoint, OpFlags, PostError, WorkerId};
+use thiserror::Error;
+
+use crate::constants::{CALLS_MAX, FRAME_HEADER, RPC_PAYLOAD_MAX, RPC_TYPES_MAX};
+
+/// Identifies a kind of request; each worker registers one handler per type.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub struct RpcType(pub u16);
+
+/// Frame kinds on the wire.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+#[repr(u8)]
+pub(crate) enum Kind {
+    Request = 1,
+    Reply = 2,
+    OneWay = 3,
+    /// The callee could not serve the request; the payload is one `RemoteError` byte.
+    Error = 4,
+}
+
+impl Kind {
+    fn from_u8(b: u8) -> Option<Kind> {
+        match b {
+            1 => Some(Kind::Request),
+            2 => Some(Kind::Reply),
+            3 => Some(Kind::OneWay),
+            4 => Some(Kind::Error),
+            _ => None,
+        }
+    }
+}
+
+/// Why the callee refused a request.
+#[derive(Copy, Clone, PartialEq, Eq, Debug, Error)]
+pub enum RemoteError {
+    /// No handler is registered for the type.
+    #[error("no handler for the request type")]
+    NoHandler,
+    /// The handler's reply did not fit in a frame.
+    #[error("reply too large")]
+    ReplyTooLarge,
+}
+
+/// Why a call failed.
+#[derive(Copy, Clone, PartialEq, Eq, Debug, Error)]
+pub enum RpcError {
+    /// No reply within the timeout: the request or the reply was lost, or the callee is
+    /// slow, paused or dead. The request may or may not have been served.
+    #[error("timed out")]
+    TimedOut,
+    /// The callee refused the request.
+    #[error("remote error: {0}")]
+    Remote(RemoteError),
+    /// The request could not be sent.
+    #[error("cannot send: {0}")]
+    Post(PostError),
+    /// The payload exceeds `RPC_PAYLOAD_MAX`.
+    #[error("payload of {0} bytes exceeds the RPC limit")]
+    TooLarge(usize),
+    /// Every call slot is taken.
+    #[error("too many calls in flight")]
+    Busy,
+}
+
+/// A decoded frame header.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Header {
+    pub(crate) kind: Kind,
+    pub(crate) ty: u16,
+    pub(crate) len: u16,
+    pub(crate) call_id: u64,
+}
+
+impl Header {
+    pub(crate) fn encode(&self, out: &mut Vec<u8>) {
+        out.push(self.kind as u8);
+        out.push(0);
+        out.extend_from_slice(&self.ty.to_le_bytes());
+        out.extend_from_slice(&self.len.to_le_bytes());
+        out.extend_from_slice(&[0, 0]);
+        out.extend_from_slice(&self.call_id.to_le_bytes());
+    }
+
+    /// Decodes the frame at the start of `bytes`: header and payload, or `None` if the
+    /// bytes are not a well-formed frame.
+    pub(crate) fn decode(bytes: &[u8]) -> Option<(Header, &[u8])> {
+        let head = bytes.get(..FRAME_HEADER)?;
+        let kind = Kind::from_u8(head[0])?;
+        let ty = u16::from_le_bytes([head[2], head[3]]);
+        let len = u16::from_le_bytes([head[4], head[5]]);
+        let call_id = u64::from_le_bytes(head[8..16].try_into().expect("8 bytes"));
+        let payload = bytes.get(FRAME_HEADER..FRAME_HEADER + usize::from(len))?;
+        Some((Header { kind, ty, len, call_id }, payload))
+    }
+}
+
+/// Frames waiting to be sent. With doorbell batching, the datagrams of a step leave
+/// together behind one doorbell at its end, and with coalescing the frames to one
+/// destination share a datagram; without batching, each frame leaves at once.
+pub(crate) struct Outbox {
+    batch: bool,
+    coalesce: bool,
+    /// Per destination (dense worker index): position in `open`, or `NONE`.
+    slot_of: Vec<u32>,
+    open: Vec<(u32, Vec<u8>)>,
+    spare: Vec<Vec<u8>>,
+    single: Vec<u8>,
+    /// Frames refused by the fabric (no send buffer), to retry at the next flush.
+    pub(crate) deferred: bool,
+    pub(crate) frames_sent: u64,
+    pub(crate) datagrams_sent: u64,
+}
+
+const NONE: u32 = u32::MAX;
+
+impl Outbox {
+    pub(crate) fn new(workers: usize, batch: bool, coalesce: bool) -> Outbox {
+        Outbox {
+            batch,
+            coalesce: batch && coalesce,
+            slot_of: vec![NONE; workers],
+            open: Vec::new(),
+            spare: Vec::new(),
+            single: Vec::new(),
+            deferred: false,
+            frames_sent: 0,
+            datagrams_sent: 0,
+        }
+    }
+
+    /// Queues one frame for `dest` (dense index `dest_idx`).
+    pub(crate) fn push<E: Endpoint>(
+        &mut self,
+        ep: &mut E,
+        dest: WorkerId,
+        dest_idx: usize,
+        header: Header,
+        payload: &[u8],
+    ) -> Result<(), PostError> {
+        debug_assert_eq!(usize::from(header.len), payload.len());
+        assert!(payload.len() <= RPC_PAYLOAD_MAX, "frame payload over the limit");
+        self.frames_sent += 1;
+        if !self.batch {
+            self.single.clear();
+            header.encode(&mut self.single);
+            self.single.extend_from_slice(payload);
+            self.datagrams_sent += 1;
+            return ep.send(dest, &self.single, OpFlags::NONE);
+        }
+        let frame_len = FRAME_HEADER + payload.len();
+        let mtu = ep.caps().mtu;
+        let mut slot = if self.coalesce { self.slot_of[dest_idx] } else { NONE };
+        if slot != NONE && self.open[slot as usize].1.len() + frame_len > mtu {
+            // Full: this datagram leaves now (its doorbell rings with the final flush).
+            let buf = &self.open[slot as usize].1;
+            ep.send(dest, buf, OpFlags::MORE)?;
+            self.datagrams_sent += 1;
+            self.open[slot as usize].1.clear();
+        }
+        if slot == NONE {
+            let buf = self.spare.pop().unwrap_or_default();
+            slot = u32::try_from(self.open.len()).expect("open buffers fit u32");
+            self.open.push((dest_idx as u32, buf));
+            if self.coalesce {
+                self.slot_of[dest_idx] = slot;
+            }
+        }
+        let buf = &mut self.open[slot as usize].1;
+        header.encode(buf);
+        buf.extend_from_slice(payload);
+        Ok(())
+    }
+
+    /// Sends every open datagram, all behind one doorbell. Datagrams the fabric refuses
+    /// (no send buffer free) stay open for the next flush.
+    pub(crate) fn flush<E: Endpoint>(&mut self, ep: &mut E) {
+        self.deferred = false;
+        let shape = ep.shape();
+        let mut kept = 0;
+        for i in 0..self.open.len() {
+            let (dest_idx, ref buf) = self.open[i];
+            let flags = if i + 1 < self.open.len() { OpFlags::MORE } else { OpFlags::NONE };
+            let sent =
+                buf.is_empty() || ep.send(shape.worker_at(dest_idx as usize), buf, flags).is_ok();
+            if sent {
+                self.datagrams_sent += u64::from(!buf.is_empty());
+                self.slot_of[dest_idx as usize] = NONE;
+                let (_, mut buf) = std::mem::take(&mut self.open[i]);
+                buf.clear();
+                self.spare.push(buf);
+            } else {
+                self.deferred = true;
+                self.open.swap(kept, i);
+                if self.coalesce {
+                    self.slot_of[self.open[kept].0 as usize] = kept as u32;
+                }
+                kept += 1;
+            }
+        }
+        self.open.truncate(kept);
+        if self.deferred {
+            // The refused send may have left earlier ones queued behind MORE.
+            ep.ring_doorbells();
+        }
+    }
+}
+
+/// State of a call slot.
+#[derive(Debug)]
+enum CallState {
+    Free,
+    Waiting,
+    Replied,
+    Failed(RpcError),
+}
+
+#[derive(Debug)]
+struct CallSlot {
+    gen: u32,
+    state: CallState,
+    reply: Vec<u8>,
+    waker: Option<Waker>,
+}
+
+/// Identifies a call; wait for its reply with [`Co::reply`](crate::Co::reply).
+#[must_use = "a call must be waited for, or its slot is never freed"]
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub struct CallTicket {
+    pub(crate) idx: u32,
+    pub(crate) gen: u32,
+}
+
+impl CallTicket {
+    pub(crate) fn call_id(&self) -> u64 {
+        u64::from(self.gen) << 32 | u64::from(self.idx)
+    }
+}
+
+/// Counters of RPC traffic.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RpcStats {
+    /// Requests sent.
+    pub calls: u64,
+    /// Replies matched to a waiting call.
+    pub replies: u64,
+    /// Calls that timed out.
+    pub timeouts: u64,
+    /// Replies for calls that had already timed out (or duplicates).
+    pub stale_replies: u64,
+    /// Requests and one-way frames served by handlers.
+    pub served: u64,
+    /// Datagrams or frames dropped as malformed or of an unknown kind.
+    pub malformed: u64,
+}
+
+/// Calls waiting for replies, with their deadlines.
+pub(crate) struct Calls {
+    slots: Vec<CallSlot>,
+    free: Vec<u32>,
+    /// (deadline, slot, generation), in deadline order because every call gets the same
+    /// timeout; entries of calls already settled are skipped when they reach the front.
+    deadlines: VecDeque<(u64, u32, u32)>,
+    pub(crate) stats: RpcStats,
+}
+
+impl Calls {
+    pub(crate) fn new() -> Calls {
+        Calls {
+            slots: Vec::new(),
+            free: Vec::new(),
+            deadlines: VecDeque::new(),
+            stats: RpcStats::default(),
+        }
+    }
+
+    pub(crate) fn start(&mut self, deadline_ns: u64) -> Result<CallTicket, RpcError> {
+        let idx = match self.free.pop() {
+            Some(i) => i,
+            None if self.slots.len() < CALLS_MAX => {
+                self.slots.push(CallSlot {
+                    gen: 0,
+                    state: CallState::Free,
+                    reply: Vec::new(),
+                    waker: None,
+                });
+                (self.slots.len() - 1) as u32
+            }
+            None => return Err(RpcError::Busy),
+        };
+        let s = &mut self.slots[idx as usize];
+        s.gen = s.gen.wrapping_add(1);
+        s.state = CallState::Waiting;
+        debug_assert!(
+            self.deadlines.back().is_none_or(|d| d.0 <= deadline_ns),
+            "deadlines out of order"
+        );
+        self.deadlines.push_back((deadline_ns, idx, s.gen));
+        self.stats.calls += 1;
+        Ok(CallTicket { idx, gen: s.gen })
+    }
+
+    /// Gives a slot back after its request could not be sent.
+    pub(crate) fn cancel(&mut self, t: CallTicket) {
+        let s = &mut self.slots[t.idx as usize];
+        s.state = CallState::Free;
+        self.free.push(t.idx);
+        self.stats.calls -= 1;
+    }
+
+    fn waiting(&mut self, call_id: u64) -> Option<&mut CallSlot> {
+        let (idx, gen) = ((call_id & 0xFFFF_FFFF) as usize, (call_id >> 32) as u32);
+        let s = self.slots.get_mut(idx)?;
+        (s.gen == gen && matches!(s.state, CallState::Waiting)).then_some(s)
+    }
+
+    /// A reply (or error) arrived; returns the waker of the waiting coroutine.
+    pub(crate) fn settle(
+        &mut self,
+        call_id: u64,
+        outcome: Result<&[u8], RemoteError>,
+    ) -> Option<Waker> {
+        let Some(s) = self.waiting(call_id) else {
+            self.stats.stale_replies += 1;
+            return None;
+        };
+        match outcome {
+            Ok(bytes) => {
+                s.reply.clear();
+                s.reply.extend_from_slice(bytes);
+                s.state = CallState::Replied;
+            }
+            Err(e) => s.state = CallState::Failed(RpcError::Remote(e)),
+        }
+        let w = s.waker.take();
+        self.stats.replies += 1;
+        w
+    }
+
+    /// Fails every call whose deadline passed; returns how many coroutines to wake via
+    /// `wake`.
+    pub(crate) fn expire(&mut self, now_ns: u64, mut wake: impl FnMut(Waker)) {
+        while let Some(&(deadline, idx, gen)) = self.deadlines.front() {
+            let s = &mut self.slots[idx as usize];
+            let live = s.gen == gen && matches!(s.state, CallState::Waiting);
+            if live && deadline > now_ns {
+                break;
+            }
+            self.deadlines.pop_front();
+            if live {
+                s.state = CallState::Failed(RpcError::TimedOut);
+                self.stats.timeouts += 1;
+                if let Some(w) = s.waker.take() {
+                    wake(w);
+                }
+            }
+        }
+    }
+
+    /// Earliest deadline of a call still waiting.
+    pub(crate) fn next_deadline(&mut self) -> Option<u64> {
+        while let Some(&(deadline, idx, gen)) = self.deadlines.front() {
+            let s = &self.slots[idx as usize];
+            if s.gen == gen && matches!(s.state, CallState::Waiting) {
+                return Some(deadline);
+            }
+            self.deadlines.pop_front();
+        }
+        None
+    }
+
+    /// The outcome of a call if settled (freeing its slot), else records `waker`.
+    /// `read` sees the reply bytes.
+    pub(crate) fn poll<R>(
+        &mut self,
+        t: CallTicket,
+        waker: &Waker,
+        read: impl FnOnce(&[u8]) -> R,
+    ) -> Option<Result<R, RpcError>> {
+        let s = &mut self.slots[t.idx as usize];
+        assert!(s.gen == t.gen && !matches!(s.state, CallState::Free), "call waited for twice");
+        let out = match s.state {
+            CallState::Waiting => {
+                if !s.waker.as_ref().is_some_and(|w| w.will_wake(waker)) {
+                    s.waker = Some(waker.clone());
+                }
+                return None;
+            }
+            CallState::Replied => Ok(read(&s.reply)),
+            CallState::Failed(e) => Err(e),
+            CallState::Free => unreachable!(),
+        };
+        s.state = CallState::Free;
+        self.free.push(t.idx);
+        Some(out)
+    }
+
+    /// Calls issued and not yet collected.
+    pub(crate) fn live(&self) -> usize {
+        self.slots.len() - self.free.len()
+    }
+}
+
+/// Checks that a handler can be registered for `ty`.
+pub(crate) fn check_type(ty: RpcType) {
+    assert!(usize::from(ty.0) < RPC_TYPES_MAX, "RPC type {} outside 0..{RPC_TYPES_MAX}", ty.0);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_round_trips_and_rejects_garbage() {
+        let h = Header { kind: Kind::Request, ty: 7, len: 3, call_id: 0xDEAD_BEEF_0000_0042 };
+        let mut buf = Vec::new();
+        h.encode(&mut buf);
+        buf.extend_from_slice(&[1, 2, 3, 9, 9]);
+        assert_eq!(buf.len(), FRAME_HEADER + 5);
+        let (got, payload) = Header::decode(&buf).unwrap();
+        assert_eq!(got, h);
+        assert_eq!(payload, &[1, 2, 3]);
+        assert!(Header::decode(&buf[..10]).is_none(), "truncated header");
+        let mut bad = buf.clone();
+        bad[0] = 99;
+        assert!(Header::decode(&bad).is_none(), "unknown kind");
+        let mut long = buf.clone();
+        long[4] = 200;
+        assert!(Header::decode(&long).is_none(), "length past the datagram");
+    }
+
+    #[test]
+    fn calls_time_out_in_order_and_late_replies_are_stale() {
+        let mut calls = Calls::new();
+        let a = calls.start(100).unwrap();
+        let b = calls.start(200).unwrap();
+        let waker = std::task::Waker::noop();
+        assert!(calls.poll(a, waker, |_| ()).is_none());
+        calls.expire(150, |_| {});
+        assert_eq!(calls.poll(a, waker, |_| ()), Some(Err(RpcError::TimedOut)));
+        assert!(calls.settle(a.call_id(), Ok(&[1])).is_none());
+        assert_eq!(calls.stats.stale_replies, 1);
+        calls.settle(b.call_id(), Ok(&[5, 6]));
+        assert_eq!(calls.poll(b, waker, |r| r.to_vec()), Some(Ok(vec![5, 6])));
+        assert_eq!(calls.next_deadline(), None);
+        assert_eq!(calls.live(), 0);
+    }
+}

@@ -1,0 +1,557 @@
+//! The worker: one event loop per hytra worker, and [`Co`], the handle its coroutines use.
+//!
+//! A step polls the completion queue and wakes the coroutines whose requests finished,
+//! receives datagrams (running RPC handlers inline and routing replies), expires RPC
+//! timeouts, runs pollers, resumes ready coroutines once each, and finally sends the RPC
+//! frames produced during the step behind one doorbell. Not for: policy; what a
+//! coroutine does is the caller's business.
+
+use std::cell::RefCell;
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll};
+
+use hytra_fabric::{
+    Caps, ClusterShape, Completion, Endpoint, OpFlags, PostError, Program, Qp, Region, Rkey,
+    Status, Step, WorkRequest, WorkerId,
+};
+use thiserror::Error;
+
+use crate::config::RtConfig;
+use crate::constants::{
+    BATCH_MAX, CQ_POLL_BATCH, RECV_PER_STEP_MAX, RPC_PAYLOAD_MAX, RPC_TYPES_MAX,
+};
+use crate::executor::{Executor, YieldNow};
+use crate::ops::{OpStats, OpTable, OpTicket};
+use crate::rpc::{
+    check_type, CallTicket, Calls, Header, Kind, Outbox, RemoteError, RpcError, RpcStats, RpcType,
+};
+
+/// Why a one-sided batch failed.
+#[derive(Copy, Clone, PartialEq, Eq, Debug, Error)]
+pub enum OpError {
+    /// The fabric refused the post (see [`PostError`]); nothing of the batch was issued
+    /// unless it is `QueueFull` after a partial post, in which case the posted part
+    /// completes unsignaled.
+    #[error("post refused: {0}")]
+    Post(PostError),
+    /// A member completed with this status.
+    #[error("completed with {0:?}")]
+    Failed(Status),
+}
+
+/// State shared by a worker's event loop and its coroutines.
+pub(crate) struct Inner<E> {
+    pub(crate) ep: RefCell<E>,
+    pub(crate) ops: RefCell<OpTable>,
+    pub(crate) calls: RefCell<Calls>,
+    pub(crate) outbox: RefCell<Outbox>,
+    pub(crate) cfg: RtConfig,
+    /// Time at the start of the current step: RPC deadlines need no finer clock, and
+    /// reading a real clock per call costs more than the call on some backends.
+    step_now_ns: std::cell::Cell<u64>,
+    me: WorkerId,
+    shape: ClusterShape,
+    caps: Caps,
+}
+
+/// What a handler gets: the endpoint, the caller, and the reply being built.
+pub struct HandlerCtx<'a, E> {
+    /// The worker's endpoint (its node's memory, posting, charging CPU).
+    pub ep: &'a mut E,
+    /// Who sent the request.
+    pub src: WorkerId,
+    /// Reply payload; the handler appends to it (at most `RPC_PAYLOAD_MAX` bytes). Ignored
+    /// for one-way requests.
+    pub reply: &'a mut Vec<u8>,
+}
+
+/// An RPC handler: runs inline in the event loop, so it must not block.
+pub type Handler<E> = Box<dyn FnMut(&mut HandlerCtx<'_, E>, &[u8])>;
+
+/// A background poller (e.g. of a mailbox or log ring in registered memory): runs every
+/// step with the worker's handle; returns whether it did work (the step then reports
+/// itself busy so the poller runs again soon).
+pub type Poller<E> = Box<dyn FnMut(&Co<E>) -> bool>;
+
+/// Counters of one worker.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WorkerStats {
+    /// Event-loop iterations.
+    pub steps: u64,
+    /// Coroutine resumptions.
+    pub resumes: u64,
+    /// One-sided traffic.
+    pub ops: OpStats,
+    /// RPC traffic.
+    pub rpc: RpcStats,
+    /// RPC frames and datagrams sent.
+    pub frames_sent: u64,
+    /// Datagrams sent.
+    pub datagrams_sent: u64,
+}
+
+/// One hytra worker: an event loop with coroutines, RPC handlers and pollers. It is the
+/// [`Program`] a backend runs.
+pub struct Worker<E: Endpoint> {
+    inner: Rc<Inner<E>>,
+    executor: Executor,
+    handlers: Vec<Option<Handler<E>>>,
+    pollers: Vec<Poller<E>>,
+    cqes: Vec<Completion>,
+    rx: Vec<u8>,
+    reply: Vec<u8>,
+    steps: u64,
+    resumes: u64,
+}
+
+impl<E: Endpoint + 'static> Worker<E> {
+    /// A worker on endpoint `ep`.
+    pub fn new(ep: E, cfg: RtConfig) -> Worker<E> {
+        let (me, shape, caps) = (ep.me(), ep.shape(), ep.caps());
+        let connections = usize::from(shape.nodes) * usize::from(shape.lanes_per_peer);
+        let inner = Rc::new(Inner {
+            ep: RefCell::new(ep),
+            ops: RefCell::new(OpTable::new(connections, caps.sq_depth)),
+            calls: RefCell::new(Calls::new()),
+            outbox: RefCell::new(Outbox::new(
+                shape.workers_total(),
+                cfg.doorbell_batching,
+                cfg.rpc_coalescing,
+            )),
+            cfg,
+            step_now_ns: std::cell::Cell::new(0),
+            me,
+            shape,
+            caps,
+        });
+        Worker {
+            inner,
+            executor: Executor::new(),
+            handlers: (0..RPC_TYPES_MAX).map(|_| None).collect(),
+            pollers: Vec::new(),
+            cqes: vec![Completion::EMPTY; CQ_POLL_BATCH],
+            rx: vec![0; caps.mtu],
+            reply: Vec::with_capacity(RPC_PAYLOAD_MAX),
+            steps: 0,
+            resumes: 0,
+        }
+    }
+
+    /// A handle for code outside coroutines (setup, inspection).
+    pub fn co(&self) -> Co<E> {
+        Co { inner: self.inner.clone() }
+    }
+
+    /// Starts a coroutine. The closure gets the coroutine's handle.
+    pub fn spawn<F, Fut>(&mut self, f: F)
+    where
+        F: FnOnce(Co<E>) -> Fut,
+        Fut: Future<Output = ()> + 'static,
+    {
+        let fut = f(self.co());
+        self.executor.spawn(Box::pin(fut));
+    }
+
+    /// Registers the handler of requests of type `ty` (replacing any previous one).
+    pub fn handle(&mut self, ty: RpcType, handler: Handler<E>) {
+        check_type(ty);
+        self.handlers[usize::from(ty.0)] = Some(handler);
+    }
+
+    /// Adds a background poller.
+    pub fn poll_with(&mut self, poller: Poller<E>) {
+        self.pollers.push(poller);
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> WorkerStats {
+        let outbox = self.inner.outbox.borrow();
+        WorkerStats {
+            steps: self.steps,
+            resumes: self.resumes,
+            ops: self.inner.ops.borrow().stats.clone(),
+            rpc: self.inner.calls.borrow().stats.clone(),
+            frames_sent: outbox.frames_sent,
+            datagrams_sent: outbox.datagrams_sent,
+        }
+    }
+
+    /// Tickets and calls issued but never collected (should be 0 once coroutines end).
+    pub fn leaked(&self) -> usize {
+        self.inner.ops.borrow().live() + self.inner.calls.borrow().live()
+    }
+
+    fn reap_completions(&mut self) {
+        loop {
+            let n = self.inner.ep.borrow_mut().poll_cq(&mut self.cqes);
+            let mut ops = self.inner.ops.borrow_mut();
+            for c in &self.cqes[..n] {
+                if let Some(w) = ops.complete(c) {
+                    w.wake();
+                }
+            }
+            if n < self.cqes.len() {
+                break;
+            }
+        }
+    }
+
+    /// Receives datagrams; returns whether the per-step limit cut it short.
+    fn receive(&mut self) -> bool {
+        for _ in 0..RECV_PER_STEP_MAX {
+            let got = self.inner.ep.borrow_mut().recv(&mut self.rx);
+            let Some((src, len)) = got else { return false };
+            self.dispatch(src, len);
+        }
+        true
+    }
+
+    /// Handles every frame of the datagram in `self.rx[..len]`.
+    fn dispatch(&mut self, src: WorkerId, len: usize) {
+        let inner = self.inner.clone();
+        let mut rest = &self.rx[..len];
+        while !rest.is_empty() {
+            let Some((h, payload)) = Header::decode(rest) else {
+                inner.calls.borrow_mut().stats.malformed += 1;
+                return;
+            };
+            let mut ep = inner.ep.borrow_mut();
+            ep.charge_cpu(inner.cfg.costs.dispatch_ns);
+            match h.kind {
+                Kind::Reply => {
+                    drop(ep);
+                    let w = inner.calls.borrow_mut().settle(h.call_id, Ok(payload));
+                    if let Some(w) = w {
+                        w.wake();
+                    }
+                }
+                Kind::Error => {
+                    drop(ep);
+                    let e = match payload.first() {
+                        Some(1) => RemoteError::NoHandler,
+                        _ => RemoteError::ReplyTooLarge,
+                    };
+                    let w = inner.calls.borrow_mut().settle(h.call_id, Err(e));
+                    if let Some(w) = w {
+                        w.wake();
+                    }
+                }
+                Kind::Request | Kind::OneWay => {
+                    let handler = self.handlers.get_mut(usize::from(h.ty)).and_then(Option::as_mut);
+                    self.reply.clear();
+                    let served = match handler {
+                        Some(handler) => {
+                            let mut ctx = HandlerCtx { ep: &mut *ep, src, reply: &mut self.reply };
+                            handler(&mut ctx, payload);
+                            true
+                        }
+                        None => false,
+                    };
+                    inner.calls.borrow_mut().stats.served += u64::from(served);
+                    if h.kind == Kind::Request {
+                        let (kind, body): (Kind, &[u8]) =
+                            match (served, self.reply.len() <= RPC_PAYLOAD_MAX) {
+                                (false, _) => (Kind::Error, &[1]),
+                                (true, false) => (Kind::Error, &[2]),
+                                (true, true) => (Kind::Reply, &self.reply),
+                            };
+                        let header =
+                            Header { kind, ty: h.ty, len: body.len() as u16, call_id: h.call_id };
+                        let dest_idx = inner.shape.worker_index(src);
+                        // A refused reply is a lost reply: the caller times out and the
+                        // protocol above copes, exactly as with a dropped datagram.
+                        let _ =
+                            inner.outbox.borrow_mut().push(&mut *ep, src, dest_idx, header, body);
+                    }
+                }
+            }
+            rest = &rest[crate::constants::FRAME_HEADER + usize::from(h.len)..];
+        }
+    }
+
+    fn run_pollers(&mut self) -> bool {
+        if self.pollers.is_empty() {
+            return false;
+        }
+        let co = self.co();
+        let mut worked = false;
+        for p in &mut self.pollers {
+            worked |= p(&co);
+        }
+        worked
+    }
+}
+
+impl<E: Endpoint + 'static> Program for Worker<E> {
+    fn step(&mut self) -> Step {
+        self.steps += 1;
+        let costs = self.inner.cfg.costs;
+        self.inner.ep.borrow_mut().charge_cpu(costs.step_ns);
+        self.reap_completions();
+        let more_rx = self.receive();
+        let now = self.inner.ep.borrow().now_ns();
+        self.inner.step_now_ns.set(now);
+        self.inner.calls.borrow_mut().expire(now, |w| w.wake());
+        let polled = self.run_pollers();
+        let inner = &self.inner;
+        self.resumes +=
+            self.executor.run_ready(|| inner.ep.borrow_mut().charge_cpu(costs.switch_ns)) as u64;
+        let mut ep = self.inner.ep.borrow_mut();
+        let mut outbox = self.inner.outbox.borrow_mut();
+        outbox.flush(&mut *ep);
+        // Coroutines must close their doorbell batches before yielding; this only rings
+        // what an error path left open.
+        ep.ring_doorbells();
+        if more_rx || polled || outbox.deferred || self.executor.ready().any() {
+            return Step::Busy;
+        }
+        Step::Idle { wake_at_ns: self.inner.calls.borrow_mut().next_deadline() }
+    }
+
+    fn is_done(&self) -> bool {
+        self.executor.live() == 0
+    }
+}
+
+/// A coroutine's handle on its worker: issue one-sided batches, make RPCs, read local
+/// memory. Cheap to clone; every method is non-blocking or an `async` wait.
+pub struct Co<E> {
+    inner: Rc<Inner<E>>,
+}
+
+impl<E> Clone for Co<E> {
+    fn clone(&self) -> Self {
+        Co { inner: self.inner.clone() }
+    }
+}
+
+impl<E: Endpoint> Co<E> {
+    /// This worker.
+    pub fn me(&self) -> WorkerId {
+        self.inner.me
+    }
+
+    /// Size of the cluster.
+    pub fn shape(&self) -> ClusterShape {
+        self.inner.shape
+    }
+
+    /// Properties of the fabric.
+    pub fn caps(&self) -> Caps {
+        self.inner.caps
+    }
+
+    /// The runtime configuration.
+    pub fn config(&self) -> &RtConfig {
+        &self.inner.cfg
+    }
+
+    /// Current time (virtual in the simulator).
+    pub fn now_ns(&self) -> u64 {
+        self.inner.ep.borrow().now_ns()
+    }
+
+    /// Charges CPU work to this worker (simulator only).
+    pub fn charge(&self, ns: u64) {
+        self.inner.ep.borrow_mut().charge_cpu(ns);
+    }
+
+    /// A region of this node (a cheap handle sharing the memory).
+    pub fn region(&self, rkey: Rkey) -> Option<Region> {
+        self.inner.ep.borrow().region(rkey).cloned()
+    }
+
+    /// Direct access to the endpoint, for what the runtime does not wrap. The closure
+    /// must leave no doorbell batch open.
+    pub fn with_ep<R>(&self, f: impl FnOnce(&mut E) -> R) -> R {
+        f(&mut self.inner.ep.borrow_mut())
+    }
+
+    fn qp_index(&self, qp: Qp) -> u32 {
+        u32::from(qp.node.0) * u32::from(self.inner.shape.lanes_per_peer) + u32::from(qp.lane)
+    }
+
+    fn post_batch(
+        &self,
+        qp: Qp,
+        wrs: &[WorkRequest<'_>],
+        want_ticket: bool,
+        extra: OpFlags,
+    ) -> Result<Option<OpTicket>, OpError> {
+        let n = wrs.len();
+        assert!((1..=BATCH_MAX).contains(&n), "a batch holds 1..={BATCH_MAX} requests, not {n}");
+        if !self.inner.shape.has_qp(qp) {
+            return Err(OpError::Post(PostError::NoSuchPeer));
+        }
+        let q = self.qp_index(qp);
+        let plan = self
+            .inner
+            .ops
+            .borrow_mut()
+            .plan(q, n as u32, want_ticket)
+            .ok_or(OpError::Post(PostError::QueueFull))?;
+        let db = self.inner.cfg.doorbell_batching;
+        let mut ep = self.inner.ep.borrow_mut();
+        for (i, wr) in wrs.iter().enumerate() {
+            let last = i + 1 == n;
+            let mut flags = extra;
+            if !last && db {
+                flags = flags | OpFlags::MORE;
+            }
+            if last && plan.signal_last {
+                flags = flags | OpFlags::SIGNALED;
+            }
+            let wr_id = if last { plan.last_wr_id } else { plan.wr_id };
+            if let Err(e) = ep.post(qp, wr_id, wr, flags) {
+                ep.ring_doorbells();
+                drop(ep);
+                self.inner.ops.borrow_mut().abandon(q, &plan, n as u32, i as u32);
+                return Err(OpError::Post(e));
+            }
+        }
+        Ok(plan.ticket)
+    }
+
+    /// Posts `wrs` on `qp` as one batch (one doorbell when doorbell batching is on) with
+    /// the last request signaled; returns its ticket. `QueueFull` means the connection's
+    /// send queue is full right now: wait for earlier tickets, then retry.
+    pub fn issue(&self, qp: Qp, wrs: &[WorkRequest<'_>]) -> Result<OpTicket, OpError> {
+        self.post_batch(qp, wrs, true, OpFlags::NONE).map(|t| t.expect("ticket requested"))
+    }
+
+    /// As [`Co::issue`] with extra flags (e.g. `INLINE`) on every request.
+    pub fn issue_with(
+        &self,
+        qp: Qp,
+        wrs: &[WorkRequest<'_>],
+        flags: OpFlags,
+    ) -> Result<OpTicket, OpError> {
+        self.post_batch(qp, wrs, true, flags).map(|t| t.expect("ticket requested"))
+    }
+
+    /// Posts `wrs` unsignaled (passive ACK): no ticket, no waiting; errors are counted in
+    /// the worker's statistics. The runtime signals one request every `SIGNAL_EVERY`
+    /// to drain the send queue.
+    pub fn issue_unsignaled(
+        &self,
+        qp: Qp,
+        wrs: &[WorkRequest<'_>],
+        flags: OpFlags,
+    ) -> Result<(), OpError> {
+        self.post_batch(qp, wrs, false, flags).map(|_| ())
+    }
+
+    /// Waits for a batch; returns the value of its last request (the old value for CAS
+    /// and FAA).
+    pub fn wait(&self, ticket: OpTicket) -> WaitOp<'_, E> {
+        WaitOp { co: self, ticket }
+    }
+
+    /// Sends a request; wait for the reply with [`Co::reply`].
+    pub fn call(
+        &self,
+        dest: WorkerId,
+        ty: RpcType,
+        payload: &[u8],
+    ) -> Result<CallTicket, RpcError> {
+        if payload.len() > RPC_PAYLOAD_MAX {
+            return Err(RpcError::TooLarge(payload.len()));
+        }
+        if !self.inner.shape.contains(dest) {
+            return Err(RpcError::Post(PostError::NoSuchPeer));
+        }
+        let mut ep = self.inner.ep.borrow_mut();
+        let deadline = self.inner.step_now_ns.get() + self.inner.cfg.rpc_timeout_ns;
+        let ticket = self.inner.calls.borrow_mut().start(deadline)?;
+        let header = Header {
+            kind: Kind::Request,
+            ty: ty.0,
+            len: payload.len() as u16,
+            call_id: ticket.call_id(),
+        };
+        let dest_idx = self.inner.shape.worker_index(dest);
+        if let Err(e) =
+            self.inner.outbox.borrow_mut().push(&mut *ep, dest, dest_idx, header, payload)
+        {
+            self.inner.calls.borrow_mut().cancel(ticket);
+            return Err(RpcError::Post(e));
+        }
+        Ok(ticket)
+    }
+
+    /// Sends a request that wants no reply (two-sided passive ACK).
+    pub fn send_oneway(&self, dest: WorkerId, ty: RpcType, payload: &[u8]) -> Result<(), RpcError> {
+        if payload.len() > RPC_PAYLOAD_MAX {
+            return Err(RpcError::TooLarge(payload.len()));
+        }
+        if !self.inner.shape.contains(dest) {
+            return Err(RpcError::Post(PostError::NoSuchPeer));
+        }
+        let header = Header { kind: Kind::OneWay, ty: ty.0, len: payload.len() as u16, call_id: 0 };
+        let dest_idx = self.inner.shape.worker_index(dest);
+        let mut ep = self.inner.ep.borrow_mut();
+        self.inner
+            .outbox
+            .borrow_mut()
+            .push(&mut *ep, dest, dest_idx, header, payload)
+            .map_err(RpcError::Post)
+    }
+
+    /// Waits for the reply of a call and hands its bytes to `read`.
+    pub fn reply<R, F: FnOnce(&[u8]) -> R>(
+        &self,
+        ticket: CallTicket,
+        read: F,
+    ) -> WaitReply<'_, E, F> {
+        WaitReply { co: self, ticket, read: Some(read) }
+    }
+
+    /// Yields to the other coroutines of this worker until the next step.
+    pub fn yield_now(&self) -> YieldNow {
+        YieldNow::new()
+    }
+}
+
+/// Future of [`Co::wait`].
+pub struct WaitOp<'a, E> {
+    co: &'a Co<E>,
+    ticket: OpTicket,
+}
+
+impl<E: Endpoint> Future for WaitOp<'_, E> {
+    type Output = Result<u64, OpError>;
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.co.inner.ops.borrow_mut().poll(self.ticket, cx.waker()) {
+            None => Poll::Pending,
+            Some((Status::Success, value)) => Poll::Ready(Ok(value)),
+            Some((status, _)) => Poll::Ready(Err(OpError::Failed(status))),
+        }
+    }
+}
+
+/// Future of [`Co::reply`].
+pub struct WaitReply<'a, E, F> {
+    co: &'a Co<E>,
+    ticket: CallTicket,
+    read: Option<F>,
+}
+
+impl<E: Endpoint, R, F: FnOnce(&[u8]) -> R + Unpin> Future for WaitReply<'_, E, F> {
+    type Output = Result<R, RpcError>;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = &mut *self;
+        let mut calls = this.co.inner.calls.borrow_mut();
+        let mut read = this.read.take();
+        let out =
+            calls.poll(this.ticket, cx.waker(), |bytes| (read.take().expect("read once"))(bytes));
+        match out {
+            None => {
+                this.read = read;
+                Poll::Pending
+            }
+            Some(r) => Poll::Ready(r),
+        }
+    }
+}

@@ -1,0 +1,654 @@
+//! The raw-primitive benchmark of DrTM+H §4.2 (Fig. 5): per-machine throughput and
+//! latency of READ, WRITE, CAS, FAA and RPCs against payload size, every machine both
+//! issuing and serving (the paper's symmetric model).
+//!
+//! Method. Every worker runs `coroutines` coroutines. A one-sided coroutine picks a
+//! random remote node and one of its connections (the "80-node" setting uses 5 per
+//! peer), posts `batch` requests to random payload-aligned offsets there behind one
+//! doorbell (last one signaled), and waits. An RPC coroutine sends `batch` requests to
+//! the same-index worker of random remote nodes and gathers the replies; the request
+//! carries an offset and the reply `payload` bytes (a two-sided read). `wrpc` is an RPC
+//! built from two WRITEs into mailboxes that the callee and the caller poll (the paper's
+//! RC-WRITE-based RPC). Throughput counts requests completed inside the measurement
+//! window per node; latency is per batch, from post to completion.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::{Arc, Mutex};
+use std::task::Waker;
+
+use hytra_fabric::rng::Rng;
+use hytra_fabric::{
+    Backend, BackendError, Endpoint, LocalAddr, NodeId, OpFlags, PostError, Qp, RegionSpec,
+    RemoteAddr, Rkey, RunLimits, RunStats, WorkRequest, WorkerId, WriteSrc,
+};
+use hytra_rt::constants::{BATCH_MAX, RPC_PAYLOAD_MAX};
+use hytra_rt::hist::Histogram;
+use hytra_rt::{run_workers, Co, OpError, OpTicket, RpcType, RtConfig, Worker};
+use thiserror::Error;
+
+/// A primitive the benchmark measures.
+#[derive(Copy, Clone, PartialEq, Eq, Debug, Hash)]
+pub enum Primitive {
+    /// One-sided READ.
+    Read,
+    /// One-sided WRITE.
+    Write,
+    /// Compare-and-swap (8 bytes).
+    Cas,
+    /// Fetch-and-add (8 bytes).
+    Faa,
+    /// RPC over datagrams (UD SEND/RECV).
+    Rpc,
+    /// RPC over two WRITEs into polled mailboxes (RC WRITE).
+    WriteRpc,
+}
+
+impl Primitive {
+    /// Every primitive, in table order.
+    pub const ALL: [Primitive; 6] = [
+        Primitive::Read,
+        Primitive::Write,
+        Primitive::Cas,
+        Primitive::Faa,
+        Primitive::Rpc,
+        Primitive::WriteRpc,
+    ];
+
+    /// Name on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Primitive::Read => "read",
+            Primitive::Write => "write",
+            Primitive::Cas => "cas",
+            Primitive::Faa => "faa",
+            Primitive::Rpc => "rpc",
+            Primitive::WriteRpc => "wrpc",
+        }
+    }
+
+    /// Parses a name.
+    pub fn parse(s: &str) -> Option<Primitive> {
+        Primitive::ALL.into_iter().find(|p| p.name() == s)
+    }
+
+    /// Whether the primitive moves a fixed 8-byte word (payload does not apply).
+    pub fn is_atomic(self) -> bool {
+        matches!(self, Primitive::Cas | Primitive::Faa)
+    }
+}
+
+/// The payload actually measured for a requested one: RPC replies are capped by the
+/// frame header inside the MTU, so a 4 KiB request is measured at `RPC_PAYLOAD_MAX`.
+pub fn effective_payload(p: Primitive, payload: u32) -> u32 {
+    match p {
+        Primitive::Cas | Primitive::Faa => 8,
+        Primitive::Rpc => payload.min(RPC_PAYLOAD_MAX as u32 / 8 * 8),
+        _ => payload,
+    }
+}
+
+/// Largest payload a `wrpc` mailbox slot carries.
+pub const WRPC_PAYLOAD_MAX: u32 = 1024;
+
+/// Distinct payload-sized slots of the data region each node serves from: enough that
+/// requests spread over memory, few enough to stay in cache (the simulator really
+/// copies the bytes).
+const DATA_SLOTS: u64 = 1024;
+
+/// Request type of the RPC variant.
+const GET: RpcType = RpcType(1);
+
+/// CPU cost of checking one mailbox slot for a new message: one load that usually hits
+/// the cache. An assumption; it is what makes WRITE-based RPC pay for polling.
+const MAILBOX_SLOT_CHECK_NS: u64 = 1;
+
+/// Benchmark parameters for one measurement.
+#[derive(Copy, Clone, Debug)]
+pub struct MicroParams {
+    /// Coroutines per worker.
+    pub coroutines: u16,
+    /// Requests per doorbell batch (per gather for RPCs).
+    pub batch: u16,
+    /// Time before the measurement window opens.
+    pub warmup_ns: u64,
+    /// Length of the measurement window.
+    pub measure_ns: u64,
+    /// Seed for the coroutines' choices.
+    pub seed: u64,
+    /// RPC timeout.
+    pub rpc_timeout_ns: u64,
+    /// Let the runtime put several RPC frames to one destination in one datagram. Off
+    /// measures the raw primitive (one request per message), as the paper does.
+    pub rpc_coalescing: bool,
+}
+
+/// One measured point.
+#[derive(Clone, Debug)]
+pub struct Point {
+    /// What was measured.
+    pub primitive: Primitive,
+    /// Payload in bytes (8 for atomics).
+    pub payload: u32,
+    /// Connections per peer per worker (1: the cluster as it is; 5: the 80-node setting).
+    pub lanes: u16,
+    /// Requests completed in the window, all nodes.
+    pub ops: u64,
+    /// Requests per second per node.
+    pub ops_per_sec: f64,
+    /// Median batch latency.
+    pub p50_ns: u64,
+    /// 99th-percentile batch latency.
+    pub p99_ns: u64,
+    /// Requests that failed (timeouts, errors).
+    pub failures: u64,
+}
+
+/// Why a measurement could not be made.
+#[derive(Debug, Error)]
+pub enum MicroError {
+    /// Payload not a positive multiple of 8, or too large for the primitive.
+    #[error("payload {payload} B: {reason}")]
+    Payload {
+        /// The payload.
+        payload: u32,
+        /// Why.
+        reason: String,
+    },
+    /// Bad parameters.
+    #[error("{0}")]
+    Params(String),
+    /// The cluster could not be set up or run.
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+}
+
+/// Checks a primitive/payload combination.
+pub fn check_payload(p: Primitive, payload: u32, mtu: usize) -> Result<(), MicroError> {
+    let bad = |reason: String| Err(MicroError::Payload { payload, reason });
+    if payload == 0 || payload % 8 != 0 {
+        return bad("must be a positive multiple of 8".into());
+    }
+    if payload as usize > mtu {
+        return bad(format!("exceeds the datagram MTU of {mtu} B"));
+    }
+    if p == Primitive::Rpc && payload as usize > RPC_PAYLOAD_MAX {
+        return bad(format!("an RPC reply carries at most {RPC_PAYLOAD_MAX} B"));
+    }
+    if p == Primitive::WriteRpc && payload > WRPC_PAYLOAD_MAX {
+        return bad(format!("wrpc mailboxes carry at most {WRPC_PAYLOAD_MAX} B"));
+    }
+    Ok(())
+}
+
+/// Per-run accumulation of every coroutine's results.
+#[derive(Default)]
+struct Tally {
+    ops: u64,
+    failures: u64,
+    hist: Histogram,
+}
+
+/// Regions of one measurement.
+#[derive(Copy, Clone)]
+struct Layout {
+    data: Rkey,
+    scratch: Rkey,
+    /// `wrpc` request and reply mailboxes: one region per worker (keys `first + index`),
+    /// each watched by its worker so the simulator wakes it when a message lands.
+    inbox_first: Rkey,
+    outbox_first: Rkey,
+    /// Bytes of one mailbox slot (payload + sequence word).
+    slot: u64,
+    scratch_per_worker: u64,
+}
+
+impl Layout {
+    fn inbox(&self, index: u16) -> Rkey {
+        Rkey(self.inbox_first.0 + u32::from(index))
+    }
+
+    fn outbox(&self, index: u16) -> Rkey {
+        Rkey(self.outbox_first.0 + u32::from(index))
+    }
+}
+
+/// Measures one point on `backend` (a fresh cluster: a backend runs once).
+pub fn run_point<B: Backend>(
+    backend: &mut B,
+    primitive: Primitive,
+    payload: u32,
+    params: MicroParams,
+) -> Result<(Point, RunStats), MicroError> {
+    let shape = backend.shape();
+    if shape.nodes < 2 {
+        return Err(MicroError::Params("the benchmark needs at least 2 nodes".into()));
+    }
+    if params.coroutines == 0 || params.batch == 0 || usize::from(params.batch) > BATCH_MAX {
+        return Err(MicroError::Params(format!(
+            "coroutines must be positive and batch in 1..={BATCH_MAX}"
+        )));
+    }
+    let payload = effective_payload(primitive, payload);
+    check_payload(primitive, payload, hytra_fabric::constants::DATAGRAM_MTU)?;
+    // Each request's local buffer holds its payload and, for wrpc, a sequence word after it.
+    let per_co = u64::from(params.batch) * (u64::from(payload) + 8);
+    let slot = u64::from(payload) + 8;
+    let slots_per_worker =
+        u64::from(shape.nodes) * u64::from(params.coroutines) * u64::from(params.batch);
+    let workers = u64::from(shape.workers_per_node);
+    let data = backend.register_all(RegionSpec::new(DATA_SLOTS * u64::from(payload)))?;
+    let scratch =
+        backend.register_all(RegionSpec::new(workers * u64::from(params.coroutines) * per_co))?;
+    // Mailboxes exist only for wrpc; others get token regions (keys stay dense).
+    let mailbox_bytes = if primitive == Primitive::WriteRpc { slots_per_worker * slot } else { 8 };
+    let mut mailboxes =
+        |i: u16| backend.register_all(RegionSpec { len_bytes: mailbox_bytes, watcher: Some(i) });
+    let inbox_first = mailboxes(0)?;
+    for i in 1..shape.workers_per_node {
+        mailboxes(i)?;
+    }
+    let outbox_first = mailboxes(0)?;
+    for i in 1..shape.workers_per_node {
+        mailboxes(i)?;
+    }
+    let layout = Layout {
+        data,
+        scratch,
+        inbox_first,
+        outbox_first,
+        slot,
+        scratch_per_worker: u64::from(params.coroutines) * per_co,
+    };
+    let tally = Arc::new(Mutex::new(Tally::default()));
+    let cfg = RtConfig {
+        rpc_timeout_ns: params.rpc_timeout_ns,
+        rpc_coalescing: params.rpc_coalescing,
+        ..RtConfig::default()
+    };
+    let limits =
+        RunLimits { time_limit_ns: params.warmup_ns + params.measure_ns + params.rpc_timeout_ns };
+    let (_, stats) = run_workers(backend, cfg, limits, |w| {
+        setup_worker(w, primitive, payload, params, layout, tally.clone());
+    })?;
+    let tally = tally.lock().expect("no coroutine panicked holding the tally");
+    let window_s = params.measure_ns as f64 / 1e9;
+    let point = Point {
+        primitive,
+        payload,
+        lanes: shape.lanes_per_peer,
+        ops: tally.ops,
+        ops_per_sec: tally.ops as f64 / window_s / f64::from(shape.nodes),
+        p50_ns: tally.hist.quantile(0.5),
+        p99_ns: tally.hist.quantile(0.99),
+        failures: tally.failures,
+    };
+    Ok((point, stats))
+}
+
+fn setup_worker<E: Endpoint + 'static>(
+    w: &mut Worker<E>,
+    primitive: Primitive,
+    payload: u32,
+    params: MicroParams,
+    layout: Layout,
+    tally: Arc<Mutex<Tally>>,
+) {
+    let me = w.co().me();
+    let waiters = Rc::new(RefCell::new(Mailboxes::new(&w.co(), layout, params)));
+    match primitive {
+        Primitive::Rpc => {
+            let data = w.co().region(layout.data).expect("data region");
+            w.handle(
+                GET,
+                Box::new(move |ctx, req| {
+                    let offset = u64::from_le_bytes(req[..8].try_into().expect("8-byte request"));
+                    let len = usize::from(u16::from_le_bytes([req[8], req[9]]));
+                    let at = ctx.reply.len();
+                    ctx.reply.resize(at + len, 0);
+                    data.read_bytes(offset, &mut ctx.reply[at..]);
+                }),
+            );
+        }
+        Primitive::WriteRpc => {
+            let mb = waiters.clone();
+            w.poll_with(Box::new(move |co| mb.borrow_mut().poll(co)));
+        }
+        _ => {}
+    }
+    for k in 0..params.coroutines {
+        let stream = (w.co().shape().worker_index(me) as u64) << 16 | u64::from(k);
+        let rng = Rng::derive(params.seed, stream);
+        let tally = tally.clone();
+        let waiters = waiters.clone();
+        w.spawn(move |co| async move {
+            let n = usize::from(params.batch);
+            let mut c = Client {
+                co,
+                rng,
+                k,
+                primitive,
+                payload,
+                params,
+                layout,
+                mine: Tally::default(),
+                reqs: Vec::with_capacity(n),
+                group: Vec::with_capacity(n),
+                tickets: Vec::with_capacity(n),
+            };
+            c.run(&waiters).await;
+            let mut t = tally.lock().expect("tally");
+            t.ops += c.mine.ops;
+            t.failures += c.mine.failures;
+            t.hist.merge(&c.mine.hist);
+        });
+    }
+}
+
+/// One benchmark coroutine.
+struct Client<E> {
+    co: Co<E>,
+    rng: Rng,
+    k: u16,
+    primitive: Primitive,
+    payload: u32,
+    params: MicroParams,
+    layout: Layout,
+    mine: Tally,
+    /// Buffers reused across batches (the data path allocates nothing after warm-up).
+    reqs: Vec<(Qp, WorkRequest<'static>)>,
+    group: Vec<WorkRequest<'static>>,
+    tickets: Vec<OpTicket>,
+}
+
+impl<E: Endpoint> Client<E> {
+    fn random_peer_node(&mut self) -> NodeId {
+        let nodes = u64::from(self.co.shape().nodes);
+        let me = u64::from(self.co.me().node.0);
+        let pick = (me + 1 + self.rng.below(nodes - 1)) % nodes;
+        NodeId(pick as u16)
+    }
+
+    fn random_offset(&mut self) -> u64 {
+        self.rng.below(DATA_SLOTS) * u64::from(self.payload)
+    }
+
+    fn scratch(&self, i: u16) -> LocalAddr {
+        let me = self.co.me().index;
+        let stride = u64::from(self.payload) + 8;
+        let per_co = u64::from(self.params.batch) * stride;
+        let offset = u64::from(me) * self.layout.scratch_per_worker
+            + u64::from(self.k) * per_co
+            + u64::from(i) * stride;
+        LocalAddr { rkey: self.layout.scratch, offset }
+    }
+
+    async fn run(&mut self, mailboxes: &Rc<RefCell<Mailboxes>>) {
+        let (start, end) = (self.params.warmup_ns, self.params.warmup_ns + self.params.measure_ns);
+        // One clock read per batch: a batch ends when the next one starts.
+        let mut t0 = self.co.now_ns();
+        while t0 < end {
+            let ok = match self.primitive {
+                Primitive::Rpc => self.rpc_batch().await,
+                Primitive::WriteRpc => self.wrpc_batch(mailboxes).await,
+                _ => self.one_sided_batch().await,
+            };
+            let t1 = self.co.now_ns();
+            if (start..end).contains(&t1) {
+                if ok {
+                    self.mine.ops += u64::from(self.params.batch);
+                    self.mine.hist.record(t1 - t0);
+                } else {
+                    self.mine.failures += u64::from(self.params.batch);
+                }
+            }
+            t0 = t1;
+        }
+    }
+
+    /// `batch` outstanding requests, each to a random connection (the paper picks "the
+    /// QPs randomly to post upon issuing a request", §4.2), then waits for all. Requests
+    /// that drew the same connection share a doorbell (outstanding requests plus doorbell
+    /// batching); on a large cluster nearly every request gets its own.
+    async fn one_sided_batch(&mut self) -> bool {
+        let lanes = u64::from(self.co.shape().lanes_per_peer);
+        let n = self.params.batch;
+        let mut reqs = std::mem::take(&mut self.reqs);
+        reqs.clear();
+        for i in 0..n {
+            let node = self.random_peer_node();
+            let qp = Qp { node, lane: self.rng.below(lanes) as u16 };
+            let remote = RemoteAddr { node, rkey: self.layout.data, offset: self.random_offset() };
+            let local = self.scratch(i);
+            let wr = match self.primitive {
+                Primitive::Read => WorkRequest::Read { remote, local, len: self.payload },
+                Primitive::Write => WorkRequest::Write {
+                    remote,
+                    src: WriteSrc::Local { addr: local, len: self.payload },
+                },
+                Primitive::Cas => {
+                    WorkRequest::Cas { remote, local, compare: 0, swap: self.rng.next_u64() }
+                }
+                _ => WorkRequest::Faa { remote, local, add: 1 },
+            };
+            reqs.push((qp, wr));
+        }
+        // Inline small WRITEs, as the paper does below 64 bytes (§3.1).
+        let small_write = self.primitive == Primitive::Write && self.payload <= 64;
+        let flags = if small_write { OpFlags::INLINE } else { OpFlags::NONE };
+        let mut tickets = std::mem::take(&mut self.tickets);
+        let mut group = std::mem::take(&mut self.group);
+        tickets.clear();
+        // Group by connection, keeping each connection's requests in order.
+        while let Some(&(qp, _)) = reqs.first() {
+            group.clear();
+            group.extend(reqs.iter().filter(|r| r.0 == qp).map(|r| r.1));
+            reqs.retain(|r| r.0 != qp);
+            let t = loop {
+                match self.co.issue_with(qp, &group, flags) {
+                    Ok(t) => break t,
+                    Err(OpError::Post(PostError::QueueFull)) => self.co.yield_now().await,
+                    Err(e) => panic!("micro benchmark post failed: {e}"),
+                }
+            };
+            tickets.push(t);
+        }
+        let mut ok = true;
+        for &t in &tickets {
+            ok &= self.co.wait(t).await.is_ok();
+        }
+        (self.reqs, self.tickets, self.group) = (reqs, tickets, group);
+        ok
+    }
+
+    async fn rpc_batch(&mut self) -> bool {
+        let me = self.co.me();
+        let n = usize::from(self.params.batch);
+        let mut tickets = [None; BATCH_MAX];
+        for t in tickets.iter_mut().take(n) {
+            let dest = WorkerId { node: self.random_peer_node(), index: me.index };
+            let mut req = [0u8; 10];
+            req[..8].copy_from_slice(&self.random_offset().to_le_bytes());
+            req[8..].copy_from_slice(&(self.payload as u16).to_le_bytes());
+            *t = self.co.call(dest, GET, &req).ok();
+        }
+        let mut ok = true;
+        for t in tickets.into_iter().take(n) {
+            match t {
+                Some(t) => {
+                    ok &= self
+                        .co
+                        .reply(t, |r| r.len() == self.payload as usize)
+                        .await
+                        .unwrap_or(false)
+                }
+                None => ok = false,
+            }
+        }
+        ok
+    }
+
+    async fn wrpc_batch(&mut self, mailboxes: &Rc<RefCell<Mailboxes>>) -> bool {
+        let me = self.co.me();
+        let n = self.params.batch;
+        for i in 0..n {
+            let node = self.random_peer_node();
+            let seq = mailboxes.borrow_mut().next_seq(self.k, i, node);
+            // Request: payload then the sequence word, in one WRITE into our slot of the
+            // callee's inbox; a WRITE lands in address order, so the word comes last.
+            let local = self.scratch(i);
+            let lay = self.layout;
+            self.co
+                .region(lay.scratch)
+                .expect("scratch")
+                .store(local.offset + u64::from(self.payload), seq);
+            let slot = mailbox_slot(&lay, me.node, self.k, i, self.params);
+            let remote = RemoteAddr { node, rkey: lay.inbox(me.index), offset: slot };
+            let wrs = [WorkRequest::Write {
+                remote,
+                src: WriteSrc::Local { addr: local, len: self.payload + 8 },
+            }];
+            if self.co.issue_unsignaled(Qp::to(node), &wrs, OpFlags::NONE).is_err() {
+                return false;
+            }
+        }
+        for i in 0..n {
+            ReplyWait { mailboxes, k: self.k, i }.await;
+        }
+        true
+    }
+}
+
+/// Offset, in a peer's mailbox, of the slot of coroutine `k`'s request `i` from `node`
+/// (the same layout serves the inbox and the outbox).
+fn mailbox_slot(l: &Layout, node: NodeId, k: u16, i: u16, p: MicroParams) -> u64 {
+    let per_node = u64::from(p.coroutines) * u64::from(p.batch);
+    let slot = u64::from(node.0) * per_node + u64::from(k) * u64::from(p.batch) + u64::from(i);
+    slot * l.slot
+}
+
+/// The `wrpc` mailboxes of one worker: its poller answers requests that arrive in the
+/// inbox and notices replies that arrive in the outbox.
+struct Mailboxes {
+    layout: Layout,
+    params: MicroParams,
+    me: WorkerId,
+    /// Last sequence answered, per inbox slot.
+    answered: Vec<u64>,
+    /// Per outgoing (k, i): sequence sent, node it went to, sequence of the last reply,
+    /// and the coroutine waiting for it.
+    outgoing: Vec<Outgoing>,
+}
+
+#[derive(Clone, Default)]
+struct Outgoing {
+    sent: u64,
+    node: u16,
+    replied: u64,
+    waker: Option<Waker>,
+}
+
+impl Mailboxes {
+    fn new<E: Endpoint>(co: &Co<E>, layout: Layout, params: MicroParams) -> Mailboxes {
+        let per_node = usize::from(params.coroutines) * usize::from(params.batch);
+        Mailboxes {
+            layout,
+            params,
+            me: co.me(),
+            answered: vec![0; usize::from(co.shape().nodes) * per_node],
+            outgoing: vec![Outgoing::default(); per_node],
+        }
+    }
+
+    fn index(&self, k: u16, i: u16) -> usize {
+        usize::from(k) * usize::from(self.params.batch) + usize::from(i)
+    }
+
+    fn next_seq(&mut self, k: u16, i: u16, node: NodeId) -> u64 {
+        let idx = self.index(k, i);
+        let o = &mut self.outgoing[idx];
+        o.sent += 1;
+        o.node = node.0;
+        o.sent
+    }
+
+    /// Answers new requests and notices replies; returns whether anything happened.
+    fn poll<E: Endpoint>(&mut self, co: &Co<E>) -> bool {
+        let l = self.layout;
+        let payload = l.slot - 8;
+        let me = self.me.index;
+        let (inbox, outbox) =
+            (co.region(l.inbox(me)).expect("inbox"), co.region(l.outbox(me)).expect("outbox"));
+        co.charge(MAILBOX_SLOT_CHECK_NS * (self.answered.len() + self.outgoing.len()) as u64);
+        let per_node = self.outgoing.len();
+        let batch = usize::from(self.params.batch);
+        let mut worked = false;
+        for idx in 0..self.answered.len() {
+            let base = idx as u64 * l.slot;
+            let seq = inbox.load(base + payload);
+            if seq == self.answered[idx] {
+                continue;
+            }
+            self.answered[idx] = seq;
+            worked = true;
+            // The reply echoes payload and sequence word into the caller's outbox slot.
+            let node = NodeId((idx / per_node) as u16);
+            let (k, i) = ((idx % per_node / batch) as u16, (idx % batch) as u16);
+            let remote = RemoteAddr {
+                node,
+                rkey: l.outbox(me),
+                offset: mailbox_slot(&l, self.me.node, k, i, self.params),
+            };
+            let src = WriteSrc::Local {
+                addr: LocalAddr { rkey: l.inbox(me), offset: base },
+                len: (payload + 8) as u32,
+            };
+            // Passive ACK: nobody waits for the reply's completion. A refused post (full
+            // send queue) loses the reply; the caller then counts a failure at the end.
+            let _ = co.issue_unsignaled(
+                Qp::to(node),
+                &[WorkRequest::Write { remote, src }],
+                OpFlags::NONE,
+            );
+        }
+        for (idx, o) in self.outgoing.iter_mut().enumerate() {
+            if o.replied == o.sent {
+                continue;
+            }
+            let (k, i) = ((idx / batch) as u16, (idx % batch) as u16);
+            let slot = mailbox_slot(&l, NodeId(o.node), k, i, self.params);
+            if outbox.load(slot + payload) == o.sent {
+                o.replied = o.sent;
+                if let Some(w) = o.waker.take() {
+                    w.wake();
+                }
+                worked = true;
+            }
+        }
+        worked
+    }
+}
+
+/// Waits until the reply of outgoing slot `(k, i)` has arrived.
+struct ReplyWait<'a> {
+    mailboxes: &'a Rc<RefCell<Mailboxes>>,
+    k: u16,
+    i: u16,
+}
+
+impl std::future::Future for ReplyWait<'_> {
+    type Output = ();
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<()> {
+        let mut mb = self.mailboxes.borrow_mut();
+        let idx = mb.index(self.k, self.i);
+        let o = &mut mb.outgoing[idx];
+        if o.replied == o.sent {
+            return std::task::Poll::Ready(());
+        }
+        o.waker = Some(cx.waker().clone());
+        std::task::Poll::Pending
+    }
+}

@@ -1,0 +1,85 @@
+//! The raw-primitive benchmark with tiny parameters on every backend: it runs, counts
+//! only successful requests, and (on the simulator) replays bit for bit.
+
+use hytra_fabric::local::{LocalCluster, LocalConfig};
+use hytra_fabric::sim::{SimCluster, SimConfig};
+use hytra_fabric::ClusterShape;
+use hytra_workloads::micro::{
+    check_payload, effective_payload, run_point, MicroError, MicroParams, Primitive,
+};
+
+fn shape(lanes: u16) -> ClusterShape {
+    ClusterShape { nodes: 3, workers_per_node: 2, lanes_per_peer: lanes }
+}
+
+fn sim_params() -> MicroParams {
+    MicroParams {
+        coroutines: 2,
+        batch: 4,
+        warmup_ns: 5_000,
+        measure_ns: 30_000,
+        seed: 3,
+        rpc_timeout_ns: 1_000_000,
+        rpc_coalescing: false,
+    }
+}
+
+#[test]
+fn every_primitive_runs_on_the_simulator() {
+    for p in Primitive::ALL {
+        for lanes in [1, 5] {
+            let mut b = SimCluster::new(SimConfig::new(shape(lanes), 3)).unwrap();
+            let (point, stats) = run_point(&mut b, p, 64, sim_params()).unwrap();
+            assert!(point.ops > 0, "{p:?} x{lanes}: no requests completed");
+            assert_eq!(point.failures, 0, "{p:?} x{lanes}");
+            assert!(point.p50_ns > 500 && point.p50_ns <= point.p99_ns, "{p:?}: {point:?}");
+            assert!(stats.all_done);
+        }
+    }
+}
+
+#[test]
+fn every_primitive_runs_on_threads() {
+    let params = MicroParams {
+        warmup_ns: 5_000_000,
+        measure_ns: 20_000_000,
+        rpc_timeout_ns: 2_000_000_000,
+        ..sim_params()
+    };
+    for p in Primitive::ALL {
+        let mut b = LocalCluster::new(LocalConfig::new(shape(1))).unwrap();
+        let (point, _) = run_point(&mut b, p, 64, params).unwrap();
+        assert!(point.ops > 0, "{p:?}: no requests completed");
+        assert_eq!(point.failures, 0, "{p:?}");
+    }
+}
+
+#[test]
+fn a_seed_replays_and_another_differs() {
+    let run = |seed: u64| {
+        let mut b = SimCluster::new(SimConfig::new(shape(1), seed)).unwrap();
+        let params = MicroParams { seed, ..sim_params() };
+        let (point, stats) = run_point(&mut b, Primitive::Rpc, 64, params).unwrap();
+        (point.ops, stats.trace_hash)
+    };
+    assert_eq!(run(9), run(9));
+    assert_ne!(run(9).1, run(10).1);
+}
+
+#[test]
+fn bad_payloads_are_refused() {
+    assert!(matches!(check_payload(Primitive::Read, 0, 4096), Err(MicroError::Payload { .. })));
+    assert!(matches!(check_payload(Primitive::Read, 12, 4096), Err(MicroError::Payload { .. })));
+    assert!(matches!(check_payload(Primitive::Read, 8192, 4096), Err(MicroError::Payload { .. })));
+    assert!(matches!(
+        check_payload(Primitive::WriteRpc, 2048, 4096),
+        Err(MicroError::Payload { .. })
+    ));
+    assert_eq!(effective_payload(Primitive::Rpc, 4096), 4080);
+    assert_eq!(effective_payload(Primitive::Cas, 512), 8);
+    let mut b = SimCluster::new(SimConfig::new(ClusterShape { nodes: 1, ..shape(1) }, 1)).unwrap();
+    assert!(matches!(
+        run_point(&mut b, Primitive::Read, 64, sim_params()),
+        Err(MicroError::Params(_))
+    ));
+}
