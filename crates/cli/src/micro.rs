@@ -9,7 +9,7 @@ use clap::Args;
 use hytra_fabric::constants::DATAGRAM_MTU;
 use hytra_fabric::local::{LocalCluster, LocalConfig};
 use hytra_fabric::sim::profile::NicProfile;
-use hytra_fabric::sim::{SimCluster, SimConfig};
+use hytra_fabric::sim::{CpuMode, SimCluster, SimConfig};
 use hytra_fabric::{ClusterShape, RunStats};
 use hytra_workloads::micro::{
     check_payload, effective_payload, run_point, MicroError, MicroParams, Point, Primitive,
@@ -66,6 +66,13 @@ pub struct MicroArgs {
     /// measures the raw primitive, one request per message, as the paper does).
     #[arg(long)]
     rpc_coalescing: bool,
+    /// How the simulator charges CPU time: `model` (deterministic cost model) or
+    /// `measured[:SCALE]` (thread CPU time of each step, times SCALE; not replayable).
+    #[arg(long, default_value = "model")]
+    cpu: String,
+    /// Run every simulated point twice and fail unless both runs have the same trace hash.
+    #[arg(long)]
+    self_check: bool,
     /// Fewer payloads and shorter windows.
     #[arg(long)]
     quick: bool,
@@ -92,6 +99,8 @@ impl MicroArgs {
             warmup_us: None,
             measure_us: None,
             rpc_coalescing: false,
+            cpu: "model".into(),
+            self_check: false,
             quick: true,
             json: None,
         }
@@ -108,6 +117,7 @@ enum BackendKind {
 struct Plan {
     backend: BackendKind,
     profile: NicProfile,
+    cpu: CpuMode,
     shape: ClusterShape,
     threads: Option<usize>,
     primitives: Vec<Primitive>,
@@ -133,6 +143,13 @@ fn plan(a: &MicroArgs) -> Result<Plan, CliError> {
         ));
     };
     let sim = backend == BackendKind::Sim;
+    let cpu = parse_cpu(&a.cpu)?;
+    if !sim && (a.cpu != "model" || a.self_check) {
+        return usage("--cpu and --self-check apply to the sim backend only");
+    }
+    if a.self_check && cpu != CpuMode::Model {
+        return usage("--self-check needs --cpu model (measured CPU time does not replay)");
+    }
     let nodes = a.nodes.unwrap_or(if sim { 16 } else { 2 });
     let workers = a.workers.unwrap_or(if sim { 24 } else { 1 });
     if nodes < 2 {
@@ -198,7 +215,31 @@ fn plan(a: &MicroArgs) -> Result<Plan, CliError> {
         rpc_coalescing: a.rpc_coalescing,
     };
     let shape = ClusterShape { nodes, workers_per_node: workers, lanes_per_peer: 1 };
-    Ok(Plan { backend, profile, shape, threads: a.threads, primitives, payloads, lanes, params })
+    Ok(Plan {
+        backend,
+        profile,
+        cpu,
+        shape,
+        threads: a.threads,
+        primitives,
+        payloads,
+        lanes,
+        params,
+    })
+}
+
+fn parse_cpu(s: &str) -> Result<CpuMode, CliError> {
+    let bad =
+        || CliError::Usage(format!("--cpu '{s}': expected model, measured or measured:SCALE"));
+    match s.split_once(':') {
+        None if s == "model" => Ok(CpuMode::Model),
+        None if s == "measured" => Ok(CpuMode::Measured { scale: 1.0 }),
+        Some(("measured", scale)) => match scale.parse::<f64>() {
+            Ok(x) if x.is_finite() && x > 0.0 => Ok(CpuMode::Measured { scale: x }),
+            _ => Err(bad()),
+        },
+        _ => Err(bad()),
+    }
 }
 
 /// One measured point with the run's statistics.
@@ -212,6 +253,7 @@ fn measure(
     primitive: Primitive,
     payload: u32,
     lanes: u16,
+    self_check: bool,
 ) -> anyhow::Result<Measured> {
     let shape = ClusterShape { lanes_per_peer: lanes, ..plan.shape };
     let mut params = plan.params;
@@ -224,10 +266,24 @@ fn measure(
     }
     let (point, stats) = match plan.backend {
         BackendKind::Sim => {
-            let mut cfg = SimConfig::new(shape, plan.params.seed);
-            cfg.profile = plan.profile.clone();
-            let mut b = SimCluster::new(cfg)?;
-            run_point(&mut b, primitive, payload, params)?
+            let cfg = SimConfig {
+                profile: plan.profile.clone(),
+                cpu: plan.cpu,
+                ..SimConfig::new(shape, plan.params.seed)
+            };
+            let mut b = SimCluster::new(cfg.clone())?;
+            let (point, stats) = run_point(&mut b, primitive, payload, params)?;
+            if self_check {
+                let mut again = SimCluster::new(cfg)?;
+                let (_, replay) = run_point(&mut again, primitive, payload, params)?;
+                anyhow::ensure!(
+                    replay.trace_hash == stats.trace_hash,
+                    "self-check failed: trace hash {:#018x} then {:#018x} for the same seed",
+                    stats.trace_hash,
+                    replay.trace_hash
+                );
+            }
+            (point, stats)
         }
         BackendKind::Local => {
             let mut cfg = LocalConfig::new(shape);
@@ -271,8 +327,10 @@ pub fn run(args: MicroArgs) -> Result<(), CliError> {
     let mut events = 0u64;
     let mut verbs = 0u64;
     for (i, &(p, payload, lanes)) in todo.iter().enumerate() {
-        let m = measure(&plan, p, payload, lanes)
-            .with_context(|| format!("measuring {} at {payload} B", p.name()))?;
+        let m = measure(&plan, p, payload, lanes, args.self_check).with_context(|| {
+            let argv: Vec<String> = std::env::args().skip(1).collect();
+            format!("measuring {} at {payload} B (replay: hytra {})", p.name(), argv.join(" "))
+        })?;
         eprintln!(
             "[{}/{}] {:<5} {:>4} B lanes={}: {} Mops/s per node, p50 {} us",
             i + 1,
@@ -297,6 +355,9 @@ pub fn run(args: MicroArgs) -> Result<(), CliError> {
     } else {
         Some(threads.min(std::thread::available_parallelism().map_or(1, |n| n.get())))
     };
+    if args.self_check {
+        println!("\nself-check: every point ran twice with identical trace hashes");
+    }
     if sim {
         println!(
             "\nsimulated {events} events ({verbs} verbs) in {wall_s:.2} s of wall time: {:.2} M events/s, {:.2} M verbs/s; trace hash {trace:#018x}",
@@ -346,6 +407,7 @@ pub fn run(args: MicroArgs) -> Result<(), CliError> {
         });
         if sim {
             doc["profile"] = json!(plan.profile.name);
+            doc["cpu"] = json!(args.cpu);
             doc["trace_hash"] = json!(format!("{trace:#018x}"));
             doc["sim"] = json!({
                 "events": events,

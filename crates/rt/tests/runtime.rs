@@ -418,3 +418,63 @@ fn same_seed_same_trace_under_faults() {
     let b = replay_check(|| run_once(6)).expect("deterministic");
     assert_ne!(a, b, "different seeds give different traces");
 }
+
+#[test]
+fn partition_cuts_both_primitives_then_heals() {
+    use hytra_fabric::sim::faults::Partition;
+    // Node 1 is cut off from node 0 for the first 2 ms.
+    let faults = FaultConfig {
+        partitions: vec![Partition { side: vec![NodeId(1)], from_ns: 0, until_ns: 2_000_000 }],
+        ..FaultConfig::none()
+    };
+    let mut b = sim(2, 1, 25, faults);
+    let r = regions(&mut b);
+    let cfg = RtConfig { rpc_timeout_ns: 100_000, ..RtConfig::default() };
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let (_, stats) = run_workers(&mut b, cfg, SIM_LIMITS, |w| {
+        echo_handler(w);
+        if w.co().me().node != NodeId(0) {
+            return;
+        }
+        let seen = seen.clone();
+        let (data, scratch) = (r.data, r.scratch);
+        w.spawn(move |co| async move {
+            let word = RemoteAddr { node: NodeId(1), rkey: data, offset: 0 };
+            let read = WorkRequest::Read {
+                remote: word,
+                local: LocalAddr { rkey: scratch, offset: 0 },
+                len: 8,
+            };
+            let peer = WorkerId { node: NodeId(1), index: 0 };
+            for _ in 0..2 {
+                let t = co.issue(Qp::to(NodeId(1)), &[read]).unwrap();
+                let one_sided = co.wait(t).await;
+                let t = co.call(peer, ECHO, b"x").unwrap();
+                let two_sided = co.reply(t, |_| ()).await;
+                seen.lock().unwrap().push((one_sided.is_ok(), two_sided.is_ok()));
+                while co.now_ns() < 2_000_000 {
+                    co.yield_now().await;
+                }
+            }
+        });
+    })
+    .unwrap();
+    assert!(stats.all_done);
+    assert_eq!(*seen.lock().unwrap(), vec![(false, false), (true, true)], "cut, then healed");
+}
+
+#[test]
+fn measured_cpu_mode_runs_the_same_programs() {
+    use hytra_fabric::sim::CpuMode;
+    let mut cfg = SimConfig::new(shape(2, 2), 26);
+    cfg.cpu = CpuMode::Measured { scale: 1.0 };
+    let mut b = SimCluster::new(cfg).unwrap();
+    let timeouts = Arc::new(AtomicU64::new(0));
+    let rt = RtConfig { rpc_timeout_ns: 50_000_000, ..RtConfig::default() };
+    let (reports, stats) =
+        run_workers(&mut b, rt, SIM_LIMITS, |w| retrying_client(w, 50, timeouts.clone())).unwrap();
+    assert!(stats.all_done);
+    assert_eq!(reports.iter().map(|r| r.stats.rpc.replies).sum::<u64>(), 4 * 50);
+    // Real CPU time was charged: the run took virtual time even though no cost model ran.
+    assert!(stats.elapsed_ns > 0);
+}

@@ -15,13 +15,13 @@ use crate::verbs::{Completion, OpFlags, PostError, WorkRequest};
 
 /// A worker's endpoint in the simulator.
 pub struct SimEndpoint {
-    pub(crate) core: Rc<RefCell<Core>>,
-    pub(crate) me: WorkerId,
-    pub(crate) index: u32,
-    pub(crate) shape: ClusterShape,
-    pub(crate) caps: Caps,
+    pub(super) core: Rc<RefCell<Core>>,
+    pub(super) me: WorkerId,
+    pub(super) index: u32,
+    pub(super) shape: ClusterShape,
+    pub(super) caps: Caps,
     /// This node's regions (registration is over before endpoints exist).
-    pub(crate) regions: Vec<Region>,
+    pub(super) regions: Vec<Region>,
 }
 
 impl Endpoint for SimEndpoint {

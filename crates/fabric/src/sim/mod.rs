@@ -7,7 +7,8 @@
 //! - `profile.rs`: NIC profiles and where each number comes from
 //! - `faults.rs`: seeded fault injection (datagram loss/duplication/reordering/delay,
 //!   node pause and crash, partitions)
-//! - `core.rs`: event queue, NIC resources, memory effects, worker queues
+//! - `core.rs`: event queue, worker clocks and queues, node faults
+//! - `nic.rs`: the NIC model: resources a request books, memory effects, completions
 //! - `timeline.rs`: capacity of NIC engines and links over time
 //! - `qp_cache.rs`: the NIC's queue-pair context cache
 //! - `endpoint.rs`: the [`Endpoint`](crate::Endpoint) of a simulated worker
@@ -16,12 +17,14 @@
 mod core;
 mod endpoint;
 pub mod faults;
+mod nic;
 pub mod profile;
 mod qp_cache;
 mod timeline;
 mod trace;
 
 use std::cell::RefCell;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::rc::Rc;
 use std::time::Instant;
 
@@ -262,26 +265,16 @@ impl Backend for SimCluster {
         }
         let mut done: Vec<bool> = programs.iter().map(|p| p.is_done()).collect();
         let mut remaining = done.iter().filter(|d| !**d).count();
-        while remaining > 0 {
-            let Some(event) = self.core.borrow_mut().pop(limit_ps) else { break };
-            match event {
-                Event::Arrive(op) => self.core.borrow_mut().arrive(op),
-                Event::Deliver(dg) => self.core.borrow_mut().deliver(dg),
-                Event::NodeFault { index } => self.core.borrow_mut().node_fault(index),
-                Event::Resume { node } => self.core.borrow_mut().resume(node),
-                Event::Step { worker, token } => {
-                    if !self.core.borrow_mut().begin_step(worker, token) {
-                        continue;
-                    }
-                    let outcome = self.step_one(&mut programs[worker as usize], worker);
-                    let w = worker as usize;
-                    if !done[w] && programs[w].is_done() {
-                        done[w] = true;
-                        remaining -= 1;
-                    }
-                    self.schedule_next(worker, outcome);
-                }
-            }
+        let outcome = catch_unwind(AssertUnwindSafe(|| {
+            self.event_loop(&mut programs, &mut done, &mut remaining, limit_ps);
+        }));
+        if let Err(panic) = outcome {
+            let now_ns = self.core.try_borrow().map_or(0, |c| c.now / 1000);
+            eprintln!(
+                "simulation failed at virtual time {now_ns} ns; it replays exactly from: {}",
+                self.config.describe()
+            );
+            resume_unwind(panic);
         }
         let core = self.core.borrow();
         let stats = RunStats {
@@ -303,6 +296,37 @@ impl Backend for SimCluster {
 }
 
 impl SimCluster {
+    /// Processes events until every program is done or the next event is past the limit.
+    fn event_loop<P: Program>(
+        &self,
+        programs: &mut [P],
+        done: &mut [bool],
+        remaining: &mut usize,
+        limit_ps: u64,
+    ) {
+        while *remaining > 0 {
+            let Some(event) = self.core.borrow_mut().pop(limit_ps) else { break };
+            match event {
+                Event::Arrive(op) => self.core.borrow_mut().arrive(op),
+                Event::Deliver(dg) => self.core.borrow_mut().deliver(dg),
+                Event::NodeFault { index } => self.core.borrow_mut().node_fault(index),
+                Event::Resume { node } => self.core.borrow_mut().resume(node),
+                Event::Step { worker, token } => {
+                    if !self.core.borrow_mut().begin_step(worker, token) {
+                        continue;
+                    }
+                    let w = worker as usize;
+                    let outcome = self.step_one(&mut programs[w], worker);
+                    if !done[w] && programs[w].is_done() {
+                        done[w] = true;
+                        *remaining -= 1;
+                    }
+                    self.schedule_next(worker, outcome);
+                }
+            }
+        }
+    }
+
     fn step_one<P: Program>(&self, program: &mut P, worker: u32) -> Step {
         let outcome = match self.config.cpu {
             CpuMode::Model => program.step(),

@@ -1,0 +1,582 @@
+//! The NIC model: how a posted request or datagram uses the posting NIC, the links and
+//! the target NIC, when it takes effect, and when its completion becomes visible.
+//!
+//! Every resource is a [`Timeline`]; a request books each one when it reaches it. Memory
+//! effects happen when a request reaches its target (an `Arrive` event), in event order.
+//! Not for: the event queue and worker bookkeeping (see `core.rs`).
+
+use crate::constants::{CQ_DEPTH, DATAGRAM_MTU, INLINE_MAX, RECV_DEPTH, SQ_DEPTH};
+use crate::exec::{execute, validate_post, TargetOp};
+use crate::ids::{NodeId, Qp, Rkey, WorkerId, WrId};
+use crate::sim::core::{ps, Core, CqEntry, Event, Ps, RxEntry, Timed};
+use crate::sim::profile::NicProfile;
+use crate::sim::qp_cache::QpCache;
+use crate::sim::timeline::Timeline;
+use crate::verbs::{Completion, OpFlags, OpKind, PostError, Status, WorkRequest, WriteSrc};
+
+/// A one-sided request in flight.
+#[derive(Clone, Debug)]
+pub(super) struct OneSided {
+    pub(super) src: u32,
+    pub(super) qp_slot: u32,
+    pub(super) qp_seq: u64,
+    pub(super) target: NodeId,
+    pub(super) kind: OpKind,
+    pub(super) wr_id: WrId,
+    pub(super) rkey: Rkey,
+    pub(super) offset: u64,
+    pub(super) local_rkey: Rkey,
+    pub(super) local_offset: u64,
+    pub(super) len: u32,
+    pub(super) compare: u64,
+    pub(super) operand: u64,
+    /// Index of the payload in the inline pool, for WRITEs copied at post time.
+    pub(super) inline: Option<u32>,
+    pub(super) signaled: bool,
+}
+
+/// A datagram in flight.
+#[derive(Clone, Debug)]
+pub(super) struct Datagram {
+    pub(super) from: u32,
+    pub(super) to: u32,
+    pub(super) buf: u32,
+    pub(super) len: u32,
+}
+
+/// A request queued behind `MORE`, waiting for its queue pair's doorbell.
+pub(super) enum Queued {
+    OneSided(OneSided),
+    Datagram(Datagram),
+}
+
+/// Node liveness.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub(super) enum NodeState {
+    Up,
+    Paused,
+    Crashed,
+}
+
+/// One machine's NIC: its resources' timetables, context cache and liveness.
+pub(super) struct Nic {
+    pub(super) engine: Timeline,
+    pub(super) atomic_unit: Timeline,
+    pub(super) tx: Timeline,
+    pub(super) rx: Timeline,
+    pub(super) qp_cache: QpCache,
+    pub(super) state: NodeState,
+}
+
+/// The profile converted to picoseconds.
+pub(super) struct Model {
+    pub(super) req: [Ps; 5],
+    pub(super) resp: [Ps; 5],
+    pub(super) atomic_unit: Ps,
+    pub(super) ps_per_kib: u64,
+    pub(super) rc_header: u64,
+    pub(super) ud_header: u64,
+    pub(super) wire: Ps,
+    pub(super) doorbell_latency: Ps,
+    pub(super) payload_fetch: Ps,
+    pub(super) target_read: Ps,
+    pub(super) target_write: Ps,
+    pub(super) completion: Ps,
+    pub(super) qp_miss: Ps,
+    pub(super) qp_miss_latency: Ps,
+    pub(super) rc_timeout: Ps,
+    pub(super) doorbell_cpu: Ps,
+    pub(super) wqe_cpu: Ps,
+    pub(super) poll_cpu: Ps,
+    pub(super) cqe_cpu: Ps,
+    pub(super) recv_cpu: Ps,
+    pub(super) copy_ps_per_kib: u64,
+}
+
+pub(super) fn kind_index(k: OpKind) -> usize {
+    match k {
+        OpKind::Read => 0,
+        OpKind::Write => 1,
+        OpKind::Cas => 2,
+        OpKind::Faa => 3,
+        OpKind::Send => 4,
+    }
+}
+
+impl Model {
+    pub(super) fn new(p: &NicProfile) -> Model {
+        let req =
+            [p.req.read_ns, p.req.write_ns, p.req.atomic_ns, p.req.atomic_ns, p.req.datagram_ns];
+        let resp = [
+            p.resp.read_ns,
+            p.resp.write_ns,
+            p.resp.atomic_ns,
+            p.resp.atomic_ns,
+            p.resp.datagram_ns,
+        ];
+        Model {
+            req: req.map(ps),
+            resp: resp.map(ps),
+            atomic_unit: ps(p.atomic_unit_ns),
+            ps_per_kib: ps(1024.0 / p.link_bytes_per_ns),
+            rc_header: u64::from(p.rc_header_bytes),
+            ud_header: u64::from(p.ud_header_bytes),
+            wire: ps(p.wire_ns),
+            doorbell_latency: ps(p.doorbell_latency_ns),
+            payload_fetch: ps(p.payload_fetch_ns),
+            target_read: ps(p.target_read_ns),
+            target_write: ps(p.target_write_ns),
+            completion: ps(p.completion_ns),
+            qp_miss: ps(p.qp_miss_ns),
+            qp_miss_latency: ps(p.qp_miss_latency_ns),
+            rc_timeout: ps(p.rc_timeout_ns),
+            doorbell_cpu: ps(p.host.doorbell_ns),
+            wqe_cpu: ps(p.host.wqe_ns),
+            poll_cpu: ps(p.host.poll_ns),
+            cqe_cpu: ps(p.host.cqe_ns),
+            recv_cpu: ps(p.host.recv_ns),
+            copy_ps_per_kib: ps(p.host.copy_ns_per_kib),
+        }
+    }
+
+    pub(super) fn wire_time(&self, bytes: u64) -> Ps {
+        bytes * self.ps_per_kib / 1024
+    }
+
+    pub(crate) fn copy_cpu(&self, bytes: usize) -> Ps {
+        bytes as u64 * self.copy_ps_per_kib / 1024
+    }
+}
+
+/// Recycled byte buffers (inline payloads, datagrams): the pool grows to the peak number
+/// in flight and then allocates no more.
+#[derive(Default)]
+pub(super) struct BufPool {
+    pub(super) bufs: Vec<Vec<u8>>,
+    pub(super) free: Vec<u32>,
+}
+
+impl BufPool {
+    pub(super) fn put(&mut self, data: &[u8]) -> u32 {
+        let idx = match self.free.pop() {
+            Some(i) => i,
+            None => {
+                self.bufs.push(Vec::new());
+                u32::try_from(self.bufs.len() - 1).expect("buffer pool fits u32")
+            }
+        };
+        let b = &mut self.bufs[idx as usize];
+        b.clear();
+        b.extend_from_slice(data);
+        idx
+    }
+
+    pub(super) fn get(&self, idx: u32) -> &[u8] {
+        &self.bufs[idx as usize]
+    }
+
+    pub(super) fn release(&mut self, idx: u32) {
+        debug_assert!(!self.free.contains(&idx), "buffer {idx} released twice");
+        self.free.push(idx);
+    }
+}
+
+impl Core {
+    // ---- posting -------------------------------------------------------------------
+
+    /// Validates and queues a one-sided request; rings the doorbell unless `MORE`.
+    pub(crate) fn post(
+        &mut self,
+        w: u32,
+        qp: Qp,
+        wr_id: WrId,
+        wr: &WorkRequest<'_>,
+        flags: OpFlags,
+    ) -> Result<(), PostError> {
+        let me = self.shape.worker_at(w as usize);
+        let own = usize::from(me.node.0);
+        validate_post(&self.shape, &self.regions[own], qp, wr, flags)?;
+        let signaled = flags.has(OpFlags::SIGNALED);
+        let slot = self.qp_slot(qp);
+        let ws = &self.workers[w as usize];
+        let q = &ws.qps[slot as usize];
+        if q.posted - q.acked >= u64::from(SQ_DEPTH)
+            || (signaled && ws.signaled_in_flight as usize >= CQ_DEPTH)
+        {
+            return Err(PostError::QueueFull);
+        }
+        let remote = wr.remote();
+        let (mut local_rkey, mut local_offset, mut inline, mut compare, mut operand) =
+            (Rkey(0), 0, None, 0, 0);
+        let mut copy_cost = 0;
+        match *wr {
+            WorkRequest::Read { local, .. } => {
+                (local_rkey, local_offset) = (local.rkey, local.offset)
+            }
+            WorkRequest::Write { src: WriteSrc::Local { addr, len }, .. } => {
+                if flags.has(OpFlags::INLINE) {
+                    let mut tmp = [0u8; INLINE_MAX];
+                    let bytes = &mut tmp[..len as usize];
+                    self.regions[own][addr.rkey.0 as usize].read_bytes(addr.offset, bytes);
+                    inline = Some(self.inline_pool.put(bytes));
+                    copy_cost = self.model.copy_cpu(len as usize);
+                }
+                (local_rkey, local_offset) = (addr.rkey, addr.offset);
+            }
+            WorkRequest::Write { src: WriteSrc::Bytes(bytes), .. } => {
+                inline = Some(self.inline_pool.put(bytes));
+                copy_cost = self.model.copy_cpu(bytes.len());
+            }
+            WorkRequest::Cas { local, compare: c, swap, .. } => {
+                (local_rkey, local_offset, compare, operand) = (local.rkey, local.offset, c, swap);
+            }
+            WorkRequest::Faa { local, add, .. } => {
+                (local_rkey, local_offset, operand) = (local.rkey, local.offset, add);
+            }
+        }
+        let ws = &mut self.workers[w as usize];
+        let q = &mut ws.qps[slot as usize];
+        q.posted += 1;
+        let qp_seq = q.posted;
+        if signaled {
+            ws.signaled_in_flight += 1;
+        }
+        let op = OneSided {
+            src: w,
+            qp_slot: slot,
+            qp_seq,
+            target: remote.node,
+            kind: wr.kind(),
+            wr_id,
+            rkey: remote.rkey,
+            offset: remote.offset,
+            local_rkey,
+            local_offset,
+            len: wr.payload_len(),
+            compare,
+            operand,
+            inline,
+            signaled,
+        };
+        self.charge(w, self.model.wqe_cpu + copy_cost);
+        if flags.has(OpFlags::MORE) {
+            self.workers[w as usize].batch.push(Queued::OneSided(op));
+        } else if self.workers[w as usize].batch.is_empty() {
+            // No batch open: this request rings its own doorbell.
+            self.charge(w, self.model.doorbell_cpu);
+            let t = self.workers[w as usize].clock;
+            self.launch(op, t);
+        } else {
+            self.workers[w as usize].batch.push(Queued::OneSided(op));
+            self.ring_doorbell(w, Some(slot));
+        }
+        Ok(())
+    }
+
+    /// Validates and queues a datagram; rings the doorbell unless `MORE`.
+    pub(crate) fn send(
+        &mut self,
+        w: u32,
+        to: WorkerId,
+        payload: &[u8],
+        flags: OpFlags,
+    ) -> Result<(), PostError> {
+        if !self.shape.contains(to) {
+            return Err(PostError::NoSuchPeer);
+        }
+        if payload.len() > DATAGRAM_MTU {
+            return Err(PostError::TooLarge(payload.len()));
+        }
+        let buf = self.msg_pool.put(payload);
+        let to = self.shape.worker_index(to) as u32;
+        let dg = Datagram { from: w, to, buf, len: payload.len() as u32 };
+        self.charge(w, self.model.wqe_cpu + self.model.copy_cpu(payload.len()));
+        self.workers[w as usize].batch.push(Queued::Datagram(dg));
+        if !flags.has(OpFlags::MORE) {
+            self.ring_doorbell(w, None);
+        }
+        Ok(())
+    }
+
+    /// Hands every queued request of one queue pair (`None`: the datagram endpoint) to
+    /// the NIC, in post order, behind one doorbell.
+    fn ring_doorbell(&mut self, w: u32, slot: Option<u32>) {
+        self.charge(w, self.model.doorbell_cpu);
+        let t = self.workers[w as usize].clock;
+        let spare = std::mem::take(&mut self.spare_batch);
+        let mut batch = std::mem::replace(&mut self.workers[w as usize].batch, spare);
+        for q in batch.drain(..) {
+            match q {
+                Queued::OneSided(op) if Some(op.qp_slot) == slot => self.launch(op, t),
+                Queued::Datagram(dg) if slot.is_none() => self.launch_datagram(dg, t),
+                other => self.workers[w as usize].batch.push(other),
+            }
+        }
+        // Keep the emptied vector's allocation for the next doorbell.
+        self.spare_batch = batch;
+    }
+
+    /// Rings the doorbell of every queue pair with queued requests, in post order.
+    pub(crate) fn ring_all(&mut self, w: u32) {
+        while let Some(first) = self.workers[w as usize].batch.first() {
+            let slot = match first {
+                Queued::OneSided(op) => Some(op.qp_slot),
+                Queued::Datagram(_) => None,
+            };
+            self.ring_doorbell(w, slot);
+        }
+    }
+
+    /// Whether a worker has requests queued behind `MORE` without a doorbell.
+    pub(crate) fn batch_open(&self, w: u32) -> bool {
+        !self.workers[w as usize].batch.is_empty()
+    }
+
+    /// Engine occupancy on `node` for a request of `kind` on connection `qp_id` (with a
+    /// context-cache lookup), returning the time the engine is done with it.
+    fn engine(&mut self, node: NodeId, at: Ps, cost: Ps, qp_id: Option<u64>) -> Ps {
+        let m = &self.model;
+        let nic = &mut self.nics[usize::from(node.0)];
+        let (mut occupancy, mut ready) = (cost, at);
+        if let Some(id) = qp_id {
+            self.stats.qp_lookups += 1;
+            if !nic.qp_cache.touch(id) {
+                self.stats.qp_misses += 1;
+                occupancy += m.qp_miss;
+                ready += m.qp_miss_latency;
+            }
+        }
+        nic.engine.book(ready, occupancy, self.now)
+    }
+
+    /// Serialises `bytes` on `node`'s transmit link from `at`; returns when the last byte
+    /// has left.
+    fn transmit(&mut self, node: NodeId, at: Ps, bytes: u64) -> Ps {
+        let ser = self.model.wire_time(bytes);
+        self.nics[usize::from(node.0)].tx.book(at, ser, self.now)
+    }
+
+    /// Accounts `bytes` arriving at `node` by `at` on its receive link (cut-through: the
+    /// packet occupied the link for its serialisation time); returns when it is in.
+    fn receive(&mut self, node: NodeId, at: Ps, bytes: u64) -> Ps {
+        let ser = self.model.wire_time(bytes);
+        let from = at.saturating_sub(ser).max(self.now);
+        self.nics[usize::from(node.0)].rx.book(from, ser, self.now).max(at)
+    }
+
+    fn launch(&mut self, op: OneSided, t_post: Ps) {
+        let src_node = self.shape.worker_at(op.src as usize).node;
+        let k = kind_index(op.kind);
+        let mut t = t_post + self.model.doorbell_latency;
+        if op.kind == OpKind::Write && op.inline.is_none() {
+            t += self.model.payload_fetch;
+        }
+        let qp_id = self.qp_id(op.src, op.qp_slot);
+        let t = self.engine(src_node, t, self.model.req[k], Some(qp_id));
+        let payload = match op.kind {
+            OpKind::Write => u64::from(op.len),
+            OpKind::Cas => 16,
+            OpKind::Faa => 8,
+            _ => 0,
+        };
+        let left = self.transmit(src_node, t, self.model.rc_header + payload);
+        let q = &mut self.workers[op.src as usize].qps[op.qp_slot as usize];
+        // Requests on one connection execute in post order (RC is FIFO).
+        let arrive = (left + self.model.wire).max(q.last_arrive);
+        q.last_arrive = arrive;
+        self.schedule(arrive, Event::Arrive(op));
+    }
+
+    fn launch_datagram(&mut self, dg: Datagram, t_post: Ps) {
+        let from = self.shape.worker_at(dg.from as usize).node;
+        let mut t = t_post + self.model.doorbell_latency;
+        if dg.len as usize > INLINE_MAX {
+            t += self.model.payload_fetch;
+        }
+        let t = self.engine(from, t, self.model.req[kind_index(OpKind::Send)], None);
+        let left = self.transmit(from, t, self.model.ud_header + u64::from(dg.len));
+        let mut arrive = left + self.model.wire;
+        if self.faults.datagram_faults() {
+            let (f, r) = (&self.faults, &mut self.fault_rng);
+            let lost = r.chance_ppm(f.loss_ppm);
+            let reorder = r.chance_ppm(f.reorder_ppm).then(|| r.below(f.reorder_window_ns.max(1)));
+            let delayed = r.chance_ppm(f.delay_ppm).then_some(f.delay_ns);
+            let duplicate = r.chance_ppm(f.duplicate_ppm).then(|| r.below(2_000));
+            if lost {
+                self.stats.datagrams_dropped += 1;
+                self.msg_pool.release(dg.buf);
+                return;
+            }
+            arrive += ps(reorder.unwrap_or(0) as f64) + ps(delayed.unwrap_or(0) as f64);
+            if let Some(extra_ns) = duplicate {
+                let bytes = self.msg_pool.get(dg.buf).to_vec();
+                let copy = Datagram { buf: self.msg_pool.put(&bytes), ..dg };
+                self.stats.datagrams_duplicated += 1;
+                self.schedule(arrive + ps(extra_ns as f64), Event::Deliver(copy));
+            }
+        }
+        self.schedule(arrive, Event::Deliver(dg));
+    }
+
+    // ---- events at the target ------------------------------------------------------
+
+    fn push_cqe(&mut self, op: &OneSided, at: Ps, status: Status, value: u64) {
+        let ws = &mut self.workers[op.src as usize];
+        let q = &mut ws.qps[op.qp_slot as usize];
+        // Completions of one connection appear in post order.
+        let at = at.max(q.last_complete);
+        q.last_complete = at;
+        let entry = CqEntry {
+            cqe: Completion { wr_id: op.wr_id, status, value },
+            signaled: op.signaled,
+            qp_slot: op.qp_slot,
+            qp_seq: op.qp_seq,
+        };
+        self.seq += 1;
+        ws.cq.push(Timed { at, seq: self.seq, item: entry });
+        self.wake(op.src, at);
+    }
+
+    /// A one-sided request reaches its target: check, apply, and schedule the answer.
+    pub(crate) fn arrive(&mut self, op: OneSided) {
+        let src_node = self.shape.worker_at(op.src as usize).node;
+        let now = self.now;
+        let target = op.target;
+        if self.nics[usize::from(target.0)].state == NodeState::Crashed
+            || self.faults.partitioned(src_node, target, now / 1000)
+        {
+            self.stats.unreachable += 1;
+            self.trace_op(&op, 3, 0);
+            if let Some(i) = op.inline {
+                self.inline_pool.release(i);
+            }
+            let at = now + self.model.rc_timeout;
+            self.push_cqe(&op, at, Status::Unreachable, 0);
+            return;
+        }
+        let k = kind_index(op.kind);
+        let in_bytes = self.model.rc_header
+            + match op.kind {
+                OpKind::Write => u64::from(op.len),
+                _ => 8,
+            };
+        let t_in = self.receive(target, now, in_bytes);
+        let qp_id = self.qp_id(op.src, op.qp_slot);
+        let mut t = self.engine(target, t_in, self.model.resp[k], Some(qp_id));
+        let atomic = matches!(op.kind, OpKind::Cas | OpKind::Faa);
+        if atomic {
+            let unit = self.model.atomic_unit;
+            t = self.nics[usize::from(target.0)].atomic_unit.book(t, unit, now);
+        }
+        t += match op.kind {
+            OpKind::Write => self.model.target_write,
+            _ => self.model.target_read,
+        };
+        let (status, value) = self.apply(&op, src_node);
+        self.stats.one_sided += 1;
+        if status != Status::Success {
+            self.stats.access_errors += 1;
+        }
+        self.trace_op(&op, status_code(status), value);
+        if status == Status::Success && op.kind != OpKind::Read {
+            if let Some(Some(watcher)) =
+                self.watchers[usize::from(target.0)].get(op.rkey.0 as usize)
+            {
+                let w = self.shape.worker_index(WorkerId { node: target, index: *watcher }) as u32;
+                self.wake(w, t);
+            }
+        }
+        let back_bytes = self.model.rc_header
+            + match (op.kind, status) {
+                (OpKind::Read, Status::Success) => u64::from(op.len),
+                (OpKind::Cas | OpKind::Faa, _) => 8,
+                _ => 0,
+            };
+        let left = self.transmit(target, t, back_bytes);
+        let back = self.receive(src_node, left + self.model.wire, back_bytes);
+        if op.signaled || status != Status::Success {
+            self.push_cqe(&op, back + self.model.completion, status, value);
+        }
+    }
+
+    fn trace_op(&mut self, op: &OneSided, status: u64, value: u64) {
+        self.trace.add(
+            u64::from(op.src) << 32 | u64::from(op.target.0) << 8 | kind_index(op.kind) as u64,
+        );
+        self.trace.add(op.wr_id);
+        self.trace.add(status << 56 ^ value);
+    }
+
+    /// Applies the memory effect of a request that reached a live target.
+    fn apply(&mut self, op: &OneSided, src_node: NodeId) -> (Status, u64) {
+        let regions = &self.regions;
+        let local = || &regions[usize::from(src_node.0)][op.local_rkey.0 as usize];
+        let (offset, len) = (op.offset, u64::from(op.len));
+        let target_op = match (op.kind, op.inline) {
+            (OpKind::Read, _) => {
+                TargetOp::Read { offset, len, dst: local(), dst_offset: op.local_offset }
+            }
+            (OpKind::Write, Some(i)) => {
+                TargetOp::WriteBytes { offset, bytes: self.inline_pool.get(i) }
+            }
+            (OpKind::Write, None) => {
+                TargetOp::WriteFrom { offset, len, src: local(), src_offset: op.local_offset }
+            }
+            (OpKind::Cas, _) => TargetOp::Cas {
+                offset,
+                compare: op.compare,
+                swap: op.operand,
+                dst: local(),
+                dst_offset: op.local_offset,
+            },
+            (OpKind::Faa, _) => {
+                TargetOp::Faa { offset, add: op.operand, dst: local(), dst_offset: op.local_offset }
+            }
+            (OpKind::Send, _) => unreachable!("datagrams are not one-sided"),
+        };
+        let target = regions[usize::from(op.target.0)].get(op.rkey.0 as usize);
+        let result = execute(target, target_op);
+        if let Some(i) = op.inline {
+            self.inline_pool.release(i);
+        }
+        result
+    }
+
+    /// A datagram reaches its receiver's NIC.
+    pub(crate) fn deliver(&mut self, dg: Datagram) {
+        let to_node = self.shape.worker_at(dg.to as usize).node;
+        let from_node = self.shape.worker_at(dg.from as usize).node;
+        let now = self.now;
+        self.trace.add(u64::from(dg.from) << 32 | u64::from(dg.to));
+        self.trace.add(
+            u64::from(dg.len)
+                ^ self.msg_pool.get(dg.buf).first().copied().map_or(0, u64::from) << 32,
+        );
+        let ws_full = self.workers[dg.to as usize].rx.len() >= RECV_DEPTH;
+        if self.nics[usize::from(to_node.0)].state == NodeState::Crashed
+            || self.faults.partitioned(from_node, to_node, now / 1000)
+            || ws_full
+        {
+            self.stats.datagrams_dropped += 1;
+            self.msg_pool.release(dg.buf);
+            return;
+        }
+        let bytes = self.model.ud_header + u64::from(dg.len);
+        let t_in = self.receive(to_node, now, bytes);
+        let t = self.engine(to_node, t_in, self.model.resp[kind_index(OpKind::Send)], None);
+        let visible = t + self.model.target_write + self.model.completion;
+        self.stats.datagrams_delivered += 1;
+        self.seq += 1;
+        let entry = RxEntry { from: dg.from, buf: dg.buf, len: dg.len };
+        self.workers[dg.to as usize].rx.push(Timed { at: visible, seq: self.seq, item: entry });
+        self.wake(dg.to, visible);
+    }
+}
+
+fn status_code(s: Status) -> u64 {
+    match s {
+        Status::Success => 0,
+        Status::RemoteAccess(_) => 1,
+        Status::Unreachable => 3,
+    }
+}
