@@ -6,9 +6,118 @@
 //! them behave the same. Not for: timing or queueing.
 
 use crate::constants::{INLINE_MAX, TRANSFER_MAX, WORD};
-use crate::ids::{ClusterShape, Qp};
+use crate::endpoint::{BackendError, RegionSpec};
+use crate::ids::{ClusterShape, LocalAddr, NodeId, Qp, RemoteAddr, Rkey};
 use crate::memory::Region;
-use crate::verbs::{AccessError, OpFlags, PostError, Status, WorkRequest, WriteSrc};
+use crate::verbs::{AccessError, OpFlags, OpKind, PostError, Status, WorkRequest, WriteSrc};
+
+/// Checks a region to be registered on `node` of a cluster of `shape`.
+pub(crate) fn check_region(
+    shape: &ClusterShape,
+    node: NodeId,
+    spec: RegionSpec,
+) -> Result<(), BackendError> {
+    let err = |reason: &str| BackendError::Register {
+        node,
+        len_bytes: spec.len_bytes,
+        reason: reason.into(),
+    };
+    if node.0 >= shape.nodes {
+        return Err(err("no such node"));
+    }
+    if spec.len_bytes == 0 || spec.len_bytes % WORD != 0 {
+        return Err(err("length must be a positive multiple of 8"));
+    }
+    if spec.watcher.is_some_and(|w| w >= shape.workers_per_node) {
+        return Err(err("watcher is not a worker of the node"));
+    }
+    Ok(())
+}
+
+/// A validated one-sided request with its fields flattened, as a backend queues it (the
+/// payload of an inline WRITE is kept by the backend, see [`Flat::inline_payload`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Flat {
+    pub(crate) kind: OpKind,
+    pub(crate) remote: RemoteAddr,
+    /// The poster's buffer: READ destination, WRITE source, atomic old value.
+    pub(crate) local: LocalAddr,
+    pub(crate) len: u32,
+    pub(crate) compare: u64,
+    /// Swap value of a CAS, addend of a FAA.
+    pub(crate) operand: u64,
+}
+
+impl Flat {
+    pub(crate) fn of(wr: &WorkRequest<'_>) -> Flat {
+        let no_buffer = (LocalAddr { rkey: Rkey(0), offset: 0 }, 0);
+        let (local, _) = wr.local().unwrap_or(no_buffer);
+        let (compare, operand) = match *wr {
+            WorkRequest::Cas { compare, swap, .. } => (compare, swap),
+            WorkRequest::Faa { add, .. } => (0, add),
+            _ => (0, 0),
+        };
+        Flat {
+            kind: wr.kind(),
+            remote: wr.remote(),
+            local,
+            len: wr.payload_len(),
+            compare,
+            operand,
+        }
+    }
+
+    /// The bytes a WRITE copies at post time (`INLINE`, or a byte payload), read from the
+    /// poster's regions into `tmp` if needed; `None` for everything else.
+    pub(crate) fn inline_payload<'a>(
+        wr: &'a WorkRequest<'a>,
+        flags: OpFlags,
+        own_regions: &[Region],
+        tmp: &'a mut [u8; INLINE_MAX],
+    ) -> Option<&'a [u8]> {
+        match *wr {
+            WorkRequest::Write { src: WriteSrc::Bytes(bytes), .. } => Some(bytes),
+            WorkRequest::Write { src: WriteSrc::Local { addr, len }, .. }
+                if flags.has(OpFlags::INLINE) =>
+            {
+                let bytes = &mut tmp[..len as usize];
+                own_regions[addr.rkey.0 as usize].read_bytes(addr.offset, bytes);
+                Some(bytes)
+            }
+            _ => None,
+        }
+    }
+
+    /// The request as its target executes it: `own_regions` are the poster's regions,
+    /// `inline` the payload copied at post time.
+    pub(crate) fn target_op<'a>(
+        &self,
+        own_regions: &'a [Region],
+        inline: Option<&'a [u8]>,
+    ) -> TargetOp<'a> {
+        let (offset, len) = (self.remote.offset, u64::from(self.len));
+        let local = || &own_regions[self.local.rkey.0 as usize];
+        let dst_offset = self.local.offset;
+        match (self.kind, inline) {
+            (OpKind::Read, _) => TargetOp::Read { offset, len, dst: local(), dst_offset },
+            (OpKind::Write, Some(bytes)) => TargetOp::WriteBytes { offset, bytes },
+            (OpKind::Write, None) => {
+                TargetOp::WriteFrom { offset, len, src: local(), src_offset: dst_offset }
+            }
+            (OpKind::Cas, _) => TargetOp::Cas {
+                offset,
+                compare: self.compare,
+                swap: self.operand,
+                dst: local(),
+                dst_offset,
+            },
+            (OpKind::Faa, _) => {
+                TargetOp::Faa { offset, add: self.operand, dst: local(), dst_offset }
+            }
+            (OpKind::Send, _) => unreachable!("datagrams are not one-sided"),
+        }
+    }
+}
 
 /// Checks a one-sided post against the cluster and the poster's own regions (everything
 /// that can be known without the target). Remote checks happen at the target.

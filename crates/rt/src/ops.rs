@@ -247,3 +247,69 @@ impl OpTable {
         self.slots.len() - self.free.len()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hytra_fabric::AccessError;
+    use std::task::Waker;
+
+    fn cqe(wr_id: WrId, status: Status, value: u64) -> Completion {
+        Completion { wr_id, status, value }
+    }
+
+    #[test]
+    fn a_batch_settles_on_its_last_completion_with_the_first_error() {
+        let mut t = OpTable::new(2, 256);
+        let plan = t.plan(1, 3, true).unwrap();
+        let ticket = plan.ticket.unwrap();
+        assert!(plan.signal_last && plan.last_wr_id == plan.wr_id | LAST);
+        // An unsignaled member fails first; the batch is not settled yet.
+        let bad = Status::RemoteAccess(AccessError::OutOfBounds);
+        assert!(t.complete(&cqe(plan.wr_id, bad, 0)).is_none());
+        assert!(t.poll(ticket, Waker::noop()).is_none(), "still pending");
+        t.complete(&cqe(plan.last_wr_id, Status::Success, 7));
+        assert_eq!(t.poll(ticket, Waker::noop()), Some((bad, 7)));
+        assert_eq!(t.qps[1].outstanding, 0, "the completion retired all three requests");
+        assert_eq!(t.live(), 0);
+    }
+
+    #[test]
+    fn passive_ack_is_drained_by_a_forced_signal() {
+        let mut t = OpTable::new(1, 256);
+        let mut forced = None;
+        for i in 0..SIGNAL_EVERY {
+            let plan = t.plan(0, 1, false).unwrap();
+            assert!(plan.ticket.is_none());
+            if plan.signal_last {
+                assert_eq!(i, SIGNAL_EVERY - 1, "the 64th request is signaled");
+                forced = Some(plan.last_wr_id);
+            } else {
+                assert_eq!(plan.wr_id, UNSIGNALED);
+            }
+        }
+        assert_eq!(t.qps[0].outstanding, SIGNAL_EVERY);
+        assert!(t.complete(&cqe(forced.unwrap(), Status::Success, 0)).is_none(), "nobody waits");
+        assert_eq!(t.qps[0].outstanding, 0);
+        assert_eq!((t.stats.internal_signals, t.live()), (1, 0));
+        // Errors of fire-and-forget requests are counted.
+        t.complete(&cqe(UNSIGNALED, Status::Unreachable, 0));
+        assert_eq!(t.stats.unsignaled_errors, 1);
+    }
+
+    #[test]
+    fn a_full_send_queue_refuses_and_abandon_restores_the_accounts() {
+        let mut t = OpTable::new(1, 8);
+        let plan = t.plan(0, 5, true).unwrap();
+        assert!(t.plan(0, 4, true).is_none(), "5 + 4 > 8");
+        // Two of the five got posted before the fabric refused the third.
+        t.abandon(0, &plan, 5, 2);
+        assert_eq!(t.qps[0].outstanding, 2);
+        assert_eq!(t.qps[0].unsignaled_run, 2, "the posted two wait for a later signal");
+        assert_eq!(t.live(), 0, "the batch's slot is free again");
+        let next = t.plan(0, 1, true).unwrap();
+        t.complete(&cqe(next.last_wr_id, Status::Success, 0));
+        assert_eq!(t.qps[0].outstanding, 0, "the next signal retired the abandoned two");
+        let _ = t.poll(next.ticket.unwrap(), Waker::noop());
+    }
+}

@@ -12,11 +12,11 @@ use std::sync::Arc;
 
 use crate::constants::{CQ_DEPTH, DATAGRAM_MTU, INLINE_MAX, SQ_DEPTH};
 use crate::endpoint::{Caps, Endpoint};
-use crate::exec::{execute, validate_post, TargetOp};
+use crate::exec::{execute, validate_post, Flat};
 use crate::ids::{ClusterShape, Qp, Rkey, WorkerId, WrId};
 use crate::local::Shared;
 use crate::memory::Region;
-use crate::verbs::{Completion, OpFlags, OpKind, PostError, Status, WorkRequest, WriteSrc};
+use crate::verbs::{Completion, OpFlags, PostError, Status, WorkRequest};
 
 /// A large datagram's buffer; it always returns to the pool of the worker that sent it.
 pub(crate) struct Msg {
@@ -47,14 +47,7 @@ enum Outgoing {
 struct Queued {
     qp: Qp,
     wr_id: WrId,
-    kind: OpKind,
-    rkey: Rkey,
-    offset: u64,
-    local_rkey: Rkey,
-    local_offset: u64,
-    len: u32,
-    compare: u64,
-    operand: u64,
+    flat: Flat,
     /// Range of `inline_bytes` holding a payload copied at post time.
     inline: Option<(u32, u32)>,
     signaled: bool,
@@ -102,34 +95,10 @@ impl LocalEndpoint {
     }
 
     fn execute(&mut self, q: &Queued) {
-        let shared = &self.shared;
-        let target = shared.regions[usize::from(q.qp.node.0)].get(q.rkey.0 as usize);
-        let local = || &self.regions[q.local_rkey.0 as usize];
-        let (offset, len) = (q.offset, u64::from(q.len));
-        let op = match (q.kind, q.inline) {
-            (OpKind::Read, _) => {
-                TargetOp::Read { offset, len, dst: local(), dst_offset: q.local_offset }
-            }
-            (OpKind::Write, Some((from, to))) => TargetOp::WriteBytes {
-                offset,
-                bytes: &self.inline_bytes[from as usize..to as usize],
-            },
-            (OpKind::Write, None) => {
-                TargetOp::WriteFrom { offset, len, src: local(), src_offset: q.local_offset }
-            }
-            (OpKind::Cas, _) => TargetOp::Cas {
-                offset,
-                compare: q.compare,
-                swap: q.operand,
-                dst: local(),
-                dst_offset: q.local_offset,
-            },
-            (OpKind::Faa, _) => {
-                TargetOp::Faa { offset, add: q.operand, dst: local(), dst_offset: q.local_offset }
-            }
-            (OpKind::Send, _) => unreachable!("datagrams are not one-sided"),
-        };
-        let (status, value) = execute(target, op);
+        let remote = q.flat.remote;
+        let target = self.shared.regions[usize::from(remote.node.0)].get(remote.rkey.0 as usize);
+        let inline = q.inline.map(|(from, to)| &self.inline_bytes[from as usize..to as usize]);
+        let (status, value) = execute(target, q.flat.target_op(&self.regions, inline));
         if q.signaled || status != Status::Success {
             self.cq.push_back(Completion { wr_id: q.wr_id, status, value });
         }
@@ -196,54 +165,20 @@ impl Endpoint for LocalEndpoint {
         if self.queued.len() >= SQ_DEPTH as usize || (signaled && self.cq.len() >= CQ_DEPTH) {
             return Err(PostError::QueueFull);
         }
-        let remote = wr.remote();
-        let mut q = Queued {
-            qp,
-            wr_id,
-            kind: wr.kind(),
-            rkey: remote.rkey,
-            offset: remote.offset,
-            local_rkey: Rkey(0),
-            local_offset: 0,
-            len: wr.payload_len(),
-            compare: 0,
-            operand: 0,
-            inline: None,
-            signaled,
-        };
-        let start = self.inline_bytes.len() as u32;
-        match *wr {
-            WorkRequest::Read { local, .. } => {
-                (q.local_rkey, q.local_offset) = (local.rkey, local.offset)
-            }
-            WorkRequest::Write { src: WriteSrc::Local { addr, len }, .. } => {
-                (q.local_rkey, q.local_offset) = (addr.rkey, addr.offset);
-                if flags.has(OpFlags::INLINE) {
-                    let end = start as usize + len as usize;
-                    self.inline_bytes.resize(end, 0);
-                    self.regions[addr.rkey.0 as usize]
-                        .read_bytes(addr.offset, &mut self.inline_bytes[start as usize..end]);
-                    q.inline = Some((start, end as u32));
-                }
-            }
-            WorkRequest::Write { src: WriteSrc::Bytes(bytes), .. } => {
-                self.inline_bytes.extend_from_slice(bytes);
-                q.inline = Some((start, self.inline_bytes.len() as u32));
-            }
-            WorkRequest::Cas { local, compare, swap, .. } => {
-                (q.local_rkey, q.local_offset, q.compare, q.operand) =
-                    (local.rkey, local.offset, compare, swap);
-            }
-            WorkRequest::Faa { local, add, .. } => {
-                (q.local_rkey, q.local_offset, q.operand) = (local.rkey, local.offset, add);
-            }
-        }
+        // Inline payloads wait in an arena until their doorbell rings.
+        let start = self.inline_bytes.len();
+        let mut tmp = [0u8; INLINE_MAX];
+        let inline = Flat::inline_payload(wr, flags, &self.regions, &mut tmp).map(|bytes| {
+            self.inline_bytes.extend_from_slice(bytes);
+            (start as u32, self.inline_bytes.len() as u32)
+        });
+        let q = Queued { qp, wr_id, flat: Flat::of(wr), inline, signaled };
         if flags.has(OpFlags::MORE) {
             self.queued.push(q);
         } else if self.queued.is_empty() {
             // The common case: no batch open, execute right away.
             self.execute(&q);
-            self.inline_bytes.truncate(start as usize);
+            self.inline_bytes.truncate(start);
         } else {
             self.queued.push(q);
             self.ring(qp);

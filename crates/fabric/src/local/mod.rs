@@ -21,6 +21,7 @@ use crate::constants::{DATAGRAM_MTU, INLINE_MAX, RECV_DEPTH, SQ_DEPTH};
 use crate::endpoint::{
     Backend, BackendError, Caps, Program, RegionSpec, RunLimits, RunStats, Step,
 };
+use crate::exec::check_region;
 use crate::ids::{ClusterShape, NodeId, Rkey};
 use crate::memory::Region;
 use crate::sim::validate_shape;
@@ -135,15 +136,8 @@ impl Backend for LocalCluster {
     }
 
     fn register(&mut self, node: NodeId, spec: RegionSpec) -> Result<Rkey, BackendError> {
-        let err = |reason: &str| BackendError::Register {
-            node,
-            len_bytes: spec.len_bytes,
-            reason: reason.into(),
-        };
-        let list = self.regions.get_mut(usize::from(node.0)).ok_or_else(|| err("no such node"))?;
-        if spec.len_bytes == 0 || spec.len_bytes % 8 != 0 {
-            return Err(err("length must be a positive multiple of 8"));
-        }
+        check_region(&self.config.shape, node, spec)?;
+        let list = &mut self.regions[usize::from(node.0)];
         list.push(Region::zeroed(spec.len_bytes));
         Ok(Rkey(u32::try_from(list.len() - 1).expect("region count fits u32")))
     }

@@ -39,6 +39,7 @@ use crate::constants::{
 use crate::endpoint::{
     Backend, BackendError, Caps, Program, RegionSpec, RunLimits, RunStats, Step,
 };
+use crate::exec::check_region;
 use crate::ids::{ClusterShape, NodeId, Rkey};
 use crate::memory::Region;
 
@@ -194,23 +195,11 @@ impl Backend for SimCluster {
     }
 
     fn register(&mut self, node: NodeId, spec: RegionSpec) -> Result<Rkey, BackendError> {
-        let err = |reason: &str| BackendError::Register {
-            node,
-            len_bytes: spec.len_bytes,
-            reason: reason.into(),
-        };
         if self.ran {
-            return Err(err("regions must be registered before the cluster runs"));
+            let reason = "regions must be registered before the cluster runs".into();
+            return Err(BackendError::Register { node, len_bytes: spec.len_bytes, reason });
         }
-        if node.0 >= self.config.shape.nodes {
-            return Err(err("no such node"));
-        }
-        if spec.len_bytes == 0 || spec.len_bytes % 8 != 0 {
-            return Err(err("length must be a positive multiple of 8"));
-        }
-        if spec.watcher.is_some_and(|w| w >= self.config.shape.workers_per_node) {
-            return Err(err("watcher is not a worker of the node"));
-        }
+        check_region(&self.config.shape, node, spec)?;
         let region = Region::zeroed(spec.len_bytes);
         Ok(self.core.borrow_mut().add_region(node, region, spec.watcher))
     }

@@ -6,13 +6,13 @@
 //! Not for: the event queue and worker bookkeeping (see `core.rs`).
 
 use crate::constants::{CQ_DEPTH, DATAGRAM_MTU, INLINE_MAX, RECV_DEPTH, SQ_DEPTH};
-use crate::exec::{execute, validate_post, TargetOp};
-use crate::ids::{NodeId, Qp, Rkey, WorkerId, WrId};
+use crate::exec::{execute, validate_post, Flat};
+use crate::ids::{NodeId, Qp, WorkerId, WrId};
 use crate::sim::core::{ps, Core, CqEntry, Event, Ps, RxEntry, Timed};
 use crate::sim::profile::NicProfile;
 use crate::sim::qp_cache::QpCache;
 use crate::sim::timeline::Timeline;
-use crate::verbs::{Completion, OpFlags, OpKind, PostError, Status, WorkRequest, WriteSrc};
+use crate::verbs::{Completion, OpFlags, OpKind, PostError, Status, WorkRequest};
 
 /// A one-sided request in flight.
 #[derive(Clone, Debug)]
@@ -20,16 +20,8 @@ pub(super) struct OneSided {
     pub(super) src: u32,
     pub(super) qp_slot: u32,
     pub(super) qp_seq: u64,
-    pub(super) target: NodeId,
-    pub(super) kind: OpKind,
     pub(super) wr_id: WrId,
-    pub(super) rkey: Rkey,
-    pub(super) offset: u64,
-    pub(super) local_rkey: Rkey,
-    pub(super) local_offset: u64,
-    pub(super) len: u32,
-    pub(super) compare: u64,
-    pub(super) operand: u64,
+    pub(super) flat: Flat,
     /// Index of the payload in the inline pool, for WRITEs copied at post time.
     pub(super) inline: Option<u32>,
     pub(super) signaled: bool,
@@ -205,35 +197,10 @@ impl Core {
         {
             return Err(PostError::QueueFull);
         }
-        let remote = wr.remote();
-        let (mut local_rkey, mut local_offset, mut inline, mut compare, mut operand) =
-            (Rkey(0), 0, None, 0, 0);
-        let mut copy_cost = 0;
-        match *wr {
-            WorkRequest::Read { local, .. } => {
-                (local_rkey, local_offset) = (local.rkey, local.offset)
-            }
-            WorkRequest::Write { src: WriteSrc::Local { addr, len }, .. } => {
-                if flags.has(OpFlags::INLINE) {
-                    let mut tmp = [0u8; INLINE_MAX];
-                    let bytes = &mut tmp[..len as usize];
-                    self.regions[own][addr.rkey.0 as usize].read_bytes(addr.offset, bytes);
-                    inline = Some(self.inline_pool.put(bytes));
-                    copy_cost = self.model.copy_cpu(len as usize);
-                }
-                (local_rkey, local_offset) = (addr.rkey, addr.offset);
-            }
-            WorkRequest::Write { src: WriteSrc::Bytes(bytes), .. } => {
-                inline = Some(self.inline_pool.put(bytes));
-                copy_cost = self.model.copy_cpu(bytes.len());
-            }
-            WorkRequest::Cas { local, compare: c, swap, .. } => {
-                (local_rkey, local_offset, compare, operand) = (local.rkey, local.offset, c, swap);
-            }
-            WorkRequest::Faa { local, add, .. } => {
-                (local_rkey, local_offset, operand) = (local.rkey, local.offset, add);
-            }
-        }
+        let mut tmp = [0u8; INLINE_MAX];
+        let payload = Flat::inline_payload(wr, flags, &self.regions[own], &mut tmp);
+        let copy_cost = payload.map_or(0, |b| self.model.copy_cpu(b.len()));
+        let inline = payload.map(|b| self.inline_pool.put(b));
         let ws = &mut self.workers[w as usize];
         let q = &mut ws.qps[slot as usize];
         q.posted += 1;
@@ -241,23 +208,8 @@ impl Core {
         if signaled {
             ws.signaled_in_flight += 1;
         }
-        let op = OneSided {
-            src: w,
-            qp_slot: slot,
-            qp_seq,
-            target: remote.node,
-            kind: wr.kind(),
-            wr_id,
-            rkey: remote.rkey,
-            offset: remote.offset,
-            local_rkey,
-            local_offset,
-            len: wr.payload_len(),
-            compare,
-            operand,
-            inline,
-            signaled,
-        };
+        let op =
+            OneSided { src: w, qp_slot: slot, qp_seq, wr_id, flat: Flat::of(wr), inline, signaled };
         self.charge(w, self.model.wqe_cpu + copy_cost);
         if flags.has(OpFlags::MORE) {
             self.workers[w as usize].batch.push(Queued::OneSided(op));
@@ -366,15 +318,15 @@ impl Core {
 
     fn launch(&mut self, op: OneSided, t_post: Ps) {
         let src_node = self.shape.worker_at(op.src as usize).node;
-        let k = kind_index(op.kind);
+        let k = kind_index(op.flat.kind);
         let mut t = t_post + self.model.doorbell_latency;
-        if op.kind == OpKind::Write && op.inline.is_none() {
+        if op.flat.kind == OpKind::Write && op.inline.is_none() {
             t += self.model.payload_fetch;
         }
         let qp_id = self.qp_id(op.src, op.qp_slot);
         let t = self.engine(src_node, t, self.model.req[k], Some(qp_id));
-        let payload = match op.kind {
-            OpKind::Write => u64::from(op.len),
+        let payload = match op.flat.kind {
+            OpKind::Write => u64::from(op.flat.len),
             OpKind::Cas => 16,
             OpKind::Faa => 8,
             _ => 0,
@@ -441,7 +393,7 @@ impl Core {
     pub(crate) fn arrive(&mut self, op: OneSided) {
         let src_node = self.shape.worker_at(op.src as usize).node;
         let now = self.now;
-        let target = op.target;
+        let target = op.flat.remote.node;
         if self.nics[usize::from(target.0)].state == NodeState::Crashed
             || self.faults.partitioned(src_node, target, now / 1000)
         {
@@ -454,21 +406,21 @@ impl Core {
             self.push_cqe(&op, at, Status::Unreachable, 0);
             return;
         }
-        let k = kind_index(op.kind);
+        let k = kind_index(op.flat.kind);
         let in_bytes = self.model.rc_header
-            + match op.kind {
-                OpKind::Write => u64::from(op.len),
+            + match op.flat.kind {
+                OpKind::Write => u64::from(op.flat.len),
                 _ => 8,
             };
         let t_in = self.receive(target, now, in_bytes);
         let qp_id = self.qp_id(op.src, op.qp_slot);
         let mut t = self.engine(target, t_in, self.model.resp[k], Some(qp_id));
-        let atomic = matches!(op.kind, OpKind::Cas | OpKind::Faa);
+        let atomic = matches!(op.flat.kind, OpKind::Cas | OpKind::Faa);
         if atomic {
             let unit = self.model.atomic_unit;
             t = self.nics[usize::from(target.0)].atomic_unit.book(t, unit, now);
         }
-        t += match op.kind {
+        t += match op.flat.kind {
             OpKind::Write => self.model.target_write,
             _ => self.model.target_read,
         };
@@ -478,17 +430,17 @@ impl Core {
             self.stats.access_errors += 1;
         }
         self.trace_op(&op, status_code(status), value);
-        if status == Status::Success && op.kind != OpKind::Read {
+        if status == Status::Success && op.flat.kind != OpKind::Read {
             if let Some(Some(watcher)) =
-                self.watchers[usize::from(target.0)].get(op.rkey.0 as usize)
+                self.watchers[usize::from(target.0)].get(op.flat.remote.rkey.0 as usize)
             {
                 let w = self.shape.worker_index(WorkerId { node: target, index: *watcher }) as u32;
                 self.wake(w, t);
             }
         }
         let back_bytes = self.model.rc_header
-            + match (op.kind, status) {
-                (OpKind::Read, Status::Success) => u64::from(op.len),
+            + match (op.flat.kind, status) {
+                (OpKind::Read, Status::Success) => u64::from(op.flat.len),
                 (OpKind::Cas | OpKind::Faa, _) => 8,
                 _ => 0,
             };
@@ -501,7 +453,9 @@ impl Core {
 
     fn trace_op(&mut self, op: &OneSided, status: u64, value: u64) {
         self.trace.add(
-            u64::from(op.src) << 32 | u64::from(op.target.0) << 8 | kind_index(op.kind) as u64,
+            u64::from(op.src) << 32
+                | u64::from(op.flat.remote.node.0) << 8
+                | kind_index(op.flat.kind) as u64,
         );
         self.trace.add(op.wr_id);
         self.trace.add(status << 56 ^ value);
@@ -510,32 +464,11 @@ impl Core {
     /// Applies the memory effect of a request that reached a live target.
     fn apply(&mut self, op: &OneSided, src_node: NodeId) -> (Status, u64) {
         let regions = &self.regions;
-        let local = || &regions[usize::from(src_node.0)][op.local_rkey.0 as usize];
-        let (offset, len) = (op.offset, u64::from(op.len));
-        let target_op = match (op.kind, op.inline) {
-            (OpKind::Read, _) => {
-                TargetOp::Read { offset, len, dst: local(), dst_offset: op.local_offset }
-            }
-            (OpKind::Write, Some(i)) => {
-                TargetOp::WriteBytes { offset, bytes: self.inline_pool.get(i) }
-            }
-            (OpKind::Write, None) => {
-                TargetOp::WriteFrom { offset, len, src: local(), src_offset: op.local_offset }
-            }
-            (OpKind::Cas, _) => TargetOp::Cas {
-                offset,
-                compare: op.compare,
-                swap: op.operand,
-                dst: local(),
-                dst_offset: op.local_offset,
-            },
-            (OpKind::Faa, _) => {
-                TargetOp::Faa { offset, add: op.operand, dst: local(), dst_offset: op.local_offset }
-            }
-            (OpKind::Send, _) => unreachable!("datagrams are not one-sided"),
-        };
-        let target = regions[usize::from(op.target.0)].get(op.rkey.0 as usize);
-        let result = execute(target, target_op);
+        let inline = op.inline.map(|i| self.inline_pool.get(i));
+        let target_op = op.flat.target_op(&regions[usize::from(src_node.0)], inline);
+        let remote = op.flat.remote;
+        let result =
+            execute(regions[usize::from(remote.node.0)].get(remote.rkey.0 as usize), target_op);
         if let Some(i) = op.inline {
             self.inline_pool.release(i);
         }
