@@ -2,9 +2,11 @@
 //! files, a cluster that cannot start) becomes a one-line message and a distinct exit
 //! code here, at the edge; the libraries below report typed errors.
 //!
+//! - `bench.rs`: `hytra bench`, transactional workloads
 //! - `micro.rs`: `hytra micro`, the raw-primitive benchmark
 //! - `table.rs`: terminal tables and JSON output helpers
 
+mod bench;
 mod micro;
 mod table;
 
@@ -26,6 +28,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// A transactional workload: throughput, aborts, latency, per-phase time, checker.
+    Bench(bench::BenchArgs),
     /// Raw-primitive throughput and latency (DrTM+H §4.2, Fig. 5).
     Micro(micro::MicroArgs),
 }
@@ -80,9 +84,10 @@ fn main() -> ExitCode {
         }
     };
     let result = match cli.command {
+        Some(Command::Bench(args)) => bench::run_bench(args),
         Some(Command::Micro(args)) => micro::run(args),
         // With no command, run the default benchmark.
-        None => micro::run(micro::MicroArgs::default_run()),
+        None => bench::run_bench(bench::BenchArgs::default_run()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -81,32 +81,6 @@ pub struct MicroArgs {
     json: Option<PathBuf>,
 }
 
-impl MicroArgs {
-    /// What `hytra` with no arguments runs: a quick pass of the default benchmark.
-    pub fn default_run() -> MicroArgs {
-        MicroArgs {
-            backend: "sim".into(),
-            profile: "cx4".into(),
-            nodes: None,
-            workers: None,
-            threads: None,
-            coroutines: 4,
-            batch: 8,
-            primitives: None,
-            payloads: None,
-            lanes: None,
-            seed: 1,
-            warmup_us: None,
-            measure_us: None,
-            rpc_coalescing: false,
-            cpu: "model".into(),
-            self_check: false,
-            quick: true,
-            json: None,
-        }
-    }
-}
-
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]
 enum BackendKind {
     Sim,

@@ -33,7 +33,7 @@ pub use endpoint::{
     Backend, BackendError, Caps, Endpoint, Program, RegionSpec, RunLimits, RunStats, Step,
 };
 pub use ids::{ClusterShape, LocalAddr, NodeId, Qp, RemoteAddr, Rkey, WorkerId, WrId};
-pub use memory::Region;
+pub use memory::{zeroed_words, Region};
 pub use verbs::{
     AccessError, Completion, OpFlags, OpKind, PostError, Status, WorkRequest, WriteSrc,
 };

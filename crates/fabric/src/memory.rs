@@ -35,11 +35,12 @@ impl std::fmt::Debug for Region {
 }
 
 impl Region {
-    /// A zero-filled region of `len_bytes` (a multiple of 8) owned by this process.
+    /// A zero-filled region of `len_bytes` (a multiple of 8) owned by this process. Its
+    /// pages are mapped on first touch, so untouched parts cost no memory.
     pub fn zeroed(len_bytes: u64) -> Region {
         assert!(len_bytes % WORD == 0, "region length {len_bytes} is not a multiple of 8");
         let words = usize::try_from(len_bytes / WORD).expect("region fits in memory");
-        let mem: Arc<[AtomicU64]> = (0..words).map(|_| AtomicU64::new(0)).collect();
+        let mem = zeroed_words(words);
         let ptr = NonNull::new(mem.as_ptr().cast_mut()).unwrap_or(NonNull::dangling());
         Region { ptr, words, _owner: Arc::new(mem) }
     }
@@ -165,6 +166,19 @@ impl Region {
         }
         fence(Ordering::Release);
     }
+}
+
+/// `n` zeroed atomic words. The memory comes from a zeroing allocation, so the operating
+/// system maps its pages lazily (a large, mostly untouched cache or table costs only what
+/// is used), where building the slice word by word would touch every page.
+pub fn zeroed_words(n: usize) -> Box<[AtomicU64]> {
+    let words: Box<[u64]> = vec![0u64; n].into_boxed_slice();
+    let len = words.len();
+    let raw = Box::into_raw(words).cast::<AtomicU64>();
+    // SAFETY: `AtomicU64` has the same size and alignment as `u64` (documented by std), so
+    // the allocation of `len` u64s is a valid allocation of `len` AtomicU64s with the same
+    // layout; `raw` comes from `Box::into_raw` and is converted back exactly once.
+    unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(raw, len)) }
 }
 
 /// Stores `values` into `dst` in address order, the last one with release ordering after

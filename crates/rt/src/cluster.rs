@@ -1,7 +1,7 @@
 //! Running one [`Worker`] per endpoint of a backend: the glue tests, benchmarks and the
 //! engine use to start a cluster.
 
-use hytra_fabric::{Backend, BackendError, RunLimits, RunStats};
+use hytra_fabric::{Backend, BackendError, Program, RunLimits, RunStats, Step};
 
 use crate::config::RtConfig;
 use crate::worker::{Worker, WorkerStats};
@@ -28,15 +28,53 @@ where
     B: Backend,
     S: Fn(&mut Worker<B::Ep>) + Sync,
 {
+    run_workers_with(backend, cfg, limits, setup, |w, ()| WorkerReport {
+        stats: w.stats(),
+        leaked: w.leaked(),
+    })
+}
+
+/// As [`run_workers`], with per-worker state: `setup` returns a value that stays with the
+/// worker (on its thread) and `finish` turns the finished worker and that value into the
+/// worker's result.
+pub fn run_workers_with<B, T, R, S, F>(
+    backend: &mut B,
+    cfg: RtConfig,
+    limits: RunLimits,
+    setup: S,
+    finish: F,
+) -> Result<(Vec<R>, RunStats), BackendError>
+where
+    B: Backend,
+    R: Send,
+    S: Fn(&mut Worker<B::Ep>) -> T + Sync,
+    F: Fn(Worker<B::Ep>, T) -> R + Sync,
+{
     backend.run(
         |ep: B::Ep| {
             let mut w = Worker::new(ep, cfg);
-            setup(&mut w);
-            w
+            let state = setup(&mut w);
+            WithState { worker: w, state }
         },
-        |w: Worker<B::Ep>| WorkerReport { stats: w.stats(), leaked: w.leaked() },
+        |p: WithState<B::Ep, T>| finish(p.worker, p.state),
         limits,
     )
+}
+
+/// A worker and the state its setup returned.
+struct WithState<E: hytra_fabric::Endpoint, T> {
+    worker: Worker<E>,
+    state: T,
+}
+
+impl<E: hytra_fabric::Endpoint + 'static, T> Program for WithState<E, T> {
+    fn step(&mut self) -> Step {
+        self.worker.step()
+    }
+
+    fn is_done(&self) -> bool {
+        self.worker.is_done()
+    }
 }
 
 /// The endpoint type of a backend, for signatures of generic setup code.

@@ -28,7 +28,7 @@ mod ops;
 mod rpc;
 mod worker;
 
-pub use cluster::{run_workers, EpOf, WorkerReport};
+pub use cluster::{run_workers, run_workers_with, EpOf, WorkerReport};
 pub use config::{RtConfig, RtCosts};
 pub use executor::YieldNow;
 pub use ops::{OpStats, OpTicket};

@@ -267,6 +267,8 @@ pub struct RpcStats {
     pub served: u64,
     /// Datagrams or frames dropped as malformed or of an unknown kind.
     pub malformed: u64,
+    /// Duplicated requests dropped without being served again.
+    pub duplicates: u64,
 }
 
 /// Calls waiting for replies, with their deadlines.
@@ -416,6 +418,39 @@ impl Calls {
     }
 }
 
+/// Recently served calls, so that a duplicated request is served only once: a duplicate
+/// arriving after its original was answered (or after its caller gave up) could otherwise
+/// redo work its caller no longer expects, such as taking a lock for a finished
+/// transaction. Per source worker, the last `DEDUP_DEPTH` call ids: a duplicate arrives
+/// within microseconds of its original, far fewer requests than that from one source.
+pub(crate) struct Dedup {
+    recent: Vec<[u64; DEDUP_DEPTH]>,
+    next: Vec<u8>,
+}
+
+/// Call ids remembered per source worker.
+pub(crate) const DEDUP_DEPTH: usize = 32;
+
+impl Dedup {
+    pub(crate) fn new(sources: usize) -> Dedup {
+        Dedup { recent: vec![[0; DEDUP_DEPTH]; sources], next: vec![0; sources] }
+    }
+
+    /// Whether (source, call id) was served already; remembers it if not. Call ids are
+    /// never 0 (generations start at 1), so zeroed memory remembers nothing.
+    pub(crate) fn duplicate(&mut self, src: usize, call_id: u64) -> bool {
+        debug_assert_ne!(call_id, 0);
+        let seen = &mut self.recent[src];
+        if seen.contains(&call_id) {
+            return true;
+        }
+        let n = &mut self.next[src];
+        seen[usize::from(*n)] = call_id;
+        *n = (*n + 1) % DEDUP_DEPTH as u8;
+        false
+    }
+}
+
 /// Checks that a handler can be registered for `ty`.
 pub(crate) fn check_type(ty: RpcType) {
     assert!(usize::from(ty.0) < RPC_TYPES_MAX, "RPC type {} outside 0..{RPC_TYPES_MAX}", ty.0);
@@ -442,6 +477,20 @@ mod tests {
         let mut long = buf.clone();
         long[4] = 200;
         assert!(Header::decode(&long).is_none(), "length past the datagram");
+    }
+
+    #[test]
+    fn duplicates_are_recognised() {
+        let mut d = Dedup::new(8);
+        assert!(!d.duplicate(3, 77));
+        assert!(d.duplicate(3, 77));
+        assert!(!d.duplicate(4, 77), "another source's call");
+        for id in 100..100 + DEDUP_DEPTH as u64 - 1 {
+            assert!(!d.duplicate(3, id));
+        }
+        assert!(d.duplicate(3, 77), "still remembered after depth - 1 others");
+        assert!(!d.duplicate(3, 500));
+        assert!(!d.duplicate(3, 77), "forgotten after depth others");
     }
 
     #[test]

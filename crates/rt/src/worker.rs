@@ -25,7 +25,8 @@ use crate::constants::{
 use crate::executor::{Executor, YieldNow};
 use crate::ops::{OpStats, OpTable, OpTicket};
 use crate::rpc::{
-    check_type, CallTicket, Calls, Header, Kind, Outbox, RemoteError, RpcError, RpcStats, RpcType,
+    check_type, CallTicket, Calls, Dedup, Header, Kind, Outbox, RemoteError, RpcError, RpcStats,
+    RpcType,
 };
 
 /// Why a one-sided batch failed.
@@ -102,6 +103,7 @@ pub struct Worker<E: Endpoint> {
     cqes: Vec<Completion>,
     rx: Vec<u8>,
     reply: Vec<u8>,
+    dedup: Dedup,
     steps: u64,
     resumes: u64,
 }
@@ -134,6 +136,7 @@ impl<E: Endpoint + 'static> Worker<E> {
             cqes: vec![Completion::EMPTY; CQ_POLL_BATCH],
             rx: vec![0; caps.mtu],
             reply: Vec::with_capacity(RPC_PAYLOAD_MAX),
+            dedup: Dedup::new(shape.workers_total()),
             steps: 0,
             resumes: 0,
         }
@@ -237,6 +240,9 @@ impl<E: Endpoint + 'static> Worker<E> {
                     if let Some(w) = w {
                         w.wake();
                     }
+                }
+                Kind::Request if self.dedup.duplicate(inner.shape.worker_index(src), h.call_id) => {
+                    inner.calls.borrow_mut().stats.duplicates += 1;
                 }
                 Kind::Request | Kind::OneWay => {
                     let handler = self.handlers.get_mut(usize::from(h.ty)).and_then(Option::as_mut);

@@ -1,5 +1,23 @@
-//! hytra's store layer (not built yet): per node and table, a cluster-chained hash index
-//! and records in registered memory, traversable by the local CPU and by remote one-sided
-//! READs; one lock word and one version per record shared by every access path; the
-//! location cache of remote record addresses; sharding with a primary and R-1 backups
-//! per partition. It sits on `hytra-fabric` and `hytra-rt` (see docs/ARCHITECTURE.md).
+//! hytra's store: tables in registered memory, reachable by the local CPU and by remote
+//! one-sided verbs alike.
+//!
+//! - `layout`: record and bucket layouts (one lock word, one version, key, checksum)
+//! - `catalog`: tables, partitions, replica placement, region keys
+//! - `replica`: one replica's hash index and records, as the local CPU operates them
+//! - `cache`: the per-node location cache of remote record offsets
+//! - `node`: a node's replicas and cache, and their registration on a backend
+//!
+//! See docs/INVARIANTS.md (S1-S4) for the rules that make CPU and NIC access safe
+//! together.
+
+pub mod cache;
+pub mod catalog;
+pub mod layout;
+pub mod node;
+pub mod replica;
+
+pub use cache::LocationCache;
+pub use catalog::{Catalog, CatalogError, Geometry, Partitioner, TableId, TableSpec};
+pub use layout::{Owner, RecordHeader};
+pub use node::NodeStore;
+pub use replica::{Replica, Snapshot, StoreError};

@@ -1,4 +1,55 @@
-//! hytra's transaction layer (not built yet): OCC with primary-backup replication, each
-//! phase (execution, validation, logging, commit) one-sided, two-sided or hybrid, and the
-//! design presets drtmh, fasst, farm and drtmr. It sits on `hytra-store`
-//! (see docs/ARCHITECTURE.md).
+//! hytra's transaction engine: optimistic concurrency control with primary-backup
+//! replication (DrTM+H Fig. 1), every phase one-sided, two-sided or hybrid.
+//!
+//! - `config`: per-phase strategies, optimisation switches, the design presets
+//!   (`drtmh`, `fasst`, `farm`, `drtmr`)
+//! - `engine`: setting the engine up on a backend; per-node and per-worker state
+//! - `txn`: the transaction API ([`TxnCtx`], [`Txn`]) and the execution phase
+//! - `validate`: locking the write set and validating the read set
+//! - `commit`: logging, write-back, abort, the background task, history
+//! - `log`: log rings on backups, entries, lazy application
+//! - `handlers`: what primaries and backups do for the engine's RPCs
+//! - `wire`: RPC message formats
+//! - `outcome`, `stats`: what an attempt ends with; counters
+//!
+//! Writing a transaction:
+//!
+//! ```ignore
+//! let mut t = ctx.begin(TYPE);
+//! let body = async {
+//!     let r = t.read_for_update(ACCOUNTS, 42).await?;
+//!     let balance = t.get(r)[0];
+//!     if balance < 10 {
+//!         return Err(Abort(AbortReason::User));
+//!     }
+//!     t.update(r)[0] = balance - 10;
+//!     Ok(())
+//! };
+//! let result = body.await;
+//! match t.finish(result).await {
+//!     Outcome::Committed => {}
+//!     Outcome::Aborted(reason) if reason.retryable() => { /* ctx.retry() and run again */ }
+//!     Outcome::Aborted(_) => {}
+//! }
+//! ```
+//!
+//! Protocol rules the code relies on are in docs/INVARIANTS.md (S1-S4, L1-L4, T1-T6).
+
+mod commit;
+pub mod config;
+mod engine;
+mod handlers;
+pub mod log;
+mod outcome;
+mod stats;
+mod txn;
+mod validate;
+pub mod wire;
+
+pub use config::{
+    Design, ExecStrategy, LockStrategy, PlantedFaults, Primitive, TxnConfig, TxnCosts,
+};
+pub use engine::{Engine, EngineError, NodeEngine, WorkerTxn};
+pub use outcome::{Abort, AbortReason, Outcome};
+pub use stats::{TxnStats, PHASES, TXN_TYPES_MAX};
+pub use txn::{Rec, Txn, TxnCtx};

@@ -2,9 +2,12 @@
 //!
 //! - [`micro`]: the raw-primitive benchmark of DrTM+H §4.2 (READ, WRITE, CAS, FAA, UD
 //!   RPC and WRITE-based RPC against payload size)
+//! - [`bench`]: running a transactional workload and judging it (checker, invariants)
+//! - [`smallbank`]: the SmallBank benchmark (H-Store)
 //!
-//! Still to come (see docs/ARCHITECTURE.md): SmallBank, TPC-C, TPC-E customer-position,
-//! TATP, YCSB and the multi-object micro-benchmarks of §4, built on the transaction
-//! engine.
+//! Still to come (see docs/ARCHITECTURE.md): TPC-C, TPC-E customer-position, TATP, YCSB
+//! and the multi-object micro-benchmarks of §4.
 
+pub mod bench;
 pub mod micro;
+pub mod smallbank;

@@ -118,11 +118,15 @@ pub(crate) fn validate_shape(shape: ClusterShape) -> Result<(), BackendError> {
     Ok(())
 }
 
+/// Events between two calls of a progress callback.
+const PROGRESS_EVERY_EVENTS: u64 = 1 << 16;
+
 /// A simulated cluster: register regions, then [`Backend::run`] programs on it.
 pub struct SimCluster {
     config: SimConfig,
     core: Rc<RefCell<Core>>,
     ran: bool,
+    progress: Option<Box<dyn FnMut(u64)>>,
 }
 
 /// Results of the last run beyond [`RunStats`].
@@ -152,7 +156,13 @@ impl SimCluster {
             config.seed,
             config.cpu == CpuMode::Model,
         );
-        Ok(SimCluster { config, core: Rc::new(RefCell::new(core)), ran: false })
+        Ok(SimCluster { config, core: Rc::new(RefCell::new(core)), ran: false, progress: None })
+    }
+
+    /// Calls `f` with the virtual time (ns) every few tens of thousands of events while
+    /// the cluster runs (for progress bars; it must not touch the simulation).
+    pub fn set_progress(&mut self, f: Box<dyn FnMut(u64)>) {
+        self.progress = Some(f);
     }
 
     /// The configuration.
@@ -254,8 +264,9 @@ impl Backend for SimCluster {
         }
         let mut done: Vec<bool> = programs.iter().map(|p| p.is_done()).collect();
         let mut remaining = done.iter().filter(|d| !**d).count();
+        let mut progress = self.progress.take();
         let outcome = catch_unwind(AssertUnwindSafe(|| {
-            self.event_loop(&mut programs, &mut done, &mut remaining, limit_ps);
+            self.event_loop(&mut programs, &mut done, &mut remaining, limit_ps, &mut progress);
         }));
         if let Err(panic) = outcome {
             let now_ns = self.core.try_borrow().map_or(0, |c| c.now / 1000);
@@ -292,8 +303,18 @@ impl SimCluster {
         done: &mut [bool],
         remaining: &mut usize,
         limit_ps: u64,
+        progress: &mut Option<Box<dyn FnMut(u64)>>,
     ) {
+        let mut countdown = PROGRESS_EVERY_EVENTS;
         while *remaining > 0 {
+            countdown -= 1;
+            if countdown == 0 {
+                countdown = PROGRESS_EVERY_EVENTS;
+                if let Some(f) = progress.as_mut() {
+                    let now = self.core.borrow().now / 1000;
+                    f(now);
+                }
+            }
             let Some(event) = self.core.borrow_mut().pop(limit_ps) else { break };
             match event {
                 Event::Arrive(op) => self.core.borrow_mut().arrive(op),

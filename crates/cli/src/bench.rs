@@ -1,0 +1,503 @@
+//! `hytra bench`: a transactional workload on the simulator or on threads, with a table
+//! of throughput, aborts, latency and per-phase time, and the checker's verdict.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use hytra_fabric::local::{LocalCluster, LocalConfig};
+use hytra_fabric::sim::faults::FaultConfig;
+use hytra_fabric::sim::profile::NicProfile;
+use hytra_fabric::sim::{SimCluster, SimConfig};
+use hytra_fabric::ClusterShape;
+use hytra_rt::RtConfig;
+use hytra_store::Catalog;
+use hytra_txn::{AbortReason, Design, ExecStrategy, LockStrategy, Primitive, TxnConfig, PHASES};
+use hytra_workloads::bench::{run, BenchError, BenchParams, BenchResult, Workload};
+use hytra_workloads::smallbank::SmallBank;
+use serde_json::json;
+
+use crate::table::{open_output, write_json, Table};
+use crate::{usage, CliError};
+
+/// Options of `hytra bench`.
+#[derive(Args, Debug, Clone)]
+pub struct BenchArgs {
+    /// Workload: smallbank.
+    #[arg(long, default_value = "smallbank")]
+    workload: String,
+    /// Design preset: drtmh, fasst, farm or drtmr.
+    #[arg(long, default_value = "drtmh")]
+    design: String,
+    /// Backend: sim (virtual time) or local (threads, real time).
+    #[arg(long, default_value = "sim")]
+    backend: String,
+    /// NIC profile of the simulator.
+    #[arg(long, default_value = "cx4")]
+    profile: String,
+    /// Nodes.
+    #[arg(long, default_value_t = 4)]
+    nodes: u16,
+    /// Workers per node.
+    #[arg(long, default_value_t = 4)]
+    workers: u16,
+    /// Coroutines per worker.
+    #[arg(long, default_value_t = 8)]
+    coroutines: u16,
+    /// Measured time in seconds (virtual on sim) [default: 0.01 on sim, 5 on local].
+    #[arg(long)]
+    seconds: Option<f64>,
+    /// Warm-up before measuring, as a fraction of --seconds.
+    #[arg(long, default_value_t = 0.1)]
+    warmup: f64,
+    /// Seed of every random choice.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Record the history and check serializability (memory grows with the run).
+    #[arg(long)]
+    check: bool,
+    /// Write the results as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Copies of every partition.
+    #[arg(long, default_value_t = 3)]
+    replication: u16,
+    /// SmallBank accounts per worker thread.
+    #[arg(long, default_value_t = 100_000)]
+    accounts_per_worker: u64,
+    /// Connections per peer per worker (5: the paper's 80-node setting).
+    #[arg(long, default_value_t = 1)]
+    lanes: u16,
+    /// OS threads (local only) [default: one per core].
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Override the execution strategy: one-sided, one-sided-cached, two-sided, hybrid.
+    #[arg(long)]
+    exec: Option<String>,
+    /// Override locking: one-sided, two-sided, at-execution.
+    #[arg(long)]
+    lock: Option<String>,
+    /// Override read validation: one-sided or two-sided.
+    #[arg(long)]
+    validate: Option<String>,
+    /// Override logging: one-sided or two-sided.
+    #[arg(long)]
+    log: Option<String>,
+    /// Override the commit phase: one-sided or two-sided.
+    #[arg(long)]
+    commit: Option<String>,
+    /// Passive ACK on the commit phase: on or off.
+    #[arg(long)]
+    passive_ack: Option<String>,
+    /// Outstanding requests (parallel reads, locks, logs): on or off.
+    #[arg(long)]
+    outstanding: Option<String>,
+    /// Doorbell batching: on or off.
+    #[arg(long)]
+    doorbell_batching: Option<String>,
+    /// Inline small write-backs: on or off.
+    #[arg(long)]
+    inline: Option<String>,
+    /// Location cache per node in MiB (0: none).
+    #[arg(long)]
+    cache_mib: Option<u64>,
+    /// Datagram loss, duplication, reordering and delay, in parts per million (sim only).
+    #[arg(long, default_value_t = 0)]
+    faults_ppm: u32,
+}
+
+impl BenchArgs {
+    /// What `hytra` with no arguments runs.
+    pub fn default_run() -> BenchArgs {
+        use clap::Parser;
+        #[derive(clap::Parser)]
+        struct Wrap {
+            #[command(flatten)]
+            args: BenchArgs,
+        }
+        Wrap::parse_from(["hytra"]).args
+    }
+}
+
+fn on_off(name: &str, v: &Option<String>) -> Result<Option<bool>, CliError> {
+    match v.as_deref() {
+        None => Ok(None),
+        Some("on") => Ok(Some(true)),
+        Some("off") => Ok(Some(false)),
+        Some(other) => usage(format!("--{name} '{other}': expected on or off")),
+    }
+}
+
+fn primitive(name: &str, v: &Option<String>) -> Result<Option<Primitive>, CliError> {
+    match v.as_deref() {
+        None => Ok(None),
+        Some("one-sided") => Ok(Some(Primitive::OneSided)),
+        Some("two-sided") => Ok(Some(Primitive::TwoSided)),
+        Some(other) => usage(format!("--{name} '{other}': expected one-sided or two-sided")),
+    }
+}
+
+fn txn_config(a: &BenchArgs) -> Result<TxnConfig, CliError> {
+    let Some(design) = Design::parse(&a.design) else {
+        return usage(format!(
+            "unknown design '{}' (expected drtmh, fasst, farm or drtmr)",
+            a.design
+        ));
+    };
+    let mut c = TxnConfig::preset(design);
+    c.replication = a.replication;
+    if let Some(e) = a.exec.as_deref() {
+        c.exec = match e {
+            "one-sided" => ExecStrategy::OneSided,
+            "one-sided-cached" => ExecStrategy::OneSidedCached,
+            "two-sided" => ExecStrategy::TwoSided,
+            "hybrid" => ExecStrategy::Hybrid,
+            other => {
+                return usage(format!(
+                    "--exec '{other}': expected one-sided, one-sided-cached, two-sided or hybrid"
+                ))
+            }
+        };
+    }
+    if let Some(l) = a.lock.as_deref() {
+        c.lock = match l {
+            "one-sided" => LockStrategy::OneSided,
+            "two-sided" => LockStrategy::TwoSided,
+            "at-execution" => LockStrategy::AtExecution,
+            other => {
+                return usage(format!(
+                    "--lock '{other}': expected one-sided, two-sided or at-execution"
+                ))
+            }
+        };
+    }
+    c.validate = primitive("validate", &a.validate)?.unwrap_or(c.validate);
+    c.log = primitive("log", &a.log)?.unwrap_or(c.log);
+    c.commit = primitive("commit", &a.commit)?.unwrap_or(c.commit);
+    c.passive_ack = on_off("passive-ack", &a.passive_ack)?.unwrap_or(c.passive_ack);
+    c.outstanding = on_off("outstanding", &a.outstanding)?.unwrap_or(c.outstanding);
+    c.inline = on_off("inline", &a.inline)?.unwrap_or(c.inline);
+    if let Some(m) = a.cache_mib {
+        c.cache_bytes = m << 20;
+    }
+    if let Err(e) = c.validate(a.nodes) {
+        return usage(e.to_string());
+    }
+    Ok(c)
+}
+
+/// Bytes of memory the run's regions take (all nodes).
+fn memory_needed(w: &SmallBank, shape: ClusterShape, cfg: &TxnConfig, coroutines: u16) -> u64 {
+    let catalog = Catalog::new(w.tables(shape), shape.nodes, cfg.replication).expect("validated");
+    let store: u64 = catalog.regions().map(|(_, _, b)| b).sum();
+    let log = shape.workers_total() as u64 * cfg.log_ring_bytes;
+    let scratch = u64::from(shape.workers_per_node) * u64::from(coroutines) * (64 << 10);
+    (store + log + scratch + cfg.cache_bytes) * u64::from(shape.nodes)
+}
+
+fn available_memory() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// Runs `hytra bench`.
+pub fn run_bench(a: BenchArgs) -> Result<(), CliError> {
+    if a.workload != "smallbank" {
+        return usage(format!("unknown workload '{}' (expected smallbank)", a.workload));
+    }
+    let sim = match a.backend.as_str() {
+        "sim" => true,
+        "local" => false,
+        "ucx" => {
+            return usage("backend 'ucx' is not available in this build (it needs the ucx feature)")
+        }
+        other => return usage(format!("unknown backend '{other}' (expected sim or local)")),
+    };
+    let Some(profile) = NicProfile::by_name(&a.profile) else {
+        return usage(format!(
+            "unknown NIC profile '{}' (expected one of: {})",
+            a.profile,
+            NicProfile::NAMES.join(", ")
+        ));
+    };
+    if a.nodes == 0 || a.workers == 0 || a.coroutines == 0 {
+        return usage("--nodes, --workers and --coroutines must be at least 1");
+    }
+    if a.replication > a.nodes || a.replication == 0 {
+        return usage(format!(
+            "--replication {} must be in 1..={} (the number of nodes)",
+            a.replication, a.nodes
+        ));
+    }
+    if a.faults_ppm > 0 && !sim {
+        return usage("--faults-ppm applies to the sim backend only");
+    }
+    let seconds = a.seconds.unwrap_or(if sim { 0.01 } else { 5.0 });
+    if !(seconds.is_finite() && seconds > 0.0 && (0.0..10.0).contains(&a.warmup)) {
+        return usage("--seconds must be positive and --warmup a fraction in 0..10");
+    }
+    let cfg = txn_config(&a)?;
+    let workload = SmallBank { accounts_per_worker: a.accounts_per_worker };
+    let shape =
+        ClusterShape { nodes: a.nodes, workers_per_node: a.workers, lanes_per_peer: a.lanes };
+    if let Err(e) = workload.validate(shape) {
+        return usage(e);
+    }
+    let need = memory_needed(&workload, shape, &cfg, a.coroutines);
+    if let Some(avail) = available_memory() {
+        if need > avail / 10 * 8 {
+            return usage(format!(
+                "the run needs about {} MiB of memory and {} MiB are available; use fewer --accounts-per-worker, nodes or workers",
+                need >> 20,
+                avail >> 20
+            ));
+        }
+    }
+    let out = a.json.as_deref().map(open_output).transpose()?;
+    let measure_ns = (seconds * 1e9) as u64;
+    let rt = RtConfig {
+        doorbell_batching: on_off("doorbell-batching", &a.doorbell_batching)?.unwrap_or(true),
+        // Longer than any delay the simulator's faults add (P4); threads may be
+        // descheduled for milliseconds on a loaded machine.
+        rpc_timeout_ns: if sim { 1_000_000 } else { 1_000_000_000 },
+        ..RtConfig::default()
+    };
+    let params = BenchParams {
+        coroutines: a.coroutines,
+        warmup_ns: (measure_ns as f64 * a.warmup) as u64,
+        measure_ns,
+        seed: a.seed,
+        check: a.check,
+        rt,
+        drain_ns: if sim { 1_000_000_000 } else { 60_000_000_000 },
+    };
+    let total_ns = params.warmup_ns + measure_ns;
+    let started = Instant::now();
+    let result = if sim {
+        let mut sc = SimConfig { profile, ..SimConfig::new(shape, a.seed) };
+        if a.faults_ppm > 0 {
+            sc.faults = FaultConfig::lossy(a.faults_ppm);
+        }
+        eprintln!("{}", sc.describe());
+        let mut b = SimCluster::new(sc).map_err(|e| CliError::Usage(e.to_string()))?;
+        let mut bar = ProgressBar::new(started, total_ns, "virtual");
+        b.set_progress(Box::new(move |now| bar.show(now)));
+        run(&mut b, &workload, cfg, params)
+    } else {
+        let lc = LocalConfig { threads: a.threads, ..LocalConfig::new(shape) };
+        let mut b = LocalCluster::new(lc).map_err(|e| CliError::Usage(e.to_string()))?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let ticker = wall_progress(started, total_ns, stop.clone());
+        let r = run(&mut b, &workload, cfg, params);
+        stop.store(true, Ordering::Relaxed);
+        let _ = ticker.join();
+        r
+    };
+    eprint!("\r{:60}\r", "");
+    let result = result.map_err(|e| match e {
+        BenchError::Params(m) => CliError::Usage(m),
+        other => {
+            let argv: Vec<String> = std::env::args().skip(1).collect();
+            CliError::Run(anyhow::anyhow!("{other} (replay: hytra {})", argv.join(" ")))
+        }
+    })?;
+    print_report(&a, &cfg, &result, seconds, sim);
+    if let (Some(file), Some(path)) = (out, a.json.as_deref()) {
+        write_json(file, path, &json_report(&a, &cfg, &result, seconds, sim, started.elapsed()))?;
+    }
+    if a.check && !result.checker.as_ref().is_some_and(|c| c.serializable()) || !result.invariant.ok
+    {
+        return Err(CliError::Run(anyhow::anyhow!("correctness check failed (see above)")));
+    }
+    Ok(())
+}
+
+/// A progress bar on standard error, shown once a run has lasted two seconds.
+struct ProgressBar {
+    started: Instant,
+    total_ns: u64,
+    clock: &'static str,
+}
+
+impl ProgressBar {
+    fn new(started: Instant, total_ns: u64, clock: &'static str) -> ProgressBar {
+        ProgressBar { started, total_ns, clock }
+    }
+
+    fn show(&mut self, now_ns: u64) {
+        let wall = self.started.elapsed();
+        if wall < Duration::from_secs(2) {
+            return;
+        }
+        let frac = (now_ns as f64 / self.total_ns as f64).min(1.0);
+        let filled = (frac * 30.0) as usize;
+        let eta = if frac > 0.0 { wall.as_secs_f64() * (1.0 - frac) / frac } else { 0.0 };
+        eprint!(
+            "\r[{}{}] {:>3.0}% of {} time, ETA {:.0} s  ",
+            "#".repeat(filled),
+            " ".repeat(30 - filled),
+            frac * 100.0,
+            self.clock,
+            eta
+        );
+        let _ = std::io::stderr().flush();
+    }
+}
+
+fn wall_progress(
+    started: Instant,
+    total_ns: u64,
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let mut bar = ProgressBar::new(started, total_ns, "wall");
+        while !stop.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(200));
+            bar.show(started.elapsed().as_nanos() as u64);
+        }
+    })
+}
+
+fn phase_means(r: &BenchResult<impl Sized>) -> [f64; 4] {
+    let n = r.stats.commits.max(1) as f64;
+    r.stats.phase_ns.map(|s| s as f64 / n / 1e3)
+}
+
+fn print_report<R>(a: &BenchArgs, cfg: &TxnConfig, r: &BenchResult<R>, seconds: f64, sim: bool) {
+    let s = &r.stats;
+    let tps = s.commits as f64 / seconds;
+    let workers = f64::from(a.nodes) * f64::from(a.workers);
+    let clock = if sim { "virtual" } else { "wall" };
+    println!(
+        "\n{} on {} ({}): {} nodes x {} workers x {} coroutines, design {}, replication {}, {:.3} s measured ({clock})\n",
+        a.workload, a.backend, if sim { a.profile.as_str() } else { "threads" }, a.nodes, a.workers, a.coroutines, cfg.design.name(), cfg.replication, seconds
+    );
+    println!("throughput   {:.0} txn/s ({:.0} per worker)", tps, tps / workers);
+    println!(
+        "abort rate   {:.2}% of attempts; {:.2}% by concurrency control (the rest the workload's own); {} gave up after {} attempts",
+        s.abort_rate() * 100.0,
+        s.cc_abort_rate() * 100.0,
+        s.gave_up,
+        cfg.retries_max
+    );
+    let q = |p: f64| s.latency.quantile(p) as f64 / 1e3;
+    println!("latency      p50 {:.1} us   p90 {:.1} us   p99 {:.1} us", q(0.5), q(0.9), q(0.99));
+    let ph = phase_means(r);
+    println!(
+        "phases       {} (mean per committed transaction, us)",
+        PHASES.iter().zip(ph).map(|(n, v)| format!("{n} {v:.2}")).collect::<Vec<_>>().join(", ")
+    );
+    let reasons: Vec<String> = AbortReason::ALL
+        .iter()
+        .filter(|r| s.aborts[r.index_pub()] > 0)
+        .map(|r| format!("{} {}", r.name(), s.aborts[r.index_pub()]))
+        .collect();
+    if !reasons.is_empty() {
+        println!("aborts       {}", reasons.join(", "));
+    }
+    let mut t = Table::new(&["type", "commits", "aborts"]);
+    for (i, name) in hytra_workloads::smallbank::TYPES.iter().enumerate() {
+        t.row(vec![name.to_string(), s.per_type[i].0.to_string(), s.per_type[i].1.to_string()]);
+    }
+    println!("\n{}\n", t.render());
+    match &r.checker {
+        Some(c) if c.serializable() => println!(
+            "checker      serializable ({} transactions, {} dependencies)",
+            c.txns, c.edges
+        ),
+        Some(c) => println!(
+            "checker      NOT serializable: {:?}",
+            &c.violations[..c.violations.len().min(3)]
+        ),
+        None => println!("checker      not run (use --check)"),
+    }
+    println!(
+        "invariant    {} ({})",
+        if r.invariant.ok { "ok" } else { "VIOLATED" },
+        r.invariant.details.join("; ")
+    );
+    if sim {
+        let run_s = r.run.wall_ns as f64 / 1e9;
+        println!(
+            "simulation   {:.2} s of wall time: {:.0} transactions and {:.2} M events per wall-second; trace hash {:#018x}",
+            run_s,
+            r.attempts_total as f64 / run_s,
+            r.run.events as f64 / run_s / 1e6,
+            r.run.trace_hash
+        );
+    }
+}
+
+fn json_report<R>(
+    a: &BenchArgs,
+    cfg: &TxnConfig,
+    r: &BenchResult<R>,
+    seconds: f64,
+    sim: bool,
+    wall: Duration,
+) -> serde_json::Value {
+    let s = &r.stats;
+    let ph = phase_means(r);
+    let q = |p: f64| s.latency.quantile(p) as f64 / 1e3;
+    let per_type: serde_json::Map<String, serde_json::Value> = hytra_workloads::smallbank::TYPES
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            (n.to_string(), json!({ "commits": s.per_type[i].0, "aborts": s.per_type[i].1 }))
+        })
+        .collect();
+    let aborts: serde_json::Map<String, serde_json::Value> = AbortReason::ALL
+        .iter()
+        .map(|r| (r.name().to_string(), json!(s.aborts[r.index_pub()])))
+        .collect();
+    let mut doc = json!({
+        "command": "bench",
+        "workload": a.workload,
+        "design": cfg.design.name(),
+        "backend": a.backend,
+        "nodes": a.nodes,
+        "workers": a.workers,
+        "coroutines": a.coroutines,
+        "replication": cfg.replication,
+        "seconds": seconds,
+        "seed": a.seed,
+        "config": format!("{cfg:?}"),
+        "throughput_tps": s.commits as f64 / seconds,
+        "abort_rate": s.abort_rate(),
+        "abort_rate_cc": s.cc_abort_rate(),
+        "committed": s.commits,
+        "gave_up": s.gave_up,
+        "aborts": aborts,
+        "latency_us": { "p50": q(0.5), "p90": q(0.9), "p99": q(0.99) },
+        "phases_us": { "execution": ph[0], "validation": ph[1], "logging": ph[2], "commit": ph[3] },
+        "per_type": per_type,
+        "checker": match &r.checker {
+            Some(c) => json!({ "checked": true, "serializable": c.serializable(), "transactions": c.txns, "violations": c.violations.len() }),
+            None => json!({ "checked": false, "serializable": null }),
+        },
+        "invariant_ok": r.invariant.ok,
+        "invariant": r.invariant.details,
+        "location_cache": { "hits": r.cache_hits, "misses": r.cache_misses },
+        "wall_s": wall.as_secs_f64(),
+    });
+    if sim {
+        doc["trace_hash"] = json!(format!("{:#018x}", r.run.trace_hash));
+        // Speed of the simulation itself: the run's wall time, without setup and loading,
+        // and every transaction it simulated (warm-up included).
+        let run_s = r.run.wall_ns as f64 / 1e9;
+        doc["sim"] = json!({
+            "profile": a.profile,
+            "events": r.run.events,
+            "verbs": r.run.verbs,
+            "run_wall_s": run_s,
+            "events_per_wall_s": r.run.events as f64 / run_s,
+            "txn_per_wall_s": r.attempts_total as f64 / run_s,
+        });
+    }
+    doc
+}

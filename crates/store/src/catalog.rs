@@ -1,0 +1,285 @@
+//! Tables, partitions and where their replicas live.
+//!
+//! A table is split into one partition per node (partition `p`'s primary is node `p`);
+//! its backups are the next `R - 1` nodes, so node `n` holds replica slot `r` of
+//! partition `n - r` (slot 0 is its own primary). Every node registers the same regions
+//! in the same order (per table, per slot), so a region key names the same (table, slot)
+//! on every node.
+
+use hytra_fabric::{NodeId, Rkey};
+use thiserror::Error;
+
+use crate::layout::{BUCKET_BYTES, RECORD_HEADER_WORDS};
+
+/// Identifies a table.
+#[derive(Copy, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+pub struct TableId(pub u16);
+
+/// How keys map to partitions.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub enum Partitioner {
+    /// `key % nodes`: neighbouring keys on different nodes (no locality).
+    Modulo,
+    /// `(key / keys_per_partition) % nodes`: ranges of keys together (e.g. by warehouse).
+    Range {
+        /// Keys per range.
+        keys_per_partition: u64,
+    },
+}
+
+/// A table's shape.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct TableSpec {
+    /// Id (its index in the catalog).
+    pub id: TableId,
+    /// Name, for reports.
+    pub name: String,
+    /// Payload words per record.
+    pub payload_words: u16,
+    /// Records one partition holds at most.
+    pub capacity: u64,
+    /// Key to partition.
+    pub partitioner: Partitioner,
+}
+
+/// Why a catalog is refused.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum CatalogError {
+    /// Replication factor 0 or above the node count.
+    #[error("replication factor {replication} is not in 1..={nodes} (the number of nodes)")]
+    Replication {
+        /// Requested factor.
+        replication: u16,
+        /// Nodes in the cluster.
+        nodes: u16,
+    },
+    /// A table spec is unusable.
+    #[error("table {name}: {reason}")]
+    Table {
+        /// Table name.
+        name: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// Geometry of one replica region of a table.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub struct Geometry {
+    /// Main buckets.
+    pub buckets: u64,
+    /// Overflow buckets after them.
+    pub overflow: u64,
+    /// Bytes of one record.
+    pub record_bytes: u64,
+    /// Records the region holds.
+    pub capacity: u64,
+}
+
+impl Geometry {
+    fn of(spec: &TableSpec) -> Geometry {
+        // About five keys per 7-slot bucket: one READ finds most keys, and the index
+        // costs ~26 bytes per record (about one in eight buckets overflows).
+        let buckets = (spec.capacity / 5).max(1);
+        let overflow = spec.capacity / 12 + 16;
+        let record_bytes = (RECORD_HEADER_WORDS + u64::from(spec.payload_words)) * 8;
+        Geometry { buckets, overflow, record_bytes, capacity: spec.capacity }
+    }
+
+    /// Byte offset of bucket `i` (main buckets first, then overflow buckets).
+    pub fn bucket_offset(&self, i: u64) -> u64 {
+        assert!(i < self.buckets + self.overflow, "bucket {i} out of range");
+        i * BUCKET_BYTES
+    }
+
+    /// Byte offset of the first record.
+    pub fn records_offset(&self) -> u64 {
+        (self.buckets + self.overflow) * BUCKET_BYTES
+    }
+
+    /// Byte offset of record slot `i`.
+    pub fn record_offset(&self, i: u64) -> u64 {
+        assert!(i < self.capacity, "record {i} beyond capacity {}", self.capacity);
+        self.records_offset() + i * self.record_bytes
+    }
+
+    /// Bytes of the whole region.
+    pub fn region_bytes(&self) -> u64 {
+        self.records_offset() + self.capacity * self.record_bytes
+    }
+
+    /// Main bucket of a key (mixing, then multiply-shift range reduction).
+    pub fn home_bucket(&self, key: u64) -> u64 {
+        let mut h = key ^ (key >> 31);
+        h = h.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        h ^= h >> 29;
+        ((u128::from(h) * u128::from(self.buckets)) >> 64) as u64
+    }
+}
+
+/// All tables and their placement in a cluster.
+#[derive(Clone, Debug)]
+pub struct Catalog {
+    tables: Vec<(TableSpec, Geometry)>,
+    nodes: u16,
+    replication: u16,
+    /// Key of the first region the store registers (tables follow in order).
+    first_rkey: Rkey,
+}
+
+impl Catalog {
+    /// A catalog for `tables` (ids must be 0, 1, 2, ...) on `nodes` nodes with
+    /// `replication` copies of every partition.
+    pub fn new(
+        tables: Vec<TableSpec>,
+        nodes: u16,
+        replication: u16,
+    ) -> Result<Catalog, CatalogError> {
+        if replication == 0 || replication > nodes {
+            return Err(CatalogError::Replication { replication, nodes });
+        }
+        let mut out = Vec::with_capacity(tables.len());
+        for (i, t) in tables.into_iter().enumerate() {
+            let bad =
+                |reason: &str| CatalogError::Table { name: t.name.clone(), reason: reason.into() };
+            if usize::from(t.id.0) != i {
+                return Err(bad("table ids must be 0, 1, 2, ... in order"));
+            }
+            if t.payload_words == 0 || t.capacity == 0 {
+                return Err(bad("payload and capacity must be positive"));
+            }
+            if let Partitioner::Range { keys_per_partition: 0 } = t.partitioner {
+                return Err(bad("a range partition holds at least one key"));
+            }
+            let g = Geometry::of(&t);
+            out.push((t, g));
+        }
+        Ok(Catalog { tables: out, nodes, replication, first_rkey: Rkey(0) })
+    }
+
+    /// Records where the store's regions start (set by the setup code).
+    pub fn with_first_rkey(mut self, rkey: Rkey) -> Catalog {
+        self.first_rkey = rkey;
+        self
+    }
+
+    /// Nodes.
+    pub fn nodes(&self) -> u16 {
+        self.nodes
+    }
+
+    /// Replication factor.
+    pub fn replication(&self) -> u16 {
+        self.replication
+    }
+
+    /// Tables.
+    pub fn tables(&self) -> impl Iterator<Item = &TableSpec> {
+        self.tables.iter().map(|(t, _)| t)
+    }
+
+    /// A table's spec.
+    pub fn spec(&self, t: TableId) -> &TableSpec {
+        &self.tables[usize::from(t.0)].0
+    }
+
+    /// A table's replica geometry.
+    pub fn geometry(&self, t: TableId) -> Geometry {
+        self.tables[usize::from(t.0)].1
+    }
+
+    /// Partition of a key.
+    pub fn partition(&self, t: TableId, key: u64) -> u16 {
+        let n = u64::from(self.nodes);
+        let p = match self.spec(t).partitioner {
+            Partitioner::Modulo => key % n,
+            Partitioner::Range { keys_per_partition } => (key / keys_per_partition) % n,
+        };
+        p as u16
+    }
+
+    /// Primary node of a partition.
+    pub fn primary(&self, partition: u16) -> NodeId {
+        NodeId(partition)
+    }
+
+    /// Backup nodes of a partition (R - 1 of them).
+    pub fn backups(&self, partition: u16) -> impl Iterator<Item = NodeId> + '_ {
+        (1..self.replication).map(move |r| NodeId((partition + r) % self.nodes))
+    }
+
+    /// Which replica slot of a partition `node` holds, if any (0: the primary).
+    pub fn slot_of(&self, node: NodeId, partition: u16) -> Option<u16> {
+        let r = (node.0 + self.nodes - partition) % self.nodes;
+        (r < self.replication).then_some(r)
+    }
+
+    /// The partition held in replica slot `slot` of `node`.
+    pub fn partition_in_slot(&self, node: NodeId, slot: u16) -> u16 {
+        (node.0 + self.nodes - slot) % self.nodes
+    }
+
+    /// Region key of (table, slot), the same on every node.
+    pub fn rkey(&self, t: TableId, slot: u16) -> Rkey {
+        assert!(slot < self.replication, "slot {slot} beyond replication");
+        Rkey(self.first_rkey.0 + u32::from(t.0) * u32::from(self.replication) + u32::from(slot))
+    }
+
+    /// Regions the store registers per node, in registration order.
+    pub fn regions(&self) -> impl Iterator<Item = (TableId, u16, u64)> + '_ {
+        self.tables
+            .iter()
+            .flat_map(move |(t, g)| (0..self.replication).map(move |s| (t.id, s, g.region_bytes())))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table(id: u16, capacity: u64) -> TableSpec {
+        TableSpec {
+            id: TableId(id),
+            name: format!("t{id}"),
+            payload_words: 1,
+            capacity,
+            partitioner: Partitioner::Modulo,
+        }
+    }
+
+    #[test]
+    fn placement_is_consistent() {
+        let c = Catalog::new(vec![table(0, 100), table(1, 50)], 5, 3).unwrap();
+        for p in 0..5u16 {
+            assert_eq!(c.slot_of(c.primary(p), p), Some(0));
+            for (j, b) in c.backups(p).enumerate() {
+                assert_eq!(c.slot_of(b, p), Some(j as u16 + 1));
+                assert_eq!(c.partition_in_slot(b, j as u16 + 1), p);
+            }
+            let holders = (0..5).filter(|&n| c.slot_of(NodeId(n), p).is_some()).count();
+            assert_eq!(holders, 3);
+        }
+        assert_eq!(c.rkey(TableId(1), 2), Rkey(5));
+        assert_eq!(c.regions().count(), 6);
+    }
+
+    #[test]
+    fn bad_catalogs_are_refused() {
+        assert_eq!(
+            Catalog::new(vec![table(0, 1)], 2, 3).unwrap_err(),
+            CatalogError::Replication { replication: 3, nodes: 2 }
+        );
+        assert!(Catalog::new(vec![table(1, 1)], 2, 1).is_err());
+        assert!(Catalog::new(vec![table(0, 0)], 2, 1).is_err());
+    }
+
+    #[test]
+    fn geometry_fits_the_region() {
+        let g = Geometry::of(&table(0, 1000));
+        assert_eq!(g.buckets, 200);
+        assert_eq!(g.record_offset(999) + g.record_bytes, g.region_bytes());
+        let spread =
+            (0..10_000u64).map(|k| g.home_bucket(k)).collect::<std::collections::BTreeSet<_>>();
+        assert_eq!(spread.len() as u64, g.buckets, "every bucket used");
+    }
+}

@@ -1,0 +1,176 @@
+//! Memory layouts shared by every access path: records and index buckets, as words of a
+//! registered region. A one-sided READ returns exactly these words, so the parsers here
+//! serve the local CPU and remote readers alike.
+//!
+//! Record (words): `lock | version | key | checksum | payload...`
+//!
+//! - `lock`: 0 when free, else the owner (a transaction attempt, see [`Owner`]). ONE lock
+//!   word per record, used by the local, RPC and one-sided paths alike.
+//! - `version`: bumped by one at every commit, whichever path writes the record back; the
+//!   top bit marks the record absent (never inserted, or deleted).
+//! - `key`: the record's key, so that a reader arriving through a stale cache entry or a
+//!   racing index slot can tell it reached the wrong record.
+//! - `checksum`: of version, key and payload, so that a torn read (a READ concurrent with
+//!   a write-back) is detected even when nothing re-checks the version later.
+//!
+//! Bucket (16 words, 128 bytes): 7 slots of `key + 1 | record offset` (0: empty, so that
+//! zeroed memory is an empty index), then the index + 1 of an overflow bucket (0: none),
+//! then a spare word.
+
+/// Words before the payload of a record.
+pub const RECORD_HEADER_WORDS: u64 = 4;
+/// Word offset of the lock word.
+pub const LOCK_WORD: u64 = 0;
+/// Word offset of the version.
+pub const VERSION_WORD: u64 = 1;
+/// Word offset of the key.
+pub const KEY_WORD: u64 = 2;
+/// Word offset of the checksum.
+pub const CHECKSUM_WORD: u64 = 3;
+
+/// Top bit of the version word: the record holds no value.
+pub const ABSENT: u64 = 1 << 63;
+
+/// Slots per bucket.
+pub const SLOTS: usize = 7;
+/// Words per bucket.
+pub const BUCKET_WORDS: u64 = 16;
+/// Bytes per bucket.
+pub const BUCKET_BYTES: u64 = BUCKET_WORDS * 8;
+/// Word of a bucket holding the overflow link.
+pub const NEXT_WORD: u64 = 2 * SLOTS as u64;
+
+/// Slot word of an empty slot.
+pub const EMPTY: u64 = 0;
+/// Slot word of a slot being filled.
+pub const BUSY: u64 = u64::MAX;
+/// Largest usable key (slots hold `key + 1`, and `u64::MAX` marks a busy slot).
+pub const KEY_MAX: u64 = u64::MAX - 2;
+
+/// The slot word that stands for `key`.
+pub fn slot_tag(key: u64) -> u64 {
+    assert!(key <= KEY_MAX, "key {key} is reserved");
+    key + 1
+}
+
+const _: () = assert!(NEXT_WORD < BUCKET_WORDS);
+
+/// Number of a version, without the absent bit.
+pub fn version_number(v: u64) -> u64 {
+    v & !ABSENT
+}
+
+/// Whether a version word says the record holds a value.
+pub fn is_present(v: u64) -> bool {
+    v & ABSENT == 0
+}
+
+/// The checksum of a record's version, key and payload.
+pub fn checksum(version: u64, key: u64, payload: &[u64]) -> u64 {
+    let mut h = 0x243F_6A88_85A3_08D3u64 ^ version;
+    for w in std::iter::once(key).chain(payload.iter().copied()) {
+        h = (h ^ w).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        h ^= h >> 29;
+    }
+    // Never 0, so that an all-zero (never written) record fails verification.
+    h | 1
+}
+
+/// Identifies the holder of a record lock: a transaction attempt of a coroutine of a
+/// worker. Every attempt gets a new `seq`, so a delayed unlock of an old attempt cannot
+/// release a newer attempt's lock.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub struct Owner(pub u64);
+
+impl Owner {
+    /// The owner word of attempt `seq` of coroutine `co` of the worker with dense index
+    /// `worker`.
+    pub fn new(worker: usize, co: u16, seq: u32) -> Owner {
+        assert!(worker < (1 << 24) - 1 && co < 256, "owner fields out of range");
+        Owner(((worker as u64 + 1) << 40) | (u64::from(co) << 32) | u64::from(seq))
+    }
+
+    /// Dense index of the worker that holds the lock (for recovery and diagnostics).
+    pub fn worker(self) -> usize {
+        ((self.0 >> 40) - 1) as usize
+    }
+}
+
+/// A record as read (by the CPU or a one-sided READ).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct RecordHeader {
+    /// Lock word.
+    pub lock: u64,
+    /// Version word (with the absent bit).
+    pub version: u64,
+    /// Key word.
+    pub key: u64,
+    /// Whether the checksum matched (false: torn or never written).
+    pub intact: bool,
+}
+
+impl RecordHeader {
+    /// Parses a record's words (header then payload).
+    pub fn parse(words: &[u64]) -> RecordHeader {
+        let h = RECORD_HEADER_WORDS as usize;
+        assert!(words.len() >= h, "a record has at least its header");
+        let (version, key) = (words[VERSION_WORD as usize], words[KEY_WORD as usize]);
+        let intact = words[CHECKSUM_WORD as usize] == checksum(version, key, &words[h..]);
+        RecordHeader { lock: words[LOCK_WORD as usize], version, key, intact }
+    }
+}
+
+/// Looks `key` up in a bucket's words: `Ok(Some(offset))` if found, `Ok(None)` if not
+/// and the bucket has no overflow, `Err(next)` with the overflow bucket's index if the
+/// search continues there.
+pub fn search_bucket(words: &[u64], key: u64) -> Result<Option<u64>, u64> {
+    assert_eq!(words.len() as u64, BUCKET_WORDS, "a whole bucket");
+    let tag = slot_tag(key);
+    for s in 0..SLOTS {
+        if words[2 * s] == tag {
+            return Ok(Some(words[2 * s + 1]));
+        }
+    }
+    match words[NEXT_WORD as usize] {
+        0 => Ok(None),
+        next => Err(next - 1),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checksum_detects_a_mixed_record() {
+        let old = [5u64, 6, 7];
+        let new = [8u64, 9, 10];
+        let c_old = checksum(3, 42, &old);
+        let c_new = checksum(4, 42, &new);
+        assert_ne!(c_old, c_new);
+        let torn = [8u64, 6, 7];
+        assert_ne!(checksum(4, 42, &torn), c_new);
+        assert_ne!(checksum(3, 42, &torn), c_old);
+        assert_ne!(checksum(0, 0, &[0, 0]), 0, "zeroed memory never verifies");
+    }
+
+    #[test]
+    fn owners_are_distinct_and_nonzero() {
+        let a = Owner::new(0, 0, 0);
+        assert_ne!(a.0, 0);
+        assert_ne!(Owner::new(0, 0, 1), a);
+        assert_ne!(Owner::new(1, 0, 0), a);
+        assert_eq!(Owner::new(383, 7, 9).worker(), 383);
+    }
+
+    #[test]
+    fn bucket_search_follows_the_chain() {
+        let mut b = [EMPTY; BUCKET_WORDS as usize];
+        b[4] = slot_tag(77);
+        b[5] = 4096;
+        assert_eq!(search_bucket(&b, 77), Ok(Some(4096)));
+        assert_eq!(search_bucket(&b, 78), Ok(None));
+        b[NEXT_WORD as usize] = 3;
+        assert_eq!(search_bucket(&b, 78), Err(2));
+    }
+}

@@ -1,0 +1,100 @@
+//! A node's share of the store: the replicas it holds of every table, and its location
+//! cache. Shared by the node's workers (`Arc`), safe across threads: everything inside
+//! is atomics or registered memory.
+
+use std::sync::Arc;
+
+use hytra_fabric::{Backend, BackendError, NodeId, RegionSpec};
+
+use crate::cache::LocationCache;
+use crate::catalog::{Catalog, TableId};
+use crate::replica::Replica;
+
+/// What one node holds.
+pub struct NodeStore {
+    /// The node.
+    pub node: NodeId,
+    catalog: Arc<Catalog>,
+    /// Index: table * replication + slot.
+    replicas: Vec<Replica>,
+    cache: LocationCache,
+}
+
+impl NodeStore {
+    /// Registers every node's store regions on `backend` (the same regions in the same
+    /// order everywhere) and builds the node stores. `cache_bytes` bounds each node's
+    /// location cache (0: none); it is capped at what the tables' keys can fill.
+    pub fn register<B: Backend>(
+        backend: &mut B,
+        catalog: Catalog,
+        cache_bytes: u64,
+    ) -> Result<(Arc<Catalog>, Vec<Arc<NodeStore>>), BackendError> {
+        let nodes = backend.shape().nodes;
+        assert_eq!(catalog.nodes(), nodes, "catalog built for another cluster size");
+        let mut first = None;
+        for (table, slot, bytes) in catalog.regions() {
+            let rkey = backend.register_all(RegionSpec::new(bytes))?;
+            let first = *first.get_or_insert(rkey);
+            let expect = Catalog::clone(&catalog).with_first_rkey(first).rkey(table, slot);
+            assert_eq!(rkey, expect, "store regions registered out of order");
+        }
+        let first = first.expect("a catalog has at least one table");
+        let catalog = Arc::new(catalog.with_first_rkey(first));
+        // A cache needs no more entries than there are keys (twice that, for conflicts);
+        // a larger bound would only spread entries over memory that is never reused.
+        let keys: u64 = catalog.tables().map(|t| t.capacity * u64::from(nodes)).sum();
+        let cache_bytes = cache_bytes.min(keys * 2 * crate::cache::ENTRY_BYTES);
+        let stores = (0..nodes)
+            .map(|n| {
+                let node = NodeId(n);
+                let replicas = catalog
+                    .regions()
+                    .map(|(table, slot, _)| {
+                        let rkey = catalog.rkey(table, slot);
+                        let region = backend.region(node, rkey).expect("region just registered");
+                        let partition = catalog.partition_in_slot(node, slot);
+                        Replica::new(table, slot, partition, rkey, region, catalog.geometry(table))
+                    })
+                    .collect();
+                Arc::new(NodeStore {
+                    node,
+                    catalog: catalog.clone(),
+                    replicas,
+                    cache: LocationCache::new(cache_bytes),
+                })
+            })
+            .collect();
+        Ok((catalog, stores))
+    }
+
+    /// The catalog.
+    pub fn catalog(&self) -> &Catalog {
+        &self.catalog
+    }
+
+    /// Replica slot `slot` of `table` on this node.
+    pub fn replica(&self, table: TableId, slot: u16) -> &Replica {
+        &self.replicas
+            [usize::from(table.0) * usize::from(self.catalog.replication()) + usize::from(slot)]
+    }
+
+    /// This node's replica of `partition` of `table`, if it holds one.
+    pub fn replica_of(&self, table: TableId, partition: u16) -> Option<&Replica> {
+        self.catalog.slot_of(self.node, partition).map(|s| self.replica(table, s))
+    }
+
+    /// The primary replica of `table` on this node.
+    pub fn primary(&self, table: TableId) -> &Replica {
+        self.replica(table, 0)
+    }
+
+    /// The location cache.
+    pub fn cache(&self) -> &LocationCache {
+        &self.cache
+    }
+
+    /// Every replica this node holds.
+    pub fn replicas(&self) -> impl Iterator<Item = &Replica> {
+        self.replicas.iter()
+    }
+}

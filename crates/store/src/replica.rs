@@ -1,0 +1,390 @@
+//! One replica of one table partition on one node: its hash index and records, as
+//! operated by the local CPU (RPC handlers, local transactions, log apply, loading).
+//!
+//! Remote peers reach the same memory with one-sided verbs; the rules that make both
+//! safe together are in docs/INVARIANTS.md (S1-S4). Not for: deciding how a transaction
+//! reaches a record (see `hytra-txn`).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use hytra_fabric::{Region, Rkey};
+use thiserror::Error;
+
+use crate::catalog::{Geometry, TableId};
+use crate::layout::{
+    checksum, slot_tag, Owner, RecordHeader, ABSENT, BUCKET_WORDS, BUSY, CHECKSUM_WORD, EMPTY,
+    KEY_WORD, LOCK_WORD, NEXT_WORD, RECORD_HEADER_WORDS, SLOTS, VERSION_WORD,
+};
+
+/// Stripes of the insert lock: inserts of keys hashing to different stripes proceed in
+/// parallel; lookups never lock.
+const INSERT_STRIPES: usize = 64;
+
+/// Times a CPU read retries a torn record before telling its caller to come back later.
+const TORN_RETRIES: u32 = 64;
+
+/// Why a store operation failed.
+#[derive(Copy, Clone, PartialEq, Eq, Debug, Error)]
+pub enum StoreError {
+    /// The partition is full.
+    #[error("table {0:?}: partition full")]
+    Full(TableId),
+    /// The index ran out of overflow buckets.
+    #[error("table {0:?}: index overflow area full")]
+    IndexFull(TableId),
+    /// The record was being written and stayed torn; retry later.
+    #[error("record torn by a concurrent write")]
+    Torn,
+}
+
+/// What a CPU read of a record saw.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub struct Snapshot {
+    /// Lock word.
+    pub lock: u64,
+    /// Version word (with the absent bit).
+    pub version: u64,
+}
+
+/// One replica region of a table.
+pub struct Replica {
+    /// Table.
+    pub table: TableId,
+    /// Replica slot on this node (0: primary).
+    pub slot: u16,
+    /// Partition held.
+    pub partition: u16,
+    /// Region key, the same on every node for (table, slot).
+    pub rkey: Rkey,
+    region: Region,
+    geom: Geometry,
+    next_record: AtomicU64,
+    next_overflow: AtomicU64,
+    insert_locks: Vec<Mutex<()>>,
+}
+
+impl Replica {
+    /// Wraps a zeroed region of `geom.region_bytes()` (zero is an empty index).
+    pub fn new(
+        table: TableId,
+        slot: u16,
+        partition: u16,
+        rkey: Rkey,
+        region: Region,
+        geom: Geometry,
+    ) -> Replica {
+        assert!(region.len_bytes() >= geom.region_bytes(), "region too small for its table");
+        Replica {
+            table,
+            slot,
+            partition,
+            rkey,
+            region,
+            geom,
+            next_record: AtomicU64::new(0),
+            next_overflow: AtomicU64::new(0),
+            insert_locks: (0..INSERT_STRIPES).map(|_| Mutex::new(())).collect(),
+        }
+    }
+
+    /// The region.
+    pub fn region(&self) -> &Region {
+        &self.region
+    }
+
+    /// The geometry.
+    pub fn geometry(&self) -> Geometry {
+        self.geom
+    }
+
+    /// Byte offset of a key's record, if the key was ever inserted.
+    pub fn lookup(&self, key: u64) -> Option<u64> {
+        let tag = slot_tag(key);
+        let mut bucket = self.geom.home_bucket(key);
+        loop {
+            let base = self.geom.bucket_offset(bucket);
+            for s in 0..SLOTS as u64 {
+                // Acquire on the tag orders the offset load after the inserter's store of
+                // it (S2).
+                if self.region.load(base + 16 * s) == tag {
+                    return Some(self.region.load(base + 16 * s + 8));
+                }
+            }
+            match self.region.load(base + NEXT_WORD * 8) {
+                0 => return None,
+                next => bucket = self.geom.buckets + next - 1,
+            }
+        }
+    }
+
+    /// The record of `key`, inserting an absent one if there is none. Inserts of one
+    /// replica are serialised per stripe; readers never wait.
+    pub fn lookup_or_insert(&self, key: u64) -> Result<u64, StoreError> {
+        if let Some(off) = self.lookup(key) {
+            return Ok(off);
+        }
+        let home = self.geom.home_bucket(key);
+        let _guard =
+            self.insert_locks[(home as usize) % INSERT_STRIPES].lock().expect("no insert panicked");
+        if let Some(off) = self.lookup(key) {
+            return Ok(off);
+        }
+        let slot = self.next_record.fetch_add(1, Ordering::Relaxed);
+        if slot >= self.geom.capacity {
+            return Err(StoreError::Full(self.table));
+        }
+        let off = self.geom.record_offset(slot);
+        self.init_record(off, key);
+        self.link(home, key, off)?;
+        Ok(off)
+    }
+
+    fn init_record(&self, off: u64, key: u64) {
+        let payload_words = (self.geom.record_bytes / 8 - RECORD_HEADER_WORDS) as usize;
+        let zeros = vec![0u64; payload_words];
+        let words = [ABSENT, key, checksum(ABSENT, key, &zeros)];
+        self.region.write_words(off + VERSION_WORD * 8, &words);
+        debug_assert_eq!(self.region.load(off + LOCK_WORD * 8), 0);
+    }
+
+    /// Puts `key -> off` into the first free slot of the chain from `bucket`.
+    fn link(&self, mut bucket: u64, key: u64, off: u64) -> Result<(), StoreError> {
+        loop {
+            let base = self.geom.bucket_offset(bucket);
+            for s in 0..SLOTS as u64 {
+                let at = base + 16 * s;
+                if self.region.cas(at, EMPTY, BUSY) == EMPTY {
+                    // Offset first, tag last with release (S2).
+                    self.region.store(at + 8, off);
+                    self.region.store(at, slot_tag(key));
+                    return Ok(());
+                }
+            }
+            let next_at = base + NEXT_WORD * 8;
+            bucket = match self.region.load(next_at) {
+                0 => {
+                    let n = self.next_overflow.fetch_add(1, Ordering::Relaxed);
+                    if n >= self.geom.overflow {
+                        return Err(StoreError::IndexFull(self.table));
+                    }
+                    // The stripe lock makes us the only writer of this chain's tail.
+                    self.region.store(next_at, n + 1);
+                    self.geom.buckets + n
+                }
+                next => self.geom.buckets + next - 1,
+            };
+        }
+    }
+
+    /// Whether `off` is the offset of `key`'s record here: a cheap check of an offset
+    /// learned elsewhere (a primary's, when replicas were loaded alike), instead of a
+    /// lookup. The record header's key word is immutable once the record exists.
+    pub fn holds(&self, off: u64, key: u64) -> bool {
+        let records = self.geom.records_offset();
+        let allocated = self.geom.record_offset(0) + self.len() * self.geom.record_bytes;
+        off >= records
+            && off < allocated
+            && (off - records) % self.geom.record_bytes == 0
+            && self.region.load(off + KEY_WORD * 8) == key
+    }
+
+    /// Reads a record's lock, version and payload (into `payload`), retrying while it is
+    /// torn by a concurrent write-back.
+    pub fn read(&self, off: u64, key: u64, payload: &mut [u64]) -> Result<Snapshot, StoreError> {
+        let h = RECORD_HEADER_WORDS as usize;
+        let mut words = [0u64; 64];
+        let n = h + payload.len();
+        assert!(n <= words.len(), "payload of {} words exceeds the read buffer", payload.len());
+        for _ in 0..TORN_RETRIES {
+            self.region.read_words(off, &mut words[..n]);
+            let header = RecordHeader::parse(&words[..n]);
+            if header.intact {
+                assert_eq!(header.key, key, "index led to another key's record");
+                payload.copy_from_slice(&words[h..n]);
+                return Ok(Snapshot { lock: header.lock, version: header.version });
+            }
+            std::hint::spin_loop();
+        }
+        Err(StoreError::Torn)
+    }
+
+    /// Lock and version words (no payload, no checksum: enough to validate).
+    pub fn header(&self, off: u64) -> Snapshot {
+        // Lock before version (S3): a writer that locks after the lock load is serialised
+        // after the reader; one that wrote back before the version load shows its version.
+        let lock = self.region.load(off + LOCK_WORD * 8);
+        let version = self.region.load(off + VERSION_WORD * 8);
+        Snapshot { lock, version }
+    }
+
+    /// CPU compare-and-swap of the lock word from free to `owner`; the current owner if
+    /// it is held (or `owner` itself, when a duplicate request locks again).
+    pub fn try_lock(&self, off: u64, owner: Owner) -> Result<(), u64> {
+        match self.region.cas(off + LOCK_WORD * 8, 0, owner.0) {
+            0 => Ok(()),
+            o if o == owner.0 => Ok(()),
+            o => Err(o),
+        }
+    }
+
+    /// Releases a lock held by `owner`; a no-op if someone else holds it (a delayed or
+    /// duplicated release of an older attempt).
+    pub fn unlock_if(&self, off: u64, owner: Owner) -> bool {
+        self.region.cas(off + LOCK_WORD * 8, owner.0, 0) == owner.0
+    }
+
+    /// Releases a lock the caller knows it holds (a plain store, safe with NIC atomics:
+    /// nobody else can change a held lock word).
+    pub fn unlock(&self, off: u64) {
+        self.region.store(off + LOCK_WORD * 8, 0);
+    }
+
+    /// Writes version, key, checksum and payload (not the lock word) as one publication.
+    pub fn write_back(&self, off: u64, version: u64, key: u64, payload: &[u64]) {
+        let mut words = [0u64; 64];
+        let n = 3 + payload.len();
+        words[0] = version;
+        words[1] = key;
+        words[2] = checksum(version, key, payload);
+        words[3..n].copy_from_slice(payload);
+        const _: () = assert!(KEY_WORD == VERSION_WORD + 1 && CHECKSUM_WORD == KEY_WORD + 1);
+        self.region.write_words(off + VERSION_WORD * 8, &words[..n]);
+    }
+
+    /// Loads an initial value: inserts the key and writes version 0.
+    pub fn load(&self, key: u64, payload: &[u64]) -> Result<u64, StoreError> {
+        let off = self.lookup_or_insert(key)?;
+        self.write_back(off, 0, key, payload);
+        Ok(off)
+    }
+
+    /// Records allocated so far.
+    pub fn len(&self) -> u64 {
+        self.next_record.load(Ordering::Relaxed).min(self.geom.capacity)
+    }
+
+    /// Whether no record was allocated.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Every allocated record as (offset, key), in allocation order.
+    pub fn records(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        (0..self.len()).map(move |i| {
+            let off = self.geom.record_offset(i);
+            (off, self.region.load(off + KEY_WORD * 8))
+        })
+    }
+
+    /// Payload words of this table's records.
+    pub fn payload_words(&self) -> usize {
+        (self.geom.record_bytes / 8 - RECORD_HEADER_WORDS) as usize
+    }
+
+    /// Words of one bucket, for checks and tests.
+    pub fn bucket_words(&self, i: u64) -> [u64; BUCKET_WORDS as usize] {
+        let mut w = [0u64; BUCKET_WORDS as usize];
+        self.region.read_words(self.geom.bucket_offset(i), &mut w);
+        w
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::{Catalog, Partitioner, TableSpec};
+    use crate::layout::{is_present, search_bucket, version_number};
+
+    fn replica(capacity: u64) -> Replica {
+        let spec = TableSpec {
+            id: TableId(0),
+            name: "t".into(),
+            payload_words: 2,
+            capacity,
+            partitioner: Partitioner::Modulo,
+        };
+        let c = Catalog::new(vec![spec], 1, 1).unwrap();
+        let g = c.geometry(TableId(0));
+        Replica::new(TableId(0), 0, 0, Rkey(0), Region::zeroed(g.region_bytes()), g)
+    }
+
+    #[test]
+    fn load_lookup_read_write_back() {
+        let r = replica(100);
+        for k in 0..100 {
+            r.load(k * 7, &[k, k + 1]).unwrap();
+        }
+        assert_eq!(r.load(5000, &[0, 0]), Err(StoreError::Full(TableId(0))));
+        let off = r.lookup(21).unwrap();
+        let mut p = [0u64; 2];
+        let s = r.read(off, 21, &mut p).unwrap();
+        assert_eq!((s.lock, version_number(s.version), p), (0, 0, [3, 4]));
+        assert!(is_present(s.version));
+        r.write_back(off, 1, 21, &[9, 9]);
+        assert_eq!(r.read(off, 21, &mut p).unwrap().version, 1);
+        assert_eq!(p, [9, 9]);
+        assert_eq!(r.lookup(22), None);
+        assert_eq!(r.records().count(), 100);
+    }
+
+    #[test]
+    fn overflow_chains_are_searchable_remotely_too() {
+        let r = replica(64);
+        // 12 buckets, 60 keys: some buckets must overflow their 7 slots.
+        for k in 0..60u64 {
+            r.lookup_or_insert(k).unwrap();
+        }
+        for k in 0..60u64 {
+            let mut b = r.geometry().home_bucket(k);
+            let found = loop {
+                match search_bucket(&r.bucket_words(b), k) {
+                    Ok(found) => break found,
+                    Err(next) => b = r.geometry().buckets + next,
+                }
+            };
+            assert_eq!(found, r.lookup(k), "key {k}");
+        }
+    }
+
+    #[test]
+    fn locks_have_one_owner() {
+        let r = replica(4);
+        let off = r.lookup_or_insert(1).unwrap();
+        let (a, b) = (Owner::new(0, 0, 1), Owner::new(1, 0, 1));
+        assert_eq!(r.try_lock(off, a), Ok(()));
+        assert_eq!(r.try_lock(off, a), Ok(()), "a duplicate request is harmless");
+        assert_eq!(r.try_lock(off, b), Err(a.0));
+        assert!(!r.unlock_if(off, b));
+        assert!(!r.unlock_if(off, Owner::new(0, 0, 0)), "an older attempt cannot unlock");
+        assert!(r.unlock_if(off, a));
+        assert_eq!(r.header(off).lock, 0);
+    }
+
+    #[test]
+    fn a_torn_record_is_reported_not_returned() {
+        let r = replica(4);
+        let off = r.load(1, &[1, 1]).unwrap();
+        // A half-done write-back: new payload, old checksum.
+        r.region().store(off + (RECORD_HEADER_WORDS + 1) * 8, 77);
+        let mut p = [0u64; 2];
+        assert_eq!(r.read(off, 1, &mut p), Err(StoreError::Torn));
+    }
+
+    #[test]
+    fn concurrent_inserts_of_one_key_give_one_record() {
+        let r = std::sync::Arc::new(replica(1000));
+        let offs: Vec<u64> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..4)
+                .map(|_| {
+                    s.spawn(|| (0..200).map(|k| r.lookup_or_insert(k).unwrap()).collect::<Vec<_>>())
+                })
+                .collect();
+            hs.into_iter().flat_map(|h| h.join().unwrap()).collect()
+        });
+        assert_eq!(r.len(), 200, "each key inserted once");
+        for (i, off) in offs.iter().enumerate() {
+            assert_eq!(Some(*off), r.lookup(i as u64 % 200));
+        }
+    }
+}

@@ -1,0 +1,245 @@
+//! How transactions run: a strategy per phase, the optimisation switches, and the design
+//! presets of DrTM+H Table 4. Everything is chosen at run time.
+
+use thiserror::Error;
+
+/// How the execution phase (and the read phase of read-only transactions) reaches a
+/// remote record.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub enum ExecStrategy {
+    /// One-sided: READ the index bucket(s), then READ the record (FaRM, no cache).
+    OneSided,
+    /// One-sided with the location cache: one READ on a hit, a traversal on a miss that
+    /// fills the cache (DrTM+R).
+    OneSidedCached,
+    /// An RPC to the primary (FaSST).
+    TwoSided,
+    /// One READ on a cache hit; on a miss an RPC that also returns the record's address
+    /// and fills the cache (DrTM+H §6.1).
+    Hybrid,
+}
+
+/// How the write set is locked.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub enum LockStrategy {
+    /// CAS, with a READ of the version behind it in the same doorbell (DrTM+R, DrTM+H).
+    OneSided,
+    /// An RPC to the primary, which locks with a CPU CAS (FaRM).
+    TwoSided,
+    /// Lock while executing, by the read RPC of a record read for update (FaSST).
+    AtExecution,
+}
+
+/// How the read set is validated, and how logs and commits are sent.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub enum Primitive {
+    /// One-sided verbs.
+    OneSided,
+    /// RPC.
+    TwoSided,
+}
+
+/// A named preset.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub enum Design {
+    /// Hybrid: the best primitive per phase (DrTM+H).
+    DrtmH,
+    /// All two-sided, lock at execution (FaSST).
+    Fasst,
+    /// One-sided execution without cache, RPC lock + READ validation, one-sided log, RPC
+    /// commit (FaRM).
+    Farm,
+    /// All one-sided with the location cache, CAS lock (DrTM+R without HTM).
+    DrtmR,
+}
+
+impl Design {
+    /// Every preset.
+    pub const ALL: [Design; 4] = [Design::DrtmH, Design::Fasst, Design::Farm, Design::DrtmR];
+
+    /// Name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Design::DrtmH => "drtmh",
+            Design::Fasst => "fasst",
+            Design::Farm => "farm",
+            Design::DrtmR => "drtmr",
+        }
+    }
+
+    /// Parses a name.
+    pub fn parse(s: &str) -> Option<Design> {
+        Design::ALL.into_iter().find(|d| d.name() == s)
+    }
+}
+
+/// Planted faults that must make the checker fail (for testing the checker only).
+#[derive(Copy, Clone, PartialEq, Eq, Debug, Default)]
+pub struct PlantedFaults {
+    /// Skip validation of the read set: write skew and lost updates get through.
+    pub skip_read_validation: bool,
+    /// Commit without bumping the version: later readers cannot see the change.
+    pub skip_version_bump: bool,
+}
+
+/// CPU costs the engine charges in the simulator for its own work (the fabric and the
+/// runtime charge theirs). Assumptions of a few tens of cycles per step, kept small: the
+/// papers give no per-operation CPU figure below whole phases.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub struct TxnCosts {
+    /// Starting or finishing a transaction attempt (bookkeeping of the access set).
+    pub txn_ns: u64,
+    /// Handling one record in any phase (copying, checksumming, building a request).
+    pub record_ns: u64,
+}
+
+impl Default for TxnCosts {
+    fn default() -> Self {
+        TxnCosts { txn_ns: 100, record_ns: 20 }
+    }
+}
+
+/// Everything that decides how transactions run.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub struct TxnConfig {
+    /// The preset this was built from (for reports).
+    pub design: Design,
+    /// Execution / read phase.
+    pub exec: ExecStrategy,
+    /// Locking.
+    pub lock: LockStrategy,
+    /// Read-set validation (and the validation of read-only transactions).
+    pub validate: Primitive,
+    /// Logging to backups.
+    pub log: Primitive,
+    /// Write-back and unlock.
+    pub commit: Primitive,
+    /// Passive ACK for the commit phase: its acknowledgement is collected off the
+    /// critical path.
+    pub passive_ack: bool,
+    /// Outstanding requests: reads of one transaction in parallel (speculative parallel
+    /// reads), and the locks, validations and logs of a phase in parallel.
+    pub outstanding: bool,
+    /// Inline small WRITEs (commit write-backs).
+    pub inline: bool,
+    /// Bytes of each node's location cache (0: none).
+    pub cache_bytes: u64,
+    /// Copies of every partition (primary included).
+    pub replication: u16,
+    /// Attempts of one transaction before giving up.
+    pub retries_max: u32,
+    /// Bytes of each log ring (one per coordinator worker and backup node).
+    pub log_ring_bytes: u64,
+    /// Send a lazy reclaim to a backup after this many bytes of its log are committed.
+    pub reclaim_after_bytes: u64,
+    /// CPU costs in the simulator.
+    pub costs: TxnCosts,
+    /// Test-only faults.
+    pub faults: PlantedFaults,
+}
+
+/// Why a configuration is refused.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum ConfigError {
+    /// A combination that cannot work.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// Location cache size of the presets that use one: "a 300MB index cache on each
+/// machine" (DrTM+H §5.1).
+pub const CACHE_BYTES_DEFAULT: u64 = 300 << 20;
+
+impl TxnConfig {
+    /// The preset of a design, with 3-way replication.
+    pub fn preset(design: Design) -> TxnConfig {
+        use ExecStrategy as E;
+        use Primitive::{OneSided as I, TwoSided as II};
+        let base = TxnConfig {
+            design,
+            exec: E::Hybrid,
+            lock: LockStrategy::OneSided,
+            validate: I,
+            log: I,
+            commit: I,
+            passive_ack: true,
+            outstanding: true,
+            inline: true,
+            cache_bytes: CACHE_BYTES_DEFAULT,
+            replication: 3,
+            retries_max: 64,
+            log_ring_bytes: 32 << 10,
+            reclaim_after_bytes: 4 << 10,
+            costs: TxnCosts::default(),
+            faults: PlantedFaults::default(),
+        };
+        match design {
+            Design::DrtmH => base,
+            // Passive ACK is DrTM+H's own optimisation (§3.2); the emulations of earlier
+            // systems run with every other optimisation on (§6.3) but not that one.
+            Design::Fasst => TxnConfig {
+                passive_ack: false,
+                exec: E::TwoSided,
+                lock: LockStrategy::AtExecution,
+                validate: II,
+                log: II,
+                commit: II,
+                cache_bytes: 0,
+                ..base
+            },
+            Design::Farm => TxnConfig {
+                passive_ack: false,
+                exec: E::OneSided,
+                lock: LockStrategy::TwoSided,
+                validate: I,
+                log: I,
+                commit: II,
+                cache_bytes: 0,
+                ..base
+            },
+            Design::DrtmR => TxnConfig { passive_ack: false, exec: E::OneSidedCached, ..base },
+        }
+    }
+
+    /// Checks the combination against the cluster and the fabric.
+    pub fn validate(&self, nodes: u16) -> Result<(), ConfigError> {
+        let bad = |m: String| Err(ConfigError::Invalid(m));
+        if self.replication == 0 || self.replication > nodes {
+            return bad(format!(
+                "replication factor {} is not in 1..={nodes} (the number of nodes)",
+                self.replication
+            ));
+        }
+        if matches!(self.exec, ExecStrategy::OneSidedCached | ExecStrategy::Hybrid)
+            && self.cache_bytes == 0
+        {
+            return bad(format!(
+                "execution strategy {:?} needs a location cache (cache_bytes > 0)",
+                self.exec
+            ));
+        }
+        if (self.commit == Primitive::OneSided) != (self.lock == LockStrategy::OneSided) {
+            // Whoever locks a record unlocks it: a NIC lock word must not be released by
+            // a CPU (the commit RPC's handler) on fabrics whose atomics are not coherent
+            // with the CPU's (M6), and a CPU lock is released by its primary's CPU.
+            return bad("commit must be one-sided exactly when locking is one-sided".into());
+        }
+        if self.lock == LockStrategy::AtExecution && self.exec != ExecStrategy::TwoSided {
+            return bad("locking at execution rides on the two-sided read RPC".into());
+        }
+        if self.retries_max == 0 || self.log_ring_bytes < 4096 || self.log_ring_bytes % 8 != 0 {
+            return bad(
+                "retries_max must be positive and log rings at least 4096 bytes (a multiple of 8)"
+                    .into(),
+            );
+        }
+        Ok(())
+    }
+
+    /// Whether lock words are changed by the NIC (CAS through the fabric) rather than by
+    /// CPUs. On fabrics whose atomics are not coherent with the CPU's, all lock changes
+    /// must then go through the NIC, local records included (docs/INVARIANTS.md M6).
+    pub fn nic_locks(&self) -> bool {
+        self.lock == LockStrategy::OneSided
+    }
+}

@@ -1,0 +1,313 @@
+//! Setting the engine up on a cluster, and the state its workers share.
+//!
+//! [`Engine::setup`] registers the store, log and scratch regions on a backend and builds
+//! one [`NodeEngine`] per node. [`Engine::install`] turns a runtime worker into a
+//! transaction worker: it registers the RPC handlers and starts the background task that
+//! collects passive acknowledgements and flushes logs at the end. Coroutines then get a
+//! [`TxnCtx`](crate::TxnCtx) from the returned [`WorkerTxn`].
+
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::task::Waker;
+
+use hytra_check::TxnRecord;
+use hytra_fabric::{
+    Backend, BackendError, Endpoint, LocalAddr, NodeId, Region, RegionSpec, Rkey, WorkerId,
+};
+use hytra_rt::{CallTicket, Co, RpcError, RpcType, Worker};
+use hytra_store::{Catalog, NodeStore};
+use thiserror::Error;
+
+use crate::config::{ConfigError, TxnConfig};
+use crate::log::{LogLayout, RingOut};
+use crate::stats::TxnStats;
+use crate::{handlers, wire};
+
+/// Scratch memory of one coroutine: destinations of READs and atomics, log entries and
+/// commit payloads staged for one-sided WRITEs.
+pub const SCRATCH_CO_BYTES: u64 = 64 << 10;
+/// The part of a coroutine's scratch reset at every attempt; the rest holds commit
+/// payloads until the coroutine's next commit (docs/INVARIANTS.md M5).
+pub const SCRATCH_ATTEMPT_BYTES: u64 = 48 << 10;
+
+/// Why the engine could not be set up.
+#[derive(Debug, Error)]
+pub enum EngineError {
+    /// The configuration does not fit the cluster.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The backend refused a region.
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+}
+
+/// Where each coroutine's scratch memory is.
+#[derive(Copy, Clone, Debug)]
+pub struct ScratchLayout {
+    /// Region key (the same on every node).
+    pub rkey: Rkey,
+    /// Coroutines per worker the region was sized for.
+    pub coroutines: u16,
+}
+
+impl ScratchLayout {
+    /// Start of the scratch of coroutine `co` of worker `index` on its node.
+    pub fn base(&self, index: u16, co: u16) -> LocalAddr {
+        assert!(
+            co < self.coroutines,
+            "coroutine {co} has no scratch (sized for {})",
+            self.coroutines
+        );
+        let slot = u64::from(index) * u64::from(self.coroutines) + u64::from(co);
+        LocalAddr { rkey: self.rkey, offset: slot * SCRATCH_CO_BYTES }
+    }
+}
+
+/// What the workers of one node share.
+pub struct NodeEngine {
+    /// The node.
+    pub node: NodeId,
+    /// How transactions run.
+    pub cfg: TxnConfig,
+    /// Tables and placement.
+    pub catalog: Arc<Catalog>,
+    /// This node's replicas and location cache.
+    pub store: Arc<NodeStore>,
+    /// Log rings layout.
+    pub log: LogLayout,
+    /// This node's log region.
+    pub log_region: Region,
+    /// Scratch layout.
+    pub scratch: ScratchLayout,
+}
+
+/// The engine on a cluster: one [`NodeEngine`] per node.
+pub struct Engine {
+    /// Tables and placement.
+    pub catalog: Arc<Catalog>,
+    /// Per node.
+    pub nodes: Vec<Arc<NodeEngine>>,
+    /// Configuration.
+    pub cfg: TxnConfig,
+}
+
+impl Engine {
+    /// Registers every region the engine needs on `backend` and builds the node engines.
+    /// `coroutines` bounds the coroutines per worker that will run transactions.
+    pub fn setup<B: Backend>(
+        backend: &mut B,
+        catalog: Catalog,
+        cfg: TxnConfig,
+        coroutines: u16,
+    ) -> Result<Engine, EngineError> {
+        let shape = backend.shape();
+        cfg.validate(shape.nodes)?;
+        if catalog.replication() != cfg.replication {
+            return Err(ConfigError::Invalid(
+                "catalog and configuration disagree on replication".into(),
+            )
+            .into());
+        }
+        let (catalog, stores) = NodeStore::register(backend, catalog, cfg.cache_bytes)?;
+        let log_bytes = LogLayout {
+            rkey: Rkey(0),
+            ring_bytes: cfg.log_ring_bytes,
+            rings: shape.workers_total() as u64,
+        }
+        .region_bytes();
+        let log_rkey = backend.register_all(RegionSpec::new(log_bytes))?;
+        let log = LogLayout {
+            rkey: log_rkey,
+            ring_bytes: cfg.log_ring_bytes,
+            rings: shape.workers_total() as u64,
+        };
+        let scratch_bytes =
+            u64::from(shape.workers_per_node) * u64::from(coroutines.max(1)) * SCRATCH_CO_BYTES;
+        let scratch = ScratchLayout {
+            rkey: backend.register_all(RegionSpec::new(scratch_bytes))?,
+            coroutines: coroutines.max(1),
+        };
+        let nodes = stores
+            .into_iter()
+            .map(|store| {
+                let node = store.node;
+                let log_region =
+                    backend.region(node, log.rkey).expect("log region just registered");
+                Arc::new(NodeEngine {
+                    node,
+                    cfg,
+                    catalog: catalog.clone(),
+                    store,
+                    log,
+                    log_region,
+                    scratch,
+                })
+            })
+            .collect();
+        Ok(Engine { catalog, nodes, cfg })
+    }
+
+    /// Makes `w` a transaction worker: registers the engine's RPC handlers and starts its
+    /// background task. `record_history` keeps every committed transaction for the checker.
+    pub fn install<E: Endpoint + 'static>(
+        &self,
+        w: &mut Worker<E>,
+        record_history: bool,
+    ) -> Rc<WorkerTxn> {
+        let co = w.co();
+        let me = co.me();
+        let node = self.nodes[usize::from(me.node.0)].clone();
+        handlers::register(w, &node);
+        let wt = Rc::new(WorkerTxn {
+            node,
+            me,
+            me_idx: co.shape().worker_index(me),
+            coherent: co.caps().atomics_coherent,
+            rings: RefCell::new(vec![RingOut::default(); usize::from(co.shape().nodes)]),
+            acks: RefCell::new(VecDeque::new()),
+            acker: RefCell::new(None),
+            stats: RefCell::new(TxnStats::default()),
+            history: RefCell::new(record_history.then(Vec::new)),
+            active: Cell::new(0),
+            window: Cell::new((0, u64::MAX)),
+            commits_total: Cell::new(0),
+            buffers: RefCell::new(Vec::new()),
+        });
+        let bg = wt.clone();
+        w.spawn(move |co| async move { crate::commit::background(co, bg).await });
+        wt
+    }
+}
+
+/// An acknowledgement to collect off the critical path: a two-sided commit (passive
+/// ACK) or a final log reclaim. The request is kept so it can be sent again.
+pub(crate) struct PendingAck {
+    pub(crate) dest: WorkerId,
+    pub(crate) ty: RpcType,
+    pub(crate) bytes: Vec<u8>,
+    pub(crate) call: Option<CallTicket>,
+}
+
+/// State a worker's coroutines, handlers and background task share.
+pub struct WorkerTxn {
+    /// The node's engine.
+    pub node: Arc<NodeEngine>,
+    /// This worker.
+    pub me: WorkerId,
+    /// Its dense index in the cluster (its log ring number).
+    pub me_idx: usize,
+    /// Whether the fabric's atomics are coherent with CPU atomics.
+    pub coherent: bool,
+    /// This worker's rings at every node (indexed by node).
+    pub(crate) rings: RefCell<Vec<RingOut>>,
+    pub(crate) acks: RefCell<VecDeque<PendingAck>>,
+    pub(crate) acker: RefCell<Option<Waker>>,
+    pub(crate) stats: RefCell<TxnStats>,
+    pub(crate) history: RefCell<Option<Vec<TxnRecord>>>,
+    /// Coroutines currently running transactions (the background task ends after them).
+    pub(crate) active: Cell<u32>,
+    /// Transactions finishing in `[start, end)` are counted.
+    pub(crate) window: Cell<(u64, u64)>,
+    /// Commits in the whole run, window or not.
+    pub(crate) commits_total: Cell<u64>,
+    /// Request buffers that outlive a coroutine's step (queued for acknowledgement).
+    buffers: RefCell<Vec<Vec<u8>>>,
+}
+
+impl WorkerTxn {
+    /// A context for coroutine `co_index` (one per coroutine; at most the number of
+    /// coroutines the engine was set up for).
+    pub fn ctx<E: Endpoint>(self: &Rc<Self>, co: Co<E>, co_index: u16) -> crate::TxnCtx<E> {
+        self.active.set(self.active.get() + 1);
+        crate::TxnCtx::new(co, self.clone(), co_index)
+    }
+
+    /// Counts only transactions that finish in `[start_ns, end_ns)` (warm-up excluded).
+    pub fn set_window(&self, start_ns: u64, end_ns: u64) {
+        self.window.set((start_ns, end_ns));
+    }
+
+    /// Counts a transaction abandoned after too many attempts.
+    pub fn gave_up(&self, _ty: u8) {
+        self.stats.borrow_mut().gave_up += 1;
+    }
+
+    /// Transactions committed in the whole run (warm-up included).
+    pub fn finished_total(&self) -> u64 {
+        self.commits_total.get()
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> TxnStats {
+        self.stats.borrow().clone()
+    }
+
+    /// The committed transactions recorded (empty unless recording was asked for).
+    pub fn take_history(&self) -> Vec<TxnRecord> {
+        self.history.borrow_mut().as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
+    /// A cleared request buffer from the pool (allocated only while the pool grows).
+    pub(crate) fn take_buffer(&self) -> Vec<u8> {
+        let mut b = self.buffers.borrow_mut().pop().unwrap_or_default();
+        b.clear();
+        b
+    }
+
+    /// Returns a buffer to the pool.
+    pub(crate) fn give_buffer(&self, b: Vec<u8>) {
+        if b.capacity() > 0 {
+            self.buffers.borrow_mut().push(b);
+        }
+    }
+
+    pub(crate) fn push_ack(&self, ack: PendingAck) {
+        self.acks.borrow_mut().push_back(ack);
+        if let Some(w) = self.acker.borrow_mut().take() {
+            w.wake();
+        }
+    }
+
+    /// Called when a transaction coroutine ends (its context is dropped).
+    pub(crate) fn coroutine_done(&self) {
+        self.active.set(self.active.get() - 1);
+        if let Some(w) = self.acker.borrow_mut().take() {
+            w.wake();
+        }
+    }
+
+    /// The worker of `node` that applies this worker's log ring there: the one with the
+    /// same index, so every backup worker owns one ring per node of the cluster.
+    pub(crate) fn ring_owner(&self, node: NodeId) -> WorkerId {
+        WorkerId { node, index: self.me.index }
+    }
+}
+
+/// Sends `bytes` as a call of type `ty` to `dest` until a reply comes, for messages that
+/// must get through (unlocks, synchronous reclaims). Gives up only if the request cannot
+/// be sent at all.
+pub(crate) async fn call_reliably<E: Endpoint>(
+    co: &Co<E>,
+    dest: WorkerId,
+    ty: RpcType,
+    bytes: &[u8],
+) -> Result<u64, RpcError> {
+    loop {
+        let t = match co.call(dest, ty, bytes) {
+            Ok(t) => t,
+            Err(RpcError::Busy) => {
+                co.yield_now().await;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        match co.reply(t, wire::decode_word).await {
+            Ok(Some(v)) => return Ok(v),
+            Ok(None) => return Err(RpcError::Remote(hytra_rt::RemoteError::ReplyTooLarge)),
+            Err(RpcError::TimedOut) => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}

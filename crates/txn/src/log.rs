@@ -1,0 +1,331 @@
+//! Redo logs on backups: ring buffers, entries, and their application.
+//!
+//! Every node has one log region holding a ring per coordinator worker of the cluster
+//! and, before the rings, one head word per ring. A coordinator appends entries to its
+//! ring at a backup (one-sided WRITE, or an RPC whose handler copies them in); an entry
+//! carries its length in its first and last word, so a torn or partial entry is never
+//! mistaken for a whole one. The backup applies entries lazily, when the coordinator
+//! tells it how far its log is committed (RECLAIM), then advances the ring's head word,
+//! which the coordinator reads to learn its credit (docs/INVARIANTS.md L1-L4).
+//!
+//! Entry (words): `LOG | len`, owner, record count, then per record
+//! `table << 48 | payload words << 32 | flags`, key, version word, the record's offset at
+//! its primary (a hint: replicas loaded alike hold it at the same offset), payload; last,
+//! `LOG | len` again. A ring position that cannot fit the next entry holds `SKIP` and the entry
+//! starts over at offset 0.
+
+use std::collections::VecDeque;
+
+use hytra_fabric::{Region, Rkey};
+use hytra_store::{NodeStore, TableId};
+
+/// Marks the first and last word of an entry (with its length in words below bit 40).
+pub const LOG_MAGIC: u64 = 0x004C_4F47 << 40;
+/// Marks the rest of a ring, up to its end, as unused.
+pub const SKIP: u64 = 0x0053_4B50 << 40;
+const MAGIC_MASK: u64 = !((1 << 40) - 1);
+
+/// Flag of a logged record: the write deletes it.
+pub const LOGGED_DELETE: u64 = 1;
+
+/// Largest entry, in words: one entry must travel in one RPC frame (two-sided logging)
+/// and fit a ring comfortably. Bigger logs are split into several entries.
+pub const ENTRY_WORDS_MAX: usize = 500;
+
+/// Where the rings and head words are in a node's log region.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct LogLayout {
+    /// The log region's key (the same on every node).
+    pub rkey: Rkey,
+    /// Bytes per ring.
+    pub ring_bytes: u64,
+    /// Rings per node: one per worker of the cluster.
+    pub rings: u64,
+}
+
+impl LogLayout {
+    /// Bytes of the head words, rounded to a cache line.
+    fn heads_bytes(&self) -> u64 {
+        (self.rings * 8).div_ceil(64) * 64
+    }
+
+    /// Bytes of a node's log region.
+    pub fn region_bytes(&self) -> u64 {
+        self.heads_bytes() + self.rings * self.ring_bytes
+    }
+
+    /// Offset of coordinator `c`'s head word.
+    pub fn head_offset(&self, c: usize) -> u64 {
+        assert!((c as u64) < self.rings, "coordinator {c} has no ring");
+        c as u64 * 8
+    }
+
+    /// Offset of coordinator `c`'s ring.
+    pub fn ring_offset(&self, c: usize) -> u64 {
+        assert!((c as u64) < self.rings, "coordinator {c} has no ring");
+        self.heads_bytes() + c as u64 * self.ring_bytes
+    }
+}
+
+/// Where an entry of `len` bytes starting at stream position `start` goes in a ring of
+/// `ring` bytes: (position of a SKIP word if the ring wraps first, ring offset of the
+/// entry, stream position after it). Coordinator and backup compute it alike.
+pub fn place(start: u64, len: u64, ring: u64) -> (Option<u64>, u64, u64) {
+    assert!(len <= ring / 2, "entry of {len} bytes too big for a ring of {ring}");
+    let pos = start % ring;
+    if pos + len <= ring {
+        (None, pos, start + len)
+    } else {
+        (Some(pos), 0, start + (ring - pos) + len)
+    }
+}
+
+/// Builds entries for one backup, splitting them at `ENTRY_WORDS_MAX`.
+#[derive(Default)]
+pub struct EntryBuilder {
+    words: Vec<u64>,
+    /// Start of the entry being built in `words`.
+    open: Option<usize>,
+    /// (start, end) in `words` of finished entries.
+    entries: Vec<(usize, usize)>,
+}
+
+impl EntryBuilder {
+    /// Forgets everything (keeps the memory).
+    pub fn clear(&mut self) {
+        self.words.clear();
+        self.open = None;
+        self.entries.clear();
+    }
+
+    /// Adds a record of the transaction `owner` (`hint`: its offset at the primary, or 0).
+    #[allow(clippy::too_many_arguments)]
+    pub fn record(
+        &mut self,
+        owner: u64,
+        table: TableId,
+        key: u64,
+        version: u64,
+        flags: u64,
+        hint: u64,
+        payload: &[u64],
+    ) {
+        let need = 4 + payload.len();
+        assert!(
+            need + 4 <= ENTRY_WORDS_MAX,
+            "a record of {} words cannot be logged",
+            payload.len()
+        );
+        if let Some(start) = self.open {
+            if self.words.len() - start + need + 1 > ENTRY_WORDS_MAX {
+                self.close();
+            }
+        }
+        if self.open.is_none() {
+            self.open = Some(self.words.len());
+            self.words.extend_from_slice(&[0, owner, 0]);
+        }
+        let start = self.open.expect("just opened");
+        self.words[start + 2] += 1;
+        self.words.push(u64::from(table.0) << 48 | (payload.len() as u64) << 32 | flags);
+        self.words.extend_from_slice(&[key, version, hint]);
+        self.words.extend_from_slice(payload);
+    }
+
+    fn close(&mut self) {
+        if let Some(start) = self.open.take() {
+            let len = (self.words.len() - start + 1) as u64;
+            self.words[start] = LOG_MAGIC | len;
+            self.words.push(LOG_MAGIC | len);
+            self.entries.push((start, self.words.len()));
+        }
+    }
+
+    /// The finished entries.
+    pub fn finish(&mut self) -> impl Iterator<Item = &[u64]> {
+        self.close();
+        self.entries.iter().map(|&(a, b)| &self.words[a..b])
+    }
+
+    /// Whether no record was added.
+    pub fn is_empty(&self) -> bool {
+        self.words.is_empty()
+    }
+}
+
+/// Why an entry could not be applied: the ring holds something that is not a whole entry
+/// where a committed one must be (a protocol or memory bug, never a race).
+#[derive(Debug, PartialEq, Eq)]
+pub struct CorruptLog {
+    /// Ring position.
+    pub position: u64,
+    /// Word found there.
+    pub word: u64,
+}
+
+/// The coordinator's view of its ring at one backup.
+#[derive(Clone, Debug, Default)]
+pub struct RingOut {
+    /// Stream position after the last reserved entry.
+    pub tail: u64,
+    /// Head as last learned from the backup: everything before it is free.
+    pub head_known: u64,
+    /// Reservations not yet acknowledged: (start, acknowledged).
+    inflight: VecDeque<(u64, bool)>,
+    /// Position up to which a reclaim was sent.
+    pub reclaim_sent: u64,
+}
+
+impl RingOut {
+    /// Reserves room for an entry of `len` bytes: (skip word position, entry offset,
+    /// stream start) or `None` if the ring has no credit for it.
+    pub fn reserve(&mut self, len: u64, ring: u64) -> Option<(Option<u64>, u64, u64)> {
+        let (skip, at, end) = place(self.tail, len, ring);
+        if end - self.head_known > ring {
+            return None;
+        }
+        let start = self.tail;
+        self.inflight.push_back((start, false));
+        self.tail = end;
+        Some((skip, at, start))
+    }
+
+    /// Marks the reservation starting at `start` acknowledged by the backup.
+    pub fn acknowledged(&mut self, start: u64) {
+        let r = self
+            .inflight
+            .iter_mut()
+            .find(|(s, _)| *s == start)
+            .expect("acknowledged entry was reserved");
+        r.1 = true;
+        while self.inflight.front().is_some_and(|&(_, done)| done) {
+            self.inflight.pop_front();
+        }
+    }
+
+    /// Everything before this position is acknowledged (so committed): safe to apply.
+    pub fn committed_to(&self) -> u64 {
+        self.inflight.front().map_or(self.tail, |&(start, _)| start)
+    }
+
+    /// Learns a newer head.
+    pub fn learn_head(&mut self, head: u64) {
+        self.head_known = self.head_known.max(head);
+    }
+}
+
+/// Applies coordinator `c`'s ring entries on this backup up to `up_to` and advances the
+/// ring's head word; returns the head. Record versions decide: a record is written only
+/// if the entry's version is newer than the replica's (entries of different coordinators
+/// arrive in any order).
+pub fn apply(
+    store: &NodeStore,
+    region: &Region,
+    layout: &LogLayout,
+    c: usize,
+    up_to: u64,
+    buf: &mut Vec<u64>,
+) -> Result<u64, CorruptLog> {
+    let head_at = layout.head_offset(c);
+    let ring_at = layout.ring_offset(c);
+    let ring = layout.ring_bytes;
+    let mut head = region.load(head_at);
+    while head < up_to {
+        let pos = head % ring;
+        let first = region.load(ring_at + pos);
+        if first == SKIP {
+            head += ring - pos;
+            continue;
+        }
+        let len = first & !MAGIC_MASK;
+        if first & MAGIC_MASK != LOG_MAGIC || len < 4 || pos + len * 8 > ring {
+            return Err(CorruptLog { position: head, word: first });
+        }
+        buf.resize(len as usize, 0);
+        region.read_words(ring_at + pos, buf);
+        if buf[len as usize - 1] != first {
+            return Err(CorruptLog { position: head + len * 8 - 8, word: buf[len as usize - 1] });
+        }
+        apply_entry(store, &buf[..len as usize])
+            .map_err(|()| CorruptLog { position: head, word: first })?;
+        head += len * 8;
+    }
+    region.store(head_at, head);
+    Ok(head)
+}
+
+fn apply_entry(store: &NodeStore, entry: &[u64]) -> Result<(), ()> {
+    let count = entry[2];
+    let mut i = 3;
+    for _ in 0..count {
+        let meta = *entry.get(i).ok_or(())?;
+        let (table, words) = (TableId((meta >> 48) as u16), ((meta >> 32) & 0xFFFF) as usize);
+        let (key, version, hint) = (
+            *entry.get(i + 1).ok_or(())?,
+            *entry.get(i + 2).ok_or(())?,
+            *entry.get(i + 3).ok_or(())?,
+        );
+        let payload = entry.get(i + 4..i + 4 + words).ok_or(())?;
+        let partition = store.catalog().partition(table, key);
+        let replica = store.replica_of(table, partition).ok_or(())?;
+        let off = match replica.holds(hint, key) {
+            true => hint,
+            false => replica.lookup_or_insert(key).map_err(|_| ())?,
+        };
+        let current = replica.header(off).version;
+        if hytra_store::layout::version_number(version)
+            > hytra_store::layout::version_number(current)
+            || (current == hytra_store::layout::ABSENT && hytra_store::layout::is_present(version))
+        {
+            replica.write_back(off, version, key, payload);
+        }
+        i += 4 + words;
+    }
+    (i + 1 == entry.len()).then_some(()).ok_or(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placement_wraps_with_a_skip() {
+        assert_eq!(place(0, 100, 1000), (None, 0, 100));
+        assert_eq!(place(950, 100, 1000), (Some(950), 0, 1100));
+        assert_eq!(place(1100, 100, 1000), (None, 100, 1200));
+    }
+
+    #[test]
+    fn credits_and_committed_prefix() {
+        let mut r = RingOut::default();
+        let a = r.reserve(400, 1000).unwrap();
+        let b = r.reserve(400, 1000).unwrap();
+        assert!(r.reserve(400, 1000).is_none(), "no credit beyond the ring");
+        assert_eq!(r.committed_to(), 0);
+        r.acknowledged(b.2);
+        assert_eq!(r.committed_to(), 0, "the first entry is still in flight");
+        r.acknowledged(a.2);
+        assert_eq!(r.committed_to(), 800);
+        r.learn_head(800);
+        assert!(r.reserve(400, 1000).is_some());
+    }
+
+    #[test]
+    fn entries_split_and_carry_markers() {
+        let mut b = EntryBuilder::default();
+        for k in 0..100 {
+            b.record(7, TableId(1), k, 1, 0, 0, &[k; 10]);
+        }
+        let entries: Vec<Vec<u64>> = b.finish().map(|e| e.to_vec()).collect();
+        assert!(entries.len() >= 3);
+        let mut records = 0;
+        for e in &entries {
+            assert!(e.len() <= ENTRY_WORDS_MAX);
+            assert_eq!(e[0], *e.last().unwrap());
+            assert_eq!(e[0] & MAGIC_MASK, LOG_MAGIC);
+            assert_eq!(e[0] & !MAGIC_MASK, e.len() as u64);
+            records += e[2];
+        }
+        assert_eq!(records, 100);
+    }
+}

@@ -1,0 +1,733 @@
+//! The transaction API and the execution phase.
+//!
+//! A coroutine owns one [`TxnCtx`]; [`TxnCtx::begin`] starts an attempt, the body reads
+//! and writes through the [`Txn`], and [`Txn::commit`] runs validation, logging and
+//! commit (`validate.rs`, `commit.rs`). Reads go to the record's primary: by the local
+//! CPU when it is this node, else by the configured execution strategy. With outstanding
+//! requests on, the reads of one call of [`Txn::read_many`] run in parallel as small
+//! state machines (one READ, an index traversal, an RPC, or a fallback between them).
+//!
+//! ```ignore
+//! let mut t = ctx.begin(SEND_PAYMENT);
+//! let body = async {
+//!     let [a, b] = t.read_many([(CHECKING, x), (CHECKING, y)], true).await?;
+//!     let (ba, bb) = (t.get(a)[0], t.get(b)[0]);
+//!     t.update(a)[0] = ba - 10;
+//!     t.update(b)[0] = bb + 10;
+//!     Ok(())
+//! };
+//! let outcome = t.finish(body.await).await;
+//! ```
+
+use std::rc::Rc;
+use std::sync::Arc;
+
+use hytra_fabric::{Endpoint, LocalAddr, NodeId, Qp, Region, RemoteAddr, WorkRequest};
+use hytra_rt::{CallTicket, Co, OpError, OpTicket, RpcError};
+use hytra_store::layout::{
+    self, search_bucket, RecordHeader, ABSENT, BUCKET_BYTES, RECORD_HEADER_WORDS,
+};
+use hytra_store::{Owner, TableId};
+
+use crate::config::{ExecStrategy, LockStrategy};
+use crate::engine::{NodeEngine, WorkerTxn, SCRATCH_ATTEMPT_BYTES, SCRATCH_CO_BYTES};
+use crate::log::EntryBuilder;
+use crate::outcome::{Abort, AbortReason, Outcome};
+use crate::wire::{self, RecordReply, RecordReq, Status, LOCK_IT, WANT_OFFSET};
+
+/// Times a read is retried after finding its record torn before the attempt aborts.
+const TORN_RETRIES_MAX: u32 = 16;
+
+/// A record in the transaction's access set (an index into it).
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub struct Rec(pub(crate) u16);
+
+/// How a record of the access set is locked, if it is.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub(crate) enum Locked {
+    No,
+    /// By this node's CPU (CAS on the lock word).
+    Cpu,
+    /// By a NIC CAS (remote, or local through loopback).
+    Nic,
+    /// By the primary's CPU, on our RPC.
+    Rpc,
+    /// An RPC that would have locked it got no reply: maybe locked.
+    Unknown,
+}
+
+/// One record the transaction touched.
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct Access {
+    pub(crate) table: TableId,
+    pub(crate) key: u64,
+    pub(crate) node: NodeId,
+    /// Record offset at the primary, once known.
+    pub(crate) off: Option<u64>,
+    /// Version word read (`None`: not read, a blind write or insert).
+    pub(crate) read_version: Option<u64>,
+    /// Version word when locked.
+    pub(crate) lock_version: u64,
+    /// Payload words: `ctx.payload[at..at + len]`.
+    pub(crate) at: u32,
+    pub(crate) len: u16,
+    pub(crate) write: bool,
+    pub(crate) insert: bool,
+    pub(crate) delete: bool,
+    pub(crate) locked: Locked,
+    /// Whether the record held a value when read (or after the write).
+    pub(crate) present: bool,
+}
+
+/// A read in flight.
+pub(crate) enum Pending {
+    /// An RPC READ.
+    Call(CallTicket),
+    /// A one-sided READ of `bytes` into scratch at `buf`.
+    Op { ticket: OpTicket, buf: u64, stage: Stage },
+}
+
+/// What to request next for a read.
+#[derive(Copy, Clone, Debug)]
+pub(crate) enum Next {
+    /// Nothing: the record (or its absence) is known.
+    Done,
+    /// READ the record at a stage's offset.
+    Record(Stage),
+    /// READ an index bucket.
+    Bucket(u64),
+    /// An RPC READ.
+    Call { lock_now: bool, want_offset: bool },
+}
+
+/// What a one-sided READ in flight is for.
+#[derive(Copy, Clone, Debug)]
+pub(crate) enum Stage {
+    /// The record, at an offset from the location cache.
+    Cached(u64),
+    /// An index bucket.
+    Bucket,
+    /// The record, at an offset found by traversal.
+    Record(u64),
+}
+
+/// A coroutine's transaction context: buffers reused by every transaction it runs.
+pub struct TxnCtx<E: Endpoint> {
+    pub(crate) co: Co<E>,
+    pub(crate) wt: Rc<WorkerTxn>,
+    pub(crate) node: Arc<NodeEngine>,
+    pub(crate) co_index: u16,
+    pub(crate) seq: u32,
+    pub(crate) scratch: LocalAddr,
+    pub(crate) scratch_region: Region,
+    pub(crate) scratch_used: u64,
+    pub(crate) acc: Vec<Access>,
+    pub(crate) payload: Vec<u64>,
+    pub(crate) tmp: Vec<u64>,
+    pub(crate) req: Vec<u8>,
+    pub(crate) words: Vec<u64>,
+    pub(crate) builders: Vec<EntryBuilder>,
+    /// Tickets of the previous commit's staged (non-inline) write-backs: the staging
+    /// area is reused only once they completed.
+    pub(crate) staged: Vec<OpTicket>,
+    /// Reused by every phase (the data path allocates nothing per transaction).
+    pub(crate) pending: Vec<(usize, Pending)>,
+    pub(crate) flights: Vec<(usize, crate::validate::Flight)>,
+    pub(crate) log_flights: Vec<crate::commit::LogFlight>,
+    pub(crate) waits: Vec<OpTicket>,
+    pub(crate) owner: Owner,
+    pub(crate) ty: u8,
+    pub(crate) txn_start: u64,
+    pub(crate) attempt_start: u64,
+    pub(crate) attempts: u32,
+    pub(crate) phase_ns: [u64; 4],
+}
+
+impl<E: Endpoint> Drop for TxnCtx<E> {
+    fn drop(&mut self) {
+        self.wt.coroutine_done();
+    }
+}
+
+impl<E: Endpoint> TxnCtx<E> {
+    pub(crate) fn new(co: Co<E>, wt: Rc<WorkerTxn>, co_index: u16) -> TxnCtx<E> {
+        let node = wt.node.clone();
+        let scratch = node.scratch.base(co.me().index, co_index);
+        let scratch_region = co.region(scratch.rkey).expect("scratch region");
+        let nodes = usize::from(co.shape().nodes);
+        TxnCtx {
+            co,
+            wt,
+            node,
+            co_index,
+            seq: 0,
+            scratch,
+            scratch_region,
+            scratch_used: 0,
+            acc: Vec::with_capacity(64),
+            payload: Vec::with_capacity(1024),
+            tmp: Vec::with_capacity(128),
+            req: Vec::with_capacity(256),
+            words: Vec::with_capacity(512),
+            builders: (0..nodes).map(|_| EntryBuilder::default()).collect(),
+            staged: Vec::new(),
+            pending: Vec::with_capacity(16),
+            flights: Vec::with_capacity(16),
+            log_flights: Vec::with_capacity(8),
+            waits: Vec::with_capacity(16),
+            owner: Owner(0),
+            ty: 0,
+            txn_start: 0,
+            attempt_start: 0,
+            attempts: 0,
+            phase_ns: [0; 4],
+        }
+    }
+
+    /// The coroutine handle.
+    pub fn co(&self) -> &Co<E> {
+        &self.co
+    }
+
+    /// The worker's shared transaction state.
+    pub fn worker(&self) -> &Rc<WorkerTxn> {
+        &self.wt
+    }
+
+    /// Starts a transaction of workload type `ty` (for per-type counts); the first attempt.
+    pub fn begin(&mut self, ty: u8) -> Txn<'_, E> {
+        assert!(
+            usize::from(ty) < crate::stats::TXN_TYPES_MAX,
+            "transaction type {ty} out of range"
+        );
+        self.ty = ty;
+        self.attempts = 0;
+        self.start_attempt()
+    }
+
+    /// Starts another attempt of the current transaction, after an abort.
+    pub fn retry(&mut self) -> Txn<'_, E> {
+        self.start_attempt()
+    }
+
+    fn start_attempt(&mut self) -> Txn<'_, E> {
+        self.seq = self.seq.wrapping_add(1);
+        self.owner = Owner::new(self.wt.me_idx, self.co_index, self.seq);
+        self.attempts += 1;
+        self.acc.clear();
+        self.payload.clear();
+        self.scratch_used = 0;
+        self.phase_ns = [0; 4];
+        self.attempt_start = self.co.now_ns();
+        if self.attempts == 1 {
+            self.txn_start = self.attempt_start;
+        }
+        self.co.charge(self.node.cfg.costs.txn_ns);
+        Txn { ctx: self }
+    }
+
+    /// Attempts of the current transaction so far.
+    pub fn attempts(&self) -> u32 {
+        self.attempts
+    }
+
+    /// Scratch memory for one READ destination, reset every attempt.
+    pub(crate) fn scratch(&mut self, bytes: u64) -> Result<LocalAddr, Abort> {
+        if self.scratch_used + bytes > SCRATCH_ATTEMPT_BYTES {
+            return Err(Abort(AbortReason::Full));
+        }
+        let addr =
+            LocalAddr { rkey: self.scratch.rkey, offset: self.scratch.offset + self.scratch_used };
+        self.scratch_used += bytes;
+        Ok(addr)
+    }
+
+    /// The staging area for write-backs that do not fit inline.
+    pub(crate) fn staging(&self) -> (LocalAddr, u64) {
+        let at = LocalAddr {
+            rkey: self.scratch.rkey,
+            offset: self.scratch.offset + SCRATCH_ATTEMPT_BYTES,
+        };
+        (at, SCRATCH_CO_BYTES - SCRATCH_ATTEMPT_BYTES)
+    }
+}
+
+/// One attempt of a transaction.
+pub struct Txn<'a, E: Endpoint> {
+    pub(crate) ctx: &'a mut TxnCtx<E>,
+}
+
+impl<E: Endpoint> Txn<'_, E> {
+    /// Reads a record.
+    pub async fn read(&mut self, table: TableId, key: u64) -> Result<Rec, Abort> {
+        let [r] = self.read_many([(table, key)], false).await?;
+        Ok(r)
+    }
+
+    /// Reads a record that the transaction will write (FaSST-style designs lock it now).
+    pub async fn read_for_update(&mut self, table: TableId, key: u64) -> Result<Rec, Abort> {
+        let [r] = self.read_many([(table, key)], true).await?;
+        Ok(r)
+    }
+
+    /// Reads several records, in parallel when outstanding requests are on.
+    pub async fn read_many<const N: usize>(
+        &mut self,
+        keys: [(TableId, u64); N],
+        for_update: bool,
+    ) -> Result<[Rec; N], Abort> {
+        let mut recs = [Rec(0); N];
+        let mut fresh = [usize::MAX; N];
+        for (i, &(table, key)) in keys.iter().enumerate() {
+            let (idx, new) = self.ctx.access(table, key)?;
+            if for_update {
+                self.ctx.acc[idx].write = true;
+            }
+            recs[i] = Rec(idx as u16);
+            if new {
+                fresh[i] = idx;
+            }
+        }
+        self.ctx.fetch(&fresh, for_update).await?;
+        Ok(recs)
+    }
+
+    /// Whether a record held a value when read.
+    pub fn exists(&self, r: Rec) -> bool {
+        self.ctx.acc[usize::from(r.0)].present
+    }
+
+    /// A record's payload words, as read (or as written so far).
+    pub fn get(&self, r: Rec) -> &[u64] {
+        let a = &self.ctx.acc[usize::from(r.0)];
+        &self.ctx.payload[a.at as usize..a.at as usize + usize::from(a.len)]
+    }
+
+    /// A record's payload words, to change; the record joins the write set.
+    pub fn update(&mut self, r: Rec) -> &mut [u64] {
+        let a = &mut self.ctx.acc[usize::from(r.0)];
+        assert!(a.present || a.insert, "update of an absent record (insert it instead)");
+        a.write = true;
+        let (at, len) = (a.at as usize, usize::from(a.len));
+        &mut self.ctx.payload[at..at + len]
+    }
+
+    /// Writes a record without reading it first.
+    pub async fn write(&mut self, table: TableId, key: u64, payload: &[u64]) -> Result<Rec, Abort> {
+        // The write still needs the record's offset and version for one-sided locking, so
+        // it is read for update; validation then also checks it did not change.
+        let r = self.read_for_update(table, key).await?;
+        self.update(r).copy_from_slice(payload);
+        Ok(r)
+    }
+
+    /// Inserts a record that must not exist.
+    pub fn insert(&mut self, table: TableId, key: u64, payload: &[u64]) -> Result<Rec, Abort> {
+        let (idx, new) = self.ctx.access(table, key)?;
+        assert!(new, "insert of a key the transaction already touched");
+        let a = &mut self.ctx.acc[idx];
+        assert_eq!(usize::from(a.len), payload.len(), "payload size of table {table:?}");
+        (a.write, a.insert, a.present) = (true, true, true);
+        let at = a.at as usize;
+        self.ctx.payload[at..at + payload.len()].copy_from_slice(payload);
+        Ok(Rec(idx as u16))
+    }
+
+    /// Deletes a record read before.
+    pub fn delete(&mut self, r: Rec) {
+        let a = &mut self.ctx.acc[usize::from(r.0)];
+        assert!(a.present, "delete of an absent record");
+        (a.write, a.delete) = (true, true);
+    }
+
+    /// The context (for the workload's own bookkeeping).
+    pub fn ctx(&self) -> &TxnCtx<E> {
+        self.ctx
+    }
+
+    /// Ends the attempt: commits if the body succeeded, else aborts with its reason.
+    pub async fn finish(self, body: Result<(), Abort>) -> Outcome {
+        match body {
+            Ok(()) => self.commit().await,
+            Err(Abort(reason)) => self.abort(reason).await,
+        }
+    }
+}
+
+impl<E: Endpoint> TxnCtx<E> {
+    /// The access of (table, key), added if new: (index, whether new).
+    fn access(&mut self, table: TableId, key: u64) -> Result<(usize, bool), Abort> {
+        if let Some(i) = self.acc.iter().position(|a| a.table == table && a.key == key) {
+            return Ok((i, false));
+        }
+        assert!(self.acc.len() < usize::from(u16::MAX), "access set too large");
+        let c = self.node.catalog.as_ref();
+        let len = c.spec(table).payload_words;
+        let at = self.payload.len() as u32;
+        self.payload.resize(self.payload.len() + usize::from(len), 0);
+        self.acc.push(Access {
+            table,
+            key,
+            node: c.primary(c.partition(table, key)),
+            off: None,
+            read_version: None,
+            lock_version: 0,
+            at,
+            len,
+            write: false,
+            insert: false,
+            delete: false,
+            locked: Locked::No,
+            present: false,
+        });
+        Ok((self.acc.len() - 1, true))
+    }
+
+    /// Fetches the accesses listed in `idxs` (`usize::MAX` entries are skipped).
+    async fn fetch(&mut self, idxs: &[usize], for_update: bool) -> Result<(), Abort> {
+        let outstanding = self.node.cfg.outstanding;
+        let mut pending = std::mem::take(&mut self.pending);
+        let mut result = Ok(());
+        for &i in idxs.iter().filter(|&&i| i != usize::MAX) {
+            match self.start_read(i, for_update) {
+                Ok(Some(p)) => pending.push((i, p)),
+                Ok(None) => {}
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
+            if !outstanding {
+                result = self.drain(&mut pending, for_update).await;
+                if result.is_err() {
+                    break;
+                }
+            }
+        }
+        // Whatever happened, collect what is in flight (no ticket may leak).
+        let drained = self.drain(&mut pending, for_update).await;
+        self.pending = pending;
+        result.and(drained)
+    }
+
+    /// Completes every pending read, issuing follow-up requests as they come. After a
+    /// failure it only collects what is in flight (no ticket may leak).
+    async fn drain(
+        &mut self,
+        pending: &mut Vec<(usize, Pending)>,
+        for_update: bool,
+    ) -> Result<(), Abort> {
+        let mut result = Ok(());
+        let mut follow_ups = 0;
+        let bound = TORN_RETRIES_MAX as usize * (pending.len() + 1);
+        while let Some((i, p)) = pending.pop() {
+            let next = match self.wait_read(i, p, for_update).await {
+                Ok(Next::Done) => continue,
+                Ok(next) => next,
+                Err(e) => {
+                    result = result.and(Err(e));
+                    continue;
+                }
+            };
+            follow_ups += 1;
+            if follow_ups > bound {
+                // Records that stay torn (or caches that stay stale) end the attempt.
+                result = result.and(Err(Abort(AbortReason::Torn)));
+            }
+            if result.is_err() {
+                continue;
+            }
+            match self.follow(i, next, for_update) {
+                Ok(p) => pending.push((i, p)),
+                Err(e) => result = Err(e),
+            }
+        }
+        result
+    }
+
+    /// Issues the follow-up request of access `i`.
+    fn follow(&mut self, i: usize, next: Next, for_update: bool) -> Result<Pending, Abort> {
+        match next {
+            Next::Done => unreachable!("nothing to follow"),
+            Next::Record(stage) => self.read_record(i, stage),
+            Next::Bucket(b) => self.read_bucket(i, b),
+            Next::Call { lock_now, want_offset } => {
+                self.call_read(i, lock_now && for_update, want_offset)
+            }
+        }
+    }
+
+    /// Starts the read of access `i`: `None` if it completed at once (local record).
+    fn start_read(&mut self, i: usize, for_update: bool) -> Result<Option<Pending>, Abort> {
+        let a = self.acc[i];
+        self.co.charge(self.node.cfg.costs.record_ns);
+        if a.node == self.co.me().node {
+            self.read_local(i, for_update)?;
+            return Ok(None);
+        }
+        let lock_now = for_update && self.node.cfg.lock == LockStrategy::AtExecution;
+        let cached = match self.node.cfg.exec {
+            ExecStrategy::Hybrid | ExecStrategy::OneSidedCached => {
+                let hit = self.node.store.cache().get(a.table, a.key);
+                let mut s = self.wt.stats.borrow_mut();
+                if hit.is_some() {
+                    s.cache_hits += 1
+                } else {
+                    s.cache_misses += 1
+                }
+                hit
+            }
+            _ => None,
+        };
+        match self.node.cfg.exec {
+            ExecStrategy::TwoSided => self.call_read(i, lock_now, false).map(Some),
+            ExecStrategy::Hybrid => match cached {
+                Some(off) if !lock_now => self.read_record(i, Stage::Cached(off)).map(Some),
+                _ => self.call_read(i, lock_now, true).map(Some),
+            },
+            ExecStrategy::OneSidedCached => match cached {
+                Some(off) => self.read_record(i, Stage::Cached(off)).map(Some),
+                None => self
+                    .read_bucket(i, self.node.catalog.geometry(a.table).home_bucket(a.key))
+                    .map(Some),
+            },
+            ExecStrategy::OneSided => self
+                .read_bucket(i, self.node.catalog.geometry(a.table).home_bucket(a.key))
+                .map(Some),
+        }
+    }
+
+    fn read_local(&mut self, i: usize, for_update: bool) -> Result<(), Abort> {
+        let a = self.acc[i];
+        let replica = self.node.store.primary(a.table);
+        let Some(off) = replica.lookup(a.key) else {
+            let a = &mut self.acc[i];
+            (a.read_version, a.present) = (Some(ABSENT), false);
+            return Ok(());
+        };
+        if for_update && self.node.cfg.lock == LockStrategy::AtExecution {
+            replica.try_lock(off, self.owner).map_err(|_| Abort(AbortReason::Conflict))?;
+            self.acc[i].locked = Locked::Cpu;
+        }
+        let range = a.at as usize..a.at as usize + usize::from(a.len);
+        let snap = replica
+            .read(off, a.key, &mut self.payload[range])
+            .map_err(|_| Abort(AbortReason::Torn))?;
+        let a = &mut self.acc[i];
+        (a.off, a.read_version, a.present) =
+            (Some(off), Some(snap.version), layout::is_present(snap.version));
+        if a.locked != Locked::No {
+            a.lock_version = snap.version;
+        }
+        Ok(())
+    }
+
+    fn call_read(&mut self, i: usize, lock_now: bool, want_offset: bool) -> Result<Pending, Abort> {
+        let a = self.acc[i];
+        let flags = if lock_now { LOCK_IT } else { 0 } | if want_offset { WANT_OFFSET } else { 0 };
+        let owner = if lock_now { self.owner.0 } else { 0 };
+        RecordReq { table: a.table.0, flags, key: a.key, owner }.encode(&mut self.req);
+        let dest = self.peer(a.node);
+        let t = self.co.call(dest, wire::READ, &self.req).map_err(rpc_abort)?;
+        if lock_now {
+            // Until the reply says otherwise, we may hold it.
+            self.acc[i].locked = Locked::Unknown;
+        }
+        Ok(Pending::Call(t))
+    }
+
+    fn read_record(&mut self, i: usize, stage: Stage) -> Result<Pending, Abort> {
+        let (Stage::Cached(off) | Stage::Record(off)) = stage else {
+            unreachable!("a record stage")
+        };
+        let a = self.acc[i];
+        let bytes = (RECORD_HEADER_WORDS + u64::from(a.len)) * 8;
+        let rkey = self.node.catalog.rkey(a.table, 0);
+        self.one_sided_read(a.node, RemoteAddr { node: a.node, rkey, offset: off }, bytes, stage)
+    }
+
+    fn read_bucket(&mut self, i: usize, bucket: u64) -> Result<Pending, Abort> {
+        let a = self.acc[i];
+        let rkey = self.node.catalog.rkey(a.table, 0);
+        let offset = self.node.catalog.geometry(a.table).bucket_offset(bucket);
+        self.one_sided_read(
+            a.node,
+            RemoteAddr { node: a.node, rkey, offset },
+            BUCKET_BYTES,
+            Stage::Bucket,
+        )
+    }
+
+    fn one_sided_read(
+        &mut self,
+        node: NodeId,
+        remote: RemoteAddr,
+        bytes: u64,
+        stage: Stage,
+    ) -> Result<Pending, Abort> {
+        let local = self.scratch(bytes)?;
+        let wr = WorkRequest::Read { remote, local, len: bytes as u32 };
+        let ticket = self.co.issue(Qp::to(node), &[wr]).map_err(op_abort)?;
+        Ok(Pending::Op { ticket, buf: local.offset, stage })
+    }
+
+    /// Waits for one pending read and handles its result: what to request next for
+    /// this access, if anything.
+    async fn wait_read(&mut self, i: usize, p: Pending, _for_update: bool) -> Result<Next, Abort> {
+        match p {
+            Pending::Call(t) => {
+                let mut tmp = std::mem::take(&mut self.tmp);
+                let reply = self.co.reply(t, |r| RecordReply::decode(r, &mut tmp)).await;
+                let out = self.on_read_reply(i, reply, &tmp);
+                self.tmp = tmp;
+                out
+            }
+            Pending::Op { ticket, buf, stage } => {
+                self.co.wait(ticket).await.map_err(op_error_abort)?;
+                self.on_read_op(i, buf, stage)
+            }
+        }
+    }
+
+    fn on_read_reply(
+        &mut self,
+        i: usize,
+        reply: Result<Option<RecordReply>, RpcError>,
+        payload: &[u64],
+    ) -> Result<Next, Abort> {
+        let reply = reply.map_err(rpc_abort)?.expect("a well-formed READ reply");
+        let a = &mut self.acc[i];
+        let lock_now = a.locked == Locked::Unknown;
+        match reply.status {
+            Status::Ok => {
+                let (at, len) = (a.at as usize, usize::from(a.len));
+                assert_eq!(payload.len(), len, "READ reply of the wrong size");
+                self.payload[at..at + len].copy_from_slice(payload);
+                let a = &mut self.acc[i];
+                a.read_version = Some(reply.version);
+                a.present = layout::is_present(reply.version);
+                if lock_now {
+                    (a.locked, a.lock_version) = (Locked::Rpc, reply.version);
+                }
+                if reply.offset != 0 {
+                    a.off = Some(reply.offset);
+                    self.node.store.cache().put(a.table, a.key, reply.offset);
+                }
+                Ok(Next::Done)
+            }
+            Status::Absent => {
+                (a.read_version, a.present) = (Some(ABSENT), false);
+                if lock_now {
+                    a.locked = Locked::No;
+                }
+                Ok(Next::Done)
+            }
+            Status::Locked => {
+                a.locked = Locked::No;
+                Err(Abort(AbortReason::Conflict))
+            }
+            Status::Torn => {
+                if lock_now {
+                    a.locked = Locked::No;
+                }
+                self.wt.stats.borrow_mut().torn_reads += 1;
+                Ok(Next::Call { lock_now, want_offset: self.node.cfg.exec == ExecStrategy::Hybrid })
+            }
+            Status::Refused | Status::Full => {
+                panic!("READ refused for {:?}: a routing bug", self.acc[i])
+            }
+        }
+    }
+
+    fn on_read_op(&mut self, i: usize, buf: u64, stage: Stage) -> Result<Next, Abort> {
+        let a = self.acc[i];
+        match stage {
+            Stage::Bucket => {
+                let mut words = [0u64; BUCKET_BYTES as usize / 8];
+                self.scratch_region.read_words(buf, &mut words);
+                match search_bucket(&words, a.key) {
+                    Ok(Some(off)) => Ok(Next::Record(Stage::Record(off))),
+                    Ok(None) => {
+                        let a = &mut self.acc[i];
+                        (a.read_version, a.present) = (Some(ABSENT), false);
+                        Ok(Next::Done)
+                    }
+                    Err(next) => {
+                        Ok(Next::Bucket(self.node.catalog.geometry(a.table).buckets + next))
+                    }
+                }
+            }
+            Stage::Cached(off) | Stage::Record(off) => {
+                let n = (RECORD_HEADER_WORDS + u64::from(a.len)) as usize;
+                self.words.resize(n, 0);
+                self.scratch_region.read_words(buf, &mut self.words);
+                let h = RecordHeader::parse(&self.words);
+                if h.key != a.key && matches!(stage, Stage::Cached(_)) && h.intact {
+                    // A stale cache entry: the record there belongs to another key.
+                    self.wt.stats.borrow_mut().stale_cache += 1;
+                    self.node.store.cache().forget(a.table, a.key);
+                    return Ok(self.refetch(i));
+                }
+                if !h.intact || h.key != a.key {
+                    // Torn by a concurrent write-back (or not yet written): read again.
+                    self.wt.stats.borrow_mut().torn_reads += 1;
+                    return Ok(Next::Record(stage));
+                }
+                let h_len = RECORD_HEADER_WORDS as usize;
+                let (at, len) = (a.at as usize, usize::from(a.len));
+                self.payload[at..at + len].copy_from_slice(&self.words[h_len..n]);
+                let a = &mut self.acc[i];
+                (a.off, a.read_version, a.present) =
+                    (Some(off), Some(h.version), layout::is_present(h.version));
+                if matches!(stage, Stage::Record(_)) {
+                    self.node.store.cache().put(a.table, a.key, off);
+                }
+                Ok(Next::Done)
+            }
+        }
+    }
+
+    /// How to read an access again without the cache (after a stale entry).
+    fn refetch(&self, i: usize) -> Next {
+        let a = self.acc[i];
+        match self.node.cfg.exec {
+            ExecStrategy::Hybrid | ExecStrategy::TwoSided => {
+                Next::Call { lock_now: false, want_offset: true }
+            }
+            ExecStrategy::OneSided | ExecStrategy::OneSidedCached => {
+                Next::Bucket(self.node.catalog.geometry(a.table).home_bucket(a.key))
+            }
+        }
+    }
+
+    /// The worker serving a node's records for us: the same index as ours, so that the
+    /// load spreads over the node's workers.
+    pub(crate) fn peer(&self, node: NodeId) -> hytra_fabric::WorkerId {
+        hytra_fabric::WorkerId { node, index: self.co.me().index }
+    }
+}
+
+/// An RPC that failed aborts the attempt.
+pub(crate) fn rpc_abort(e: RpcError) -> Abort {
+    match e {
+        RpcError::TimedOut | RpcError::Busy | RpcError::Post(_) => Abort(AbortReason::Timeout),
+        RpcError::Remote(_) | RpcError::TooLarge(_) => panic!("engine RPC refused: {e}"),
+    }
+}
+
+/// A post the fabric refused aborts the attempt (a full send queue is transient).
+pub(crate) fn op_abort(e: OpError) -> Abort {
+    match e {
+        OpError::Post(hytra_fabric::PostError::QueueFull) => Abort(AbortReason::Timeout),
+        other => panic!("engine post refused: {other}"),
+    }
+}
+
+/// A one-sided request that completed in error.
+pub(crate) fn op_error_abort(e: OpError) -> Abort {
+    match e {
+        OpError::Failed(hytra_fabric::Status::Unreachable) => Abort(AbortReason::Unreachable),
+        OpError::Failed(s) => panic!("engine request failed: {s:?}"),
+        OpError::Post(_) => op_abort(e),
+    }
+}

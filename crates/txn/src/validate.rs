@@ -1,0 +1,320 @@
+//! The validation phase: lock the write set, then check that the read set is unchanged.
+//!
+//! Locks are taken by the configured strategy: a NIC CAS with a READ of the version
+//! behind it in the same doorbell on the same connection (so one round trip; the CAS's
+//! old value lands in scratch), or an RPC whose handler uses a CPU CAS. Local records are
+//! locked by the CPU unless the design locks with the NIC on a fabric whose atomics are
+//! not coherent with the CPU's; then they go through the NIC too, by loopback (M6).
+//! Read-set validation starts only once every lock is held.
+
+use hytra_fabric::{Endpoint, LocalAddr, Qp, RemoteAddr, WorkRequest};
+use hytra_rt::{CallTicket, OpTicket};
+use hytra_store::layout::{self, LOCK_WORD};
+
+use crate::config::Primitive;
+use crate::outcome::{Abort, AbortReason};
+use crate::txn::{op_abort, op_error_abort, rpc_abort, Locked, TxnCtx};
+use crate::wire::{self, RecordReply, RecordReq, Status, CREATE};
+
+/// A lock or validation request in flight.
+pub(crate) enum Flight {
+    /// CAS (old value at `buf`) then READ of lock and version (at `buf + 8`).
+    Cas(OpTicket, u64),
+    /// READ of lock and version at `buf`.
+    Read(OpTicket, u64),
+    /// LOCK or VALIDATE RPC.
+    Call(CallTicket),
+}
+
+impl<E: Endpoint> TxnCtx<E> {
+    /// Locks every record of the write set; checks read-for-update records unchanged.
+    pub(crate) async fn lock_writes(&mut self) -> Result<(), Abort> {
+        let mut flights = std::mem::take(&mut self.flights);
+        let mut result = Ok(());
+        for i in 0..self.acc.len() {
+            let a = self.acc[i];
+            if !a.write || matches!(a.locked, Locked::Cpu | Locked::Nic | Locked::Rpc) {
+                continue;
+            }
+            match self.start_lock(i).await {
+                Ok(Some(f)) => flights.push((i, f)),
+                Ok(None) => {}
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
+            if !self.node.cfg.outstanding {
+                result = result.and(self.land(&mut flights, true).await);
+                if result.is_err() {
+                    break;
+                }
+            }
+        }
+        let landed = self.land(&mut flights, true).await;
+        self.flights = flights;
+        result.and(landed)
+    }
+
+    /// Checks that every record read but not written is unlocked and unchanged.
+    pub(crate) async fn validate_reads(&mut self) -> Result<(), Abort> {
+        if self.node.cfg.faults.skip_read_validation {
+            return Ok(());
+        }
+        let mut flights = std::mem::take(&mut self.flights);
+        let mut result = Ok(());
+        for i in 0..self.acc.len() {
+            let a = self.acc[i];
+            if a.write {
+                continue;
+            }
+            match self.start_validate(i) {
+                Ok(Some(f)) => flights.push((i, f)),
+                Ok(None) => {}
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
+            if !self.node.cfg.outstanding {
+                result = result.and(self.land(&mut flights, false).await);
+                if result.is_err() {
+                    break;
+                }
+            }
+        }
+        let landed = self.land(&mut flights, false).await;
+        self.flights = flights;
+        result.and(landed)
+    }
+
+    async fn start_lock(&mut self, i: usize) -> Result<Option<Flight>, Abort> {
+        let a = self.acc[i];
+        self.co.charge(self.node.cfg.costs.record_ns);
+        let local = a.node == self.co.me().node;
+        let nic = self.node.cfg.nic_locks() && !(local && self.wt.coherent);
+        if local && !nic {
+            let replica = self.node.store.primary(a.table);
+            let off = if a.insert {
+                replica.lookup_or_insert(a.key)
+            } else {
+                replica.lookup(a.key).ok_or(hytra_store::StoreError::Full(a.table))
+            };
+            let Ok(off) = off else {
+                // Read as absent and still absent: nothing to lock, the write is an
+                // update of a record that vanished.
+                return Err(Abort(if a.insert {
+                    AbortReason::Full
+                } else {
+                    AbortReason::Validation
+                }));
+            };
+            self.acc[i].off = Some(off);
+            replica.try_lock(off, self.owner).map_err(|_| Abort(AbortReason::Conflict))?;
+            let version = replica.header(off).version;
+            self.acc[i].locked = Locked::Cpu;
+            self.check_locked_version(i, version)?;
+            return Ok(None);
+        }
+        if !nic {
+            // Two-sided locking (and blind writes of locking-at-execution designs).
+            let flags = if a.insert { CREATE } else { 0 };
+            RecordReq { table: a.table.0, flags, key: a.key, owner: self.owner.0 }
+                .encode(&mut self.req);
+            let t = self.co.call(self.peer(a.node), wire::LOCK, &self.req).map_err(rpc_abort)?;
+            self.acc[i].locked = Locked::Unknown;
+            return Ok(Some(Flight::Call(t)));
+        }
+        if a.off.is_none() {
+            self.acc[i].off = Some(self.create_for_nic_lock(i).await?);
+        }
+        let off = self.acc[i].off.expect("resolved above");
+        let cas_buf = self.scratch(24)?;
+        let remote = RemoteAddr {
+            node: a.node,
+            rkey: self.node.catalog.rkey(a.table, 0),
+            offset: off + LOCK_WORD * 8,
+        };
+        let wrs = [
+            WorkRequest::Cas { remote, local: cas_buf, compare: 0, swap: self.owner.0 },
+            WorkRequest::Read {
+                remote,
+                local: LocalAddr { offset: cas_buf.offset + 8, ..cas_buf },
+                len: 16,
+            },
+        ];
+        let t = self.co.issue(Qp::to(a.node), &wrs).map_err(op_abort)?;
+        Ok(Some(Flight::Cas(t, cas_buf.offset)))
+    }
+
+    /// The offset of a record to lock by NIC that the execution phase did not learn
+    /// (an insert, or a read that found it absent): created by the primary's CPU.
+    async fn create_for_nic_lock(&mut self, i: usize) -> Result<u64, Abort> {
+        let a = self.acc[i];
+        if a.node == self.co.me().node {
+            return self
+                .node
+                .store
+                .primary(a.table)
+                .lookup_or_insert(a.key)
+                .map_err(|_| Abort(AbortReason::Full));
+        }
+        RecordReq { table: a.table.0, flags: CREATE, key: a.key, owner: self.owner.0 }
+            .encode(&mut self.req);
+        let t = self.co.call(self.peer(a.node), wire::LOCK, &self.req).map_err(rpc_abort)?;
+        let mut tmp = std::mem::take(&mut self.tmp);
+        let reply = self.co.reply(t, |r| RecordReply::decode(r, &mut tmp)).await;
+        self.tmp = tmp;
+        let reply = reply.map_err(rpc_abort)?.expect("a well-formed LOCK reply");
+        match reply.status {
+            Status::Ok => Ok(reply.offset),
+            Status::Full => Err(Abort(AbortReason::Full)),
+            s => panic!("create-only LOCK answered {s:?}"),
+        }
+    }
+
+    fn start_validate(&mut self, i: usize) -> Result<Option<Flight>, Abort> {
+        let a = self.acc[i];
+        let read = a.read_version.expect("a read record has a read version");
+        self.co.charge(self.node.cfg.costs.record_ns);
+        if a.node == self.co.me().node {
+            let replica = self.node.store.primary(a.table);
+            let (lock, version) = match a.off.or_else(|| replica.lookup(a.key)) {
+                Some(off) => {
+                    let h = replica.header(off);
+                    (h.lock, h.version)
+                }
+                None => (0, layout::ABSENT),
+            };
+            return Self::check_unchanged(lock, version, read).map(|()| None);
+        }
+        match (self.node.cfg.validate, a.off) {
+            (Primitive::OneSided, Some(off)) => {
+                let buf = self.scratch(16)?;
+                let remote = RemoteAddr {
+                    node: a.node,
+                    rkey: self.node.catalog.rkey(a.table, 0),
+                    offset: off + LOCK_WORD * 8,
+                };
+                let t = self
+                    .co
+                    .issue(Qp::to(a.node), &[WorkRequest::Read { remote, local: buf, len: 16 }])
+                    .map_err(op_abort)?;
+                Ok(Some(Flight::Read(t, buf.offset)))
+            }
+            // Two-sided validation, and reads that found the key absent (one-sided
+            // verbs cannot check that a key is still absent in one READ).
+            _ => {
+                RecordReq { table: a.table.0, flags: 0, key: a.key, owner: 0 }
+                    .encode(&mut self.req);
+                let t = self
+                    .co
+                    .call(self.peer(a.node), wire::VALIDATE, &self.req)
+                    .map_err(rpc_abort)?;
+                Ok(Some(Flight::Call(t)))
+            }
+        }
+    }
+
+    /// Waits for every flight; `locking` says whether they are lock requests. Returns the
+    /// first failure once all have landed (so that every lock's state is known).
+    async fn land(
+        &mut self,
+        flights: &mut Vec<(usize, Flight)>,
+        locking: bool,
+    ) -> Result<(), Abort> {
+        let mut result = Ok(());
+        for (i, f) in flights.drain(..) {
+            let r = self.land_one(i, f, locking).await;
+            result = result.and(r);
+        }
+        result
+    }
+
+    async fn land_one(&mut self, i: usize, f: Flight, locking: bool) -> Result<(), Abort> {
+        match f {
+            Flight::Cas(t, buf) => {
+                self.co.wait(t).await.map_err(op_error_abort)?;
+                let old = self.scratch_region.load(buf);
+                if old != 0 {
+                    return Err(Abort(AbortReason::Conflict));
+                }
+                self.acc[i].locked = Locked::Nic;
+                let version = self.scratch_region.load(buf + 16);
+                self.check_locked_version(i, version)
+            }
+            Flight::Read(t, buf) => {
+                self.co.wait(t).await.map_err(op_error_abort)?;
+                let (lock, version) =
+                    (self.scratch_region.load(buf), self.scratch_region.load(buf + 8));
+                Self::check_unchanged(lock, version, self.acc[i].read_version.expect("read"))
+            }
+            Flight::Call(t) => {
+                let mut tmp = std::mem::take(&mut self.tmp);
+                let reply = self.co.reply(t, |r| RecordReply::decode(r, &mut tmp)).await;
+                self.tmp = tmp;
+                let reply = reply.map_err(rpc_abort)?.expect("a well-formed reply");
+                if locking {
+                    self.on_lock_reply(i, &reply)
+                } else {
+                    let read = self.acc[i].read_version.expect("read");
+                    match reply.status {
+                        Status::Ok | Status::Absent => {
+                            Self::check_unchanged(reply.lock, reply.version, read)
+                        }
+                        s => panic!("VALIDATE answered {s:?}"),
+                    }
+                }
+            }
+        }
+    }
+
+    fn on_lock_reply(&mut self, i: usize, reply: &RecordReply) -> Result<(), Abort> {
+        match reply.status {
+            Status::Ok => {
+                let a = &mut self.acc[i];
+                (a.locked, a.off) = (Locked::Rpc, Some(reply.offset));
+                self.check_locked_version(i, reply.version)
+            }
+            Status::Locked => {
+                self.acc[i].locked = Locked::No;
+                Err(Abort(AbortReason::Conflict))
+            }
+            Status::Absent => {
+                self.acc[i].locked = Locked::No;
+                Err(Abort(AbortReason::Validation))
+            }
+            Status::Full => {
+                self.acc[i].locked = Locked::No;
+                Err(Abort(AbortReason::Full))
+            }
+            s => panic!("LOCK answered {s:?}"),
+        }
+    }
+
+    /// After locking record `i` at `version`: the version it was read at must still be
+    /// current; an insert must find no value.
+    fn check_locked_version(&mut self, i: usize, version: u64) -> Result<(), Abort> {
+        let a = &mut self.acc[i];
+        a.lock_version = version;
+        if a.insert {
+            return if layout::is_present(version) {
+                Err(Abort(AbortReason::Validation))
+            } else {
+                Ok(())
+            };
+        }
+        match a.read_version {
+            Some(read) if read != version => Err(Abort(AbortReason::Validation)),
+            Some(_) => Ok(()),
+            None => unreachable!("writes are read for update first"),
+        }
+    }
+
+    fn check_unchanged(lock: u64, version: u64, read: u64) -> Result<(), Abort> {
+        if lock != 0 || version != read {
+            return Err(Abort(AbortReason::Validation));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,258 @@
+//! Running a transactional workload on a backend and judging the result.
+//!
+//! [`run`] sets the engine up, loads the workload's data, starts its clients on every
+//! worker, measures inside a window after a warm-up, then checks the recorded history
+//! for serializability and the workload's own invariants. The same code runs on every
+//! backend; only time (virtual or wall) differs.
+
+use std::rc::Rc;
+
+use hytra_check::{History, Report};
+use hytra_fabric::rng::Rng;
+use hytra_fabric::{Backend, BackendError, ClusterShape, Endpoint, RunLimits, RunStats};
+use hytra_rt::{run_workers_with, RtConfig, Worker, WorkerStats};
+use hytra_store::{Catalog, CatalogError, StoreError, TableSpec};
+use hytra_txn::{Engine, EngineError, Outcome, TxnConfig, TxnCtx, TxnStats, WorkerTxn};
+use thiserror::Error;
+
+/// What a client coroutine needs to know.
+#[derive(Copy, Clone, Debug)]
+pub struct ClientPlan {
+    /// Coroutines per worker.
+    pub coroutines: u16,
+    /// Clients stop starting transactions at this time.
+    pub end_ns: u64,
+    /// Seed of every client's choices.
+    pub seed: u64,
+    /// Attempts of one transaction before giving up.
+    pub retries_max: u32,
+}
+
+/// Whether the workload's invariants held.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InvariantReport {
+    /// All held.
+    pub ok: bool,
+    /// What was checked, and what failed.
+    pub details: Vec<String>,
+}
+
+/// A benchmark: tables, data, clients, and an oracle.
+pub trait Workload: Sync {
+    /// What each worker's clients keep (not shared across threads).
+    type State: 'static;
+    /// What each worker reports at the end.
+    type Report: Send + Clone + std::fmt::Debug;
+
+    /// Name.
+    fn name(&self) -> &'static str;
+    /// Names of the transaction types (index = type id).
+    fn txn_types(&self) -> &'static [&'static str];
+    /// Checks the workload's parameters against the cluster.
+    fn validate(&self, shape: ClusterShape) -> Result<(), String>;
+    /// The tables for a cluster of `shape`.
+    fn tables(&self, shape: ClusterShape) -> Vec<TableSpec>;
+    /// Loads the initial data into every replica.
+    fn load(&self, engine: &Engine, shape: ClusterShape) -> Result<(), StoreError>;
+    /// Starts the clients of one worker.
+    fn spawn<E: Endpoint + 'static>(
+        &self,
+        w: &mut Worker<E>,
+        wt: &Rc<WorkerTxn>,
+        plan: ClientPlan,
+    ) -> Self::State;
+    /// The worker's report, once it has finished.
+    fn report(&self, state: Self::State) -> Self::Report;
+    /// Checks the invariants on the final state.
+    fn check(&self, engine: &Engine, reports: &[Self::Report]) -> InvariantReport;
+}
+
+/// How to run.
+#[derive(Copy, Clone, Debug)]
+pub struct BenchParams {
+    /// Coroutines per worker.
+    pub coroutines: u16,
+    /// Warm-up before the measurement window.
+    pub warmup_ns: u64,
+    /// Measurement window.
+    pub measure_ns: u64,
+    /// Seed.
+    pub seed: u64,
+    /// Record the history and check it.
+    pub check: bool,
+    /// Runtime configuration (timeouts, doorbell batching).
+    pub rt: RtConfig,
+    /// How long the cluster may take to drain after the window before the run counts
+    /// as hung.
+    pub drain_ns: u64,
+}
+
+/// What a run measured and found.
+#[derive(Clone, Debug)]
+pub struct BenchResult<R> {
+    /// Counters of every worker, merged.
+    pub stats: TxnStats,
+    /// Runtime counters, merged.
+    pub rt: WorkerStats,
+    /// Per-worker workload reports.
+    pub reports: Vec<R>,
+    /// The serializability check, if asked for.
+    pub checker: Option<Report>,
+    /// The workload's invariants.
+    pub invariant: InvariantReport,
+    /// The backend's run statistics (trace hash on the simulator).
+    pub run: RunStats,
+    /// Length of the measurement window.
+    pub window_ns: u64,
+    /// Transactions finished in the whole run (committed or given up; warm-up and drain
+    /// included), for the speed of the simulation.
+    pub attempts_total: u64,
+    /// Location cache hits and misses, all nodes.
+    pub cache_hits: u64,
+    /// Misses.
+    pub cache_misses: u64,
+}
+
+/// Why a run could not be made.
+#[derive(Debug, Error)]
+pub enum BenchError {
+    /// Bad tables or replication.
+    #[error(transparent)]
+    Catalog(#[from] CatalogError),
+    /// Bad engine configuration.
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    /// Loading failed.
+    #[error("loading: {0}")]
+    Load(#[from] StoreError),
+    /// The backend failed.
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+    /// The cluster did not finish after the window.
+    #[error("the cluster did not drain within {0} ns after the measurement window")]
+    Hung(u64),
+    /// Bad parameters.
+    #[error("{0}")]
+    Params(String),
+}
+
+/// Runs `workload` on `backend` with the transaction configuration `cfg`.
+pub fn run<B: Backend, W: Workload>(
+    backend: &mut B,
+    workload: &W,
+    cfg: TxnConfig,
+    params: BenchParams,
+) -> Result<BenchResult<W::Report>, BenchError> {
+    let shape = backend.shape();
+    if params.coroutines == 0 || params.measure_ns == 0 {
+        return Err(BenchError::Params(
+            "coroutines and the measurement window must be positive".into(),
+        ));
+    }
+    workload.validate(shape).map_err(BenchError::Params)?;
+    let catalog = Catalog::new(workload.tables(shape), shape.nodes, cfg.replication)?;
+    let engine = Engine::setup(backend, catalog, cfg, params.coroutines)?;
+    workload.load(&engine, shape)?;
+    let end_ns = params.warmup_ns + params.measure_ns;
+    let plan = ClientPlan {
+        coroutines: params.coroutines,
+        end_ns,
+        seed: params.seed,
+        retries_max: cfg.retries_max,
+    };
+    let limits = RunLimits { time_limit_ns: end_ns + params.drain_ns };
+    let (outs, run) = run_workers_with(
+        backend,
+        params.rt,
+        limits,
+        |w| {
+            let wt = engine.install(w, params.check);
+            wt.set_window(params.warmup_ns, end_ns);
+            let state = workload.spawn(w, &wt, plan);
+            (wt, state)
+        },
+        |w, (wt, state)| {
+            (wt.stats(), wt.take_history(), w.stats(), workload.report(state), wt.finished_total())
+        },
+    )?;
+    if !run.all_done {
+        return Err(BenchError::Hung(params.drain_ns));
+    }
+    let mut stats = TxnStats::default();
+    let mut rt = WorkerStats::default();
+    let mut history = History::new();
+    let mut reports = Vec::with_capacity(outs.len());
+    let mut attempts_total = 0;
+    for (s, h, w, r, finished) in outs {
+        attempts_total += finished;
+        stats.merge(&s);
+        merge_rt(&mut rt, &w);
+        history.txns.extend(h);
+        reports.push(r);
+    }
+    let checker = params.check.then(|| hytra_check::check(&history));
+    let invariant = workload.check(&engine, &reports);
+    let (cache_hits, cache_misses) = (stats.cache_hits, stats.cache_misses);
+    Ok(BenchResult {
+        stats,
+        rt,
+        reports,
+        checker,
+        invariant,
+        run,
+        window_ns: params.measure_ns,
+        attempts_total,
+        cache_hits,
+        cache_misses,
+    })
+}
+
+fn merge_rt(into: &mut WorkerStats, w: &WorkerStats) {
+    into.steps += w.steps;
+    into.resumes += w.resumes;
+    into.ops.completions += w.ops.completions;
+    into.ops.internal_signals += w.ops.internal_signals;
+    into.ops.unsignaled_errors += w.ops.unsignaled_errors;
+    into.rpc.calls += w.rpc.calls;
+    into.rpc.replies += w.rpc.replies;
+    into.rpc.timeouts += w.rpc.timeouts;
+    into.rpc.stale_replies += w.rpc.stale_replies;
+    into.rpc.served += w.rpc.served;
+    into.rpc.malformed += w.rpc.malformed;
+    into.frames_sent += w.frames_sent;
+    into.datagrams_sent += w.datagrams_sent;
+}
+
+/// Runs one transaction until it commits, aborts for good, or exhausts its attempts,
+/// backing off (a random number of yields growing with the attempts) between retries.
+/// `attempt` runs the body of one attempt on the context.
+pub async fn run_txn<E, F>(
+    ctx: &mut TxnCtx<E>,
+    rng: &mut Rng,
+    ty: u8,
+    retries_max: u32,
+    mut attempt: F,
+) -> Outcome
+where
+    E: Endpoint,
+    F: AsyncFnMut(&mut TxnCtx<E>, bool) -> Outcome,
+{
+    let mut first = true;
+    loop {
+        let outcome = attempt(ctx, first).await;
+        first = false;
+        match outcome {
+            Outcome::Aborted(r) if r.retryable() && ctx.attempts() < retries_max => {
+                let spins = rng.below(u64::from(ctx.attempts().min(16)) * 2 + 1);
+                for _ in 0..spins {
+                    ctx.co().yield_now().await;
+                }
+            }
+            Outcome::Aborted(r) if r.retryable() => {
+                ctx.worker().gave_up(ty);
+                return outcome;
+            }
+            _ => return outcome,
+        }
+    }
+}

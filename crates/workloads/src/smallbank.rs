@@ -1,0 +1,363 @@
+//! SmallBank (H-Store): a bank with a savings and a checking account per customer and
+//! six transactions, the network-intensive workload of DrTM+H §5.
+//!
+//! Mix: SendPayment 25%, Balance, DepositChecking, TransactSaving, Amalgamate and
+//! WriteCheck 15% each. `accounts_per_worker` customers per worker thread of the
+//! cluster; 90% of accesses go to a hot set of 4% of the customers, spread over every
+//! partition (no locality: a customer's partition is `id % nodes`).
+//!
+//! Oracle: the money in all accounts equals the initial money plus the deposits and
+//! minus the withdrawals of committed transactions; every backup equals its primary;
+//! plus the serializability check of the recorded history.
+
+use std::cell::Cell;
+use std::rc::Rc;
+
+use hytra_fabric::rng::Rng;
+use hytra_fabric::{ClusterShape, Endpoint, NodeId};
+use hytra_rt::Worker;
+use hytra_store::{Partitioner, StoreError, TableId, TableSpec};
+use hytra_txn::{Abort, AbortReason, Engine, Outcome, Txn, TxnCtx, WorkerTxn};
+
+use crate::bench::{run_txn, ClientPlan, InvariantReport, Workload};
+
+/// Savings balances.
+pub const SAVINGS: TableId = TableId(0);
+/// Checking balances.
+pub const CHECKING: TableId = TableId(1);
+/// Balances start uniform in `BALANCE_MIN..BALANCE_MAX` (cents), and transactions move
+/// fixed amounts: the parameters of the H-Store SmallBank as OLTP-Bench runs it.
+pub const BALANCE_MIN: i64 = 1_000_000;
+/// Upper end of the initial balances.
+pub const BALANCE_MAX: i64 = 5_000_000;
+/// DepositChecking deposits 1.30.
+pub const DEPOSIT_AMOUNT: i64 = 130;
+/// TransactSaving withdraws 20.20.
+pub const SAVING_AMOUNT: i64 = 2_020;
+/// WriteCheck and SendPayment move 5.00.
+pub const CHECK_AMOUNT: i64 = 500;
+/// Percentage of customers in the hot set.
+pub const HOT_PERCENT: u64 = 4;
+/// Percentage of accesses that go to the hot set.
+pub const HOT_ACCESS_PERCENT: u64 = 90;
+
+/// Transaction types, in report order.
+pub const TYPES: [&str; 6] =
+    ["send_payment", "balance", "deposit_checking", "transact_saving", "amalgamate", "write_check"];
+const SEND_PAYMENT: u8 = 0;
+const BALANCE: u8 = 1;
+const DEPOSIT_CHECKING: u8 = 2;
+const TRANSACT_SAVING: u8 = 3;
+const AMALGAMATE: u8 = 4;
+const WRITE_CHECK: u8 = 5;
+
+/// SmallBank's parameters.
+#[derive(Copy, Clone, Debug)]
+pub struct SmallBank {
+    /// Customers per worker thread of the cluster.
+    pub accounts_per_worker: u64,
+}
+
+impl SmallBank {
+    /// The paper's scale: 100 000 accounts per worker thread (DrTM+H §5).
+    pub fn paper() -> SmallBank {
+        SmallBank { accounts_per_worker: 100_000 }
+    }
+
+    fn accounts(&self, shape: ClusterShape) -> u64 {
+        self.accounts_per_worker * shape.workers_total() as u64
+    }
+}
+
+/// What one worker's clients did, for the oracle.
+#[derive(Clone, Debug, Default)]
+pub struct SmallBankReport {
+    /// Money added (deposits) minus money taken (withdrawals, checks) by committed
+    /// transactions.
+    pub delta: i64,
+}
+
+/// Picks a customer: 90% from the hot 4%, else from the rest.
+fn pick(rng: &mut Rng, accounts: u64) -> u64 {
+    let hot = (accounts * HOT_PERCENT / 100).max(1);
+    if rng.below(100) < HOT_ACCESS_PERCENT || hot == accounts {
+        rng.below(hot)
+    } else {
+        hot + rng.below(accounts - hot)
+    }
+}
+
+fn pick_two(rng: &mut Rng, accounts: u64) -> (u64, u64) {
+    let a = pick(rng, accounts);
+    loop {
+        let b = pick(rng, accounts);
+        if b != a {
+            return (a, b);
+        }
+    }
+}
+
+/// Inputs of one transaction.
+#[derive(Copy, Clone, Debug)]
+struct Input {
+    a: u64,
+    b: u64,
+    amount: i64,
+}
+
+/// The initial balance of account `key` in `table`: a deterministic function of both,
+/// so the loader needs no state and the oracle can recompute the initial total.
+pub fn initial_balance(table: TableId, key: u64) -> i64 {
+    let mut x = key.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ u64::from(table.0) << 61;
+    let h = hytra_fabric::rng::splitmix64(&mut x);
+    BALANCE_MIN + (h % (BALANCE_MAX - BALANCE_MIN) as u64) as i64
+}
+
+fn amount(ty: u8) -> i64 {
+    match ty {
+        DEPOSIT_CHECKING => DEPOSIT_AMOUNT,
+        TRANSACT_SAVING => SAVING_AMOUNT,
+        _ => CHECK_AMOUNT,
+    }
+}
+
+fn get(t: &Txn<'_, impl Endpoint>, r: hytra_txn::Rec) -> i64 {
+    t.get(r)[0] as i64
+}
+
+fn set(t: &mut Txn<'_, impl Endpoint>, r: hytra_txn::Rec, v: i64) {
+    t.update(r)[0] = v as u64;
+}
+
+/// Runs the body of one transaction; returns the money it adds to the bank if it
+/// commits.
+async fn body<E: Endpoint>(t: &mut Txn<'_, E>, ty: u8, i: Input) -> Result<i64, Abort> {
+    match ty {
+        SEND_PAYMENT => {
+            let [from, to] = t.read_many([(CHECKING, i.a), (CHECKING, i.b)], true).await?;
+            let balance = get(t, from);
+            if balance < i.amount {
+                return Err(Abort(AbortReason::User));
+            }
+            set(t, from, balance - i.amount);
+            let b = get(t, to);
+            set(t, to, b + i.amount);
+            Ok(0)
+        }
+        BALANCE => {
+            let [s, c] = t.read_many([(SAVINGS, i.a), (CHECKING, i.a)], false).await?;
+            let _total = get(t, s) + get(t, c);
+            Ok(0)
+        }
+        DEPOSIT_CHECKING => {
+            let c = t.read_for_update(CHECKING, i.a).await?;
+            let b = get(t, c);
+            set(t, c, b + i.amount);
+            Ok(i.amount)
+        }
+        TRANSACT_SAVING => {
+            let s = t.read_for_update(SAVINGS, i.a).await?;
+            let b = get(t, s);
+            if b < i.amount {
+                return Err(Abort(AbortReason::User));
+            }
+            set(t, s, b - i.amount);
+            Ok(-i.amount)
+        }
+        AMALGAMATE => {
+            let [s1, c1, c2] =
+                t.read_many([(SAVINGS, i.a), (CHECKING, i.a), (CHECKING, i.b)], true).await?;
+            let total = get(t, s1) + get(t, c1);
+            set(t, s1, 0);
+            set(t, c1, 0);
+            let b = get(t, c2);
+            set(t, c2, b + total);
+            Ok(0)
+        }
+        WRITE_CHECK => {
+            let [s, c] = t.read_many([(SAVINGS, i.a), (CHECKING, i.a)], false).await?;
+            let total = get(t, s) + get(t, c);
+            // Overdrawing costs a penalty of one.
+            let charge = if total < i.amount { i.amount + 1 } else { i.amount };
+            let b = get(t, c);
+            set(t, c, b - charge);
+            Ok(-charge)
+        }
+        _ => unreachable!("six transaction types"),
+    }
+}
+
+/// One client coroutine: transactions back to back until the plan's end.
+async fn client<E: Endpoint>(
+    mut ctx: TxnCtx<E>,
+    mut rng: Rng,
+    accounts: u64,
+    plan: ClientPlan,
+    delta: Rc<Cell<i64>>,
+) {
+    while ctx.co().now_ns() < plan.end_ns {
+        let roll = rng.below(100);
+        let ty = match roll {
+            0..25 => SEND_PAYMENT,
+            25..40 => BALANCE,
+            40..55 => DEPOSIT_CHECKING,
+            55..70 => TRANSACT_SAVING,
+            70..85 => AMALGAMATE,
+            _ => WRITE_CHECK,
+        };
+        let (a, b) = pick_two(&mut rng, accounts);
+        let input = Input { a, b, amount: amount(ty) };
+        let mut added = 0;
+        let outcome = run_txn(
+            &mut ctx,
+            &mut rng,
+            ty,
+            plan.retries_max,
+            async |ctx: &mut TxnCtx<E>, first: bool| {
+                let mut t = if first { ctx.begin(ty) } else { ctx.retry() };
+                let r = body(&mut t, ty, input).await;
+                added = *r.as_ref().unwrap_or(&0);
+                t.finish(r.map(|_| ())).await
+            },
+        )
+        .await;
+        if outcome == Outcome::Committed {
+            delta.set(delta.get() + added);
+        }
+    }
+}
+
+impl Workload for SmallBank {
+    type State = Rc<Cell<i64>>;
+    type Report = SmallBankReport;
+
+    fn name(&self) -> &'static str {
+        "smallbank"
+    }
+
+    fn txn_types(&self) -> &'static [&'static str] {
+        &TYPES
+    }
+
+    fn validate(&self, shape: ClusterShape) -> Result<(), String> {
+        if self.accounts_per_worker == 0 || self.accounts(shape) < 2 {
+            return Err(format!(
+                "smallbank needs at least 2 accounts (got {} per worker)",
+                self.accounts_per_worker
+            ));
+        }
+        Ok(())
+    }
+
+    fn tables(&self, shape: ClusterShape) -> Vec<TableSpec> {
+        // Each partition holds its share plus headroom for an uneven modulo split.
+        let per_partition = self.accounts(shape).div_ceil(u64::from(shape.nodes)) + 16;
+        [(SAVINGS, "savings"), (CHECKING, "checking")]
+            .into_iter()
+            .map(|(id, name)| TableSpec {
+                id,
+                name: name.into(),
+                payload_words: 1,
+                capacity: per_partition,
+                partitioner: Partitioner::Modulo,
+            })
+            .collect()
+    }
+
+    fn load(&self, engine: &Engine, shape: ClusterShape) -> Result<(), StoreError> {
+        let c = &engine.catalog;
+        for key in 0..self.accounts(shape) {
+            for table in [SAVINGS, CHECKING] {
+                let p = c.partition(table, key);
+                for slot in 0..c.replication() {
+                    let node = NodeId((p + slot) % shape.nodes);
+                    let balance = initial_balance(table, key) as u64;
+                    engine.nodes[usize::from(node.0)]
+                        .store
+                        .replica(table, slot)
+                        .load(key, &[balance])?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn spawn<E: Endpoint + 'static>(
+        &self,
+        w: &mut Worker<E>,
+        wt: &Rc<WorkerTxn>,
+        plan: ClientPlan,
+    ) -> Rc<Cell<i64>> {
+        let delta = Rc::new(Cell::new(0));
+        let co = w.co();
+        let me = co.shape().worker_index(co.me()) as u64;
+        let accounts = self.accounts(co.shape());
+        for k in 0..plan.coroutines {
+            // Contexts are made before the first step, so the background task knows they
+            // exist (it ends after the last one).
+            let ctx = wt.ctx(w.co(), k);
+            let rng = Rng::derive(plan.seed, me << 16 | u64::from(k));
+            let delta = delta.clone();
+            w.spawn(move |_| client(ctx, rng, accounts, plan, delta));
+        }
+        delta
+    }
+
+    fn report(&self, state: Rc<Cell<i64>>) -> SmallBankReport {
+        SmallBankReport { delta: state.get() }
+    }
+
+    fn check(&self, engine: &Engine, reports: &[SmallBankReport]) -> InvariantReport {
+        let shape_nodes = engine.catalog.nodes();
+        let mut expected: i64 = reports.iter().map(|r| r.delta).sum();
+        let mut total = 0i64;
+        let mut details = Vec::new();
+        let mut replicas_equal = true;
+        let mut locks_free = true;
+        for table in [SAVINGS, CHECKING] {
+            for n in 0..shape_nodes {
+                let node = &engine.nodes[usize::from(n)];
+                let primary = node.store.primary(table);
+                let mut p = [0u64];
+                for (off, key) in primary.records() {
+                    expected += initial_balance(table, key);
+                    let snap =
+                        primary.read(off, key, &mut p).expect("no writer runs after the benchmark");
+                    if snap.lock != 0 && locks_free {
+                        locks_free = false;
+                        let owner = hytra_store::Owner(snap.lock);
+                        details.push(format!(
+                            "{table:?}/{key} is still locked by worker {} ({:#x})",
+                            owner.worker(),
+                            snap.lock
+                        ));
+                    }
+                    total += p[0] as i64;
+                    for (j, b) in engine.catalog.backups(primary.partition).enumerate() {
+                        let replica =
+                            engine.nodes[usize::from(b.0)].store.replica(table, j as u16 + 1);
+                        let mut q = [0u64];
+                        let same = replica
+                            .lookup(key)
+                            .map(|o| {
+                                replica.read(o, key, &mut q).expect("quiescent").version
+                                    == snap.version
+                                    && q == p
+                            })
+                            .unwrap_or(false);
+                        if !same && replicas_equal {
+                            replicas_equal = false;
+                            details.push(format!(
+                                "backup {b} of {table:?}/{key} differs from its primary"
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        let money_ok = total == expected;
+        details.push(format!("money: {total} in accounts, {expected} expected"));
+        details.push(format!("replicas equal their primaries: {replicas_equal}"));
+        InvariantReport { ok: money_ok && replicas_equal && locks_free, details }
+    }
+}
