@@ -1,7 +1,7 @@
 //! `hytra bench`: a transactional workload on the simulator or on threads, with a table
 //! of throughput, aborts, latency and per-phase time, and the checker's verdict.
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -14,7 +14,7 @@ use hytra_fabric::sim::profile::NicProfile;
 use hytra_fabric::sim::{SimCluster, SimConfig};
 use hytra_fabric::ClusterShape;
 use hytra_rt::RtConfig;
-use hytra_store::Catalog;
+use hytra_store::{Catalog, NodeStore};
 use hytra_txn::{AbortReason, Design, ExecStrategy, LockStrategy, Primitive, TxnConfig, PHASES};
 use hytra_workloads::bench::{run, BenchError, BenchParams, BenchResult, Workload};
 use hytra_workloads::smallbank::SmallBank;
@@ -101,6 +101,14 @@ pub struct BenchArgs {
     /// Inline small write-backs: on or off.
     #[arg(long)]
     inline: Option<String>,
+    /// Several RPC requests (or replies) to one worker share a datagram when sent in the
+    /// same step: on or off.
+    #[arg(long)]
+    rpc_coalescing: Option<String>,
+    /// Start with warm location caches (every remote record's address, as after a long
+    /// run) or empty ones: on or off [default: on].
+    #[arg(long)]
+    warm_cache: Option<String>,
     /// Location cache per node in MiB (0: none).
     #[arg(long)]
     cache_mib: Option<u64>,
@@ -134,9 +142,10 @@ fn on_off(name: &str, v: &Option<String>) -> Result<Option<bool>, CliError> {
 fn primitive(name: &str, v: &Option<String>) -> Result<Option<Primitive>, CliError> {
     match v.as_deref() {
         None => Ok(None),
-        Some("one-sided") => Ok(Some(Primitive::OneSided)),
-        Some("two-sided") => Ok(Some(Primitive::TwoSided)),
-        Some(other) => usage(format!("--{name} '{other}': expected one-sided or two-sided")),
+        Some(s) => match Primitive::parse(s) {
+            Some(p) => Ok(Some(p)),
+            None => usage(format!("--{name} '{s}': expected one of {}", Primitive::names())),
+        },
     }
 }
 
@@ -150,29 +159,16 @@ fn txn_config(a: &BenchArgs) -> Result<TxnConfig, CliError> {
     let mut c = TxnConfig::preset(design);
     c.replication = a.replication;
     if let Some(e) = a.exec.as_deref() {
-        c.exec = match e {
-            "one-sided" => ExecStrategy::OneSided,
-            "one-sided-cached" => ExecStrategy::OneSidedCached,
-            "two-sided" => ExecStrategy::TwoSided,
-            "hybrid" => ExecStrategy::Hybrid,
-            other => {
-                return usage(format!(
-                    "--exec '{other}': expected one-sided, one-sided-cached, two-sided or hybrid"
-                ))
-            }
+        let Some(exec) = ExecStrategy::parse(e) else {
+            return usage(format!("--exec '{e}': expected one of {}", ExecStrategy::names()));
         };
+        c.exec = exec;
     }
     if let Some(l) = a.lock.as_deref() {
-        c.lock = match l {
-            "one-sided" => LockStrategy::OneSided,
-            "two-sided" => LockStrategy::TwoSided,
-            "at-execution" => LockStrategy::AtExecution,
-            other => {
-                return usage(format!(
-                    "--lock '{other}': expected one-sided, two-sided or at-execution"
-                ))
-            }
+        let Some(lock) = LockStrategy::parse(l) else {
+            return usage(format!("--lock '{l}': expected one of {}", LockStrategy::names()));
         };
+        c.lock = lock;
     }
     c.validate = primitive("validate", &a.validate)?.unwrap_or(c.validate);
     c.log = primitive("log", &a.log)?.unwrap_or(c.log);
@@ -195,7 +191,8 @@ fn memory_needed(w: &SmallBank, shape: ClusterShape, cfg: &TxnConfig, coroutines
     let store: u64 = catalog.regions().map(|(_, _, b)| b).sum();
     let log = shape.workers_total() as u64 * cfg.log_ring_bytes;
     let scratch = u64::from(shape.workers_per_node) * u64::from(coroutines) * (64 << 10);
-    (store + log + scratch + cfg.cache_bytes) * u64::from(shape.nodes)
+    let cache = NodeStore::cache_bytes(&catalog, cfg.cache_bytes);
+    (store + log + scratch + cache) * u64::from(shape.nodes)
 }
 
 fn available_memory() -> Option<u64> {
@@ -262,6 +259,7 @@ pub fn run_bench(a: BenchArgs) -> Result<(), CliError> {
     let measure_ns = (seconds * 1e9) as u64;
     let rt = RtConfig {
         doorbell_batching: on_off("doorbell-batching", &a.doorbell_batching)?.unwrap_or(true),
+        rpc_coalescing: on_off("rpc-coalescing", &a.rpc_coalescing)?.unwrap_or(true),
         // Longer than any delay the simulator's faults add (P4); threads may be
         // descheduled for milliseconds on a loaded machine.
         rpc_timeout_ns: if sim { 1_000_000 } else { 1_000_000_000 },
@@ -275,8 +273,10 @@ pub fn run_bench(a: BenchArgs) -> Result<(), CliError> {
         check: a.check,
         rt,
         drain_ns: if sim { 1_000_000_000 } else { 60_000_000_000 },
+        warm_cache: on_off("warm-cache", &a.warm_cache)?.unwrap_or(true),
     };
     let total_ns = params.warmup_ns + measure_ns;
+    let used = params;
     let started = Instant::now();
     let result = if sim {
         let mut sc = SimConfig { profile, ..SimConfig::new(shape, a.seed) };
@@ -298,7 +298,9 @@ pub fn run_bench(a: BenchArgs) -> Result<(), CliError> {
         let _ = ticker.join();
         r
     };
-    eprint!("\r{:60}\r", "");
+    if std::io::stderr().is_terminal() {
+        eprint!("\r{:60}\r", "");
+    }
     let result = result.map_err(|e| match e {
         BenchError::Params(m) => CliError::Usage(m),
         other => {
@@ -308,7 +310,11 @@ pub fn run_bench(a: BenchArgs) -> Result<(), CliError> {
     })?;
     print_report(&a, &cfg, &result, seconds, sim);
     if let (Some(file), Some(path)) = (out, a.json.as_deref()) {
-        write_json(file, path, &json_report(&a, &cfg, &result, seconds, sim, started.elapsed()))?;
+        write_json(
+            file,
+            path,
+            &json_report(&a, &cfg, &used, &result, seconds, sim, started.elapsed()),
+        )?;
     }
     if a.check && !result.checker.as_ref().is_some_and(|c| c.serializable()) || !result.invariant.ok
     {
@@ -331,7 +337,8 @@ impl ProgressBar {
 
     fn show(&mut self, now_ns: u64) {
         let wall = self.started.elapsed();
-        if wall < Duration::from_secs(2) {
+        // Only people watching a terminal want it; logs and pipes do not.
+        if wall < Duration::from_secs(2) || !std::io::stderr().is_terminal() {
             return;
         }
         let frac = (now_ns as f64 / self.total_ns as f64).min(1.0);
@@ -374,8 +381,19 @@ fn print_report<R>(a: &BenchArgs, cfg: &TxnConfig, r: &BenchResult<R>, seconds: 
     let workers = f64::from(a.nodes) * f64::from(a.workers);
     let clock = if sim { "virtual" } else { "wall" };
     println!(
-        "\n{} on {} ({}): {} nodes x {} workers x {} coroutines, design {}, replication {}, {:.3} s measured ({clock})\n",
+        "\n{} on {} ({}): {} nodes x {} workers x {} coroutines, design {}, replication {}, {} s measured ({clock})",
         a.workload, a.backend, if sim { a.profile.as_str() } else { "threads" }, a.nodes, a.workers, a.coroutines, cfg.design.name(), cfg.replication, seconds
+    );
+    let on = |b: bool| if b { "on" } else { "off" };
+    println!(
+        "phases use   execution {}, lock {}, validation {}, log {}, commit {}; passive ACK {}, outstanding requests {}\n",
+        cfg.exec.name(),
+        cfg.lock.name(),
+        cfg.validate.name(),
+        cfg.log.name(),
+        cfg.commit.name(),
+        on(cfg.passive_ack),
+        on(cfg.outstanding)
     );
     println!("throughput   {:.0} txn/s ({:.0} per worker)", tps, tps / workers);
     println!(
@@ -436,6 +454,7 @@ fn print_report<R>(a: &BenchArgs, cfg: &TxnConfig, r: &BenchResult<R>, seconds: 
 fn json_report<R>(
     a: &BenchArgs,
     cfg: &TxnConfig,
+    params: &BenchParams,
     r: &BenchResult<R>,
     seconds: f64,
     sim: bool,
@@ -466,7 +485,22 @@ fn json_report<R>(
         "replication": cfg.replication,
         "seconds": seconds,
         "seed": a.seed,
-        "config": format!("{cfg:?}"),
+        "config": {
+            "exec": cfg.exec.name(),
+            "lock": cfg.lock.name(),
+            "validate": cfg.validate.name(),
+            "log": cfg.log.name(),
+            "commit": cfg.commit.name(),
+            "passive_ack": cfg.passive_ack,
+            "outstanding": cfg.outstanding,
+            "inline": cfg.inline,
+            "doorbell_batching": params.rt.doorbell_batching,
+            "rpc_coalescing": params.rt.rpc_coalescing,
+            "warm_cache": params.warm_cache,
+            "cache_bytes": cfg.cache_bytes,
+            "retries_max": cfg.retries_max,
+            "log_ring_bytes": cfg.log_ring_bytes,
+        },
         "throughput_tps": s.commits as f64 / seconds,
         "abort_rate": s.abort_rate(),
         "abort_rate_cc": s.cc_abort_rate(),

@@ -26,6 +26,8 @@ struct Cli {
     command: Option<Command>,
 }
 
+// Parsed once per process: the size of the largest variant does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     /// A transactional workload: throughput, aborts, latency, per-phase time, checker.

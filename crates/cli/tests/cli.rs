@@ -84,3 +84,75 @@ fn help_and_version_succeed() {
     assert!(hytra(&["micro", "--help"]).status.success());
     assert!(hytra(&["--version"]).status.success());
 }
+
+/// A bench run small enough for a test.
+const BENCH_SMALL: &[&str] = &[
+    "bench",
+    "--nodes",
+    "3",
+    "--workers",
+    "2",
+    "--coroutines",
+    "4",
+    "--accounts-per-worker",
+    "200",
+    "--seconds",
+    "0.0005",
+];
+
+#[test]
+fn bench_bad_input_gets_one_line_and_exit_2() {
+    let cases: &[&[&str]] = &[
+        &["bench", "--workload", "tpcz"],
+        &["bench", "--design", "drtm9"],
+        &["bench", "--backend", "nope"],
+        &["bench", "--profile", "cx9"],
+        &["bench", "--nodes", "2", "--replication", "3"],
+        &["bench", "--accounts-per-worker", "0"],
+        &["bench", "--coroutines", "0"],
+        &["bench", "--seconds", "-1"],
+        &["bench", "--seconds", "abc"],
+        &["bench", "--warmup=-0.5"],
+        &["bench", "--seconds", "0"],
+        &["bench", "--exec", "telepathy"],
+        &["bench", "--passive-ack", "maybe"],
+        &["bench", "--design", "fasst", "--lock", "one-sided"],
+        &["bench", "--backend", "local", "--faults-ppm", "100"],
+        &["bench", "--json", "/nonexistent-dir/out.json"],
+    ];
+    for args in cases {
+        let out = hytra(args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert_eq!(stderr.trim_end().lines().count(), 1, "{args:?}: not one line: {stderr}");
+        assert!(stderr.starts_with("error: "), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
+fn bench_json_reports_a_checked_serializable_run_that_replays() {
+    let (a, b) = (temp("bench-a.json"), temp("bench-b.json"));
+    for path in [&a, &b] {
+        let mut args = BENCH_SMALL.to_vec();
+        args.extend(["--check", "--seed", "3", "--json", path.to_str().unwrap()]);
+        let out = hytra(&args);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(stdout.contains("serializable"), "checker verdict printed: {stdout}");
+    }
+    let parse = |p: &PathBuf| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+    };
+    let (ja, jb) = (parse(&a), parse(&b));
+    assert_eq!(ja["trace_hash"], jb["trace_hash"], "same seed, same trace");
+    assert_eq!(ja["committed"], jb["committed"]);
+    assert!(ja["throughput_tps"].as_f64().unwrap() > 0.0, "{ja}");
+    assert!(ja["committed"].as_u64().unwrap() > 0, "{ja}");
+    assert_eq!(ja["checker"]["serializable"], true, "{ja}");
+    assert!(ja["checker"]["transactions"].as_u64().unwrap() > 0, "{ja}");
+    assert_eq!(ja["config"]["exec"], "hybrid", "{ja}");
+    assert_eq!(ja["invariant_ok"], true, "{ja}");
+    for field in ["abort_rate", "abort_rate_cc", "latency_us", "phases_us"] {
+        assert!(!ja[field].is_null(), "missing {field} in {ja}");
+    }
+}

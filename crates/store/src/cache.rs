@@ -9,6 +9,12 @@
 //! follow from (table, key). Set-associative, bounded in bytes, round-robin eviction per
 //! set (deterministic in the simulator). It keeps no counters: shared counters would make
 //! every lookup of every thread contend on one cache line (the engine counts per worker).
+//!
+//! Each table owns a band of sets in proportion to its keys, and a key's set within the
+//! band is its block of `WAYS` neighbouring keys, modulo the band: a table whose keys
+//! are dense fills its band without a single conflict when the cache is as large as the
+//! table, and tables never evict each other. Workloads with composite keys should encode
+//! them densely.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
@@ -26,17 +32,43 @@ pub struct LocationCache {
     /// Next way to evict, per set.
     victim: Box<[AtomicU32]>,
     sets: usize,
+    /// Per table id: (first set, sets) of its band.
+    bands: Vec<(usize, usize)>,
 }
 
 impl LocationCache {
-    /// A cache of at most `bytes` (0 disables it).
-    pub fn new(bytes: u64) -> LocationCache {
+    /// A cache of at most `bytes` (0 disables it) for the given tables and their key
+    /// counts; each table gets a share of the sets proportional to its keys.
+    pub fn new(bytes: u64, tables: &[(TableId, u64)]) -> LocationCache {
         let entries = (bytes / ENTRY_BYTES) as usize;
-        let sets = entries / WAYS;
+        let mut sets = entries / WAYS;
+        if sets < tables.len() {
+            sets = 0; // Too small to give every table a set: no cache at all.
+        }
+        let total: u64 = tables.iter().map(|&(_, k)| k.max(1)).sum();
+        let max_id = tables.iter().map(|(t, _)| usize::from(t.0)).max().unwrap_or(0);
+        let mut bands = vec![(0, 0); if sets == 0 { 0 } else { max_id + 1 }];
+        let mut next = 0;
+        for (i, &(t, keys)) in tables.iter().enumerate() {
+            if sets == 0 {
+                break;
+            }
+            // Proportional share, at least one set; the last table takes what is left.
+            let share = if i + 1 == tables.len() {
+                sets - next
+            } else {
+                ((sets as u128 * u128::from(keys.max(1)) / u128::from(total)) as usize)
+                    .clamp(1, sets - next - (tables.len() - i - 1))
+            };
+            assert_eq!(bands[usize::from(t.0)], (0, 0), "table {t:?} listed twice");
+            bands[usize::from(t.0)] = (next, share);
+            next += share;
+        }
         LocationCache {
             words: hytra_fabric::zeroed_words(sets * WAYS * 2),
             victim: (0..sets).map(|_| AtomicU32::new(0)).collect(),
             sets,
+            bands,
         }
     }
 
@@ -50,12 +82,11 @@ impl LocationCache {
         self.words.len() as u64 * 8
     }
 
-    /// The set of (table, key): neighbouring keys of a table share a set (and so a cache
-    /// line), so a dense hot range of keys occupies few lines instead of one each;
-    /// tables start at far-apart sets.
-    fn set_of(&self, table: TableId, key: u64) -> usize {
-        let start = u64::from(table.0).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 20;
-        ((key / WAYS as u64).wrapping_add(start) % self.sets as u64) as usize
+    /// The set of (table, key), if the table has a band: neighbouring keys share a set
+    /// (and so a cache line), so a dense hot range of keys occupies few lines.
+    fn set_of(&self, table: TableId, key: u64) -> Option<usize> {
+        let &(first, sets) = self.bands.get(usize::from(table.0))?;
+        (sets > 0).then(|| first + ((key / WAYS as u64) % sets as u64) as usize)
     }
 
     fn tag(table: TableId, offset: u64) -> u64 {
@@ -65,10 +96,7 @@ impl LocationCache {
 
     /// The cached offset of a record, if any (possibly stale: verify the record's key).
     pub fn get(&self, table: TableId, key: u64) -> Option<u64> {
-        if !self.enabled() {
-            return None;
-        }
-        let base = self.set_of(table, key) * WAYS * 2;
+        let base = self.set_of(table, key)? * WAYS * 2;
         for w in 0..WAYS {
             let i = base + 2 * w;
             if self.words[i].load(Ordering::Acquire) == key {
@@ -83,18 +111,19 @@ impl LocationCache {
 
     /// Caches a record's offset (replacing the key's entry, or evicting one).
     pub fn put(&self, table: TableId, key: u64, offset: u64) {
-        if !self.enabled() {
-            return;
-        }
-        let set = self.set_of(table, key);
+        let Some(set) = self.set_of(table, key) else { return };
         let base = set * WAYS * 2;
         let tag = Self::tag(table, offset);
+        let tag_at = |w: usize| self.words[base + 2 * w + 1].load(Ordering::Relaxed);
+        // The key's own entry, else an empty way, else a victim in round-robin order.
         let way = (0..WAYS)
             .find(|&w| {
-                let i = base + 2 * w;
-                self.words[i].load(Ordering::Relaxed) == key
-                    && self.words[i + 1].load(Ordering::Relaxed) >> 48 == u64::from(table.0)
+                let t = tag_at(w);
+                t != 0
+                    && t >> 48 == u64::from(table.0)
+                    && self.words[base + 2 * w].load(Ordering::Relaxed) == key
             })
+            .or_else(|| (0..WAYS).find(|&w| tag_at(w) == 0))
             .unwrap_or_else(|| self.victim[set].fetch_add(1, Ordering::Relaxed) as usize % WAYS);
         let i = base + 2 * way;
         // Invalidate, then fill: a concurrent reader sees the old entry, none, or the new
@@ -106,10 +135,8 @@ impl LocationCache {
 
     /// Drops a key's entry (after it led to the wrong record).
     pub fn forget(&self, table: TableId, key: u64) {
-        if !self.enabled() {
-            return;
-        }
-        let base = self.set_of(table, key) * WAYS * 2;
+        let Some(set) = self.set_of(table, key) else { return };
+        let base = set * WAYS * 2;
         for w in 0..WAYS {
             if self.words[base + 2 * w].load(Ordering::Relaxed) == key {
                 self.words[base + 2 * w + 1].store(0, Ordering::Release);
@@ -122,9 +149,13 @@ impl LocationCache {
 mod tests {
     use super::*;
 
+    const T0: TableId = TableId(0);
+    const T1: TableId = TableId(1);
+    const T2: TableId = TableId(2);
+
     #[test]
     fn put_get_forget_and_bounded_size() {
-        let c = LocationCache::new(64 * ENTRY_BYTES);
+        let c = LocationCache::new(64 * ENTRY_BYTES, &[(T0, 10), (T1, 10), (T2, 10)]);
         assert_eq!(c.bytes(), 64 * ENTRY_BYTES);
         c.put(TableId(1), 5, 4096);
         assert_eq!(c.get(TableId(1), 5), Some(4096));
@@ -137,12 +168,33 @@ mod tests {
             c.put(TableId(0), k, k * 8);
         }
         let kept = (0..10_000).filter(|&k| c.get(TableId(0), k) == Some(k * 8)).count();
-        assert!((32..=64).contains(&kept), "a bounded cache keeps about its capacity: {kept}");
+        // Table 0's band: a third of the 16 sets.
+        assert_eq!(kept, 5 * WAYS, "a bounded cache keeps exactly its band");
+        assert_eq!(c.get(TableId(7), 1), None, "an unknown table is never cached");
+        c.put(TableId(7), 1, 8);
+        assert_eq!(c.get(TableId(7), 1), None);
+    }
+
+    #[test]
+    fn dense_keys_of_several_tables_never_conflict_when_they_fit() {
+        // Three tables of different sizes, exactly as many entries as keys.
+        let tables = [(T0, 4000), (T1, 1000), (T2, 3000)];
+        let c = LocationCache::new(8000 * ENTRY_BYTES, &tables);
+        for &(t, keys) in &tables {
+            for k in 0..keys {
+                c.put(t, k, (k + 1) * 8);
+            }
+        }
+        for &(t, keys) in &tables {
+            for k in 0..keys {
+                assert_eq!(c.get(t, k), Some((k + 1) * 8), "{t:?}/{k} evicted");
+            }
+        }
     }
 
     #[test]
     fn a_disabled_cache_misses_quietly() {
-        let c = LocationCache::new(0);
+        let c = LocationCache::new(0, &[(T0, 10)]);
         c.put(TableId(0), 1, 8);
         assert_eq!(c.get(TableId(0), 1), None);
         assert!(!c.enabled());

@@ -122,7 +122,8 @@ impl RecordHeader {
 
 /// Looks `key` up in a bucket's words: `Ok(Some(offset))` if found, `Ok(None)` if not
 /// and the bucket has no overflow, `Err(next)` with the overflow bucket's index if the
-/// search continues there.
+/// search continues there. An offset of 0 (never a record's: bucket 0 is there) means the
+/// slot's tag was read before its offset was published; read the bucket again (S2).
 pub fn search_bucket(words: &[u64], key: u64) -> Result<Option<u64>, u64> {
     assert_eq!(words.len() as u64, BUCKET_WORDS, "a whole bucket");
     let tag = slot_tag(key);

@@ -21,6 +21,15 @@ pub struct NodeStore {
 }
 
 impl NodeStore {
+    /// The bytes of each node's location cache when at most `limit` are allowed: no more
+    /// than one entry per key the tables can hold, since each table's band fits its
+    /// dense keys exactly (a larger cache would only spread entries over memory that is
+    /// never reused).
+    pub fn cache_bytes(catalog: &Catalog, limit: u64) -> u64 {
+        let keys: u64 = catalog.tables().map(|t| t.capacity * u64::from(catalog.nodes())).sum();
+        limit.min(keys * crate::cache::ENTRY_BYTES)
+    }
+
     /// Registers every node's store regions on `backend` (the same regions in the same
     /// order everywhere) and builds the node stores. `cache_bytes` bounds each node's
     /// location cache (0: none); it is capped at what the tables' keys can fill.
@@ -40,10 +49,9 @@ impl NodeStore {
         }
         let first = first.expect("a catalog has at least one table");
         let catalog = Arc::new(catalog.with_first_rkey(first));
-        // A cache needs no more entries than there are keys (twice that, for conflicts);
-        // a larger bound would only spread entries over memory that is never reused.
-        let keys: u64 = catalog.tables().map(|t| t.capacity * u64::from(nodes)).sum();
-        let cache_bytes = cache_bytes.min(keys * 2 * crate::cache::ENTRY_BYTES);
+        let cache_bytes = NodeStore::cache_bytes(&catalog, cache_bytes);
+        let cache_tables: Vec<_> =
+            catalog.tables().map(|t| (t.id, t.capacity * u64::from(nodes))).collect();
         let stores = (0..nodes)
             .map(|n| {
                 let node = NodeId(n);
@@ -60,7 +68,7 @@ impl NodeStore {
                     node,
                     catalog: catalog.clone(),
                     replicas,
-                    cache: LocationCache::new(cache_bytes),
+                    cache: LocationCache::new(cache_bytes, &cache_tables),
                 })
             })
             .collect();

@@ -16,7 +16,9 @@ use std::task::{Context, Poll};
 
 use hytra_check::{Access as HAccess, Key as HKey, TxnRecord};
 use hytra_fabric::constants::INLINE_MAX;
-use hytra_fabric::{Endpoint, LocalAddr, NodeId, OpFlags, Qp, RemoteAddr, WorkRequest, WriteSrc};
+use hytra_fabric::{
+    Endpoint, LocalAddr, NodeId, OpFlags, RemoteAddr, WorkRequest, WorkerId, WriteSrc,
+};
 use hytra_rt::{CallTicket, Co, OpTicket, RpcError};
 use hytra_store::layout::{self, checksum, ABSENT, LOCK_WORD, VERSION_WORD};
 
@@ -179,11 +181,11 @@ impl<E: Endpoint> TxnCtx<E> {
                             src: WriteSrc::Bytes(&skip_word),
                         };
                         // The skip word is inline; the entry is fetched from scratch.
-                        let t0 = self.co.issue_unsignaled(Qp::to(node), &[skip], OpFlags::INLINE);
+                        let t0 = self.co.issue_unsignaled(self.qp(node), &[skip], OpFlags::INLINE);
                         t0.map_err(op_abort).expect("room for the skip word");
-                        self.co.issue(Qp::to(node), &[body])
+                        self.co.issue(self.qp(node), &[body])
                     }
-                    None => self.co.issue(Qp::to(node), &[body]),
+                    None => self.co.issue(self.qp(node), &[body]),
                 };
                 LogFlight {
                     node,
@@ -196,7 +198,7 @@ impl<E: Endpoint> TxnCtx<E> {
             Primitive::TwoSided => {
                 let mut req = self.wt.take_buffer();
                 wire::encode_log(start, entry, &mut req);
-                let call = self.call_until_sent(node, wire::LOG, &req).await;
+                let call = self.call_until_sent(self.wt.ring_owner(node), wire::LOG, &req).await;
                 LogFlight { node, start, op: None, call: Some(call), req }
             }
         }
@@ -217,7 +219,8 @@ impl<E: Endpoint> TxnCtx<E> {
                     }
                     Ok(None) => panic!("malformed LOG reply"),
                     Err(RpcError::TimedOut) => {
-                        f.call = Some(self.call_until_sent(f.node, wire::LOG, &f.req).await)
+                        let dest = self.wt.ring_owner(f.node);
+                        f.call = Some(self.call_until_sent(dest, wire::LOG, &f.req).await)
                     }
                     Err(e) => panic!("LOG to {} failed: {e}", f.node),
                 }
@@ -227,20 +230,37 @@ impl<E: Endpoint> TxnCtx<E> {
         }
     }
 
-    /// Sends a call to the ring owner at `node`, waiting while call slots are all taken.
+    /// Sends a call, waiting while call slots are all taken.
     async fn call_until_sent(
         &mut self,
-        node: NodeId,
+        dest: WorkerId,
         ty: hytra_rt::RpcType,
         req: &[u8],
     ) -> CallTicket {
         loop {
-            match self.co.call(self.wt.ring_owner(node), ty, req) {
+            match self.co.call(dest, ty, req) {
                 Ok(t) => return t,
                 Err(RpcError::Busy | RpcError::Post(_)) => self.co.yield_now().await,
-                Err(e) => panic!("cannot send to {node}: {e}"),
+                Err(e) => panic!("cannot send to {dest}: {e}"),
             }
         }
+    }
+
+    /// Waits for the reply to a request that must get through, sending it again after
+    /// every timeout (its handler is idempotent), then recycles its buffer.
+    async fn settle(&mut self, mut req: PendingAck) {
+        loop {
+            let t = match req.call.take() {
+                Some(t) => t,
+                None => self.call_until_sent(req.dest, req.ty, &req.bytes).await,
+            };
+            match self.co.reply(t, wire::decode_word).await {
+                Ok(_) => break,
+                Err(RpcError::TimedOut) => {}
+                Err(e) => panic!("request to {} failed: {e}", req.dest),
+            }
+        }
+        self.wt.give_buffer(req.bytes);
     }
 
     /// Has the backup apply everything committed in our ring and learns its head.
@@ -290,6 +310,7 @@ impl<E: Endpoint> TxnCtx<E> {
         }
         let mut staging_used = 0;
         let mut waits = std::mem::take(&mut self.waits);
+        let mut calls = Vec::new();
         for i in 0..self.acc.len() {
             let a = self.acc[i];
             if !a.write {
@@ -331,12 +352,16 @@ impl<E: Endpoint> TxnCtx<E> {
                     let mut bytes = self.wt.take_buffer();
                     c.encode(&self.payload[payload_range], &mut bytes);
                     let dest = self.peer(a.node);
+                    // Sent now in any case (the write-back is what releases the lock);
+                    // with no call slot free it is sent when it is settled.
+                    let call = self.co.call(dest, wire::COMMIT, &bytes).ok();
+                    let req = PendingAck { dest, ty: wire::COMMIT, bytes, call };
                     if pa {
-                        self.wt.push_ack(PendingAck { dest, ty: wire::COMMIT, bytes, call: None });
+                        self.wt.push_ack(req);
+                    } else if self.node.cfg.outstanding {
+                        calls.push(req);
                     } else {
-                        call_reliably(&self.co, dest, wire::COMMIT, &bytes)
-                            .await
-                            .unwrap_or_else(|e| panic!("commit at {dest} failed: {e}"));
+                        self.settle(req).await;
                     }
                 }
             }
@@ -345,6 +370,9 @@ impl<E: Endpoint> TxnCtx<E> {
             self.co.wait(t).await.unwrap_or_else(|e| panic!("write-back failed: {e}"));
         }
         self.waits = waits;
+        for req in calls {
+            self.settle(req).await;
+        }
     }
 
     /// Posts the WRITE of a record's new version and payload and the WRITE that unlocks
@@ -366,7 +394,7 @@ impl<E: Endpoint> TxnCtx<E> {
         self.words.extend_from_slice(payload);
         let body_at = RemoteAddr { node: a.node, rkey, offset: off + VERSION_WORD * 8 };
         let lock_at = RemoteAddr { node: a.node, rkey, offset: off + LOCK_WORD * 8 };
-        let qp = Qp::to(a.node);
+        let qp = self.qp(a.node);
         let body_bytes = self.words.len() * 8;
         let zero = 0u64.to_le_bytes();
         if self.node.cfg.inline && body_bytes <= INLINE_MAX {
@@ -463,7 +491,7 @@ impl<E: Endpoint> TxnCtx<E> {
         };
         let zero = 0u64.to_le_bytes();
         let wr = WorkRequest::Write { remote, src: WriteSrc::Bytes(&zero) };
-        while self.co.issue_unsignaled(Qp::to(a.node), &[wr], OpFlags::INLINE).is_err() {
+        while self.co.issue_unsignaled(self.qp(a.node), &[wr], OpFlags::INLINE).is_err() {
             self.co.yield_now().await;
         }
     }

@@ -73,6 +73,46 @@ impl Design {
     }
 }
 
+/// Gives a choice enum its command-line names: `ALL`, `name` and `parse`.
+macro_rules! named_choices {
+    ($ty:ident { $($variant:ident => $name:literal),+ $(,)? }) => {
+        impl $ty {
+            /// Every choice.
+            pub const ALL: &'static [$ty] = &[$($ty::$variant),+];
+
+            /// Name on the command line and in reports.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $($ty::$variant => $name),+
+                }
+            }
+
+            /// Parses a name.
+            pub fn parse(s: &str) -> Option<$ty> {
+                $ty::ALL.iter().copied().find(|c| c.name() == s)
+            }
+
+            /// The names, for error messages.
+            pub fn names() -> String {
+                $ty::ALL.iter().map(|c| c.name()).collect::<Vec<_>>().join(", ")
+            }
+        }
+    };
+}
+
+named_choices!(ExecStrategy {
+    OneSided => "one-sided",
+    OneSidedCached => "one-sided-cached",
+    TwoSided => "two-sided",
+    Hybrid => "hybrid",
+});
+named_choices!(LockStrategy {
+    OneSided => "one-sided",
+    TwoSided => "two-sided",
+    AtExecution => "at-execution",
+});
+named_choices!(Primitive { OneSided => "one-sided", TwoSided => "two-sided" });
+
 /// Planted faults that must make the checker fail (for testing the checker only).
 #[derive(Copy, Clone, PartialEq, Eq, Debug, Default)]
 pub struct PlantedFaults {

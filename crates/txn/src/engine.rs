@@ -17,10 +17,10 @@ use hytra_fabric::{
     Backend, BackendError, Endpoint, LocalAddr, NodeId, Region, RegionSpec, Rkey, WorkerId,
 };
 use hytra_rt::{CallTicket, Co, RpcError, RpcType, Worker};
-use hytra_store::{Catalog, NodeStore};
+use hytra_store::{Catalog, NodeStore, StoreError, TableId};
 use thiserror::Error;
 
-use crate::config::{ConfigError, TxnConfig};
+use crate::config::{ConfigError, ExecStrategy, TxnConfig};
 use crate::log::{LogLayout, RingOut};
 use crate::stats::TxnStats;
 use crate::{handlers, wire};
@@ -147,6 +147,41 @@ impl Engine {
             })
             .collect();
         Ok(Engine { catalog, nodes, cfg })
+    }
+
+    /// Loads one record's initial value into every replica of its partition (before the
+    /// run: loading is not a transaction and takes no locks).
+    pub fn load(&self, table: TableId, key: u64, payload: &[u64]) -> Result<(), StoreError> {
+        let c = &self.catalog;
+        let p = c.partition(table, key);
+        for slot in 0..c.replication() {
+            let node = (p + slot) % c.nodes();
+            self.nodes[usize::from(node)].store.replica(table, slot).load(key, payload)?;
+        }
+        Ok(())
+    }
+
+    /// Fills every node's location cache with the address of every record the other
+    /// nodes hold as primaries: the state a long run reaches (a 300 MB cache holds a
+    /// SmallBank index, DrTM+H §5.1), which a short simulated window would spend its
+    /// whole length approaching. Does nothing for designs without a cache.
+    pub fn warm_caches(&self) {
+        if !matches!(self.cfg.exec, ExecStrategy::Hybrid | ExecStrategy::OneSidedCached) {
+            return;
+        }
+        for here in &self.nodes {
+            let cache = here.store.cache();
+            if !cache.enabled() {
+                continue;
+            }
+            for there in self.nodes.iter().filter(|n| n.node != here.node) {
+                for spec in self.catalog.tables() {
+                    for (off, key) in there.store.primary(spec.id).records() {
+                        cache.put(spec.id, key, off);
+                    }
+                }
+            }
+        }
     }
 
     /// Makes `w` a transaction worker: registers the engine's RPC handlers and starts its

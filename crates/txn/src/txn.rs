@@ -105,8 +105,8 @@ pub(crate) enum Next {
 pub(crate) enum Stage {
     /// The record, at an offset from the location cache.
     Cached(u64),
-    /// An index bucket.
-    Bucket,
+    /// An index bucket (its index).
+    Bucket(u64),
     /// The record, at an offset found by traversal.
     Record(u64),
 }
@@ -554,7 +554,7 @@ impl<E: Endpoint> TxnCtx<E> {
             a.node,
             RemoteAddr { node: a.node, rkey, offset },
             BUCKET_BYTES,
-            Stage::Bucket,
+            Stage::Bucket(bucket),
         )
     }
 
@@ -567,7 +567,7 @@ impl<E: Endpoint> TxnCtx<E> {
     ) -> Result<Pending, Abort> {
         let local = self.scratch(bytes)?;
         let wr = WorkRequest::Read { remote, local, len: bytes as u32 };
-        let ticket = self.co.issue(Qp::to(node), &[wr]).map_err(op_abort)?;
+        let ticket = self.co.issue(self.qp(node), &[wr]).map_err(op_abort)?;
         Ok(Pending::Op { ticket, buf: local.offset, stage })
     }
 
@@ -642,10 +642,15 @@ impl<E: Endpoint> TxnCtx<E> {
     fn on_read_op(&mut self, i: usize, buf: u64, stage: Stage) -> Result<Next, Abort> {
         let a = self.acc[i];
         match stage {
-            Stage::Bucket => {
+            Stage::Bucket(bucket) => {
                 let mut words = [0u64; BUCKET_BYTES as usize / 8];
                 self.scratch_region.read_words(buf, &mut words);
                 match search_bucket(&words, a.key) {
+                    Ok(Some(0)) => {
+                        // The slot's tag arrived before its offset (S2): read it again.
+                        self.wt.stats.borrow_mut().torn_reads += 1;
+                        Ok(Next::Bucket(bucket))
+                    }
                     Ok(Some(off)) => Ok(Next::Record(Stage::Record(off))),
                     Ok(None) => {
                         let a = &mut self.acc[i];
@@ -662,10 +667,15 @@ impl<E: Endpoint> TxnCtx<E> {
                 self.words.resize(n, 0);
                 self.scratch_region.read_words(buf, &mut self.words);
                 let h = RecordHeader::parse(&self.words);
-                if h.key != a.key && matches!(stage, Stage::Cached(_)) && h.intact {
-                    // A stale cache entry: the record there belongs to another key.
-                    self.wt.stats.borrow_mut().stale_cache += 1;
-                    self.node.store.cache().forget(a.table, a.key);
+                if h.key != a.key && h.intact {
+                    // Another key's record: a stale cache entry, or an offset read from a
+                    // slot whose words a NIC returned out of order (S2). Start over.
+                    if matches!(stage, Stage::Cached(_)) {
+                        self.wt.stats.borrow_mut().stale_cache += 1;
+                        self.node.store.cache().forget(a.table, a.key);
+                    } else {
+                        self.wt.stats.borrow_mut().torn_reads += 1;
+                    }
                     return Ok(self.refetch(i));
                 }
                 if !h.intact || h.key != a.key {
@@ -704,6 +714,14 @@ impl<E: Endpoint> TxnCtx<E> {
     /// load spreads over the node's workers.
     pub(crate) fn peer(&self, node: NodeId) -> hytra_fabric::WorkerId {
         hytra_fabric::WorkerId { node, index: self.co.me().index }
+    }
+
+    /// This coroutine's connection to `node`: coroutines spread over the lanes, so that a
+    /// cluster with several lanes per peer uses every connection (the emulation of a
+    /// larger cluster's connection count). A transaction's requests that must stay in
+    /// order (R1) are all of one coroutine, so they share a connection.
+    pub(crate) fn qp(&self, node: NodeId) -> Qp {
+        Qp { node, lane: self.co_index % self.co.shape().lanes_per_peer }
     }
 }
 

@@ -7,7 +7,7 @@
 //! not coherent with the CPU's; then they go through the NIC too, by loopback (M6).
 //! Read-set validation starts only once every lock is held.
 
-use hytra_fabric::{Endpoint, LocalAddr, Qp, RemoteAddr, WorkRequest};
+use hytra_fabric::{Endpoint, LocalAddr, RemoteAddr, WorkRequest};
 use hytra_rt::{CallTicket, OpTicket};
 use hytra_store::layout::{self, LOCK_WORD};
 
@@ -143,7 +143,7 @@ impl<E: Endpoint> TxnCtx<E> {
                 len: 16,
             },
         ];
-        let t = self.co.issue(Qp::to(a.node), &wrs).map_err(op_abort)?;
+        let t = self.co.issue(self.qp(a.node), &wrs).map_err(op_abort)?;
         Ok(Some(Flight::Cas(t, cas_buf.offset)))
     }
 
@@ -198,7 +198,7 @@ impl<E: Endpoint> TxnCtx<E> {
                 };
                 let t = self
                     .co
-                    .issue(Qp::to(a.node), &[WorkRequest::Read { remote, local: buf, len: 16 }])
+                    .issue(self.qp(a.node), &[WorkRequest::Read { remote, local: buf, len: 16 }])
                     .map_err(op_abort)?;
                 Ok(Some(Flight::Read(t, buf.offset)))
             }

@@ -85,6 +85,9 @@ pub struct BenchParams {
     /// How long the cluster may take to drain after the window before the run counts
     /// as hung.
     pub drain_ns: u64,
+    /// Start with every node's location cache holding every remote record's address
+    /// (the steady state of a long run), instead of empty.
+    pub warm_cache: bool,
 }
 
 /// What a run measured and found.
@@ -153,6 +156,9 @@ pub fn run<B: Backend, W: Workload>(
     let catalog = Catalog::new(workload.tables(shape), shape.nodes, cfg.replication)?;
     let engine = Engine::setup(backend, catalog, cfg, params.coroutines)?;
     workload.load(&engine, shape)?;
+    if params.warm_cache {
+        engine.warm_caches();
+    }
     let end_ns = params.warmup_ns + params.measure_ns;
     let plan = ClientPlan {
         coroutines: params.coroutines,

@@ -2,7 +2,7 @@
 //!
 //! - [`micro`]: the raw-primitive benchmark of DrTM+H §4.2 (READ, WRITE, CAS, FAA, UD
 //!   RPC and WRITE-based RPC against payload size)
-//! - [`bench`]: running a transactional workload and judging it (checker, invariants)
+//! - [`mod@bench`]: running a transactional workload and judging it (checker, invariants)
 //! - [`smallbank`]: the SmallBank benchmark (H-Store)
 //!
 //! Still to come (see docs/ARCHITECTURE.md): TPC-C, TPC-E customer-position, TATP, YCSB

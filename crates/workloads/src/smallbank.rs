@@ -14,7 +14,7 @@ use std::cell::Cell;
 use std::rc::Rc;
 
 use hytra_fabric::rng::Rng;
-use hytra_fabric::{ClusterShape, Endpoint, NodeId};
+use hytra_fabric::{ClusterShape, Endpoint};
 use hytra_rt::Worker;
 use hytra_store::{Partitioner, StoreError, TableId, TableSpec};
 use hytra_txn::{Abort, AbortReason, Engine, Outcome, Txn, TxnCtx, WorkerTxn};
@@ -265,18 +265,9 @@ impl Workload for SmallBank {
     }
 
     fn load(&self, engine: &Engine, shape: ClusterShape) -> Result<(), StoreError> {
-        let c = &engine.catalog;
         for key in 0..self.accounts(shape) {
             for table in [SAVINGS, CHECKING] {
-                let p = c.partition(table, key);
-                for slot in 0..c.replication() {
-                    let node = NodeId((p + slot) % shape.nodes);
-                    let balance = initial_balance(table, key) as u64;
-                    engine.nodes[usize::from(node.0)]
-                        .store
-                        .replica(table, slot)
-                        .load(key, &[balance])?;
-                }
+                engine.load(table, key, &[initial_balance(table, key) as u64])?;
             }
         }
         Ok(())

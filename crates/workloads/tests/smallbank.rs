@@ -23,6 +23,7 @@ fn sim_params(seed: u64) -> BenchParams {
         check: true,
         rt: RtConfig { rpc_timeout_ns: 500_000, ..RtConfig::default() },
         drain_ns: 200_000_000,
+        warm_cache: true,
     }
 }
 
@@ -49,12 +50,20 @@ fn sim_run(
     faults: FaultConfig,
     planted: PlantedFaults,
 ) -> BenchResult<SmallBankReport> {
+    sim_run_cfg(TxnConfig::preset(design), seed, faults, planted)
+}
+
+fn sim_run_cfg(
+    mut txn: TxnConfig,
+    seed: u64,
+    faults: FaultConfig,
+    planted: PlantedFaults,
+) -> BenchResult<SmallBankReport> {
     // A lost datagram costs a whole RPC timeout: give lossy runs a longer window.
     let measure_ns = if faults.datagram_faults() { 3_000_000 } else { 200_000 };
     let mut cfg = SimConfig::new(shape(), seed);
     cfg.faults = faults;
     let mut b = SimCluster::new(cfg).unwrap();
-    let mut txn = TxnConfig::preset(design);
     txn.faults = planted;
     run(&mut b, &bank(), txn, BenchParams { measure_ns, ..sim_params(seed) }).unwrap()
 }
@@ -70,6 +79,18 @@ fn every_design_is_correct_on_the_simulator() {
             r.stats.commits,
             r.stats.abort_rate()
         );
+    }
+}
+
+#[test]
+fn every_design_is_correct_over_several_connections_per_peer() {
+    // Coroutines spread over the lanes: one transaction's ordered requests must still
+    // share a connection.
+    for d in Design::ALL {
+        let shape = ClusterShape { lanes_per_peer: 3, ..shape() };
+        let mut b = SimCluster::new(SimConfig::new(shape, 4)).unwrap();
+        let r = run(&mut b, &bank(), TxnConfig::preset(d), sim_params(4)).unwrap();
+        assert_correct(&r, d.name());
     }
 }
 
@@ -100,11 +121,17 @@ fn seeds() -> std::ops::Range<u64> {
 fn every_design_is_correct_on_a_lossy_reordering_network() {
     let mut dropped = 0;
     let mut timeouts = 0;
-    for d in Design::ALL {
+    // The presets, and RPC commits with passive ACK (acknowledgements collected, and
+    // lost commits resent, by the background task).
+    let mut configs: Vec<TxnConfig> = Design::ALL.iter().map(|&d| TxnConfig::preset(d)).collect();
+    configs.push(TxnConfig { passive_ack: true, ..TxnConfig::preset(Design::Farm) });
+    for cfg in configs {
         for seed in seeds() {
             // 1% loss, duplication, reordering and long delays of datagrams.
-            let r = sim_run(d, seed, FaultConfig::lossy(10_000), PlantedFaults::default());
-            assert_correct(&r, &format!("{} seed {seed}", d.name()));
+            let r = sim_run_cfg(cfg, seed, FaultConfig::lossy(10_000), PlantedFaults::default());
+            let what =
+                format!("{} (passive ACK {}) seed {seed}", cfg.design.name(), cfg.passive_ack);
+            assert_correct(&r, &what);
             dropped += r.run.datagrams_dropped;
             timeouts += r.rt.rpc.timeouts;
         }

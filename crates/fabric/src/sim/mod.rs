@@ -87,15 +87,20 @@ impl SimConfig {
     /// One line naming everything that determines the run, printed before it starts so
     /// that any run can be replayed.
     pub fn describe(&self) -> String {
+        let faults = if self.faults == FaultConfig::none() {
+            "none".to_string()
+        } else {
+            format!("{:?}", self.faults)
+        };
         format!(
-            "sim: seed={} nodes={} workers/node={} lanes={} profile={} cpu={:?} faults={:?}",
+            "sim: seed={} nodes={} workers/node={} lanes={} profile={} cpu={:?} faults={}",
             self.seed,
             self.shape.nodes,
             self.shape.workers_per_node,
             self.shape.lanes_per_peer,
             self.profile.name,
             self.cpu,
-            self.faults
+            faults
         )
     }
 }
