@@ -14,6 +14,18 @@ fn temp(name: &str) -> PathBuf {
     dir.join(name)
 }
 
+/// Each command line must fail with exit code 2 and one line on standard error.
+fn assert_usage_errors(cases: &[&[&str]]) {
+    for args in cases {
+        let out = hytra(args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert_eq!(stderr.trim_end().lines().count(), 1, "{args:?}: not one line: {stderr}");
+        assert!(stderr.starts_with("error: "), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+}
+
 /// Small enough to run in a test, large enough to exercise every code path.
 const SMALL: &[&str] = &[
     "micro",
@@ -43,14 +55,7 @@ fn bad_input_gets_one_line_and_exit_2() {
         &["micro", "--payloads", "abc"],
         &["frobnicate"],
     ];
-    for args in cases {
-        let out = hytra(args);
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
-        assert_eq!(stderr.trim_end().lines().count(), 1, "{args:?}: not one line: {stderr}");
-        assert!(stderr.starts_with("error: "), "{args:?}: {stderr}");
-        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
-    }
+    assert_usage_errors(cases);
 }
 
 #[test]
@@ -120,13 +125,7 @@ fn bench_bad_input_gets_one_line_and_exit_2() {
         &["bench", "--backend", "local", "--faults-ppm", "100"],
         &["bench", "--json", "/nonexistent-dir/out.json"],
     ];
-    for args in cases {
-        let out = hytra(args);
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
-        assert_eq!(stderr.trim_end().lines().count(), 1, "{args:?}: not one line: {stderr}");
-        assert!(stderr.starts_with("error: "), "{args:?}: {stderr}");
-    }
+    assert_usage_errors(cases);
 }
 
 #[test]

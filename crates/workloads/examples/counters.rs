@@ -18,7 +18,9 @@ use hytra_fabric::{ClusterShape, Endpoint};
 use hytra_rt::{RtConfig, Worker};
 use hytra_store::{Partitioner, StoreError, TableId, TableSpec};
 use hytra_txn::{Abort, Design, Engine, Outcome, TxnConfig, TxnCtx, WorkerTxn};
-use hytra_workloads::bench::{run, run_txn, BenchParams, ClientPlan, InvariantReport, Workload};
+use hytra_workloads::bench::{
+    run, run_txn, spawn_clients, BenchParams, ClientPlan, InvariantReport, Workload,
+};
 
 const COUNTERS: TableId = TableId(0);
 const INCREMENT: u8 = 0;
@@ -110,15 +112,8 @@ impl Workload for Counters {
         plan: ClientPlan,
     ) -> Rc<Cell<u64>> {
         let increments = Rc::new(Cell::new(0));
-        let me = w.co().shape().worker_index(w.co().me()) as u64;
-        for k in 0..plan.coroutines {
-            let ctx = wt.ctx(w.co(), k);
-            let rng = Rng::derive(plan.seed, me << 16 | u64::from(k));
-            w.spawn({
-                let (keys, increments) = (self.keys, increments.clone());
-                move |_| client(ctx, rng, keys, plan, increments)
-            });
-        }
+        let keys = self.keys;
+        spawn_clients(w, wt, plan, |ctx, rng| client(ctx, rng, keys, plan, increments.clone()));
         increments
     }
 

@@ -229,6 +229,30 @@ fn merge_rt(into: &mut WorkerStats, w: &WorkerStats) {
     into.datagrams_sent += w.datagrams_sent;
 }
 
+/// Starts `plan.coroutines` client coroutines on `w`: `client` gets each one's
+/// transaction context and a random stream of its own (derived from the seed, the worker
+/// and the coroutine, so runs replay).
+pub fn spawn_clients<E, F, Fut>(
+    w: &mut Worker<E>,
+    wt: &Rc<WorkerTxn>,
+    plan: ClientPlan,
+    mut client: F,
+) where
+    E: Endpoint + 'static,
+    F: FnMut(TxnCtx<E>, Rng) -> Fut,
+    Fut: std::future::Future<Output = ()> + 'static,
+{
+    let me = w.co().shape().worker_index(w.co().me()) as u64;
+    for k in 0..plan.coroutines {
+        // Contexts are made before the first step, so the background task knows they
+        // exist (it ends after the last one).
+        let ctx = wt.ctx(w.co(), k);
+        let rng = Rng::derive(plan.seed, me << 16 | u64::from(k));
+        let fut = client(ctx, rng);
+        w.spawn(move |_| fut);
+    }
+}
+
 /// Runs one transaction until it commits, aborts for good, or exhausts its attempts,
 /// backing off (a random number of yields growing with the attempts) between retries.
 /// `attempt` runs the body of one attempt on the context.

@@ -19,7 +19,7 @@ use hytra_rt::Worker;
 use hytra_store::{Partitioner, StoreError, TableId, TableSpec};
 use hytra_txn::{Abort, AbortReason, Engine, Outcome, Txn, TxnCtx, WorkerTxn};
 
-use crate::bench::{run_txn, ClientPlan, InvariantReport, Workload};
+use crate::bench::{run_txn, spawn_clients, ClientPlan, InvariantReport, Workload};
 
 /// Savings balances.
 pub const SAVINGS: TableId = TableId(0);
@@ -280,17 +280,8 @@ impl Workload for SmallBank {
         plan: ClientPlan,
     ) -> Rc<Cell<i64>> {
         let delta = Rc::new(Cell::new(0));
-        let co = w.co();
-        let me = co.shape().worker_index(co.me()) as u64;
-        let accounts = self.accounts(co.shape());
-        for k in 0..plan.coroutines {
-            // Contexts are made before the first step, so the background task knows they
-            // exist (it ends after the last one).
-            let ctx = wt.ctx(w.co(), k);
-            let rng = Rng::derive(plan.seed, me << 16 | u64::from(k));
-            let delta = delta.clone();
-            w.spawn(move |_| client(ctx, rng, accounts, plan, delta));
-        }
+        let accounts = self.accounts(w.co().shape());
+        spawn_clients(w, wt, plan, |ctx, rng| client(ctx, rng, accounts, plan, delta.clone()));
         delta
     }
 
