@@ -9,7 +9,7 @@
 use hytra_fabric::{NodeId, Rkey};
 use thiserror::Error;
 
-use crate::layout::{BUCKET_BYTES, RECORD_HEADER_WORDS};
+use crate::layout::{BUCKET_BYTES, PAYLOAD_WORDS_MAX, RECORD_HEADER_WORDS};
 
 /// Identifies a table.
 #[derive(Copy, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
@@ -27,6 +27,20 @@ pub enum Partitioner {
     },
 }
 
+/// How a table's index places keys in buckets.
+#[derive(Copy, Clone, PartialEq, Eq, Debug, Default)]
+pub enum IndexLayout {
+    /// Keys hashed over the buckets: any key set spreads evenly.
+    #[default]
+    Hashed,
+    /// Keys numbered densely within their partition (position 0, 1, 2, ... as the
+    /// partitioner lays them out): a key's home bucket follows its position, so
+    /// neighbouring keys share buckets, a partition filled up to its capacity never
+    /// overflows a bucket, and inserting keys in order touches memory in order (tables
+    /// that grow during a run, such as orders, then cost memory only for what they hold).
+    Sequential,
+}
+
 /// A table's shape.
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct TableSpec {
@@ -40,6 +54,8 @@ pub struct TableSpec {
     pub capacity: u64,
     /// Key to partition.
     pub partitioner: Partitioner,
+    /// Key to bucket.
+    pub index: IndexLayout,
 }
 
 /// Why a catalog is refused.
@@ -63,6 +79,9 @@ pub enum CatalogError {
     },
 }
 
+/// Keys per main bucket a full partition holds (of 7 slots: room for hashing's spread).
+const KEYS_PER_BUCKET: u64 = 5;
+
 /// Geometry of one replica region of a table.
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]
 pub struct Geometry {
@@ -74,16 +93,28 @@ pub struct Geometry {
     pub record_bytes: u64,
     /// Records the region holds.
     pub capacity: u64,
+    /// Key to bucket, with what `Sequential` needs to find a key's position.
+    index: IndexLayout,
+    partitioner: Partitioner,
+    nodes: u64,
 }
 
 impl Geometry {
-    fn of(spec: &TableSpec) -> Geometry {
+    fn of(spec: &TableSpec, nodes: u16) -> Geometry {
         // About five keys per 7-slot bucket: one READ finds most keys, and the index
-        // costs ~26 bytes per record (about one in eight buckets overflows).
-        let buckets = (spec.capacity / 5).max(1);
+        // costs ~26 bytes per record (about one in eight hashed buckets overflows).
+        let buckets = spec.capacity.div_ceil(KEYS_PER_BUCKET).max(1);
         let overflow = spec.capacity / 12 + 16;
         let record_bytes = (RECORD_HEADER_WORDS + u64::from(spec.payload_words)) * 8;
-        Geometry { buckets, overflow, record_bytes, capacity: spec.capacity }
+        Geometry {
+            buckets,
+            overflow,
+            record_bytes,
+            capacity: spec.capacity,
+            index: spec.index,
+            partitioner: spec.partitioner,
+            nodes: u64::from(nodes),
+        }
     }
 
     /// Byte offset of bucket `i` (main buckets first, then overflow buckets).
@@ -108,12 +139,26 @@ impl Geometry {
         self.records_offset() + self.capacity * self.record_bytes
     }
 
-    /// Main bucket of a key (mixing, then multiply-shift range reduction).
+    /// Main bucket of a key.
     pub fn home_bucket(&self, key: u64) -> u64 {
-        let mut h = key ^ (key >> 31);
-        h = h.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        h ^= h >> 29;
-        ((u128::from(h) * u128::from(self.buckets)) >> 64) as u64
+        match self.index {
+            IndexLayout::Hashed => {
+                // Mixing, then multiply-shift range reduction.
+                let mut h = key ^ (key >> 31);
+                h = h.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+                h ^= h >> 29;
+                ((u128::from(h) * u128::from(self.buckets)) >> 64) as u64
+            }
+            IndexLayout::Sequential => {
+                let position = match self.partitioner {
+                    Partitioner::Modulo => key / self.nodes,
+                    Partitioner::Range { keys_per_partition: k } => {
+                        key / (k * self.nodes) * k + key % k
+                    }
+                };
+                (position / KEYS_PER_BUCKET) % self.buckets
+            }
+        }
     }
 }
 
@@ -148,10 +193,16 @@ impl Catalog {
             if t.payload_words == 0 || t.capacity == 0 {
                 return Err(bad("payload and capacity must be positive"));
             }
+            if t.payload_words > PAYLOAD_WORDS_MAX {
+                return Err(bad(&format!(
+                    "a record holds at most {PAYLOAD_WORDS_MAX} payload words, not {}",
+                    t.payload_words
+                )));
+            }
             if let Partitioner::Range { keys_per_partition: 0 } = t.partitioner {
                 return Err(bad("a range partition holds at least one key"));
             }
-            let g = Geometry::of(&t);
+            let g = Geometry::of(&t, nodes);
             out.push((t, g));
         }
         Ok(Catalog { tables: out, nodes, replication, first_rkey: Rkey(0) })
@@ -244,6 +295,7 @@ mod tests {
             payload_words: 1,
             capacity,
             partitioner: Partitioner::Modulo,
+            index: IndexLayout::Hashed,
         }
     }
 
@@ -275,7 +327,7 @@ mod tests {
 
     #[test]
     fn geometry_fits_the_region() {
-        let g = Geometry::of(&table(0, 1000));
+        let g = Geometry::of(&table(0, 1000), 1);
         assert_eq!(g.buckets, 200);
         assert_eq!(g.record_offset(999) + g.record_bytes, g.region_bytes());
         let spread =

@@ -28,6 +28,13 @@ pub const KEY_WORD: u64 = 2;
 /// Word offset of the checksum.
 pub const CHECKSUM_WORD: u64 = 3;
 
+/// Largest payload of a record, in words (a record is at most 128 words, 1 KiB: larger
+/// rows, such as TPC-C's customer with its 500-byte data field, fit; anything larger
+/// belongs in several records).
+pub const PAYLOAD_WORDS_MAX: u16 = 124;
+/// Largest record, in words.
+pub const RECORD_WORDS_MAX: usize = RECORD_HEADER_WORDS as usize + PAYLOAD_WORDS_MAX as usize;
+
 /// Top bit of the version word: the record holds no value.
 pub const ABSENT: u64 = 1 << 63;
 

@@ -17,7 +17,7 @@ pub mod node;
 pub mod replica;
 
 pub use cache::LocationCache;
-pub use catalog::{Catalog, CatalogError, Geometry, Partitioner, TableId, TableSpec};
+pub use catalog::{Catalog, CatalogError, Geometry, IndexLayout, Partitioner, TableId, TableSpec};
 pub use layout::{Owner, RecordHeader};
 pub use node::NodeStore;
 pub use replica::{Replica, Snapshot, StoreError};

@@ -14,7 +14,7 @@ use thiserror::Error;
 use crate::catalog::{Geometry, TableId};
 use crate::layout::{
     checksum, slot_tag, Owner, RecordHeader, ABSENT, BUCKET_WORDS, BUSY, CHECKSUM_WORD, EMPTY,
-    KEY_WORD, LOCK_WORD, NEXT_WORD, RECORD_HEADER_WORDS, SLOTS, VERSION_WORD,
+    KEY_WORD, LOCK_WORD, NEXT_WORD, RECORD_HEADER_WORDS, RECORD_WORDS_MAX, SLOTS, VERSION_WORD,
 };
 
 /// Stripes of the insert lock: inserts of keys hashing to different stripes proceed in
@@ -193,7 +193,7 @@ impl Replica {
     /// torn by a concurrent write-back.
     pub fn read(&self, off: u64, key: u64, payload: &mut [u64]) -> Result<Snapshot, StoreError> {
         let h = RECORD_HEADER_WORDS as usize;
-        let mut words = [0u64; 64];
+        let mut words = [0u64; RECORD_WORDS_MAX];
         let n = h + payload.len();
         assert!(n <= words.len(), "payload of {} words exceeds the read buffer", payload.len());
         for _ in 0..TORN_RETRIES {
@@ -242,7 +242,7 @@ impl Replica {
 
     /// Writes version, key, checksum and payload (not the lock word) as one publication.
     pub fn write_back(&self, off: u64, version: u64, key: u64, payload: &[u64]) {
-        let mut words = [0u64; 64];
+        let mut words = [0u64; RECORD_WORDS_MAX];
         let n = 3 + payload.len();
         words[0] = version;
         words[1] = key;
@@ -293,18 +293,28 @@ impl Replica {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::catalog::{Catalog, Partitioner, TableSpec};
+    use crate::catalog::{Catalog, IndexLayout, Partitioner, TableSpec};
     use crate::layout::{is_present, search_bucket, version_number};
 
     fn replica(capacity: u64) -> Replica {
+        replica_with(capacity, Partitioner::Modulo, IndexLayout::Hashed, 1)
+    }
+
+    fn replica_with(
+        capacity: u64,
+        partitioner: Partitioner,
+        index: IndexLayout,
+        nodes: u16,
+    ) -> Replica {
         let spec = TableSpec {
             id: TableId(0),
             name: "t".into(),
             payload_words: 2,
             capacity,
-            partitioner: Partitioner::Modulo,
+            partitioner,
+            index,
         };
-        let c = Catalog::new(vec![spec], 1, 1).unwrap();
+        let c = Catalog::new(vec![spec], nodes, 1).unwrap();
         let g = c.geometry(TableId(0));
         Replica::new(TableId(0), 0, 0, Rkey(0), Region::zeroed(g.region_bytes()), g)
     }
@@ -345,6 +355,44 @@ mod tests {
             };
             assert_eq!(found, r.lookup(k), "key {k}");
         }
+    }
+
+    #[test]
+    fn a_sequential_index_fills_a_partition_without_overflow() {
+        // Partition 1 of 3 under each partitioner, filled to capacity in key order.
+        let cases = [
+            (Partitioner::Modulo, (0..500u64).map(|i| i * 3 + 1).collect::<Vec<_>>()),
+            // Ranges of 100 keys; node 1 holds ranges 1, 4, 7, 10, 13.
+            (
+                Partitioner::Range { keys_per_partition: 100 },
+                [1u64, 4, 7, 10, 13].iter().flat_map(|r| r * 100..r * 100 + 100).collect(),
+            ),
+        ];
+        for (partitioner, keys) in cases {
+            let r = replica_with(500, partitioner, IndexLayout::Sequential, 3);
+            for &k in &keys {
+                r.load(k, &[k, k]).unwrap();
+            }
+            let g = r.geometry();
+            for (i, &k) in keys.iter().enumerate() {
+                assert_eq!(g.home_bucket(k), i as u64 / 5, "{partitioner:?}: key {k}");
+                assert_eq!(r.bucket_words(g.home_bucket(k))[NEXT_WORD as usize], 0, "no overflow");
+                assert!(r.lookup(k).is_some());
+            }
+        }
+    }
+
+    #[test]
+    fn catalog_refuses_records_too_large() {
+        let spec = TableSpec {
+            id: TableId(0),
+            name: "wide".into(),
+            payload_words: crate::layout::PAYLOAD_WORDS_MAX + 1,
+            capacity: 10,
+            partitioner: Partitioner::Modulo,
+            index: IndexLayout::Hashed,
+        };
+        assert!(Catalog::new(vec![spec], 1, 1).is_err());
     }
 
     #[test]

@@ -16,7 +16,7 @@ use hytra_fabric::rng::Rng;
 use hytra_fabric::sim::{SimCluster, SimConfig};
 use hytra_fabric::{ClusterShape, Endpoint};
 use hytra_rt::{RtConfig, Worker};
-use hytra_store::{Partitioner, StoreError, TableId, TableSpec};
+use hytra_store::{IndexLayout, Partitioner, StoreError, TableId, TableSpec};
 use hytra_txn::{Abort, Design, Engine, Outcome, TxnConfig, TxnCtx, WorkerTxn};
 use hytra_workloads::bench::{
     run, run_txn, spawn_clients, BenchParams, ClientPlan, InvariantReport, Workload,
@@ -98,6 +98,7 @@ impl Workload for Counters {
             payload_words: 1,
             capacity: self.keys.div_ceil(u64::from(shape.nodes)) + 16,
             partitioner: Partitioner::Modulo,
+            index: IndexLayout::Sequential,
         }]
     }
 

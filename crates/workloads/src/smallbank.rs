@@ -16,7 +16,7 @@ use std::rc::Rc;
 use hytra_fabric::rng::Rng;
 use hytra_fabric::{ClusterShape, Endpoint};
 use hytra_rt::Worker;
-use hytra_store::{Partitioner, StoreError, TableId, TableSpec};
+use hytra_store::{IndexLayout, Partitioner, StoreError, TableId, TableSpec};
 use hytra_txn::{Abort, AbortReason, Engine, Outcome, Txn, TxnCtx, WorkerTxn};
 
 use crate::bench::{run_txn, spawn_clients, ClientPlan, InvariantReport, Workload};
@@ -260,6 +260,8 @@ impl Workload for SmallBank {
                 payload_words: 1,
                 capacity: per_partition,
                 partitioner: Partitioner::Modulo,
+                // Accounts are numbered densely: loading fills the index in order.
+                index: IndexLayout::Sequential,
             })
             .collect()
     }

@@ -11,7 +11,7 @@ use hytra_fabric::sim::{SimCluster, SimConfig};
 use hytra_fabric::{ClusterShape, Endpoint, RunLimits};
 use hytra_rt::{run_workers_with, RtConfig};
 use hytra_store::layout::{slot_tag, Owner, RECORD_HEADER_WORDS};
-use hytra_store::{Catalog, Partitioner, TableId, TableSpec};
+use hytra_store::{Catalog, IndexLayout, Partitioner, TableId, TableSpec};
 use hytra_txn::{AbortReason, Design, Engine, NodeEngine, Outcome, TxnConfig, TxnCtx, TxnStats};
 
 const T: TableId = TableId(0);
@@ -55,6 +55,7 @@ fn setup(mut cfg: TxnConfig) -> (SimCluster, Engine) {
         payload_words: 2,
         capacity: 64,
         partitioner: Partitioner::Modulo,
+        index: IndexLayout::Hashed,
     };
     cfg.replication = 2;
     let catalog = Catalog::new(vec![table], 2, 2).unwrap();
