@@ -52,6 +52,8 @@ pub(crate) struct Inner<E> {
     /// Time at the start of the current step: RPC deadlines need no finer clock, and
     /// reading a real clock per call costs more than the call on some backends.
     step_now_ns: std::cell::Cell<u64>,
+    /// Requests were posted behind `MORE` by [`Co::issue_deferred`] and await a doorbell.
+    deferred: std::cell::Cell<bool>,
     me: WorkerId,
     shape: ClusterShape,
     caps: Caps,
@@ -124,6 +126,7 @@ impl<E: Endpoint + 'static> Worker<E> {
             )),
             cfg,
             step_now_ns: std::cell::Cell::new(0),
+            deferred: std::cell::Cell::new(false),
             me,
             shape,
             caps,
@@ -307,8 +310,9 @@ impl<E: Endpoint + 'static> Program for Worker<E> {
         let mut ep = self.inner.ep.borrow_mut();
         let mut outbox = self.inner.outbox.borrow_mut();
         outbox.flush(&mut *ep);
-        // Coroutines must close their doorbell batches before yielding; this only rings
-        // what an error path left open.
+        // Coroutines ring their deferred batches before they wait; this rings what is
+        // left (and what an error path left open).
+        self.inner.deferred.set(false);
         ep.ring_doorbells();
         if more_rx || polled || outbox.deferred || self.executor.ready().any() {
             return Step::Busy;
@@ -386,6 +390,17 @@ impl<E: Endpoint> Co<E> {
         want_ticket: bool,
         extra: OpFlags,
     ) -> Result<Option<OpTicket>, OpError> {
+        self.post_batch_deferred(qp, wrs, want_ticket, extra, false)
+    }
+
+    fn post_batch_deferred(
+        &self,
+        qp: Qp,
+        wrs: &[WorkRequest<'_>],
+        want_ticket: bool,
+        extra: OpFlags,
+        defer: bool,
+    ) -> Result<Option<OpTicket>, OpError> {
         let n = wrs.len();
         assert!((1..=BATCH_MAX).contains(&n), "a batch holds 1..={BATCH_MAX} requests, not {n}");
         if !self.inner.shape.has_qp(qp) {
@@ -403,7 +418,7 @@ impl<E: Endpoint> Co<E> {
         for (i, wr) in wrs.iter().enumerate() {
             let last = i + 1 == n;
             let mut flags = extra;
-            if !last && db {
+            if (!last || defer) && db {
                 flags = flags | OpFlags::MORE;
             }
             if last && plan.signal_last {
@@ -425,6 +440,42 @@ impl<E: Endpoint> Co<E> {
     /// send queue is full right now: wait for earlier tickets, then retry.
     pub fn issue(&self, qp: Qp, wrs: &[WorkRequest<'_>]) -> Result<OpTicket, OpError> {
         self.post_batch(qp, wrs, true, OpFlags::NONE).map(|t| t.expect("ticket requested"))
+    }
+
+    /// As [`Co::issue`], but with doorbell batching on, the doorbell is left for
+    /// [`Co::ring_doorbells`], so that the batches of several records to one connection
+    /// share it (DrTM+H §3.2: DB applies to requests on one queue pair). The coroutine
+    /// must ring before it waits for anything (the worker rings at the end of every step
+    /// in any case).
+    pub fn issue_deferred(&self, qp: Qp, wrs: &[WorkRequest<'_>]) -> Result<OpTicket, OpError> {
+        let t = self.post_batch_deferred(qp, wrs, true, OpFlags::NONE, true)?;
+        if self.inner.cfg.doorbell_batching {
+            self.inner.deferred.set(true);
+        }
+        Ok(t.expect("ticket requested"))
+    }
+
+    /// As [`Co::issue_unsignaled`], leaving the doorbell for [`Co::ring_doorbells`] as
+    /// [`Co::issue_deferred`] does.
+    pub fn issue_unsignaled_deferred(
+        &self,
+        qp: Qp,
+        wrs: &[WorkRequest<'_>],
+        flags: OpFlags,
+    ) -> Result<(), OpError> {
+        self.post_batch_deferred(qp, wrs, false, flags, true)?;
+        if self.inner.cfg.doorbell_batching {
+            self.inner.deferred.set(true);
+        }
+        Ok(())
+    }
+
+    /// Rings the doorbells of requests [`Co::issue_deferred`] left waiting (nothing if
+    /// there are none).
+    pub fn ring_doorbells(&self) {
+        if self.inner.deferred.replace(false) {
+            self.inner.ep.borrow_mut().ring_doorbells();
+        }
     }
 
     /// As [`Co::issue`] with extra flags (e.g. `INLINE`) on every request.

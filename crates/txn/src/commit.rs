@@ -16,9 +16,7 @@ use std::task::{Context, Poll};
 
 use hytra_check::{Access as HAccess, Key as HKey, TxnRecord};
 use hytra_fabric::constants::INLINE_MAX;
-use hytra_fabric::{
-    Endpoint, LocalAddr, NodeId, OpFlags, RemoteAddr, WorkRequest, WorkerId, WriteSrc,
-};
+use hytra_fabric::{Endpoint, LocalAddr, NodeId, OpFlags, RemoteAddr, WorkRequest, WriteSrc};
 use hytra_rt::{CallTicket, Co, OpTicket, RpcError};
 use hytra_store::layout::{self, checksum, ABSENT, LOCK_WORD, VERSION_WORD};
 
@@ -26,7 +24,7 @@ use crate::config::Primitive;
 use crate::engine::{call_reliably, PendingAck, WorkerTxn};
 use crate::log::{LOGGED_DELETE, SKIP};
 use crate::outcome::{Abort, AbortReason, Outcome};
-use crate::txn::{op_abort, Locked, Txn, TxnCtx};
+use crate::txn::{Locked, Txn, TxnCtx};
 use crate::wire::{self, CommitReq, RecordReq, DELETE, SYNC};
 
 impl<E: Endpoint> Txn<'_, E> {
@@ -118,6 +116,9 @@ impl<E: Endpoint> TxnCtx<E> {
             }
             self.co.charge(self.node.cfg.costs.record_ns);
         }
+        // Execution and validation have landed every request that used scratch: logging
+        // stages its entries there from the start.
+        self.scratch_used = 0;
         let mut flights = std::mem::take(&mut self.log_flights);
         let mut builders = std::mem::take(&mut self.builders);
         for (n, b) in builders.iter_mut().enumerate() {
@@ -165,40 +166,41 @@ impl<E: Endpoint> TxnCtx<E> {
         };
         match self.node.cfg.log {
             Primitive::OneSided => {
+                // The ring space is reserved: the entry must go out, so a full staging
+                // area or send queue is waited out, never turned into an abort.
                 let ring_at = self.node.log.ring_offset(self.wt.me_idx);
                 let rkey = self.node.log.rkey;
-                let src = self.scratch(len).expect("log staging fits the scratch area");
+                let qp = self.qp(node);
+                let src = loop {
+                    if let Ok(src) = self.scratch(len) {
+                        break src;
+                    }
+                    // Staging holds entries still on their way; once they landed, it is
+                    // free (execution and validation are over: nothing else uses it).
+                    self.land_logs(flights).await;
+                    self.scratch_used = 0;
+                };
                 self.scratch_region.write_words(src.offset, entry);
                 let body = WorkRequest::Write {
                     remote: RemoteAddr { node, rkey, offset: ring_at + at },
                     src: WriteSrc::Local { addr: src, len: len as u32 },
                 };
-                let skip_word = SKIP.to_le_bytes();
-                let t = match skip {
-                    Some(pos) => {
-                        let skip = WorkRequest::Write {
-                            remote: RemoteAddr { node, rkey, offset: ring_at + pos },
-                            src: WriteSrc::Bytes(&skip_word),
-                        };
-                        // The skip word is inline; the entry is fetched from scratch.
-                        let t0 = self.co.issue_unsignaled(self.qp(node), &[skip], OpFlags::INLINE);
-                        t0.map_err(op_abort).expect("room for the skip word");
-                        self.co.issue(self.qp(node), &[body])
-                    }
-                    None => self.co.issue(self.qp(node), &[body]),
-                };
-                LogFlight {
-                    node,
-                    start,
-                    op: Some(t.map_err(op_abort).expect("send queue has room for a log")),
-                    call: None,
-                    req: Vec::new(),
+                if let Some(pos) = skip {
+                    let skip_word = SKIP.to_le_bytes();
+                    let skip = WorkRequest::Write {
+                        remote: RemoteAddr { node, rkey, offset: ring_at + pos },
+                        src: WriteSrc::Bytes(&skip_word),
+                    };
+                    // The skip word is inline; the entry is fetched from scratch.
+                    self.post(|co| co.issue_unsignaled(qp, &[skip], OpFlags::INLINE)).await;
                 }
+                let t = self.post(|co| co.issue(qp, &[body])).await;
+                LogFlight { node, start, op: Some(t), call: None, req: Vec::new() }
             }
             Primitive::TwoSided => {
                 let mut req = self.wt.take_buffer();
                 wire::encode_log(start, entry, &mut req);
-                let call = self.call_until_sent(self.wt.ring_owner(node), wire::LOG, &req).await;
+                let call = self.send_call(self.wt.ring_owner(node), wire::LOG, &req).await;
                 LogFlight { node, start, op: None, call: Some(call), req }
             }
         }
@@ -220,7 +222,7 @@ impl<E: Endpoint> TxnCtx<E> {
                     Ok(None) => panic!("malformed LOG reply"),
                     Err(RpcError::TimedOut) => {
                         let dest = self.wt.ring_owner(f.node);
-                        f.call = Some(self.call_until_sent(dest, wire::LOG, &f.req).await)
+                        f.call = Some(self.send_call(dest, wire::LOG, &f.req).await)
                     }
                     Err(e) => panic!("LOG to {} failed: {e}", f.node),
                 }
@@ -230,29 +232,13 @@ impl<E: Endpoint> TxnCtx<E> {
         }
     }
 
-    /// Sends a call, waiting while call slots are all taken.
-    async fn call_until_sent(
-        &mut self,
-        dest: WorkerId,
-        ty: hytra_rt::RpcType,
-        req: &[u8],
-    ) -> CallTicket {
-        loop {
-            match self.co.call(dest, ty, req) {
-                Ok(t) => return t,
-                Err(RpcError::Busy | RpcError::Post(_)) => self.co.yield_now().await,
-                Err(e) => panic!("cannot send to {dest}: {e}"),
-            }
-        }
-    }
-
     /// Waits for the reply to a request that must get through, sending it again after
     /// every timeout (its handler is idempotent), then recycles its buffer.
     async fn settle(&mut self, mut req: PendingAck) {
         loop {
             let t = match req.call.take() {
                 Some(t) => t,
-                None => self.call_until_sent(req.dest, req.ty, &req.bytes).await,
+                None => self.send_call(req.dest, req.ty, &req.bytes).await,
             };
             match self.co.reply(t, wire::decode_word).await {
                 Ok(_) => break,
@@ -309,6 +295,7 @@ impl<E: Endpoint> TxnCtx<E> {
             self.co.wait(t).await.unwrap_or_else(|e| panic!("staged write-back failed: {e}"));
         }
         let mut staging_used = 0;
+        // Tickets of this commit's one-sided write-backs.
         let mut waits = std::mem::take(&mut self.waits);
         let mut calls = Vec::new();
         for i in 0..self.acc.len() {
@@ -331,14 +318,9 @@ impl<E: Endpoint> TxnCtx<E> {
             }
             match (self.node.cfg.commit, a.locked) {
                 (Primitive::OneSided, Locked::Nic) => {
-                    let t = self.write_back_one_sided(i, version, &mut staging_used);
-                    if let Some(t) = t {
-                        if pa {
-                            self.staged.push(t)
-                        } else {
-                            waits.push(t)
-                        }
-                    }
+                    let t =
+                        self.write_back_one_sided(i, version, &mut staging_used, &mut waits).await;
+                    waits.extend(t);
                 }
                 _ => {
                     let flags = if a.delete { DELETE } else { 0 };
@@ -366,9 +348,12 @@ impl<E: Endpoint> TxnCtx<E> {
                 }
             }
         }
-        for t in waits.drain(..) {
-            self.co.wait(t).await.unwrap_or_else(|e| panic!("write-back failed: {e}"));
+        self.co.ring_doorbells();
+        if pa {
+            // Passive ACK: the next commit collects them before it reuses the staging.
+            self.staged.append(&mut waits);
         }
+        self.wait_write_backs(&mut waits).await;
         self.waits = waits;
         for req in calls {
             self.settle(req).await;
@@ -379,11 +364,19 @@ impl<E: Endpoint> TxnCtx<E> {
     /// it, in one doorbell on one connection (FIFO: the unlock lands last). Small records
     /// go inline; with passive ACK they are not even signaled. Returns the ticket to
     /// collect, if any.
-    fn write_back_one_sided(
+    /// Waits for write-back tickets (their WRITEs read the staging area).
+    async fn wait_write_backs(&self, tickets: &mut Vec<OpTicket>) {
+        for t in tickets.drain(..) {
+            self.co.wait(t).await.unwrap_or_else(|e| panic!("write-back failed: {e}"));
+        }
+    }
+
+    async fn write_back_one_sided(
         &mut self,
         i: usize,
         version: u64,
         staging_used: &mut u64,
+        issued: &mut Vec<OpTicket>,
     ) -> Option<OpTicket> {
         let a = self.acc[i];
         let off = a.off.expect("locked by NIC at a known offset");
@@ -407,24 +400,21 @@ impl<E: Endpoint> TxnCtx<E> {
                 WorkRequest::Write { remote: lock_at, src: WriteSrc::Bytes(&zero) },
             ];
             if self.node.cfg.passive_ack {
-                self.co
-                    .issue_unsignaled(qp, &wrs, OpFlags::INLINE)
-                    .map_err(op_abort)
-                    .expect("room for a write-back");
+                self.post(|co| co.issue_unsignaled_deferred(qp, &wrs, OpFlags::INLINE)).await;
                 return None;
             }
-            return Some(
-                self.co
-                    .issue_with(qp, &wrs, OpFlags::INLINE)
-                    .map_err(op_abort)
-                    .expect("room for a write-back"),
-            );
+            return Some(self.post(|co| co.issue_with(qp, &wrs, OpFlags::INLINE)).await);
         }
         // Staged: the payload, then a zero word for the unlock, in registered memory that
-        // stays untouched until the WRITEs complete (M5).
+        // stays untouched until the WRITEs complete (M5). A write set larger than the
+        // staging area waits for the write-backs already issued, then reuses it.
         let (base, room) = self.staging();
         let need = body_bytes as u64 + 8;
-        assert!(*staging_used + need <= room, "write set too large for the staging area");
+        assert!(need <= room, "one record of {body_bytes} bytes exceeds the staging area");
+        if *staging_used + need > room {
+            self.wait_write_backs(issued).await;
+            *staging_used = 0;
+        }
         let src = LocalAddr { offset: base.offset + *staging_used, ..base };
         *staging_used += need;
         self.scratch_region.write_words(src.offset, &self.words);
@@ -442,7 +432,7 @@ impl<E: Endpoint> TxnCtx<E> {
                 },
             },
         ];
-        Some(self.co.issue(qp, &wrs).map_err(op_abort).expect("room for a write-back"))
+        Some(self.post(|co| co.issue(qp, &wrs)).await)
     }
 
     /// Releases every lock the attempt holds (or may hold), counts the abort.
@@ -470,6 +460,7 @@ impl<E: Endpoint> TxnCtx<E> {
             }
             self.acc[i].locked = Locked::No;
         }
+        self.co.ring_doorbells();
         if self.in_window(self.co.now_ns()) {
             let mut s = self.wt.stats.borrow_mut();
             s.aborts[reason.index()] += 1;
@@ -491,9 +482,9 @@ impl<E: Endpoint> TxnCtx<E> {
         };
         let zero = 0u64.to_le_bytes();
         let wr = WorkRequest::Write { remote, src: WriteSrc::Bytes(&zero) };
-        while self.co.issue_unsignaled(self.qp(a.node), &[wr], OpFlags::INLINE).is_err() {
-            self.co.yield_now().await;
-        }
+        // Unlocks of several records on one node share a doorbell; the caller rings it.
+        let qp = self.qp(a.node);
+        self.post(|co| co.issue_unsignaled_deferred(qp, &[wr], OpFlags::INLINE)).await;
     }
 
     fn in_window(&self, now: u64) -> bool {

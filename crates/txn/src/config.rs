@@ -168,7 +168,9 @@ pub struct TxnConfig {
     pub replication: u16,
     /// Attempts of one transaction before giving up.
     pub retries_max: u32,
-    /// Bytes of each log ring (one per coordinator worker and backup node).
+    /// Bytes of each log ring (one per coordinator worker and backup node). A ring
+    /// should hold several transactions' logs (a TPC-C Delivery logs ~25 KB), or
+    /// coordinators wait for synchronous reclaims.
     pub log_ring_bytes: u64,
     /// Send a lazy reclaim to a backup after this many bytes of its log are committed.
     pub reclaim_after_bytes: u64,
@@ -208,7 +210,7 @@ impl TxnConfig {
             cache_bytes: CACHE_BYTES_DEFAULT,
             replication: 3,
             retries_max: 64,
-            log_ring_bytes: 32 << 10,
+            log_ring_bytes: 128 << 10,
             reclaim_after_bytes: 4 << 10,
             costs: TxnCosts::default(),
             faults: PlantedFaults::default(),

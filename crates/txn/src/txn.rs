@@ -19,11 +19,14 @@
 //! let outcome = t.finish(body.await).await;
 //! ```
 
+use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use hytra_fabric::{Endpoint, LocalAddr, NodeId, Qp, Region, RemoteAddr, WorkRequest};
-use hytra_rt::{CallTicket, Co, OpError, OpTicket, RpcError};
+use hytra_fabric::{
+    Endpoint, LocalAddr, NodeId, PostError, Qp, Region, RemoteAddr, WorkRequest, WorkerId,
+};
+use hytra_rt::{CallTicket, Co, OpError, OpTicket, RpcError, RpcType};
 use hytra_store::layout::{
     self, search_bucket, RecordHeader, ABSENT, BUCKET_BYTES, RECORD_HEADER_WORDS,
 };
@@ -122,6 +125,10 @@ pub struct TxnCtx<E: Endpoint> {
     pub(crate) scratch_region: Region,
     pub(crate) scratch_used: u64,
     pub(crate) acc: Vec<Access>,
+    /// (table, key) to access index, kept once the access set is too large to search.
+    acc_index: HashMap<(TableId, u64), u16>,
+    /// Which accesses a multi-record read fetches (reused).
+    fresh: Vec<usize>,
     pub(crate) payload: Vec<u64>,
     pub(crate) tmp: Vec<u64>,
     pub(crate) req: Vec<u8>,
@@ -165,6 +172,8 @@ impl<E: Endpoint> TxnCtx<E> {
             scratch_region,
             scratch_used: 0,
             acc: Vec::with_capacity(64),
+            acc_index: HashMap::new(),
+            fresh: Vec::with_capacity(32),
             payload: Vec::with_capacity(1024),
             tmp: Vec::with_capacity(128),
             req: Vec::with_capacity(256),
@@ -215,6 +224,7 @@ impl<E: Endpoint> TxnCtx<E> {
         self.owner = Owner::new(self.wt.me_idx, self.co_index, self.seq);
         self.attempts += 1;
         self.acc.clear();
+        self.acc_index.clear();
         self.payload.clear();
         self.scratch_used = 0;
         self.phase_ns = [0; 4];
@@ -268,6 +278,40 @@ impl<E: Endpoint> Txn<'_, E> {
     pub async fn read_for_update(&mut self, table: TableId, key: u64) -> Result<Rec, Abort> {
         let [r] = self.read_many([(table, key)], true).await?;
         Ok(r)
+    }
+
+    /// Reads any number of records (their handles into `out`, in order), in parallel
+    /// when outstanding requests are on.
+    pub async fn read_all(
+        &mut self,
+        keys: &[(TableId, u64)],
+        for_update: bool,
+        out: &mut Vec<Rec>,
+    ) -> Result<(), Abort> {
+        out.clear();
+        let mut fresh = std::mem::take(&mut self.ctx.fresh);
+        fresh.clear();
+        let mut result = Ok(());
+        for &(table, key) in keys {
+            match self.ctx.access(table, key) {
+                Ok((idx, new)) => {
+                    if for_update {
+                        self.ctx.acc[idx].write = true;
+                    }
+                    out.push(Rec(idx as u16));
+                    fresh.push(if new { idx } else { usize::MAX });
+                }
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
+        }
+        if result.is_ok() {
+            result = self.ctx.fetch(&fresh, for_update).await;
+        }
+        self.ctx.fresh = fresh;
+        result
     }
 
     /// Reads several records, in parallel when outstanding requests are on.
@@ -357,8 +401,23 @@ impl<E: Endpoint> Txn<'_, E> {
 impl<E: Endpoint> TxnCtx<E> {
     /// The access of (table, key), added if new: (index, whether new).
     fn access(&mut self, table: TableId, key: u64) -> Result<(usize, bool), Abort> {
-        if let Some(i) = self.acc.iter().position(|a| a.table == table && a.key == key) {
-            return Ok((i, false));
+        // A scan is fastest for the few records most transactions touch; large sets
+        // (Stock-Level reads hundreds) get a map.
+        const SCAN_MAX: usize = 24;
+        if self.acc.len() < SCAN_MAX {
+            if let Some(i) = self.acc.iter().position(|a| a.table == table && a.key == key) {
+                return Ok((i, false));
+            }
+        } else {
+            if self.acc_index.is_empty() {
+                let entries =
+                    self.acc.iter().enumerate().map(|(i, a)| ((a.table, a.key), i as u16));
+                self.acc_index.extend(entries);
+            }
+            if let Some(&i) = self.acc_index.get(&(table, key)) {
+                return Ok((usize::from(i), false));
+            }
+            self.acc_index.insert((table, key), self.acc.len() as u16);
         }
         assert!(self.acc.len() < usize::from(u16::MAX), "access set too large");
         let c = self.node.catalog.as_ref();
@@ -389,7 +448,7 @@ impl<E: Endpoint> TxnCtx<E> {
         let mut pending = std::mem::take(&mut self.pending);
         let mut result = Ok(());
         for &i in idxs.iter().filter(|&&i| i != usize::MAX) {
-            match self.start_read(i, for_update) {
+            match self.start_read(i, for_update).await {
                 Ok(Some(p)) => pending.push((i, p)),
                 Ok(None) => {}
                 Err(e) => {
@@ -421,6 +480,7 @@ impl<E: Endpoint> TxnCtx<E> {
         let mut follow_ups = 0;
         let bound = TORN_RETRIES_MAX as usize * (pending.len() + 1);
         while let Some((i, p)) = pending.pop() {
+            self.co.ring_doorbells();
             let next = match self.wait_read(i, p, for_update).await {
                 Ok(Next::Done) => continue,
                 Ok(next) => next,
@@ -437,7 +497,7 @@ impl<E: Endpoint> TxnCtx<E> {
             if result.is_err() {
                 continue;
             }
-            match self.follow(i, next, for_update) {
+            match self.follow(i, next, for_update).await {
                 Ok(p) => pending.push((i, p)),
                 Err(e) => result = Err(e),
             }
@@ -446,19 +506,19 @@ impl<E: Endpoint> TxnCtx<E> {
     }
 
     /// Issues the follow-up request of access `i`.
-    fn follow(&mut self, i: usize, next: Next, for_update: bool) -> Result<Pending, Abort> {
+    async fn follow(&mut self, i: usize, next: Next, for_update: bool) -> Result<Pending, Abort> {
         match next {
             Next::Done => unreachable!("nothing to follow"),
-            Next::Record(stage) => self.read_record(i, stage),
-            Next::Bucket(b) => self.read_bucket(i, b),
+            Next::Record(stage) => self.read_record(i, stage).await,
+            Next::Bucket(b) => self.read_bucket(i, b).await,
             Next::Call { lock_now, want_offset } => {
-                self.call_read(i, lock_now && for_update, want_offset)
+                Ok(self.call_read(i, lock_now && for_update, want_offset).await)
             }
         }
     }
 
     /// Starts the read of access `i`: `None` if it completed at once (local record).
-    fn start_read(&mut self, i: usize, for_update: bool) -> Result<Option<Pending>, Abort> {
+    async fn start_read(&mut self, i: usize, for_update: bool) -> Result<Option<Pending>, Abort> {
         let a = self.acc[i];
         self.co.charge(self.node.cfg.costs.record_ns);
         if a.node == self.co.me().node {
@@ -479,22 +539,21 @@ impl<E: Endpoint> TxnCtx<E> {
             }
             _ => None,
         };
-        match self.node.cfg.exec {
-            ExecStrategy::TwoSided => self.call_read(i, lock_now, false).map(Some),
-            ExecStrategy::Hybrid => match cached {
-                Some(off) if !lock_now => self.read_record(i, Stage::Cached(off)).map(Some),
-                _ => self.call_read(i, lock_now, true).map(Some),
-            },
-            ExecStrategy::OneSidedCached => match cached {
-                Some(off) => self.read_record(i, Stage::Cached(off)).map(Some),
-                None => self
-                    .read_bucket(i, self.node.catalog.geometry(a.table).home_bucket(a.key))
-                    .map(Some),
-            },
-            ExecStrategy::OneSided => self
-                .read_bucket(i, self.node.catalog.geometry(a.table).home_bucket(a.key))
-                .map(Some),
-        }
+        let home = self.node.catalog.geometry(a.table).home_bucket(a.key);
+        let pending = match (self.node.cfg.exec, cached) {
+            (ExecStrategy::TwoSided, _) => self.call_read(i, lock_now, false).await,
+            (ExecStrategy::Hybrid, Some(off)) if !lock_now => {
+                self.read_record(i, Stage::Cached(off)).await?
+            }
+            (ExecStrategy::Hybrid, _) => self.call_read(i, lock_now, true).await,
+            (ExecStrategy::OneSidedCached, Some(off)) => {
+                self.read_record(i, Stage::Cached(off)).await?
+            }
+            (ExecStrategy::OneSidedCached | ExecStrategy::OneSided, _) => {
+                self.read_bucket(i, home).await?
+            }
+        };
+        Ok(Some(pending))
     }
 
     fn read_local(&mut self, i: usize, for_update: bool) -> Result<(), Abort> {
@@ -522,21 +581,51 @@ impl<E: Endpoint> TxnCtx<E> {
         Ok(())
     }
 
-    fn call_read(&mut self, i: usize, lock_now: bool, want_offset: bool) -> Result<Pending, Abort> {
+    async fn call_read(&mut self, i: usize, lock_now: bool, want_offset: bool) -> Pending {
         let a = self.acc[i];
         let flags = if lock_now { LOCK_IT } else { 0 } | if want_offset { WANT_OFFSET } else { 0 };
         let owner = if lock_now { self.owner.0 } else { 0 };
         RecordReq { table: a.table.0, flags, key: a.key, owner }.encode(&mut self.req);
-        let dest = self.peer(a.node);
-        let t = self.co.call(dest, wire::READ, &self.req).map_err(rpc_abort)?;
+        let t = self.send_call(self.peer(a.node), wire::READ, &self.req).await;
         if lock_now {
             // Until the reply says otherwise, we may hold it.
             self.acc[i].locked = Locked::Unknown;
         }
-        Ok(Pending::Call(t))
+        Pending::Call(t)
     }
 
-    fn read_record(&mut self, i: usize, stage: Stage) -> Result<Pending, Abort> {
+    /// Sends a call, waiting a step at a time while every call slot is taken or the
+    /// datagram queue is full: back-pressure, not a reason to abort.
+    pub(crate) async fn send_call(&self, dest: WorkerId, ty: RpcType, req: &[u8]) -> CallTicket {
+        loop {
+            match self.co.call(dest, ty, req) {
+                Ok(t) => return t,
+                Err(RpcError::Busy | RpcError::Post(PostError::QueueFull)) => {
+                    self.co.ring_doorbells();
+                    self.co.yield_now().await
+                }
+                Err(e) => panic!("the engine cannot call {dest}: {e}"),
+            }
+        }
+    }
+
+    /// Posts one-sided requests with `post`, waiting a step at a time while the
+    /// connection's send queue is full (completions free it whether or not anyone waits
+    /// for them yet).
+    pub(crate) async fn post<T>(&self, mut post: impl FnMut(&Co<E>) -> Result<T, OpError>) -> T {
+        loop {
+            match post(&self.co) {
+                Ok(t) => return t,
+                Err(OpError::Post(PostError::QueueFull)) => {
+                    self.co.ring_doorbells();
+                    self.co.yield_now().await
+                }
+                Err(e) => panic!("engine post refused: {e}"),
+            }
+        }
+    }
+
+    async fn read_record(&mut self, i: usize, stage: Stage) -> Result<Pending, Abort> {
         let (Stage::Cached(off) | Stage::Record(off)) = stage else {
             unreachable!("a record stage")
         };
@@ -544,9 +633,10 @@ impl<E: Endpoint> TxnCtx<E> {
         let bytes = (RECORD_HEADER_WORDS + u64::from(a.len)) * 8;
         let rkey = self.node.catalog.rkey(a.table, 0);
         self.one_sided_read(a.node, RemoteAddr { node: a.node, rkey, offset: off }, bytes, stage)
+            .await
     }
 
-    fn read_bucket(&mut self, i: usize, bucket: u64) -> Result<Pending, Abort> {
+    async fn read_bucket(&mut self, i: usize, bucket: u64) -> Result<Pending, Abort> {
         let a = self.acc[i];
         let rkey = self.node.catalog.rkey(a.table, 0);
         let offset = self.node.catalog.geometry(a.table).bucket_offset(bucket);
@@ -556,9 +646,10 @@ impl<E: Endpoint> TxnCtx<E> {
             BUCKET_BYTES,
             Stage::Bucket(bucket),
         )
+        .await
     }
 
-    fn one_sided_read(
+    async fn one_sided_read(
         &mut self,
         node: NodeId,
         remote: RemoteAddr,
@@ -567,7 +658,9 @@ impl<E: Endpoint> TxnCtx<E> {
     ) -> Result<Pending, Abort> {
         let local = self.scratch(bytes)?;
         let wr = WorkRequest::Read { remote, local, len: bytes as u32 };
-        let ticket = self.co.issue(self.qp(node), &[wr]).map_err(op_abort)?;
+        let qp = self.qp(node);
+        // Reads of several records to one node share a doorbell; `drain` rings it.
+        let ticket = self.post(|co| co.issue_deferred(qp, &[wr])).await;
         Ok(Pending::Op { ticket, buf: local.offset, stage })
     }
 
@@ -733,19 +826,11 @@ pub(crate) fn rpc_abort(e: RpcError) -> Abort {
     }
 }
 
-/// A post the fabric refused aborts the attempt (a full send queue is transient).
-pub(crate) fn op_abort(e: OpError) -> Abort {
-    match e {
-        OpError::Post(hytra_fabric::PostError::QueueFull) => Abort(AbortReason::Timeout),
-        other => panic!("engine post refused: {other}"),
-    }
-}
-
 /// A one-sided request that completed in error.
 pub(crate) fn op_error_abort(e: OpError) -> Abort {
     match e {
         OpError::Failed(hytra_fabric::Status::Unreachable) => Abort(AbortReason::Unreachable),
         OpError::Failed(s) => panic!("engine request failed: {s:?}"),
-        OpError::Post(_) => op_abort(e),
+        OpError::Post(p) => unreachable!("a completion is never a post error ({p})"),
     }
 }

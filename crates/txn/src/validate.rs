@@ -13,7 +13,7 @@ use hytra_store::layout::{self, LOCK_WORD};
 
 use crate::config::Primitive;
 use crate::outcome::{Abort, AbortReason};
-use crate::txn::{op_abort, op_error_abort, rpc_abort, Locked, TxnCtx};
+use crate::txn::{op_error_abort, rpc_abort, Locked, TxnCtx};
 use crate::wire::{self, RecordReply, RecordReq, Status, CREATE};
 
 /// A lock or validation request in flight.
@@ -68,7 +68,7 @@ impl<E: Endpoint> TxnCtx<E> {
             if a.write {
                 continue;
             }
-            match self.start_validate(i) {
+            match self.start_validate(i).await {
                 Ok(Some(f)) => flights.push((i, f)),
                 Ok(None) => {}
                 Err(e) => {
@@ -121,7 +121,7 @@ impl<E: Endpoint> TxnCtx<E> {
             let flags = if a.insert { CREATE } else { 0 };
             RecordReq { table: a.table.0, flags, key: a.key, owner: self.owner.0 }
                 .encode(&mut self.req);
-            let t = self.co.call(self.peer(a.node), wire::LOCK, &self.req).map_err(rpc_abort)?;
+            let t = self.send_call(self.peer(a.node), wire::LOCK, &self.req).await;
             self.acc[i].locked = Locked::Unknown;
             return Ok(Some(Flight::Call(t)));
         }
@@ -143,7 +143,9 @@ impl<E: Endpoint> TxnCtx<E> {
                 len: 16,
             },
         ];
-        let t = self.co.issue(self.qp(a.node), &wrs).map_err(op_abort)?;
+        let qp = self.qp(a.node);
+        // The locks of several records on one node share a doorbell; `land` rings it.
+        let t = self.post(|co| co.issue_deferred(qp, &wrs)).await;
         Ok(Some(Flight::Cas(t, cas_buf.offset)))
     }
 
@@ -161,7 +163,7 @@ impl<E: Endpoint> TxnCtx<E> {
         }
         RecordReq { table: a.table.0, flags: CREATE, key: a.key, owner: self.owner.0 }
             .encode(&mut self.req);
-        let t = self.co.call(self.peer(a.node), wire::LOCK, &self.req).map_err(rpc_abort)?;
+        let t = self.send_call(self.peer(a.node), wire::LOCK, &self.req).await;
         let mut tmp = std::mem::take(&mut self.tmp);
         let reply = self.co.reply(t, |r| RecordReply::decode(r, &mut tmp)).await;
         self.tmp = tmp;
@@ -173,7 +175,7 @@ impl<E: Endpoint> TxnCtx<E> {
         }
     }
 
-    fn start_validate(&mut self, i: usize) -> Result<Option<Flight>, Abort> {
+    async fn start_validate(&mut self, i: usize) -> Result<Option<Flight>, Abort> {
         let a = self.acc[i];
         let read = a.read_version.expect("a read record has a read version");
         self.co.charge(self.node.cfg.costs.record_ns);
@@ -196,10 +198,9 @@ impl<E: Endpoint> TxnCtx<E> {
                     rkey: self.node.catalog.rkey(a.table, 0),
                     offset: off + LOCK_WORD * 8,
                 };
-                let t = self
-                    .co
-                    .issue(self.qp(a.node), &[WorkRequest::Read { remote, local: buf, len: 16 }])
-                    .map_err(op_abort)?;
+                let qp = self.qp(a.node);
+                let wr = WorkRequest::Read { remote, local: buf, len: 16 };
+                let t = self.post(|co| co.issue_deferred(qp, &[wr])).await;
                 Ok(Some(Flight::Read(t, buf.offset)))
             }
             // Two-sided validation, and reads that found the key absent (one-sided
@@ -207,10 +208,7 @@ impl<E: Endpoint> TxnCtx<E> {
             _ => {
                 RecordReq { table: a.table.0, flags: 0, key: a.key, owner: 0 }
                     .encode(&mut self.req);
-                let t = self
-                    .co
-                    .call(self.peer(a.node), wire::VALIDATE, &self.req)
-                    .map_err(rpc_abort)?;
+                let t = self.send_call(self.peer(a.node), wire::VALIDATE, &self.req).await;
                 Ok(Some(Flight::Call(t)))
             }
         }
@@ -224,6 +222,7 @@ impl<E: Endpoint> TxnCtx<E> {
         locking: bool,
     ) -> Result<(), Abort> {
         let mut result = Ok(());
+        self.co.ring_doorbells();
         for (i, f) in flights.drain(..) {
             let r = self.land_one(i, f, locking).await;
             result = result.and(r);

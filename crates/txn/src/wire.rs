@@ -21,6 +21,10 @@ pub const LOG: RpcType = RpcType(6);
 /// Apply the sender's committed log entries up to a position (lazy, one-way).
 pub const RECLAIM: RpcType = RpcType(7);
 
+/// The first RPC type a workload may register its own handlers for; the engine's types
+/// stay below it.
+pub const WORKLOAD_TYPES_FIRST: u16 = 32;
+
 /// Flag of READ: also return the record's offset (to fill the location cache).
 pub const WANT_OFFSET: u8 = 1;
 /// Flag of READ: lock the record for the sender (FaSST's locking at execution).

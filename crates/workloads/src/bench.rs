@@ -52,6 +52,12 @@ pub trait Workload: Sync {
     fn validate(&self, shape: ClusterShape) -> Result<(), String>;
     /// The tables for a cluster of `shape`.
     fn tables(&self, shape: ClusterShape) -> Vec<TableSpec>;
+    /// Bytes of store memory per node the loaded data touches (regions may be sized for
+    /// more: untouched memory costs nothing). By default, the regions' whole size.
+    fn store_bytes(&self, catalog: &Catalog, shape: ClusterShape) -> u64 {
+        let _ = shape;
+        catalog.regions().map(|(_, _, b)| b).sum()
+    }
     /// Loads the initial data into every replica.
     fn load(&self, engine: &Engine, shape: ClusterShape) -> Result<(), StoreError>;
     /// Starts the clients of one worker.
@@ -65,6 +71,69 @@ pub trait Workload: Sync {
     fn report(&self, state: Self::State) -> Self::Report;
     /// Checks the invariants on the final state.
     fn check(&self, engine: &Engine, reports: &[Self::Report]) -> InvariantReport;
+}
+
+/// Whether every backup holds exactly its primary's records (same versions, same
+/// payloads) and no lock is left held: what every workload checks once a run has
+/// drained. Returns (ok, details).
+pub fn check_replicas(engine: &Engine) -> (bool, Vec<String>) {
+    let catalog = &engine.catalog;
+    let mut details = Vec::new();
+    let (mut differing, mut locked, mut records) = (0u64, 0u64, 0u64);
+    let mut p = Vec::new();
+    let mut q = Vec::new();
+    for spec in catalog.tables() {
+        p.resize(usize::from(spec.payload_words), 0);
+        q.resize(usize::from(spec.payload_words), 0);
+        for node in &engine.nodes {
+            let primary = node.store.primary(spec.id);
+            for (off, key) in primary.records() {
+                records += 1;
+                let snap = primary.read(off, key, &mut p).expect("no writer after the run");
+                if snap.lock != 0 {
+                    locked += 1;
+                    if locked == 1 {
+                        details.push(format!(
+                            "{}/{key} is still locked by worker {}",
+                            spec.name,
+                            hytra_store::Owner(snap.lock).worker()
+                        ));
+                    }
+                }
+                for (j, b) in catalog.backups(primary.partition).enumerate() {
+                    let replica =
+                        engine.nodes[usize::from(b.0)].store.replica(spec.id, j as u16 + 1);
+                    let backup = replica.lookup(key).map(|o| {
+                        let s = replica.read(o, key, &mut q).expect("no writer after the run");
+                        (s.version, q == p)
+                    });
+                    let same = match backup {
+                        Some((v, payload_same)) => {
+                            v == snap.version
+                                && (!hytra_store::layout::is_present(v) || payload_same)
+                        }
+                        // A record an aborted insert created at the primary and nobody
+                        // ever wrote: the backup never heard of it.
+                        None => snap.version == hytra_store::layout::ABSENT,
+                    };
+                    if !same {
+                        differing += 1;
+                        if differing == 1 {
+                            details.push(format!(
+                                "backup {b} of {}/{key} differs from its primary (version {:#x}; backup: {:?})",
+                                spec.name, snap.version, backup
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    details.push(format!(
+        "replicas equal their primaries: {} ({records} records, {differing} differ, {locked} locked)",
+        differing == 0 && locked == 0
+    ));
+    (differing == 0 && locked == 0, details)
 }
 
 /// How to run.

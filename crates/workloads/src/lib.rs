@@ -11,3 +11,4 @@
 pub mod bench;
 pub mod micro;
 pub mod smallbank;
+pub mod tpcc;

@@ -19,7 +19,7 @@ use hytra_rt::Worker;
 use hytra_store::{IndexLayout, Partitioner, StoreError, TableId, TableSpec};
 use hytra_txn::{Abort, AbortReason, Engine, Outcome, Txn, TxnCtx, WorkerTxn};
 
-use crate::bench::{run_txn, spawn_clients, ClientPlan, InvariantReport, Workload};
+use crate::bench::{check_replicas, run_txn, spawn_clients, ClientPlan, InvariantReport, Workload};
 
 /// Savings balances.
 pub const SAVINGS: TableId = TableId(0);
@@ -292,56 +292,23 @@ impl Workload for SmallBank {
     }
 
     fn check(&self, engine: &Engine, reports: &[SmallBankReport]) -> InvariantReport {
-        let shape_nodes = engine.catalog.nodes();
         let mut expected: i64 = reports.iter().map(|r| r.delta).sum();
         let mut total = 0i64;
-        let mut details = Vec::new();
-        let mut replicas_equal = true;
-        let mut locks_free = true;
         for table in [SAVINGS, CHECKING] {
-            for n in 0..shape_nodes {
-                let node = &engine.nodes[usize::from(n)];
+            for node in &engine.nodes {
                 let primary = node.store.primary(table);
                 let mut p = [0u64];
                 for (off, key) in primary.records() {
                     expected += initial_balance(table, key);
-                    let snap =
-                        primary.read(off, key, &mut p).expect("no writer runs after the benchmark");
-                    if snap.lock != 0 && locks_free {
-                        locks_free = false;
-                        let owner = hytra_store::Owner(snap.lock);
-                        details.push(format!(
-                            "{table:?}/{key} is still locked by worker {} ({:#x})",
-                            owner.worker(),
-                            snap.lock
-                        ));
-                    }
+                    primary.read(off, key, &mut p).expect("no writer runs after the benchmark");
                     total += p[0] as i64;
-                    for (j, b) in engine.catalog.backups(primary.partition).enumerate() {
-                        let replica =
-                            engine.nodes[usize::from(b.0)].store.replica(table, j as u16 + 1);
-                        let mut q = [0u64];
-                        let same = replica
-                            .lookup(key)
-                            .map(|o| {
-                                replica.read(o, key, &mut q).expect("quiescent").version
-                                    == snap.version
-                                    && q == p
-                            })
-                            .unwrap_or(false);
-                        if !same && replicas_equal {
-                            replicas_equal = false;
-                            details.push(format!(
-                                "backup {b} of {table:?}/{key} differs from its primary"
-                            ));
-                        }
-                    }
                 }
             }
         }
         let money_ok = total == expected;
-        details.push(format!("money: {total} in accounts, {expected} expected"));
-        details.push(format!("replicas equal their primaries: {replicas_equal}"));
-        InvariantReport { ok: money_ok && replicas_equal && locks_free, details }
+        let mut details = vec![format!("money: {total} in accounts, {expected} expected")];
+        let (replicas_ok, more) = check_replicas(engine);
+        details.extend(more);
+        InvariantReport { ok: money_ok && replicas_ok, details }
     }
 }
