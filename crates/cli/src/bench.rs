@@ -18,6 +18,7 @@ use hytra_store::{Catalog, NodeStore};
 use hytra_txn::{AbortReason, Design, ExecStrategy, LockStrategy, Primitive, TxnConfig, PHASES};
 use hytra_workloads::bench::{run, BenchError, BenchParams, BenchResult, Workload};
 use hytra_workloads::smallbank::SmallBank;
+use hytra_workloads::tpcc::{TpcC, TpccMix, TpccParams, TYPES as TPCC_TYPES};
 use serde_json::json;
 
 use crate::table::{open_output, write_json, Table};
@@ -26,7 +27,8 @@ use crate::{usage, CliError};
 /// Options of `hytra bench`.
 #[derive(Args, Debug, Clone)]
 pub struct BenchArgs {
-    /// Workload: smallbank.
+    /// Workload: smallbank, tpcc (the standard mix) or tpcc-no (New-Order only, every
+    /// transaction distributed).
     #[arg(long, default_value = "smallbank")]
     workload: String,
     /// Design preset: drtmh, fasst, farm or drtmr.
@@ -68,6 +70,22 @@ pub struct BenchArgs {
     /// SmallBank accounts per worker thread.
     #[arg(long, default_value_t = 100_000)]
     accounts_per_worker: u64,
+    /// TPC-C warehouses per worker thread.
+    #[arg(long, default_value_t = 1)]
+    warehouses_per_worker: u64,
+    /// TPC-C customers per district (3000 in the specification).
+    #[arg(long, default_value_t = 3000)]
+    customers: u64,
+    /// TPC-C items (100000 in the specification).
+    #[arg(long, default_value_t = 100_000)]
+    items: u64,
+    /// TPC-C: percentage of New-Order lines supplied by another warehouse.
+    #[arg(long, default_value_t = 1)]
+    remote_item_pct: u64,
+    /// TPC-C: run one transaction type alone (new-order, payment, order-status,
+    /// delivery, stock-level).
+    #[arg(long)]
+    tpcc_only: Option<String>,
     /// Connections per peer per worker (5: the paper's 80-node setting).
     #[arg(long, default_value_t = 1)]
     lanes: u16,
@@ -185,10 +203,11 @@ fn txn_config(a: &BenchArgs) -> Result<TxnConfig, CliError> {
     Ok(c)
 }
 
-/// Bytes of memory the run's regions take (all nodes).
-fn memory_needed(w: &SmallBank, shape: ClusterShape, cfg: &TxnConfig, coroutines: u16) -> u64 {
+/// Bytes of memory the run touches (all nodes): the stores as loaded, logs, scratch and
+/// location caches.
+fn memory_needed<W: Workload>(w: &W, shape: ClusterShape, cfg: &TxnConfig, coroutines: u16) -> u64 {
     let catalog = Catalog::new(w.tables(shape), shape.nodes, cfg.replication).expect("validated");
-    let store: u64 = catalog.regions().map(|(_, _, b)| b).sum();
+    let store = w.store_bytes(&catalog, shape);
     let log = shape.workers_total() as u64 * cfg.log_ring_bytes;
     let scratch = u64::from(shape.workers_per_node) * u64::from(coroutines) * (64 << 10);
     let cache = NodeStore::cache_bytes(&catalog, cfg.cache_bytes);
@@ -204,9 +223,6 @@ fn available_memory() -> Option<u64> {
 
 /// Runs `hytra bench`.
 pub fn run_bench(a: BenchArgs) -> Result<(), CliError> {
-    if a.workload != "smallbank" {
-        return usage(format!("unknown workload '{}' (expected smallbank)", a.workload));
-    }
     let sim = match a.backend.as_str() {
         "sim" => true,
         "local" => false,
@@ -239,9 +255,56 @@ pub fn run_bench(a: BenchArgs) -> Result<(), CliError> {
         return usage("--seconds must be positive and --warmup a fraction in 0..10");
     }
     let cfg = txn_config(&a)?;
-    let workload = SmallBank { accounts_per_worker: a.accounts_per_worker };
     let shape =
         ClusterShape { nodes: a.nodes, workers_per_node: a.workers, lanes_per_peer: a.lanes };
+    let run = Run { sim, profile, seconds, cfg, shape };
+    match a.workload.as_str() {
+        "smallbank" => {
+            run_workload(&a, run, SmallBank { accounts_per_worker: a.accounts_per_worker })
+        }
+        "tpcc" | "tpcc-no" => {
+            let mix = match (a.workload.as_str(), a.tpcc_only.as_deref()) {
+                ("tpcc-no", None) => TpccMix::NewOrderOnly,
+                ("tpcc-no", Some(_)) => return usage("--tpcc-only applies to --workload tpcc"),
+                (_, None) => TpccMix::Standard,
+                (_, Some(name)) => match TPCC_TYPES.iter().position(|t| t.replace('_', "-") == name) {
+                    Some(i) => TpccMix::Only(i as u8),
+                    None => {
+                        return usage(format!(
+                            "--tpcc-only '{name}': expected one of new-order, payment, order-status, delivery, stock-level"
+                        ))
+                    }
+                },
+            };
+            // Room for the orders the run can create: far more than any district takes
+            // per second (untouched room costs no memory).
+            let span = seconds * (1.0 + a.warmup);
+            let params = TpccParams {
+                mix,
+                remote_item_pct: a.remote_item_pct,
+                warehouses_per_worker: a.warehouses_per_worker,
+                customers: a.customers,
+                items: a.items,
+                new_orders_max: (span * 50_000.0) as u64 + 1_000,
+                seed: a.seed,
+            };
+            run_workload(&a, run, TpcC::new(params))
+        }
+        other => usage(format!("unknown workload '{other}' (expected smallbank, tpcc or tpcc-no)")),
+    }
+}
+
+/// What every workload's run shares.
+struct Run {
+    sim: bool,
+    profile: NicProfile,
+    seconds: f64,
+    cfg: TxnConfig,
+    shape: ClusterShape,
+}
+
+fn run_workload<W: Workload>(a: &BenchArgs, shared: Run, workload: W) -> Result<(), CliError> {
+    let Run { sim, profile, seconds, cfg, shape } = shared;
     if let Err(e) = workload.validate(shape) {
         return usage(e);
     }
@@ -249,7 +312,7 @@ pub fn run_bench(a: BenchArgs) -> Result<(), CliError> {
     if let Some(avail) = available_memory() {
         if need > avail / 10 * 8 {
             return usage(format!(
-                "the run needs about {} MiB of memory and {} MiB are available; use fewer --accounts-per-worker, nodes or workers",
+                "the run needs about {} MiB of memory and {} MiB are available; use a smaller database, or fewer nodes or workers",
                 need >> 20,
                 avail >> 20
             ));
@@ -308,12 +371,13 @@ pub fn run_bench(a: BenchArgs) -> Result<(), CliError> {
             CliError::Run(anyhow::anyhow!("{other} (replay: hytra {})", argv.join(" ")))
         }
     })?;
-    print_report(&a, &cfg, &result, seconds, sim);
+    let types = workload.txn_types();
+    print_report(a, &cfg, types, &result, seconds, sim);
     if let (Some(file), Some(path)) = (out, a.json.as_deref()) {
         write_json(
             file,
             path,
-            &json_report(&a, &cfg, &used, &result, seconds, sim, started.elapsed()),
+            &json_report(a, &cfg, types, &used, &result, seconds, sim, started.elapsed()),
         )?;
     }
     if a.check && !result.checker.as_ref().is_some_and(|c| c.serializable()) || !result.invariant.ok
@@ -375,7 +439,14 @@ fn phase_means(r: &BenchResult<impl Sized>) -> [f64; 4] {
     r.stats.phase_ns.map(|s| s as f64 / n / 1e3)
 }
 
-fn print_report<R>(a: &BenchArgs, cfg: &TxnConfig, r: &BenchResult<R>, seconds: f64, sim: bool) {
+fn print_report<R>(
+    a: &BenchArgs,
+    cfg: &TxnConfig,
+    types: &[&str],
+    r: &BenchResult<R>,
+    seconds: f64,
+    sim: bool,
+) {
     let s = &r.stats;
     let tps = s.commits as f64 / seconds;
     let workers = f64::from(a.nodes) * f64::from(a.workers);
@@ -419,7 +490,7 @@ fn print_report<R>(a: &BenchArgs, cfg: &TxnConfig, r: &BenchResult<R>, seconds: 
         println!("aborts       {}", reasons.join(", "));
     }
     let mut t = Table::new(&["type", "commits", "aborts"]);
-    for (i, name) in hytra_workloads::smallbank::TYPES.iter().enumerate() {
+    for (i, name) in types.iter().enumerate() {
         t.row(vec![name.to_string(), s.per_type[i].0.to_string(), s.per_type[i].1.to_string()]);
     }
     println!("\n{}\n", t.render());
@@ -451,9 +522,11 @@ fn print_report<R>(a: &BenchArgs, cfg: &TxnConfig, r: &BenchResult<R>, seconds: 
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn json_report<R>(
     a: &BenchArgs,
     cfg: &TxnConfig,
+    types: &[&str],
     params: &BenchParams,
     r: &BenchResult<R>,
     seconds: f64,
@@ -463,7 +536,7 @@ fn json_report<R>(
     let s = &r.stats;
     let ph = phase_means(r);
     let q = |p: f64| s.latency.quantile(p) as f64 / 1e3;
-    let per_type: serde_json::Map<String, serde_json::Value> = hytra_workloads::smallbank::TYPES
+    let per_type: serde_json::Map<String, serde_json::Value> = types
         .iter()
         .enumerate()
         .map(|(i, n)| {

@@ -124,6 +124,12 @@ fn bench_bad_input_gets_one_line_and_exit_2() {
         &["bench", "--design", "fasst", "--lock", "one-sided"],
         &["bench", "--backend", "local", "--faults-ppm", "100"],
         &["bench", "--json", "/nonexistent-dir/out.json"],
+        &["bench", "--workload", "tpcc", "--warehouses-per-worker", "0"],
+        &["bench", "--workload", "tpcc", "--remote-item-pct", "101"],
+        &["bench", "--workload", "tpcc", "--customers", "0"],
+        &["bench", "--workload", "tpcc", "--tpcc-only", "teleport"],
+        &["bench", "--workload", "tpcc-no", "--nodes", "1", "--replication", "1"],
+        &["bench", "--workload", "tpcc", "--profile", "cx9"],
     ];
     assert_usage_errors(cases);
 }
@@ -154,4 +160,38 @@ fn bench_json_reports_a_checked_serializable_run_that_replays() {
     for field in ["abort_rate", "abort_rate_cc", "latency_us", "phases_us"] {
         assert!(!ja[field].is_null(), "missing {field} in {ja}");
     }
+}
+
+#[test]
+fn bench_runs_tpcc_and_reports_its_consistency_checks() {
+    let path = temp("tpcc.json");
+    let out = hytra(&[
+        "bench",
+        "--workload",
+        "tpcc",
+        "--nodes",
+        "3",
+        "--workers",
+        "1",
+        "--coroutines",
+        "2",
+        "--customers",
+        "30",
+        "--items",
+        "200",
+        "--seconds",
+        "0.0005",
+        "--check",
+        "--json",
+        path.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("condition 4"), "consistency conditions printed: {stdout}");
+    let j: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(j["workload"], "tpcc");
+    assert_eq!(j["checker"]["serializable"], true, "{j}");
+    assert_eq!(j["invariant_ok"], true, "{j}");
+    assert!(j["per_type"]["new_order"]["commits"].as_u64().unwrap() > 0, "{j}");
 }

@@ -274,6 +274,17 @@ async fn new_order<E: Endpoint>(
     sc: &mut Scratch,
 ) -> Result<Effect, Abort> {
     let scale = &env.scale;
+    // Every item must exist (an unused id rolls the transaction back, clause 2.4.2.3).
+    if lines.iter().any(|l| l.item == 0 || l.item > env.items.len()) {
+        return Err(Abort(AbortReason::User));
+    }
+    // The stock rows (remote ones among them) first, all at once: their reads overlap.
+    // The district, which every New-Order of the district updates, comes last and is
+    // local, so the time between reading and locking it, when a concurrent New-Order
+    // would invalidate it, stays short.
+    sc.keys.clear();
+    sc.keys.extend(lines.iter().map(|l| (STOCK, scale.stock(l.supply_w, l.item))));
+    t.read_all(&sc.keys, true, &mut sc.recs).await?;
     let [wr, cr] =
         t.read_many([(WAREHOUSE, w), (CUSTOMER, scale.customer(w, d, c))], false).await?;
     let dr = t.read_for_update(DISTRICT, Scale::dk(w, d)).await?;
@@ -292,15 +303,6 @@ async fn new_order<E: Endpoint>(
     t.insert(ORDER, okey, &[c, now, 0, lines.len() as u64, u64::from(all_local)])?;
     t.insert(NEW_ORDER, okey, &[1])?;
     t.write(CUSTOMER_LAST_ORDER, scale.customer(w, d, c), &[o]).await?;
-
-    // Every item must exist (an unused id rolls the transaction back, clause 2.4.2.3).
-    if lines.iter().any(|l| l.item == 0 || l.item > env.items.len()) {
-        return Err(Abort(AbortReason::User));
-    }
-    // The stock rows, all at once (their reads overlap).
-    sc.keys.clear();
-    sc.keys.extend(lines.iter().map(|l| (STOCK, scale.stock(l.supply_w, l.item))));
-    t.read_all(&sc.keys, true, &mut sc.recs).await?;
     let mut total = 0u64;
     for (n, (l, &sr)) in lines.iter().zip(&sc.recs).enumerate() {
         let i = (l.item - 1) as usize;
@@ -393,8 +395,10 @@ async fn payment<E: Endpoint>(
 ) -> Result<Effect, Abort> {
     let scale = &env.scale;
     let cid = find_customer(t, env, cw, cd, who).await?;
-    let [wr, dr] = t.read_many([(WAREHOUSE, w), (DISTRICT, Scale::dk(w, d))], true).await?;
+    // The customer (perhaps remote) first; the warehouse and district, which every
+    // Payment of the warehouse updates, last (see New-Order).
     let cr = t.read_for_update(CUSTOMER, scale.customer(cw, cd, cid)).await?;
+    let [wr, dr] = t.read_many([(WAREHOUSE, w), (DISTRICT, Scale::dk(w, d))], true).await?;
     t.update(wr)[w::YTD] += amount;
     t.update(dr)[d::YTD] += amount;
     let mut names = [0u64; 3];
