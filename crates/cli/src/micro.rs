@@ -79,6 +79,12 @@ pub struct MicroArgs {
     /// Also write the results as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Instead of the primitive matrix, the multi-object benchmark of Fig. 6: each
+    /// transaction reads or writes this many 64-byte objects on random remote nodes,
+    /// one-sided and two-sided, with the optimisations added one by one (+CO, +OR, +DB,
+    /// +PA). Typical: 10.
+    #[arg(long)]
+    multi_object: Option<u16>,
 }
 
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]
@@ -88,6 +94,7 @@ enum BackendKind {
 }
 
 /// Everything validated, ready to run.
+#[derive(Clone)]
 struct Plan {
     backend: BackendKind,
     profile: NicProfile,
@@ -142,13 +149,13 @@ fn plan(a: &MicroArgs) -> Result<Plan, CliError> {
         return usage("--threads must be at least 1");
     }
     let primitives = match &a.primitives {
-        None => Primitive::ALL.to_vec(),
+        None => Primitive::FIG5.to_vec(),
         Some(names) => names
             .iter()
             .map(|n| {
                 Primitive::parse(n).ok_or_else(|| {
                     CliError::Usage(format!(
-                        "unknown primitive '{n}' (expected read, write, cas, faa, rpc or wrpc)"
+                        "unknown primitive '{n}' (expected read, write, cas, faa, rpc, wrpc or rpc-write)"
                     ))
                 })
             })
@@ -180,14 +187,24 @@ fn plan(a: &MicroArgs) -> Result<Plan, CliError> {
         (false, true) => (20_000, 100_000),
     };
     let params = MicroParams {
-        coroutines: a.coroutines,
-        batch: a.batch,
-        warmup_ns: a.warmup_us.unwrap_or(warmup) * 1000,
-        measure_ns: a.measure_us.unwrap_or(measure).max(1) * 1000,
-        seed: a.seed,
         rpc_timeout_ns: if sim { 1_000_000 } else { 1_000_000_000 },
         rpc_coalescing: a.rpc_coalescing,
+        ..MicroParams::fig5(
+            a.coroutines,
+            a.batch,
+            a.warmup_us.unwrap_or(warmup) * 1000,
+            a.measure_us.unwrap_or(measure).max(1) * 1000,
+            a.seed,
+        )
     };
+    if let Some(n) = a.multi_object {
+        if n == 0 || usize::from(n) > hytra_rt::constants::BATCH_MAX {
+            return usage(format!(
+                "--multi-object {n}: objects per transaction must be in 1..={}",
+                hytra_rt::constants::BATCH_MAX
+            ));
+        }
+    }
     let shape = ClusterShape { nodes, workers_per_node: workers, lanes_per_peer: 1 };
     Ok(Plan {
         backend,
@@ -269,9 +286,94 @@ fn measure(
     Ok(Measured { point, stats })
 }
 
+/// The steps of the multi-object benchmark (Fig. 6), each adding one optimisation.
+const LADDER: [&str; 5] = ["baseline", "+CO", "+OR", "+DB", "+PA"];
+
+/// The parameters of ladder step `step` for transactions of `objects` objects.
+fn ladder_params(base: MicroParams, objects: u16, coroutines: u16, step: usize) -> MicroParams {
+    MicroParams {
+        coroutines: if step >= 1 { coroutines } else { 1 },
+        batch: if step >= 2 { objects } else { 1 },
+        doorbell: step >= 3,
+        passive_ack: step >= 4,
+        ..base
+    }
+}
+
+/// `hytra micro --multi-object N`: transactions per second per machine at each step.
+fn run_multi(args: &MicroArgs, plan: Plan, objects: u16) -> Result<(), CliError> {
+    let out = args.json.as_deref().map(open_output).transpose()?;
+    let payload = plan.payloads.first().copied().unwrap_or(64);
+    let lanes = plan.lanes.first().copied().unwrap_or(1);
+    // Read: one-sided READ vs an RPC returning the object. Write: one-sided WRITE vs an
+    // RPC carrying it. Passive ACK applies to writes only (a read needs its data).
+    let columns = [
+        ("read", Primitive::Read),
+        ("read", Primitive::Rpc),
+        ("write", Primitive::Write),
+        ("write", Primitive::RpcWrite),
+    ];
+    let mut rows = Vec::new();
+    let mut t =
+        Table::new(&["step", "read 1-sided", "read 2-sided", "write 1-sided", "write 2-sided"]);
+    for (step, name) in LADDER.iter().enumerate() {
+        let mut cells = vec![name.to_string()];
+        for &(op, p) in &columns {
+            if step == 4 && op == "read" {
+                cells.push("-".into());
+                continue;
+            }
+            let params = ladder_params(plan.params, objects, plan.params.coroutines, step);
+            let step_plan = Plan { params, ..plan.clone() };
+            let m = measure(&step_plan, p, payload, lanes, false)
+                .with_context(|| format!("measuring {} at step {name}", p.name()))?;
+            // Per-operation rates become transactions of `objects` operations.
+            let txn_per_sec = m.point.ops_per_sec / f64::from(objects);
+            eprintln!("{name:<8} {op:<5} {:<9}: {} M txn/s per node", p.name(), mops(txn_per_sec));
+            cells.push(mops(txn_per_sec));
+            rows.push(json!({
+                "step": name,
+                "op": op,
+                "primitive": if p == Primitive::Read || p == Primitive::Write { "one-sided" } else { "two-sided" },
+                "txn_per_sec": txn_per_sec,
+                "p50_us": m.point.p50_ns as f64 / 1e3,
+                "p99_us": m.point.p99_ns as f64 / 1e3,
+                "coroutines": params.coroutines,
+                "outstanding": params.batch,
+                "doorbell_batching": params.doorbell,
+                "passive_ack": params.passive_ack,
+            }));
+        }
+        t.row(cells);
+    }
+    println!(
+        "
+multi-object transactions of {objects} x {payload} B, M txn/s per machine\n\n{}",
+        t.render()
+    );
+    if let (Some(file), Some(path)) = (out, args.json.as_deref()) {
+        let doc = json!({
+            "command": "micro",
+            "mode": "multi-object",
+            "backend": args.backend,
+            "nodes": plan.shape.nodes,
+            "workers": plan.shape.workers_per_node,
+            "objects": objects,
+            "payload": payload,
+            "seed": plan.params.seed,
+            "results": rows,
+        });
+        write_json(file, path, &doc)?;
+    }
+    Ok(())
+}
+
 /// Runs `hytra micro`.
 pub fn run(args: MicroArgs) -> Result<(), CliError> {
     let plan = plan(&args)?;
+    if let Some(objects) = args.multi_object {
+        return run_multi(&args, plan, objects);
+    }
     let out = args.json.as_deref().map(open_output).transpose()?;
     let sim = plan.backend == BackendKind::Sim;
     if sim {

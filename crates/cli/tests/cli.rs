@@ -53,6 +53,8 @@ fn bad_input_gets_one_line_and_exit_2() {
         &["micro", "--primitives", "teleport"],
         &["micro", "--json", "/nonexistent-dir/out.json"],
         &["micro", "--payloads", "abc"],
+        &["micro", "--multi-object", "0"],
+        &["micro", "--multi-object", "65"],
         &["frobnicate"],
     ];
     assert_usage_errors(cases);

@@ -129,6 +129,10 @@ pub(crate) struct Outbox {
 
 const NONE: u32 = u32::MAX;
 
+/// Datagrams the outbox holds for a fabric that refused them before it refuses more
+/// frames (one send queue's worth).
+const BACKLOG_MAX: usize = hytra_fabric::constants::SQ_DEPTH as usize;
+
 impl Outbox {
     pub(crate) fn new(workers: usize, batch: bool, coalesce: bool) -> Outbox {
         Outbox {
@@ -155,6 +159,12 @@ impl Outbox {
     ) -> Result<(), PostError> {
         debug_assert_eq!(usize::from(header.len), payload.len());
         assert!(payload.len() <= RPC_PAYLOAD_MAX, "frame payload over the limit");
+        if self.batch && self.deferred && self.open.len() >= BACKLOG_MAX {
+            // The fabric refused the last flush and a queue's worth waits already:
+            // back-pressure, so that a sender that outruns its NIC waits instead of
+            // piling up frames.
+            return Err(PostError::QueueFull);
+        }
         self.frames_sent += 1;
         if !self.batch {
             self.single.clear();

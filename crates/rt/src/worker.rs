@@ -448,7 +448,17 @@ impl<E: Endpoint> Co<E> {
     /// must ring before it waits for anything (the worker rings at the end of every step
     /// in any case).
     pub fn issue_deferred(&self, qp: Qp, wrs: &[WorkRequest<'_>]) -> Result<OpTicket, OpError> {
-        let t = self.post_batch_deferred(qp, wrs, true, OpFlags::NONE, true)?;
+        self.issue_deferred_with(qp, wrs, OpFlags::NONE)
+    }
+
+    /// As [`Co::issue_deferred`] with extra flags (e.g. `INLINE`) on every request.
+    pub fn issue_deferred_with(
+        &self,
+        qp: Qp,
+        wrs: &[WorkRequest<'_>],
+        flags: OpFlags,
+    ) -> Result<OpTicket, OpError> {
+        let t = self.post_batch_deferred(qp, wrs, true, flags, true)?;
         if self.inner.cfg.doorbell_batching {
             self.inner.deferred.set(true);
         }

@@ -24,7 +24,7 @@ use hytra_fabric::{
 };
 use hytra_rt::constants::{BATCH_MAX, RPC_PAYLOAD_MAX};
 use hytra_rt::hist::Histogram;
-use hytra_rt::{run_workers, Co, OpError, OpTicket, RpcType, RtConfig, Worker};
+use hytra_rt::{run_workers_with, Co, OpError, OpTicket, RpcError, RpcType, RtConfig, Worker};
 use thiserror::Error;
 
 /// A primitive the benchmark measures.
@@ -42,11 +42,25 @@ pub enum Primitive {
     Rpc,
     /// RPC over two WRITEs into polled mailboxes (RC WRITE).
     WriteRpc,
+    /// A two-sided write: an RPC whose request carries the payload and whose reply is
+    /// empty (with passive ACK, a one-way message).
+    RpcWrite,
 }
 
 impl Primitive {
     /// Every primitive, in table order.
-    pub const ALL: [Primitive; 6] = [
+    pub const ALL: [Primitive; 7] = [
+        Primitive::Read,
+        Primitive::Write,
+        Primitive::Cas,
+        Primitive::Faa,
+        Primitive::Rpc,
+        Primitive::WriteRpc,
+        Primitive::RpcWrite,
+    ];
+
+    /// The primitives of DrTM+H Fig. 5.
+    pub const FIG5: [Primitive; 6] = [
         Primitive::Read,
         Primitive::Write,
         Primitive::Cas,
@@ -64,6 +78,7 @@ impl Primitive {
             Primitive::Faa => "faa",
             Primitive::Rpc => "rpc",
             Primitive::WriteRpc => "wrpc",
+            Primitive::RpcWrite => "rpc-write",
         }
     }
 
@@ -83,7 +98,7 @@ impl Primitive {
 pub fn effective_payload(p: Primitive, payload: u32) -> u32 {
     match p {
         Primitive::Cas | Primitive::Faa => 8,
-        Primitive::Rpc => payload.min(RPC_PAYLOAD_MAX as u32 / 8 * 8),
+        Primitive::Rpc | Primitive::RpcWrite => payload.min(RPC_PAYLOAD_MAX as u32 / 8 * 8),
         _ => payload,
     }
 }
@@ -98,6 +113,8 @@ const DATA_SLOTS: u64 = 1024;
 
 /// Request type of the RPC variant.
 const GET: RpcType = RpcType(1);
+/// Request type of the two-sided write.
+const PUT: RpcType = RpcType(2);
 
 /// CPU cost of checking one mailbox slot for a new message: one load that usually hits
 /// the cache. An assumption; it is what makes WRITE-based RPC pay for polling.
@@ -121,6 +138,31 @@ pub struct MicroParams {
     /// Let the runtime put several RPC frames to one destination in one datagram. Off
     /// measures the raw primitive (one request per message), as the paper does.
     pub rpc_coalescing: bool,
+    /// Doorbell batching (DB): the requests of a batch to one connection share a
+    /// doorbell, and a step's datagrams share one.
+    pub doorbell: bool,
+    /// Passive ACK (PA): one-sided requests signal only the last of each connection's
+    /// group, and two-sided writes go one way (no reply). Off, every one-sided request
+    /// is signaled and every RPC answered.
+    pub passive_ack: bool,
+}
+
+impl MicroParams {
+    /// The optimisations of the raw-primitive benchmark (Fig. 5): doorbell batching and
+    /// one signal per connection group on, RPC coalescing off.
+    pub fn fig5(coroutines: u16, batch: u16, warmup_ns: u64, measure_ns: u64, seed: u64) -> Self {
+        MicroParams {
+            coroutines,
+            batch,
+            warmup_ns,
+            measure_ns,
+            seed,
+            rpc_timeout_ns: 1_000_000,
+            rpc_coalescing: false,
+            doorbell: true,
+            passive_ack: true,
+        }
+    }
 }
 
 /// One measured point.
@@ -172,7 +214,7 @@ pub fn check_payload(p: Primitive, payload: u32, mtu: usize) -> Result<(), Micro
     if payload as usize > mtu {
         return bad(format!("exceeds the datagram MTU of {mtu} B"));
     }
-    if p == Primitive::Rpc && payload as usize > RPC_PAYLOAD_MAX {
+    if matches!(p, Primitive::Rpc | Primitive::RpcWrite) && payload as usize > RPC_PAYLOAD_MAX {
         return bad(format!("an RPC reply carries at most {RPC_PAYLOAD_MAX} B"));
     }
     if p == Primitive::WriteRpc && payload > WRPC_PAYLOAD_MAX {
@@ -264,14 +306,24 @@ pub fn run_point<B: Backend>(
     let cfg = RtConfig {
         rpc_timeout_ns: params.rpc_timeout_ns,
         rpc_coalescing: params.rpc_coalescing,
+        doorbell_batching: params.doorbell,
         ..RtConfig::default()
     };
     let limits =
         RunLimits { time_limit_ns: params.warmup_ns + params.measure_ns + params.rpc_timeout_ns };
-    let (_, stats) = run_workers(backend, cfg, limits, |w| {
-        setup_worker(w, primitive, payload, params, layout, tally.clone());
-    })?;
-    let tally = tally.lock().expect("no coroutine panicked holding the tally");
+    let (served, stats) = run_workers_with(
+        backend,
+        cfg,
+        limits,
+        |w| setup_worker(w, primitive, payload, params, layout, tally.clone()),
+        |_, served| served.get(),
+    )?;
+    let mut tally = tally.lock().expect("no coroutine panicked holding the tally");
+    if primitive == Primitive::RpcWrite {
+        // With passive ACK nothing comes back to count: a two-sided write counts when
+        // its target serves it (also without, for one measure).
+        tally.ops = served.iter().sum();
+    }
     let window_s = params.measure_ns as f64 / 1e9;
     let point = Point {
         primitive,
@@ -293,7 +345,8 @@ fn setup_worker<E: Endpoint + 'static>(
     params: MicroParams,
     layout: Layout,
     tally: Arc<Mutex<Tally>>,
-) {
+) -> Rc<std::cell::Cell<u64>> {
+    let served = Rc::new(std::cell::Cell::new(0));
     let me = w.co().me();
     let waiters = Rc::new(RefCell::new(Mailboxes::new(&w.co(), layout, params)));
     match primitive {
@@ -307,6 +360,21 @@ fn setup_worker<E: Endpoint + 'static>(
                     let at = ctx.reply.len();
                     ctx.reply.resize(at + len, 0);
                     data.read_bytes(offset, &mut ctx.reply[at..]);
+                }),
+            );
+        }
+        Primitive::RpcWrite => {
+            let data = w.co().region(layout.data).expect("data region");
+            let (start, end) = (params.warmup_ns, params.warmup_ns + params.measure_ns);
+            let count = served.clone();
+            w.handle(
+                PUT,
+                Box::new(move |ctx, req| {
+                    let offset = u64::from_le_bytes(req[..8].try_into().expect("8-byte header"));
+                    data.write_bytes(offset, &req[8..]);
+                    if (start..end).contains(&ctx.ep.now_ns()) {
+                        count.set(count.get() + 1);
+                    }
                 }),
             );
         }
@@ -343,6 +411,7 @@ fn setup_worker<E: Endpoint + 'static>(
             t.hist.merge(&c.mine.hist);
         });
     }
+    served
 }
 
 /// One benchmark coroutine.
@@ -390,6 +459,7 @@ impl<E: Endpoint> Client<E> {
         while t0 < end {
             let ok = match self.primitive {
                 Primitive::Rpc => self.rpc_batch().await,
+                Primitive::RpcWrite => self.rpc_write_batch().await,
                 Primitive::WriteRpc => self.wrpc_batch(mailboxes).await,
                 _ => self.one_sided_batch().await,
             };
@@ -439,6 +509,10 @@ impl<E: Endpoint> Client<E> {
         let mut tickets = std::mem::take(&mut self.tickets);
         let mut group = std::mem::take(&mut self.group);
         tickets.clear();
+        if !(self.params.doorbell && self.params.passive_ack) {
+            self.post_one_by_one(&reqs, flags, &mut tickets).await;
+            reqs.clear();
+        }
         // Group by connection, keeping each connection's requests in order.
         while let Some(&(qp, _)) = reqs.first() {
             group.clear();
@@ -459,6 +533,44 @@ impl<E: Endpoint> Client<E> {
         }
         (self.reqs, self.tickets, self.group) = (reqs, tickets, group);
         ok
+    }
+
+    /// Posts each request on its own: one doorbell each unless doorbell batching defers
+    /// them all to one ring per connection; every request signaled unless passive ACK
+    /// leaves all but each connection's last unsignaled.
+    async fn post_one_by_one(
+        &mut self,
+        reqs: &[(Qp, WorkRequest<'static>)],
+        flags: OpFlags,
+        tickets: &mut Vec<OpTicket>,
+    ) {
+        let (db, pa) = (self.params.doorbell, self.params.passive_ack);
+        for (idx, &(qp, wr)) in reqs.iter().enumerate() {
+            let last_on_qp = !reqs[idx + 1..].iter().any(|r| r.0 == qp);
+            let signaled = !pa || last_on_qp;
+            loop {
+                let r = match (signaled, db) {
+                    (true, true) => self.co.issue_deferred_with(qp, &[wr], flags).map(Some),
+                    (true, false) => self.co.issue_with(qp, &[wr], flags).map(Some),
+                    (false, true) => {
+                        self.co.issue_unsignaled_deferred(qp, &[wr], flags).map(|_| None)
+                    }
+                    (false, false) => self.co.issue_unsignaled(qp, &[wr], flags).map(|_| None),
+                };
+                match r {
+                    Ok(t) => {
+                        tickets.extend(t);
+                        break;
+                    }
+                    Err(OpError::Post(PostError::QueueFull)) => {
+                        self.co.ring_doorbells();
+                        self.co.yield_now().await
+                    }
+                    Err(e) => panic!("micro benchmark post failed: {e}"),
+                }
+            }
+        }
+        self.co.ring_doorbells();
     }
 
     async fn rpc_batch(&mut self) -> bool {
@@ -484,6 +596,45 @@ impl<E: Endpoint> Client<E> {
                 }
                 None => ok = false,
             }
+        }
+        ok
+    }
+
+    /// `batch` two-sided writes to random peers; with passive ACK they go one way and
+    /// nothing is waited for.
+    async fn rpc_write_batch(&mut self) -> bool {
+        let me = self.co.me();
+        let n = usize::from(self.params.batch);
+        let mut tickets = [None; BATCH_MAX];
+        let mut req = [0u8; 8 + RPC_PAYLOAD_MAX];
+        let len = 8 + self.payload as usize;
+        for t in tickets.iter_mut().take(n) {
+            let dest = WorkerId { node: self.random_peer_node(), index: me.index };
+            req[..8].copy_from_slice(&self.random_offset().to_le_bytes());
+            if self.params.passive_ack {
+                // A full send queue is waited out: the NIC, not the coroutine, sets the
+                // rate.
+                while let Err(e) = self.co.send_oneway(dest, PUT, &req[..len]) {
+                    match e {
+                        RpcError::Post(PostError::QueueFull) => self.co.yield_now().await,
+                        other => panic!("micro benchmark send failed: {other}"),
+                    }
+                }
+            } else {
+                *t = self.co.call(dest, PUT, &req[..len]).ok();
+                if t.is_none() {
+                    return false;
+                }
+            }
+        }
+        if self.params.passive_ack {
+            // Nothing to wait for: let the step end so the messages leave.
+            self.co.yield_now().await;
+            return true;
+        }
+        let mut ok = true;
+        for t in tickets.into_iter().take(n).flatten() {
+            ok &= self.co.reply(t, |_| ()).await.is_ok();
         }
         ok
     }

@@ -149,6 +149,11 @@ pub(super) struct WorkerState {
     pub(super) signaled_in_flight: u32,
     pub(super) qps: Vec<QpState>,
     pub(super) batch: Vec<Queued>,
+    /// When each datagram handed to the NIC leaves it (its send-queue slot frees then),
+    /// oldest first.
+    pub(super) ud_in_flight: std::collections::VecDeque<Ps>,
+    /// Datagrams posted behind `MORE`, not yet handed to the NIC.
+    pub(super) ud_queued: u32,
 }
 
 /// Counters of a simulation run.
@@ -220,6 +225,8 @@ impl Core {
                 signaled_in_flight: 0,
                 qps: vec![QpState::default(); qps_per_worker],
                 batch: Vec::new(),
+                ud_in_flight: std::collections::VecDeque::new(),
+                ud_queued: 0,
             })
             .collect();
         let nics = (0..shape.nodes)

@@ -239,6 +239,16 @@ impl Core {
         if payload.len() > DATAGRAM_MTU {
             return Err(PostError::TooLarge(payload.len()));
         }
+        // A datagram holds a send-queue slot until the NIC has sent it: a worker that
+        // sends faster than its NIC fills the queue and is refused, as on real hardware.
+        let ws = &mut self.workers[w as usize];
+        while ws.ud_in_flight.front().is_some_and(|&left| left <= ws.clock) {
+            ws.ud_in_flight.pop_front();
+        }
+        if ws.ud_in_flight.len() + ws.ud_queued as usize >= SQ_DEPTH as usize {
+            return Err(PostError::QueueFull);
+        }
+        ws.ud_queued += 1;
         let buf = self.msg_pool.put(payload);
         let to = self.shape.worker_index(to) as u32;
         let dg = Datagram { from: w, to, buf, len: payload.len() as u32 };
@@ -260,7 +270,10 @@ impl Core {
         for q in batch.drain(..) {
             match q {
                 Queued::OneSided(op) if Some(op.qp_slot) == slot => self.launch(op, t),
-                Queued::Datagram(dg) if slot.is_none() => self.launch_datagram(dg, t),
+                Queued::Datagram(dg) if slot.is_none() => {
+                    self.workers[w as usize].ud_queued -= 1;
+                    self.launch_datagram(dg, t)
+                }
                 other => self.workers[w as usize].batch.push(other),
             }
         }
@@ -347,6 +360,7 @@ impl Core {
         }
         let t = self.engine(from, t, self.model.req[kind_index(OpKind::Send)], None);
         let left = self.transmit(from, t, self.model.ud_header + u64::from(dg.len));
+        self.workers[dg.from as usize].ud_in_flight.push_back(left);
         let mut arrive = left + self.model.wire;
         if self.faults.datagram_faults() {
             let (f, r) = (&self.faults, &mut self.fault_rng);
