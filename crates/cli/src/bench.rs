@@ -18,7 +18,10 @@ use hytra_store::{Catalog, NodeStore};
 use hytra_txn::{AbortReason, Design, ExecStrategy, LockStrategy, Primitive, TxnConfig, PHASES};
 use hytra_workloads::bench::{run, BenchError, BenchParams, BenchResult, Workload};
 use hytra_workloads::smallbank::SmallBank;
+use hytra_workloads::tatp::{Tatp, TatpParams};
 use hytra_workloads::tpcc::{TpcC, TpccMix, TpccParams, TYPES as TPCC_TYPES};
+use hytra_workloads::tpce::{Tpce, TpceParams};
+use hytra_workloads::ycsb::{KeyDist, Mix as YcsbMix, Ycsb, YcsbParams};
 use serde_json::json;
 
 use crate::table::{open_output, write_json, Table};
@@ -27,8 +30,8 @@ use crate::{usage, CliError};
 /// Options of `hytra bench`.
 #[derive(Args, Debug, Clone)]
 pub struct BenchArgs {
-    /// Workload: smallbank, tpcc (the standard mix) or tpcc-no (New-Order only, every
-    /// transaction distributed).
+    /// Workload: smallbank, tpcc (the standard mix), tpcc-no (New-Order only, every
+    /// transaction distributed), tpce-cp (TPC-E Customer-Position), tatp, or ycsb.
     #[arg(long, default_value = "smallbank")]
     workload: String,
     /// Design preset: drtmh, fasst, farm or drtmr.
@@ -86,6 +89,36 @@ pub struct BenchArgs {
     /// delivery, stock-level).
     #[arg(long)]
     tpcc_only: Option<String>,
+    /// TPC-E: customers per worker thread.
+    #[arg(long, default_value_t = 1000)]
+    tpce_customers_per_worker: u64,
+    /// TPC-E: percentage of price-moving transactions (the rest are Customer-Position).
+    #[arg(long, default_value_t = 10)]
+    market_feed_pct: u64,
+    /// TATP: subscribers per worker thread.
+    #[arg(long, default_value_t = 100_000)]
+    subscribers_per_worker: u64,
+    /// TATP: choose subscribers uniformly (default: the specification's skew).
+    #[arg(long)]
+    tatp_uniform: bool,
+    /// YCSB: core workload a, b, c, d, e or f.
+    #[arg(long, default_value = "a")]
+    ycsb_mix: String,
+    /// YCSB: records per worker thread.
+    #[arg(long, default_value_t = 100_000)]
+    records_per_worker: u64,
+    /// YCSB: zipfian constant θ (0: uniform).
+    #[arg(long, default_value_t = 0.99)]
+    zipf_theta: f64,
+    /// YCSB: operations per transaction.
+    #[arg(long, default_value_t = 1)]
+    ops_per_txn: u16,
+    /// YCSB: fields per record and bytes per field.
+    #[arg(long, default_value_t = 10)]
+    fields: u16,
+    /// YCSB: bytes per field (a multiple of 8).
+    #[arg(long, default_value_t = 96)]
+    field_bytes: u16,
     /// Connections per peer per worker (5: the paper's 80-node setting).
     #[arg(long, default_value_t = 1)]
     lanes: u16,
@@ -290,7 +323,47 @@ pub fn run_bench(a: BenchArgs) -> Result<(), CliError> {
             };
             run_workload(&a, run, TpcC::new(params))
         }
-        other => usage(format!("unknown workload '{other}' (expected smallbank, tpcc or tpcc-no)")),
+        "tpce-cp" => run_workload(
+            &a,
+            run,
+            Tpce::new(TpceParams {
+                customers_per_worker: a.tpce_customers_per_worker,
+                market_feed_pct: a.market_feed_pct,
+                seed: a.seed,
+            }),
+        ),
+        "tatp" => run_workload(
+            &a,
+            run,
+            Tatp::new(TatpParams {
+                subscribers_per_worker: a.subscribers_per_worker,
+                uniform: a.tatp_uniform,
+                seed: a.seed,
+            }),
+        ),
+        "ycsb" => {
+            let Some(mix) = YcsbMix::parse(&a.ycsb_mix) else {
+                return usage(format!("--ycsb-mix '{}': expected a, b, c, d, e or f", a.ycsb_mix));
+            };
+            let dist =
+                if a.zipf_theta == 0.0 { KeyDist::Uniform } else { KeyDist::Zipfian(a.zipf_theta) };
+            let span = seconds * (1.0 + a.warmup);
+            let params = YcsbParams {
+                mix,
+                records_per_worker: a.records_per_worker,
+                fields: a.fields,
+                field_bytes: a.field_bytes,
+                ops_per_txn: a.ops_per_txn,
+                dist,
+                // Room for the inserts a worker can make (D and E insert 5%).
+                inserts_max_per_worker: (span * 200_000.0) as u64 + 1_000,
+                ..YcsbParams::core(mix)
+            };
+            run_workload(&a, run, Ycsb::new(params))
+        }
+        other => usage(format!(
+            "unknown workload '{other}' (expected smallbank, tpcc, tpcc-no, tpce-cp, tatp or ycsb)"
+        )),
     }
 }
 

@@ -132,6 +132,11 @@ fn bench_bad_input_gets_one_line_and_exit_2() {
         &["bench", "--workload", "tpcc", "--tpcc-only", "teleport"],
         &["bench", "--workload", "tpcc-no", "--nodes", "1", "--replication", "1"],
         &["bench", "--workload", "tpcc", "--profile", "cx9"],
+        &["bench", "--workload", "ycsb", "--ycsb-mix", "z"],
+        &["bench", "--workload", "ycsb", "--zipf-theta", "1.5"],
+        &["bench", "--workload", "ycsb", "--field-bytes", "12"],
+        &["bench", "--workload", "tatp", "--subscribers-per-worker", "0"],
+        &["bench", "--workload", "tpce-cp", "--market-feed-pct", "101"],
     ];
     assert_usage_errors(cases);
 }

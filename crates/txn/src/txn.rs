@@ -377,6 +377,18 @@ impl<E: Endpoint> Txn<'_, E> {
         Ok(Rec(idx as u16))
     }
 
+    /// Inserts a record this transaction read and found absent: locking checks it is
+    /// still absent, so a concurrent insert of the same key makes one of them abort.
+    pub fn insert_over(&mut self, r: Rec, payload: &[u64]) -> Result<Rec, Abort> {
+        let a = &mut self.ctx.acc[usize::from(r.0)];
+        assert!(!a.present, "insert over a present record (update it instead)");
+        assert_eq!(usize::from(a.len), payload.len(), "payload size of table {:?}", a.table);
+        (a.write, a.insert, a.present) = (true, true, true);
+        let at = a.at as usize;
+        self.ctx.payload[at..at + payload.len()].copy_from_slice(payload);
+        Ok(r)
+    }
+
     /// Deletes a record read before.
     pub fn delete(&mut self, r: Rec) {
         let a = &mut self.ctx.acc[usize::from(r.0)];
