@@ -108,7 +108,7 @@ async fn client<E: Endpoint>(
     plan: ClientPlan,
     st: Rc<ClientState>,
 ) {
-    let mut scratch = (Vec::new(), Vec::new(), Vec::new());
+    let mut scratch = Scratch::default();
     let mut moves = Vec::new();
     while ctx.co().now_ns() < plan.end_ns {
         let ty = if rng.below(100) < st.mf_pct { MF } else { CP };
@@ -146,12 +146,22 @@ async fn client<E: Endpoint>(
     }
 }
 
+/// Buffers a client reuses across Customer-Positions.
+#[derive(Default)]
+struct Scratch {
+    keys: Vec<(TableId, u64)>,
+    recs: Vec<Rec>,
+    /// (symbol, quantity) of each holding.
+    holdings: Vec<(u64, u64)>,
+}
+
 /// Frame 1 of Customer-Position: the customer's total assets.
 async fn customer_position<E: Endpoint>(
     t: &mut Txn<'_, E>,
     c: u64,
-    (keys, recs, holdings): &mut (Vec<(TableId, u64)>, Vec<Rec>, Vec<(u64, u64)>),
+    scratch: &mut Scratch,
 ) -> Result<u64, Abort> {
+    let Scratch { keys, recs, holdings } = scratch;
     let cr = t.read(CUSTOMER, c).await?;
     let accounts = t.get(cr)[0];
     keys.clear();
