@@ -99,14 +99,16 @@ impl NicProfile {
         // Per-machine peak rates of the symmetric raw-verb benchmark, 64 B payloads
         // (DrTM+H §3.1 and §4.2, Fig. 5a): WRITE 130 M/s, READ 86.9 M/s ("about 86.9M per
         // machine", §4.2), ATOMIC 48 M/s, UD SEND/RECV RPC 79 M/s.
-        let write_total = 1e3 / 130.0; // 7.69 ns of engine time per WRITE, both ends
-        let read_total = 1e3 / 86.9; // 11.51 ns
-                                     // An RPC is two datagrams and each machine both calls and serves, so per RPC a
-                                     // machine sends two and receives two datagrams: 2 * (send + recv) = 1 / 79 M.
-        let datagram_total = 1e3 / 79.0 / 2.0; // 6.33 ns per SEND+RECV pair
-                                               // How the total splits between the two ends is not published; the posting side
-                                               // gets a fixed 4 ns (WQE fetch and packetisation) and the target the rest, which
-                                               // puts READ's extra cost (a non-posted DMA read) on the target where it happens.
+        // Engine time per WRITE, both ends: 7.69 ns; per READ: 11.51 ns.
+        let write_total = 1e3 / 130.0;
+        let read_total = 1e3 / 86.9;
+        // An RPC is two datagrams and each machine both calls and serves, so per RPC a
+        // machine sends two and receives two datagrams: 2 * (send + recv) = 1 / 79 M,
+        // 6.33 ns per SEND+RECV pair.
+        let datagram_total = 1e3 / 79.0 / 2.0;
+        // How the total splits between the two ends is not published; the posting side
+        // gets a fixed 4 ns (WQE fetch and packetisation) and the target the rest, which
+        // puts READ's extra cost (a non-posted DMA read) on the target where it happens.
         let req_ns = 4.0;
         NicProfile {
             name: "cx4",
@@ -178,16 +180,116 @@ impl NicProfile {
         }
     }
 
+    /// ConnectX-5, one 100 Gb/s InfiniBand NIC of one port per machine (DrTM+H Table 5),
+    /// the NIC of RedN's testbed. DrTM+H §7 calls CX5 the same generation as CX4 and
+    /// finds the same results on it; its rates and latencies come from RedN §5.1.
+    pub fn cx5() -> NicProfile {
+        // RedN Table 3: one ConnectX-5 port executes 65 M READs, 63 M WRITEs and 8.4 M
+        // CAS per second. Those are rates of one port issuing to another, where the
+        // serving end is the bottleneck: with the requester's fixed 4 ns (the cx4
+        // convention), the target engine takes the rest of 1/R. In the symmetric
+        // benchmark a machine then does 1 / (4 ns + 1/R) of each.
+        let req_ns = 4.0;
+        let read = 1e3 / 65.0;
+        let write = 1e3 / 63.0;
+        let base = NicProfile::cx4();
+        NicProfile {
+            name: "cx5",
+            req: VerbCosts {
+                read_ns: req_ns,
+                write_ns: req_ns,
+                atomic_ns: req_ns,
+                datagram_ns: req_ns,
+            },
+            resp: VerbCosts {
+                read_ns: read,
+                write_ns: write,
+                atomic_ns: read,
+                // No published SEND/RECV rate for CX5: a datagram costs what a WRITE of
+                // the same bytes does (an assumption).
+                datagram_ns: write,
+            },
+            // RedN Table 3: CAS 8.4 M/s per port ("8x lower than regular verbs").
+            atomic_unit_ns: 1e3 / 8.4,
+            // One 100 Gb/s port (DrTM+H Table 5).
+            link_bytes_per_ns: 100.0 / 8.0 * 64.0 / 66.0,
+            // One NIC: half of cx4's two (DrTM+H §7: "the same generation").
+            qp_cache_entries: 512,
+            // RedN §5.1.1's latencies (WRITE 1.6 us, READ and atomics 1.8 us, network
+            // 0.25 us) are what cx4's latency stages were built from: kept as they are.
+            ..base
+        }
+    }
+
+    /// ConnectX-3, two 40 Gb/s InfiniBand NICs of one port per machine (DrTM+H Table 5).
+    pub fn cx3() -> NicProfile {
+        // RedN Table 1: a ConnectX-3 port processes 15 M verbs per second (64 B
+        // ib_write_bw; 2 processing units). Two NICs per machine: 30 M per machine, one
+        // verb per 33 ns at the serving end, the requester's 4 ns included.
+        let verb = 1e3 / 30.0;
+        let req_ns = 4.0;
+        let resp_ns = verb - req_ns;
+        // No published atomic rate for CX3. RedN measures atomics 8x slower than
+        // other verbs on CX5 (PCIe synchronisation), and DrTM+H §7 says CX3 atomics
+        // "block RNIC operations": an atomic holds the engine for all of it.
+        let atomic_ns = 8.0 * verb;
+        let base = NicProfile::cx4();
+        // No published datagram rate either: cx4's ratio of a SEND+RECV pair to a
+        // WRITE (RPC 79 M/s against WRITE 130 M/s per machine) applied to CX3.
+        let datagram_pair = verb * (1e3 / 79.0 / 2.0) / (1e3 / 130.0);
+        NicProfile {
+            name: "cx3",
+            req: VerbCosts {
+                read_ns: req_ns,
+                write_ns: req_ns,
+                atomic_ns: req_ns,
+                datagram_ns: datagram_pair / 2.0,
+            },
+            resp: VerbCosts {
+                read_ns: resp_ns,
+                write_ns: resp_ns,
+                atomic_ns,
+                datagram_ns: datagram_pair / 2.0,
+            },
+            atomic_unit_ns: atomic_ns,
+            // Two 40 Gb/s ports (Table 5), 64b/66b coding.
+            link_bytes_per_ns: 2.0 * 40.0 / 8.0 * 64.0 / 66.0,
+            // The older NIC caches fewer connection contexts (DrTM+H §4 attributes the
+            // poor scalability of one-sided verbs reported on CX3 to them); the size is
+            // an assumption: a quarter of cx4's.
+            qp_cache_entries: 256,
+            ..base
+        }
+    }
+
+    /// ConnectX-4 over RoCE v2: two 100 Gb/s Ethernet NICs of one port per machine
+    /// (DrTM+H Table 5). §7: "RoCE only uses a different link layer": the NIC model is
+    /// cx4's; only framing differs.
+    pub fn roce() -> NicProfile {
+        NicProfile {
+            name: "roce",
+            // Ethernet 14 + IPv4 20 + UDP 8 + BTH 12 + RETH/AETH up to 16 + ICRC 4 + FCS
+            // 4, plus preamble and inter-frame gap 20.
+            rc_header_bytes: 98,
+            // The same with DETH 8 instead of RETH.
+            ud_header_bytes: 90,
+            ..NicProfile::cx4()
+        }
+    }
+
     /// Looks a profile up by name.
     pub fn by_name(name: &str) -> Option<NicProfile> {
         match name {
+            "cx3" => Some(NicProfile::cx3()),
             "cx4" => Some(NicProfile::cx4()),
+            "cx5" => Some(NicProfile::cx5()),
+            "roce" => Some(NicProfile::roce()),
             _ => None,
         }
     }
 
     /// Names accepted by [`NicProfile::by_name`].
-    pub const NAMES: &'static [&'static str] = &["cx4"];
+    pub const NAMES: &'static [&'static str] = &["cx3", "cx4", "cx5", "roce"];
 
     /// Checks that every number is usable (positive, finite, consistent).
     pub fn validate(&self) -> Result<(), String> {
@@ -229,5 +331,47 @@ mod tests {
         assert!((rate(p.req.read_ns, p.resp.read_ns) - 86.9).abs() < 0.5);
         assert!((1e3 / p.atomic_unit_ns - 48.0).abs() < 0.5);
         assert!((rate(p.req.datagram_ns, p.resp.datagram_ns) / 2.0 - 79.0).abs() < 0.5);
+    }
+
+    #[test]
+    fn every_profile_is_valid_and_named() {
+        for name in NicProfile::NAMES {
+            let p = NicProfile::by_name(name).unwrap();
+            p.validate().unwrap();
+            assert_eq!(p.name, *name);
+        }
+        assert!(NicProfile::by_name("cx9").is_none());
+    }
+
+    #[test]
+    fn cx5_reproduces_redn_one_port_rates() {
+        // One port issuing to another: the serving end sets the rate.
+        let p = NicProfile::cx5();
+        assert!((1e3 / p.resp.read_ns - 65.0).abs() < 0.5);
+        assert!((1e3 / p.resp.write_ns - 63.0).abs() < 0.5);
+        assert!((1e3 / p.atomic_unit_ns - 8.4).abs() < 0.05);
+    }
+
+    #[test]
+    fn cx3_reproduces_two_ports_of_redn_verb_rate_and_blocking_atomics() {
+        let p = NicProfile::cx3();
+        let rate = 1e3 / (p.req.write_ns + p.resp.write_ns);
+        assert!((rate - 30.0).abs() < 0.5, "{rate}");
+        assert!(p.resp.atomic_ns >= p.atomic_unit_ns, "an atomic holds the engine");
+    }
+
+    #[test]
+    fn roce_differs_from_cx4_only_in_framing() {
+        let (r, c) = (NicProfile::roce(), NicProfile::cx4());
+        assert!(r.rc_header_bytes > c.rc_header_bytes && r.ud_header_bytes > c.ud_header_bytes);
+        assert_eq!(
+            NicProfile {
+                name: "cx4",
+                rc_header_bytes: c.rc_header_bytes,
+                ud_header_bytes: c.ud_header_bytes,
+                ..r
+            },
+            c
+        );
     }
 }
