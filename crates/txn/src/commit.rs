@@ -317,7 +317,7 @@ impl<E: Endpoint> TxnCtx<E> {
                 continue;
             }
             match (self.node.cfg.commit, a.locked) {
-                (Primitive::OneSided, Locked::Nic) => {
+                (Primitive::OneSided, Locked::Nic | Locked::Rpc) if a.off.is_some() => {
                     let t =
                         self.write_back_one_sided(i, version, &mut staging_used, &mut waits).await;
                     waits.extend(t);
@@ -379,7 +379,7 @@ impl<E: Endpoint> TxnCtx<E> {
         issued: &mut Vec<OpTicket>,
     ) -> Option<OpTicket> {
         let a = self.acc[i];
-        let off = a.off.expect("locked by NIC at a known offset");
+        let off = a.off.expect("locked at a known offset");
         let rkey = self.node.catalog.rkey(a.table, 0);
         let payload = &self.payload[a.at as usize..a.at as usize + usize::from(a.len)];
         self.words.clear();

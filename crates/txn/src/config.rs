@@ -260,11 +260,11 @@ impl TxnConfig {
                 self.exec
             ));
         }
-        if (self.commit == Primitive::OneSided) != (self.lock == LockStrategy::OneSided) {
-            // Whoever locks a record unlocks it: a NIC lock word must not be released by
-            // a CPU (the commit RPC's handler) on fabrics whose atomics are not coherent
-            // with the CPU's (M6), and a CPU lock is released by its primary's CPU.
-            return bad("commit must be one-sided exactly when locking is one-sided".into());
+        if self.commit == Primitive::TwoSided && self.lock == LockStrategy::OneSided {
+            // A NIC lock word must not be released by a CPU (the commit RPC's handler)
+            // on fabrics whose atomics are not coherent with the CPU's (M6). The other
+            // way is fine: a WRITE of zero releases a CPU lock (DMA is coherent).
+            return bad("one-sided (NIC) locks need a one-sided commit to release them".into());
         }
         if self.lock == LockStrategy::AtExecution && self.exec != ExecStrategy::TwoSided {
             return bad("locking at execution rides on the two-sided read RPC".into());

@@ -6,7 +6,7 @@ use hytra_fabric::sim::faults::FaultConfig;
 use hytra_fabric::sim::{SimCluster, SimConfig};
 use hytra_fabric::{Backend, ClusterShape};
 use hytra_rt::RtConfig;
-use hytra_txn::{Design, PlantedFaults, TxnConfig};
+use hytra_txn::{Design, PlantedFaults, Primitive, TxnConfig};
 use hytra_workloads::bench::{run, BenchParams, BenchResult};
 use hytra_workloads::smallbank::{SmallBank, SmallBankReport};
 
@@ -125,6 +125,8 @@ fn every_design_is_correct_on_a_lossy_reordering_network() {
     // lost commits resent, by the background task).
     let mut configs: Vec<TxnConfig> = Design::ALL.iter().map(|&d| TxnConfig::preset(d)).collect();
     configs.push(TxnConfig { passive_ack: true, ..TxnConfig::preset(Design::Farm) });
+    // RPC locks released by one-sided write-backs (DrTM+H Fig. 9's setting).
+    configs.push(TxnConfig { commit: Primitive::OneSided, ..TxnConfig::preset(Design::Farm) });
     for cfg in configs {
         for seed in seeds() {
             // 1% loss, duplication, reordering and long delays of datagrams.
