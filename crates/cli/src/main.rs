@@ -3,11 +3,13 @@
 //! code here, at the edge; the libraries below report typed errors.
 //!
 //! - `bench.rs`: `hytra bench`, transactional workloads
-//! - `micro.rs`: `hytra micro`, the raw-primitive benchmark
+//! - `micro.rs`: `hytra micro`, the raw-primitive benchmarks
+//! - `reproduce/`: `hytra reproduce`, the paper's experiment matrix as an HTML report
 //! - `table.rs`: terminal tables and JSON output helpers
 
 mod bench;
 mod micro;
+mod reproduce;
 mod table;
 
 use std::process::ExitCode;
@@ -32,8 +34,12 @@ struct Cli {
 enum Command {
     /// A transactional workload: throughput, aborts, latency, per-phase time, checker.
     Bench(bench::BenchArgs),
-    /// Raw-primitive throughput and latency (DrTM+H §4.2, Fig. 5).
+    /// Raw-primitive throughput and latency (DrTM+H §4.2, Fig. 5), or the multi-object
+    /// benchmark (Fig. 6).
     Micro(micro::MicroArgs),
+    /// The experiment matrix behind DrTM+H's figures 5-21 on the simulator, written as
+    /// an HTML report with SVG charts and a JSON file.
+    Reproduce(reproduce::ReproduceArgs),
 }
 
 /// An error that is the user's to fix (exit 2) or a failure of the run (exit 1).
@@ -88,6 +94,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Some(Command::Bench(args)) => bench::run_bench(args),
         Some(Command::Micro(args)) => micro::run(args),
+        Some(Command::Reproduce(args)) => reproduce::run_reproduce(args),
         // With no command, run the default benchmark.
         None => bench::run_bench(bench::BenchArgs::default_run()),
     };

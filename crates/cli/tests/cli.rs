@@ -202,3 +202,31 @@ fn bench_runs_tpcc_and_reports_its_consistency_checks() {
     assert_eq!(j["invariant_ok"], true, "{j}");
     assert!(j["per_type"]["new_order"]["commits"].as_u64().unwrap() > 0, "{j}");
 }
+
+#[test]
+fn reproduce_writes_a_report_and_json() {
+    let dir = temp("reproduce");
+    let out = hytra(&["reproduce", "--quick", "--only", "fig11", "--out", dir.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let html = std::fs::read_to_string(dir.join("index.html")).unwrap();
+    assert!(html.contains("<svg") && html.contains("Fig. 11"), "charts in the report");
+    assert!(html.trim_end().ends_with("</html>"));
+    let j: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("results.json")).unwrap()).unwrap();
+    let runs = j["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 12, "four read-only designs at three coroutine counts");
+    for r in runs {
+        assert_eq!(r["invariant_ok"], true, "{r}");
+        assert!(r["rate_per_sec"].as_f64().unwrap() > 0.0, "{r}");
+    }
+    assert!(!j["claims"].as_array().unwrap().is_empty());
+}
+
+#[test]
+fn reproduce_bad_input_gets_one_line_and_exit_2() {
+    assert_usage_errors(&[
+        &["reproduce", "--only", "fig99"],
+        &["reproduce", "--nodes", "2"],
+        &["reproduce", "--out", "/proc/no-such-dir/x"],
+    ]);
+}

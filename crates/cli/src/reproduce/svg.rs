@@ -1,0 +1,382 @@
+//! Small, dependency-free SVG charts for the reproduction report: line charts of
+//! (x, y) series and grouped or stacked bar charts. Output is plain SVG text meant to be
+//! inlined in an HTML page.
+
+use std::fmt::Write;
+
+const W: f64 = 560.0;
+const H: f64 = 340.0;
+const LEFT: f64 = 64.0;
+const RIGHT: f64 = 16.0;
+const TOP: f64 = 34.0;
+const BOTTOM: f64 = 72.0;
+
+/// Colours for series, in order (distinguishable in print and for most colour vision).
+const COLOURS: [&str; 8] =
+    ["#1b6ca8", "#d95f02", "#1b9e77", "#7570b3", "#e7298a", "#66a61e", "#a6761d", "#666666"];
+
+fn colour(i: usize) -> &'static str {
+    COLOURS[i % COLOURS.len()]
+}
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+}
+
+/// A "nice" step for about `n` ticks over `span`.
+fn nice_step(span: f64, n: f64) -> f64 {
+    if span <= 0.0 || !span.is_finite() {
+        return 1.0;
+    }
+    let raw = span / n;
+    let mag = 10f64.powf(raw.log10().floor());
+    let f = raw / mag;
+    let nice = if f < 1.5 {
+        1.0
+    } else if f < 3.0 {
+        2.0
+    } else if f < 7.0 {
+        5.0
+    } else {
+        10.0
+    };
+    nice * mag
+}
+
+/// Tick values from 0 (or below `lo`) to at least `hi`.
+fn ticks(lo: f64, hi: f64) -> Vec<f64> {
+    let step = nice_step(hi - lo, 5.0);
+    let start = (lo / step).floor() * step;
+    let mut v = Vec::new();
+    let mut t = start;
+    while t <= hi + step * 0.5 && v.len() < 20 {
+        v.push(t);
+        t += step;
+    }
+    v
+}
+
+fn label(v: f64) -> String {
+    if v == 0.0 {
+        "0".into()
+    } else if v.abs() >= 100.0 {
+        format!("{v:.0}")
+    } else if v.abs() >= 10.0 {
+        format!("{v:.1}").trim_end_matches(".0").to_string()
+    } else {
+        format!("{v:.2}").trim_end_matches('0').trim_end_matches('.').to_string()
+    }
+}
+
+struct Frame {
+    svg: String,
+    x0: f64,
+    x1: f64,
+    y0: f64,
+    y1: f64,
+}
+
+impl Frame {
+    fn new(
+        title: &str,
+        x_label: &str,
+        y_label: &str,
+        x: (f64, f64),
+        y: (f64, f64),
+        x_ticks: bool,
+    ) -> Frame {
+        let mut svg = String::new();
+        let _ = write!(
+            svg,
+            r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" font-family="sans-serif" font-size="11">"#
+        );
+        let _ = write!(svg, r#"<rect width="{W}" height="{H}" fill="white"/>"#);
+        let _ = write!(
+            svg,
+            r#"<text x="{}" y="18" text-anchor="middle" font-size="13" font-weight="bold">{}</text>"#,
+            W / 2.0,
+            esc(title)
+        );
+        let f = Frame { svg, x0: x.0, x1: x.1, y0: y.0, y1: y.1 };
+        let mut f = f;
+        let (px0, py0) = (LEFT, H - BOTTOM);
+        let (px1, py1) = (W - RIGHT, TOP);
+        for t in ticks(y.0, y.1) {
+            let py = f.py(t);
+            if py < py1 - 1.0 || py > py0 + 1.0 {
+                continue;
+            }
+            let _ = write!(
+                f.svg,
+                r##"<line x1="{px0}" y1="{py}" x2="{px1}" y2="{py}" stroke="#e4e4e4"/><text x="{}" y="{}" text-anchor="end">{}</text>"##,
+                px0 - 5.0,
+                py + 4.0,
+                label(t)
+            );
+        }
+        if x_ticks {
+            for t in ticks(x.0, x.1) {
+                let px = f.px(t);
+                if px < px0 - 1.0 || px > px1 + 1.0 {
+                    continue;
+                }
+                let _ = write!(
+                    f.svg,
+                    r##"<line x1="{px}" y1="{py0}" x2="{px}" y2="{}" stroke="#999"/><text x="{px}" y="{}" text-anchor="middle">{}</text>"##,
+                    py0 + 4.0,
+                    py0 + 16.0,
+                    label(t)
+                );
+            }
+        }
+        let _ = write!(
+            f.svg,
+            r##"<line x1="{px0}" y1="{py0}" x2="{px1}" y2="{py0}" stroke="#333"/><line x1="{px0}" y1="{py0}" x2="{px0}" y2="{py1}" stroke="#333"/>"##
+        );
+        let _ = write!(
+            f.svg,
+            r#"<text x="{}" y="{}" text-anchor="middle">{}</text>"#,
+            (px0 + px1) / 2.0,
+            py0 + 32.0,
+            esc(x_label)
+        );
+        let _ = write!(
+            f.svg,
+            r#"<text x="14" y="{}" text-anchor="middle" transform="rotate(-90 14 {})">{}</text>"#,
+            (py0 + py1) / 2.0,
+            (py0 + py1) / 2.0,
+            esc(y_label)
+        );
+        f
+    }
+
+    fn px(&self, x: f64) -> f64 {
+        let span = (self.x1 - self.x0).max(1e-12);
+        LEFT + (x - self.x0) / span * (W - LEFT - RIGHT)
+    }
+
+    fn py(&self, y: f64) -> f64 {
+        let span = (self.y1 - self.y0).max(1e-12);
+        (H - BOTTOM) - (y - self.y0) / span * (H - BOTTOM - TOP)
+    }
+
+    fn legend(&mut self, labels: &[&str]) {
+        let y = H - 18.0;
+        let mut x = LEFT;
+        for (i, l) in labels.iter().enumerate() {
+            let _ = write!(
+                self.svg,
+                r#"<rect x="{x}" y="{}" width="10" height="10" fill="{}"/><text x="{}" y="{}">{}</text>"#,
+                y - 9.0,
+                colour(i),
+                x + 14.0,
+                y,
+                esc(l)
+            );
+            x += 22.0 + 6.5 * l.len() as f64;
+        }
+    }
+
+    fn finish(mut self) -> String {
+        self.svg.push_str("</svg>");
+        self.svg
+    }
+}
+
+/// Bounds of the values with some headroom; the low end is 0 unless values go below.
+fn bounds(values: impl Iterator<Item = f64>) -> (f64, f64) {
+    let (mut lo, mut hi) = (0.0f64, 0.0f64);
+    for v in values.filter(|v| v.is_finite()) {
+        lo = lo.min(v);
+        hi = hi.max(v);
+    }
+    if hi <= lo {
+        hi = lo + 1.0;
+    }
+    (lo, hi * 1.08)
+}
+
+/// A line chart: each series a list of (x, y) points joined in order, with markers.
+pub fn lines(
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    series: &[(String, Vec<(f64, f64)>)],
+) -> String {
+    lines_scaled(title, x_label, y_label, series, false)
+}
+
+/// As [`lines`]; with `log_x`, x is drawn on a base-2 log scale (payload sizes).
+pub fn lines_scaled(
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    series: &[(String, Vec<(f64, f64)>)],
+    log_x: bool,
+) -> String {
+    let tx = |x: f64| if log_x { x.max(1.0).log2() } else { x };
+    let series: Vec<(String, Vec<(f64, f64)>)> = series
+        .iter()
+        .map(|(l, pts)| (l.clone(), pts.iter().map(|&(x, y)| (tx(x), y)).collect()))
+        .collect();
+    let x = if log_x {
+        let xs = series.iter().flat_map(|s| s.1.iter().map(|p| p.0));
+        let (lo, hi) = xs.fold((f64::MAX, f64::MIN), |(a, b), v| (a.min(v), b.max(v)));
+        (lo.floor().min(hi), hi.ceil().max(lo + 1.0))
+    } else {
+        bounds(series.iter().flat_map(|s| s.1.iter().map(|p| p.0)))
+    };
+    let y = bounds(series.iter().flat_map(|s| s.1.iter().map(|p| p.1)));
+    let mut f = Frame::new(title, x_label, y_label, x, y, !log_x);
+    if log_x {
+        // One tick per power of two.
+        let py0 = H - BOTTOM;
+        let mut e = x.0;
+        while e <= x.1 + 1e-9 {
+            let px = f.px(e);
+            let _ = write!(
+                f.svg,
+                r##"<line x1="{px}" y1="{py0}" x2="{px}" y2="{}" stroke="#999"/><text x="{px}" y="{}" text-anchor="middle">{}</text>"##,
+                py0 + 4.0,
+                py0 + 16.0,
+                2f64.powf(e).round()
+            );
+            e += 1.0;
+        }
+    }
+    for (i, (_, pts)) in series.iter().enumerate() {
+        let path: Vec<String> =
+            pts.iter().map(|&(a, b)| format!("{:.1},{:.1}", f.px(a), f.py(b))).collect();
+        let _ = write!(
+            f.svg,
+            r#"<polyline points="{}" fill="none" stroke="{}" stroke-width="2"/>"#,
+            path.join(" "),
+            colour(i)
+        );
+        for &(a, b) in pts {
+            let _ = write!(
+                f.svg,
+                r#"<circle cx="{:.1}" cy="{:.1}" r="3" fill="{}"/>"#,
+                f.px(a),
+                f.py(b),
+                colour(i)
+            );
+        }
+    }
+    let labels: Vec<&str> = series.iter().map(|s| s.0.as_str()).collect();
+    f.legend(&labels);
+    f.finish()
+}
+
+/// Grouped bars: one group per entry of `groups`, one bar per series in each.
+pub fn bars(
+    title: &str,
+    y_label: &str,
+    groups: &[String],
+    series: &[(String, Vec<f64>)],
+) -> String {
+    let y = bounds(series.iter().flat_map(|s| s.1.iter().copied()));
+    let mut f = Frame::new(title, "", y_label, (0.0, groups.len() as f64), y, false);
+    let slot = (W - LEFT - RIGHT) / groups.len().max(1) as f64;
+    let bar = (slot * 0.8) / series.len().max(1) as f64;
+    for (g, name) in groups.iter().enumerate() {
+        let gx = LEFT + g as f64 * slot;
+        for (i, (_, vals)) in series.iter().enumerate() {
+            let v = vals.get(g).copied().unwrap_or(0.0);
+            if !v.is_finite() {
+                continue;
+            }
+            let (top, base) = (f.py(v.max(0.0)), f.py(0.0));
+            let _ = write!(
+                f.svg,
+                r#"<rect x="{:.1}" y="{:.1}" width="{:.1}" height="{:.1}" fill="{}"><title>{}</title></rect>"#,
+                gx + slot * 0.1 + i as f64 * bar,
+                top,
+                bar * 0.92,
+                (base - top).max(0.0),
+                colour(i),
+                label(v)
+            );
+        }
+        let _ = write!(
+            f.svg,
+            r#"<text x="{:.1}" y="{}" text-anchor="middle">{}</text>"#,
+            gx + slot / 2.0,
+            H - BOTTOM + 16.0,
+            esc(name)
+        );
+    }
+    let labels: Vec<&str> = series.iter().map(|s| s.0.as_str()).collect();
+    f.legend(&labels);
+    f.finish()
+}
+
+/// Stacked bars: one bar per group, `parts` stacked in order.
+pub fn stacked(
+    title: &str,
+    y_label: &str,
+    groups: &[String],
+    parts: &[(String, Vec<f64>)],
+) -> String {
+    let totals: Vec<f64> = (0..groups.len())
+        .map(|g| parts.iter().map(|p| p.1.get(g).copied().unwrap_or(0.0)).sum())
+        .collect();
+    let y = bounds(totals.iter().copied());
+    let mut f = Frame::new(title, "", y_label, (0.0, groups.len() as f64), y, false);
+    let slot = (W - LEFT - RIGHT) / groups.len().max(1) as f64;
+    for (g, name) in groups.iter().enumerate() {
+        let mut acc = 0.0;
+        for (i, (_, vals)) in parts.iter().enumerate() {
+            let v = vals.get(g).copied().unwrap_or(0.0).max(0.0);
+            let (top, base) = (f.py(acc + v), f.py(acc));
+            let _ = write!(
+                f.svg,
+                r#"<rect x="{:.1}" y="{:.1}" width="{:.1}" height="{:.1}" fill="{}"><title>{}</title></rect>"#,
+                LEFT + g as f64 * slot + slot * 0.2,
+                top,
+                slot * 0.6,
+                (base - top).max(0.0),
+                colour(i),
+                label(v)
+            );
+            acc += v;
+        }
+        let _ = write!(
+            f.svg,
+            r#"<text x="{:.1}" y="{}" text-anchor="middle">{}</text>"#,
+            LEFT + g as f64 * slot + slot / 2.0,
+            H - BOTTOM + 16.0,
+            esc(name)
+        );
+    }
+    let labels: Vec<&str> = parts.iter().map(|s| s.0.as_str()).collect();
+    f.legend(&labels);
+    f.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn charts_are_well_formed_svg() {
+        let l = lines("t<1>", "x", "y", &[("a".into(), vec![(1.0, 2.0), (2.0, 3.5)])]);
+        assert!(l.starts_with("<svg") && l.ends_with("</svg>"));
+        assert!(l.contains("t&lt;1&gt;"), "titles are escaped");
+        assert!(l.contains("<polyline"));
+        let b = bars("b", "y", &["g1".into(), "g2".into()], &[("s".into(), vec![1.0, f64::NAN])]);
+        assert_eq!(b.matches("<rect x=").count(), 2, "one bar (NaN skipped) and one legend key");
+        let s =
+            stacked("s", "y", &["g".into()], &[("p1".into(), vec![1.0]), ("p2".into(), vec![2.0])]);
+        assert!(s.contains("</svg>"));
+    }
+
+    #[test]
+    fn ticks_cover_the_range() {
+        let t = ticks(0.0, 87.0);
+        assert_eq!(t.first(), Some(&0.0));
+        let step = t[1] - t[0];
+        // The last tick is within one step of the top, never beyond it by more.
+        assert!(*t.last().unwrap() > 87.0 - step && *t.last().unwrap() <= 87.0 + step, "{t:?}");
+    }
+}
