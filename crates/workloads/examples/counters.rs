@@ -17,9 +17,9 @@ use hytra_fabric::sim::{SimCluster, SimConfig};
 use hytra_fabric::{ClusterShape, Endpoint};
 use hytra_rt::{RtConfig, Worker};
 use hytra_store::{IndexLayout, Partitioner, StoreError, TableId, TableSpec};
-use hytra_txn::{Abort, Design, Engine, Outcome, TxnConfig, TxnCtx, WorkerTxn};
+use hytra_txn::{Design, Engine, TxnConfig, TxnCtx, WorkerTxn};
 use hytra_workloads::bench::{
-    run, run_txn, spawn_clients, BenchParams, ClientPlan, InvariantReport, Workload,
+    run, run_body, spawn_clients, BenchParams, ClientPlan, InvariantReport, Workload,
 };
 
 const COUNTERS: TableId = TableId(0);
@@ -41,32 +41,26 @@ async fn client<E: Endpoint>(
     while ctx.co().now_ns() < plan.end_ns {
         let ty = if rng.below(4) == 0 { READ_FOUR } else { INCREMENT };
         let picks = [rng.below(keys), rng.below(keys), rng.below(keys), rng.below(keys)];
-        let outcome = run_txn(
-            &mut ctx,
-            &mut rng,
-            ty,
-            plan.retries_max,
-            async |ctx: &mut TxnCtx<E>, first: bool| {
-                let mut t = if first { ctx.begin(ty) } else { ctx.retry() };
-                let body: Result<(), Abort> = async {
-                    if ty == READ_FOUR {
-                        // Issued together: their round trips overlap.
-                        let recs = t.read_many(picks.map(|k| (COUNTERS, k)), false).await?;
-                        let _sum: u64 = recs.iter().map(|&r| t.get(r)[0]).sum();
-                    } else if picks[0] != picks[1] {
-                        let pair = [(COUNTERS, picks[0]), (COUNTERS, picks[1])];
-                        for r in t.read_many(pair, true).await? {
-                            t.update(r)[0] += 1;
-                        }
-                    }
-                    Ok(())
-                }
-                .await;
-                t.finish(body).await
-            },
-        )
+        // The body runs once per attempt (retries back off and rerun it); what it
+        // returns reaches us only if the transaction commits.
+        let committed = run_body(&mut ctx, &mut rng, ty, plan.retries_max, async |t| {
+            if ty == READ_FOUR {
+                // Issued together: their round trips overlap.
+                let recs = t.read_many(picks.map(|k| (COUNTERS, k)), false).await?;
+                let _sum: u64 = recs.iter().map(|&r| t.get(r)[0]).sum();
+                return Ok(false);
+            }
+            if picks[0] == picks[1] {
+                return Ok(false);
+            }
+            let pair = [(COUNTERS, picks[0]), (COUNTERS, picks[1])];
+            for r in t.read_many(pair, true).await? {
+                t.update(r)[0] += 1;
+            }
+            Ok(true)
+        })
         .await;
-        if outcome == Outcome::Committed && ty == INCREMENT && picks[0] != picks[1] {
+        if committed == Some(true) {
             increments.set(increments.get() + 1);
         }
     }

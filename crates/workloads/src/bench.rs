@@ -12,7 +12,7 @@ use hytra_fabric::rng::Rng;
 use hytra_fabric::{Backend, BackendError, ClusterShape, Endpoint, RunLimits, RunStats};
 use hytra_rt::{run_workers_with, RtConfig, Worker, WorkerStats};
 use hytra_store::{Catalog, CatalogError, StoreError, TableSpec};
-use hytra_txn::{Engine, EngineError, Outcome, TxnConfig, TxnCtx, TxnStats, WorkerTxn};
+use hytra_txn::{Abort, Engine, EngineError, Outcome, Txn, TxnConfig, TxnCtx, TxnStats, WorkerTxn};
 use thiserror::Error;
 
 /// What a client coroutine needs to know.
@@ -319,6 +319,38 @@ pub fn spawn_clients<E, F, Fut>(
         let rng = Rng::derive(plan.seed, me << 16 | u64::from(k));
         let fut = client(ctx, rng);
         w.spawn(move |_| fut);
+    }
+}
+
+/// Runs one transaction whose body is `body` until it commits, aborts for good or
+/// exhausts its attempts (as [`run_txn`]); returns the value the committed attempt's body
+/// produced, `None` if it did not commit.
+pub async fn run_body<E, T, F>(
+    ctx: &mut TxnCtx<E>,
+    rng: &mut Rng,
+    ty: u8,
+    retries_max: u32,
+    mut body: F,
+) -> Option<T>
+where
+    E: Endpoint,
+    F: AsyncFnMut(&mut Txn<'_, E>) -> Result<T, Abort>,
+{
+    let mut value = None;
+    let outcome = run_txn(ctx, rng, ty, retries_max, async |ctx: &mut TxnCtx<E>, first: bool| {
+        let mut t = if first { ctx.begin(ty) } else { ctx.retry() };
+        let (result, v) = match body(&mut t).await {
+            Ok(v) => (Ok(()), Some(v)),
+            Err(e) => (Err(e), None),
+        };
+        value = v;
+        t.finish(result).await
+    })
+    .await;
+    if outcome == Outcome::Committed {
+        value
+    } else {
+        None
     }
 }
 

@@ -17,9 +17,11 @@ use hytra_fabric::rng::Rng;
 use hytra_fabric::{ClusterShape, Endpoint};
 use hytra_rt::Worker;
 use hytra_store::{IndexLayout, Partitioner, StoreError, TableId, TableSpec};
-use hytra_txn::{Abort, AbortReason, Engine, Outcome, Txn, TxnCtx, WorkerTxn};
+use hytra_txn::{Abort, AbortReason, Engine, Txn, TxnCtx, WorkerTxn};
 
-use crate::bench::{check_replicas, run_txn, spawn_clients, ClientPlan, InvariantReport, Workload};
+use crate::bench::{
+    check_replicas, run_body, spawn_clients, ClientPlan, InvariantReport, Workload,
+};
 
 /// Savings balances.
 pub const SAVINGS: TableId = TableId(0);
@@ -207,21 +209,10 @@ async fn client<E: Endpoint>(
         };
         let (a, b) = pick_two(&mut rng, accounts);
         let input = Input { a, b, amount: amount(ty) };
-        let mut added = 0;
-        let outcome = run_txn(
-            &mut ctx,
-            &mut rng,
-            ty,
-            plan.retries_max,
-            async |ctx: &mut TxnCtx<E>, first: bool| {
-                let mut t = if first { ctx.begin(ty) } else { ctx.retry() };
-                let r = body(&mut t, ty, input).await;
-                added = *r.as_ref().unwrap_or(&0);
-                t.finish(r.map(|_| ())).await
-            },
-        )
-        .await;
-        if outcome == Outcome::Committed {
+        let committed =
+            run_body(&mut ctx, &mut rng, ty, plan.retries_max, async |t| body(t, ty, input).await)
+                .await;
+        if let Some(added) = committed {
             delta.set(delta.get() + added);
         }
     }

@@ -19,9 +19,11 @@ use hytra_fabric::rng::Rng;
 use hytra_fabric::{ClusterShape, Endpoint};
 use hytra_rt::Worker;
 use hytra_store::{IndexLayout, Partitioner, StoreError, TableId, TableSpec};
-use hytra_txn::{Abort, AbortReason, Engine, Outcome, Txn, TxnCtx, WorkerTxn};
+use hytra_txn::{Abort, AbortReason, Engine, Txn, TxnCtx, WorkerTxn};
 
-use crate::bench::{check_replicas, run_txn, spawn_clients, ClientPlan, InvariantReport, Workload};
+use crate::bench::{
+    check_replicas, run_body, spawn_clients, ClientPlan, InvariantReport, Workload,
+};
 
 /// Subscriber.
 pub const SUBSCRIBER: TableId = TableId(0);
@@ -195,21 +197,11 @@ async fn client<E: Endpoint>(
             end: 1 + rng.below(24),
             value: rng.next_u64(),
         };
-        let mut delta = (0, 0);
-        let outcome = run_txn(
-            &mut ctx,
-            &mut rng,
-            kind,
-            plan.retries_max,
-            async |ctx: &mut TxnCtx<E>, first: bool| {
-                let mut t = if first { ctx.begin(kind) } else { ctx.retry() };
-                let r = body(&mut t, kind, input).await;
-                delta = *r.as_ref().unwrap_or(&(0, 0));
-                t.finish(r.map(|_| ())).await
-            },
-        )
+        let committed = run_body(&mut ctx, &mut rng, kind, plan.retries_max, async |t| {
+            body(t, kind, input).await
+        })
         .await;
-        if outcome == Outcome::Committed {
+        if let Some(delta) = committed {
             st.cf_inserted.set(st.cf_inserted.get() + delta.0);
             st.cf_deleted.set(st.cf_deleted.get() + delta.1);
         }

@@ -16,9 +16,11 @@ use hytra_fabric::rng::Rng;
 use hytra_fabric::{ClusterShape, Endpoint};
 use hytra_rt::Worker;
 use hytra_store::{IndexLayout, Partitioner, StoreError, TableId, TableSpec};
-use hytra_txn::{Abort, Engine, Outcome, Rec, Txn, TxnCtx, WorkerTxn};
+use hytra_txn::{Abort, Engine, Rec, Txn, TxnCtx, WorkerTxn};
 
-use crate::bench::{check_replicas, run_txn, spawn_clients, ClientPlan, InvariantReport, Workload};
+use crate::bench::{
+    check_replicas, run_body, spawn_clients, ClientPlan, InvariantReport, Workload,
+};
 
 /// Customer: accounts, tier, then name/tax id words.
 pub const CUSTOMER: TableId = TableId(0);
@@ -122,25 +124,15 @@ async fn client<E: Endpoint>(
             moves.sort_unstable();
             moves.dedup_by_key(|m| m.0);
         }
-        let mut moved = 0;
-        let outcome = run_txn(
-            &mut ctx,
-            &mut rng,
-            ty,
-            plan.retries_max,
-            async |ctx: &mut TxnCtx<E>, first: bool| {
-                let mut t = if first { ctx.begin(ty) } else { ctx.retry() };
-                let r = if ty == CP {
-                    customer_position(&mut t, customer, &mut scratch).await.map(|_| 0)
-                } else {
-                    market_feed(&mut t, &moves).await
-                };
-                moved = *r.as_ref().unwrap_or(&0);
-                t.finish(r.map(|_| ())).await
-            },
-        )
+        let committed = run_body(&mut ctx, &mut rng, ty, plan.retries_max, async |t| {
+            if ty == CP {
+                customer_position(t, customer, &mut scratch).await.map(|_| 0)
+            } else {
+                market_feed(t, &moves).await
+            }
+        })
         .await;
-        if outcome == Outcome::Committed {
+        if let Some(moved) = committed {
             st.moved.set(st.moved.get() + moved);
         }
     }

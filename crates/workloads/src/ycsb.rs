@@ -17,9 +17,11 @@ use hytra_fabric::rng::Rng;
 use hytra_fabric::{ClusterShape, Endpoint};
 use hytra_rt::Worker;
 use hytra_store::{IndexLayout, Partitioner, StoreError, TableId, TableSpec};
-use hytra_txn::{Abort, Engine, Outcome, Txn, TxnCtx, WorkerTxn};
+use hytra_txn::{Abort, Engine, Txn, TxnCtx, WorkerTxn};
 
-use crate::bench::{check_replicas, run_txn, spawn_clients, ClientPlan, InvariantReport, Workload};
+use crate::bench::{
+    check_replicas, run_body, spawn_clients, ClientPlan, InvariantReport, Workload,
+};
 
 /// The table.
 pub const USERTABLE: TableId = TableId(0);
@@ -280,21 +282,11 @@ async fn client<E: Endpoint>(
             continue;
         }
         let ty = ops[0].kind;
-        let mut counts = (0u64, 0u64);
-        let outcome = run_txn(
-            &mut ctx,
-            &mut rng,
-            ty,
-            plan.retries_max,
-            async |ctx: &mut TxnCtx<E>, first: bool| {
-                let mut t = if first { ctx.begin(ty) } else { ctx.retry() };
-                let r = body(&mut t, &p, &ops, &mut keys, &mut recs, &mut value).await;
-                counts = *r.as_ref().unwrap_or(&(0, 0));
-                t.finish(r.map(|_| ())).await
-            },
-        )
+        let committed = run_body(&mut ctx, &mut rng, ty, plan.retries_max, async |t| {
+            body(t, &p, &ops, &mut keys, &mut recs, &mut value).await
+        })
         .await;
-        if outcome == Outcome::Committed {
+        if let Some(counts) = committed {
             st.committed_updates.set(st.committed_updates.get() + counts.0);
             st.committed_inserts.set(st.committed_inserts.get() + counts.1);
         }

@@ -19,12 +19,14 @@ use hytra_fabric::rng::Rng;
 use hytra_fabric::{ClusterShape, Endpoint};
 use hytra_rt::Worker;
 use hytra_store::{Catalog, StoreError, TableSpec};
-use hytra_txn::{Engine, Outcome, TxnCtx, WorkerTxn};
+use hytra_txn::{Engine, TxnCtx, WorkerTxn};
 
-use crate::bench::{check_replicas, run_txn, spawn_clients, ClientPlan, InvariantReport, Workload};
+use crate::bench::{
+    check_replicas, run_body, spawn_clients, ClientPlan, InvariantReport, Workload,
+};
 use load::{initial_history, load_warehouse, Items, NameIndex, NameIndexBuilder, NuRand};
 use schema::*;
-use txns::{draw, Effect, Env, Mix, Scratch};
+use txns::{draw, Env, Mix, Scratch};
 
 pub use txns::Mix as TpccMix;
 
@@ -166,21 +168,11 @@ async fn client<E: Endpoint>(
             // Out of history rows for this run's sizing: stop issuing Payments.
             continue;
         };
-        let mut effect = Effect::default();
-        let outcome = run_txn(
-            &mut ctx,
-            &mut rng,
-            ty,
-            plan.retries_max,
-            async |ctx: &mut TxnCtx<E>, first: bool| {
-                let mut t = if first { ctx.begin(ty) } else { ctx.retry() };
-                let r = txns::run(&mut t, &env, home, &input, history_key, &mut sc).await;
-                effect = *r.as_ref().unwrap_or(&Effect::default());
-                t.finish(r.map(|_| ())).await
-            },
-        )
+        let committed = run_body(&mut ctx, &mut rng, ty, plan.retries_max, async |t| {
+            txns::run(t, &env, home, &input, history_key, &mut sc).await
+        })
         .await;
-        if outcome == Outcome::Committed {
+        if let Some(effect) = committed {
             let mut r = state.report.get();
             r.0 += effect.new_orders;
             r.1 += effect.paid;
