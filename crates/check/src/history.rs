@@ -1,7 +1,9 @@
 //! The history format: what an engine records about each committed transaction.
 
 /// Identifies a record: (table, key).
-#[derive(Copy, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+#[derive(
+    Copy, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, serde::Serialize, serde::Deserialize,
+)]
 pub struct Key {
     /// Table id.
     pub table: u16,
@@ -14,7 +16,7 @@ pub struct Key {
 pub struct TxnId(pub u64);
 
 /// One access: a record and a version of it.
-#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+#[derive(Copy, Clone, PartialEq, Eq, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Access {
     /// The record.
     pub key: Key,
@@ -23,7 +25,7 @@ pub struct Access {
 }
 
 /// What one committed transaction did.
-#[derive(Clone, PartialEq, Eq, Debug, Default)]
+#[derive(Clone, PartialEq, Eq, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct TxnRecord {
     /// Unique id (the checker reports cycles with it).
     pub id: u64,

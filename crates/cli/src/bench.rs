@@ -16,7 +16,7 @@ use hytra_fabric::ClusterShape;
 use hytra_rt::RtConfig;
 use hytra_store::{Catalog, NodeStore};
 use hytra_txn::{AbortReason, Design, ExecStrategy, LockStrategy, Primitive, TxnConfig, PHASES};
-use hytra_workloads::bench::{run, BenchError, BenchParams, BenchResult, Workload};
+use hytra_workloads::bench::{run, run_partial, BenchError, BenchParams, BenchResult, Workload};
 use hytra_workloads::smallbank::SmallBank;
 use hytra_workloads::tatp::{Tatp, TatpParams};
 use hytra_workloads::tpcc::{TpcC, TpccMix, TpccParams, TYPES as TPCC_TYPES};
@@ -37,9 +37,17 @@ pub struct BenchArgs {
     /// Design preset: drtmh, fasst, farm or drtmr.
     #[arg(long, default_value = "drtmh")]
     design: String,
-    /// Backend: sim (virtual time) or local (threads, real time).
+    /// Backend: sim (virtual time), local (threads, real time) or ucx (UCX, every node
+    /// in this process; needs a build with the ucx feature).
     #[arg(long, default_value = "sim")]
-    backend: String,
+    pub(crate) backend: String,
+    /// UCX transports for --backend ucx (UCX_TLS syntax: sm, tcp, rc, ...; all: UCX's
+    /// choice).
+    #[arg(long, default_value = "sm")]
+    pub(crate) transports: String,
+    /// This process's place in a cluster spread over processes (set by `hytra node`).
+    #[arg(skip)]
+    pub(crate) placement: Option<crate::cluster::Placement>,
     /// NIC profile of the simulator.
     #[arg(long, default_value = "cx4")]
     profile: String,
@@ -259,10 +267,11 @@ pub fn run_bench(a: BenchArgs) -> Result<(), CliError> {
     let sim = match a.backend.as_str() {
         "sim" => true,
         "local" => false,
-        "ucx" => {
-            return usage("backend 'ucx' is not available in this build (it needs the ucx feature)")
-        }
-        other => return usage(format!("unknown backend '{other}' (expected sim or local)")),
+        "ucx" if cfg!(feature = "ucx") => false,
+        "ucx" => return usage(
+            "backend 'ucx' is not in this build: install libucx-dev and build with --features ucx",
+        ),
+        other => return usage(format!("unknown backend '{other}' (expected sim, local or ucx)")),
     };
     let Some(profile) = NicProfile::by_name(&a.profile) else {
         return usage(format!(
@@ -367,6 +376,42 @@ pub fn run_bench(a: BenchArgs) -> Result<(), CliError> {
     }
 }
 
+/// Runs on the UCX backend: every node here, or this process's node of a cluster
+/// spread over processes (`hytra node`).
+#[cfg(feature = "ucx")]
+fn run_ucx<W: Workload>(
+    a: &BenchArgs,
+    shape: ClusterShape,
+    workload: &W,
+    cfg: TxnConfig,
+    params: BenchParams,
+) -> Result<Option<BenchResult<W::Report>>, BenchError> {
+    use hytra_fabric::ucx::{TcpExchange, UcxCluster, UcxConfig};
+    let mut uc = UcxConfig::new(shape);
+    uc.transports = Some(a.transports.clone());
+    uc.threads = a.threads;
+    let mut b = match &a.placement {
+        None => UcxCluster::new(uc)?,
+        Some(p) => {
+            uc.hosted = Some(vec![hytra_fabric::NodeId(p.me)]);
+            let ex = TcpExchange::join(p.me, shape.nodes, p.root, &p.token, p.timeout)?;
+            UcxCluster::with_exchange(uc, Box::new(ex))?
+        }
+    };
+    run_partial(&mut b, workload, cfg, params)
+}
+
+#[cfg(not(feature = "ucx"))]
+fn run_ucx<W: Workload>(
+    _: &BenchArgs,
+    _: ClusterShape,
+    _: &W,
+    _: TxnConfig,
+    _: BenchParams,
+) -> Result<Option<BenchResult<W::Report>>, BenchError> {
+    unreachable!("refused by run_bench without the ucx feature")
+}
+
 /// What every workload's run shares.
 struct Run {
     sim: bool,
@@ -423,13 +468,17 @@ fn run_workload<W: Workload>(a: &BenchArgs, shared: Run, workload: W) -> Result<
         let mut b = SimCluster::new(sc).map_err(|e| CliError::Usage(e.to_string()))?;
         let mut bar = ProgressBar::new(started, total_ns, "virtual");
         b.set_progress(Box::new(move |now| bar.show(now)));
-        run(&mut b, &workload, cfg, params)
+        run(&mut b, &workload, cfg, params).map(Some)
     } else {
-        let lc = LocalConfig { threads: a.threads, ..LocalConfig::new(shape) };
-        let mut b = LocalCluster::new(lc).map_err(|e| CliError::Usage(e.to_string()))?;
         let stop = Arc::new(AtomicBool::new(false));
         let ticker = wall_progress(started, total_ns, stop.clone());
-        let r = run(&mut b, &workload, cfg, params);
+        let r = if a.backend == "ucx" {
+            run_ucx(a, shape, &workload, cfg, params)
+        } else {
+            let lc = LocalConfig { threads: a.threads, ..LocalConfig::new(shape) };
+            let mut b = LocalCluster::new(lc).map_err(|e| CliError::Usage(e.to_string()))?;
+            run(&mut b, &workload, cfg, params).map(Some)
+        };
         stop.store(true, Ordering::Relaxed);
         let _ = ticker.join();
         r
@@ -437,6 +486,13 @@ fn run_workload<W: Workload>(a: &BenchArgs, shared: Run, workload: W) -> Result<
     if std::io::stderr().is_terminal() {
         eprint!("\r{:60}\r", "");
     }
+    let result = match result {
+        Ok(Some(r)) => Ok(r),
+        // A node of a cluster spread over processes other than the first: node 0
+        // reports for everyone.
+        Ok(None) => return Ok(()),
+        Err(e) => Err(e),
+    };
     let result = result.map_err(|e| match e {
         BenchError::Params(m) => CliError::Usage(m),
         other => {
@@ -526,7 +582,7 @@ fn print_report<R>(
     let clock = if sim { "virtual" } else { "wall" };
     println!(
         "\n{} on {} ({}): {} nodes x {} workers x {} coroutines, design {}, replication {}, {} s measured ({clock})",
-        a.workload, a.backend, if sim { a.profile.as_str() } else { "threads" }, a.nodes, a.workers, a.coroutines, cfg.design.name(), cfg.replication, seconds
+        a.workload, a.backend, if sim { a.profile.as_str() } else if a.backend == "ucx" { a.transports.as_str() } else { "threads" }, a.nodes, a.workers, a.coroutines, cfg.design.name(), cfg.replication, seconds
     );
     let on = |b: bool| if b { "on" } else { "off" };
     println!(

@@ -3,11 +3,13 @@
 //! code here, at the edge; the libraries below report typed errors.
 //!
 //! - `bench.rs`: `hytra bench`, transactional workloads
+//! - `cluster.rs`: `hytra node` and `hytra cluster`, a benchmark on processes over UCX
 //! - `micro.rs`: `hytra micro`, the raw-primitive benchmarks
 //! - `reproduce/`: `hytra reproduce`, the paper's experiment matrix as an HTML report
 //! - `table.rs`: terminal tables and JSON output helpers
 
 mod bench;
+mod cluster;
 mod micro;
 mod reproduce;
 mod table;
@@ -40,6 +42,11 @@ enum Command {
     /// The experiment matrix behind DrTM+H's figures 5-21 on the simulator, written as
     /// an HTML report with SVG charts and a JSON file.
     Reproduce(reproduce::ReproduceArgs),
+    /// One node of a cluster of processes over UCX (see `hytra cluster`).
+    Node(cluster::NodeArgs),
+    /// Every node of a one-machine cluster file as child processes over UCX; prints
+    /// node 0's report and stops every node on exit, error or Ctrl-C.
+    Cluster(cluster::ClusterArgs),
 }
 
 /// An error that is the user's to fix (exit 2) or a failure of the run (exit 1).
@@ -95,6 +102,8 @@ fn main() -> ExitCode {
         Some(Command::Bench(args)) => bench::run_bench(args),
         Some(Command::Micro(args)) => micro::run(args),
         Some(Command::Reproduce(args)) => reproduce::run_reproduce(args),
+        Some(Command::Node(args)) => cluster::run_node(args),
+        Some(Command::Cluster(args)) => cluster::run_cluster(args),
         // With no command, run the default benchmark.
         None => bench::run_bench(bench::BenchArgs::default_run()),
     };

@@ -22,9 +22,13 @@ use crate::{usage, CliError};
 /// Options of `hytra micro`.
 #[derive(Args, Debug, Clone)]
 pub struct MicroArgs {
-    /// Backend: sim (simulated cluster, virtual time) or local (threads, real time).
+    /// Backend: sim (simulated cluster, virtual time), local (threads, real time) or
+    /// ucx (UCX between threads of this process; needs the ucx feature).
     #[arg(long, default_value = "sim")]
     backend: String,
+    /// UCX transports for --backend ucx (UCX_TLS syntax).
+    #[arg(long, default_value = "sm")]
+    transports: String,
     /// NIC profile of the simulator.
     #[arg(long, default_value = "cx4")]
     profile: String,
@@ -91,12 +95,14 @@ pub struct MicroArgs {
 enum BackendKind {
     Sim,
     Local,
+    Ucx,
 }
 
 /// Everything validated, ready to run.
 #[derive(Clone)]
 struct Plan {
     backend: BackendKind,
+    transports: String,
     profile: NicProfile,
     cpu: CpuMode,
     shape: ClusterShape,
@@ -111,10 +117,11 @@ fn plan(a: &MicroArgs) -> Result<Plan, CliError> {
     let backend = match a.backend.as_str() {
         "sim" => BackendKind::Sim,
         "local" => BackendKind::Local,
-        "ucx" => {
-            return usage("backend 'ucx' is not available in this build (it needs the ucx feature)")
-        }
-        other => return usage(format!("unknown backend '{other}' (expected sim or local)")),
+        "ucx" if cfg!(feature = "ucx") => BackendKind::Ucx,
+        "ucx" => return usage(
+            "backend 'ucx' is not in this build: install libucx-dev and build with --features ucx",
+        ),
+        other => return usage(format!("unknown backend '{other}' (expected sim, local or ucx)")),
     };
     let Some(profile) = NicProfile::by_name(&a.profile) else {
         return usage(format!(
@@ -208,6 +215,7 @@ fn plan(a: &MicroArgs) -> Result<Plan, CliError> {
     let shape = ClusterShape { nodes, workers_per_node: workers, lanes_per_peer: 1 };
     Ok(Plan {
         backend,
+        transports: a.transports.clone(),
         profile,
         cpu,
         shape,
@@ -282,6 +290,16 @@ fn measure(
             let mut b = LocalCluster::new(cfg)?;
             run_point(&mut b, primitive, payload, params)?
         }
+        #[cfg(feature = "ucx")]
+        BackendKind::Ucx => {
+            let mut cfg = hytra_fabric::ucx::UcxConfig::new(shape);
+            cfg.threads = plan.threads;
+            cfg.transports = Some(plan.transports.clone());
+            let mut b = hytra_fabric::ucx::UcxCluster::new(cfg)?;
+            run_point(&mut b, primitive, payload, params)?
+        }
+        #[cfg(not(feature = "ucx"))]
+        BackendKind::Ucx => unreachable!("refused by plan() without the ucx feature"),
     };
     Ok(Measured { point, stats })
 }

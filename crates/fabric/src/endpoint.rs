@@ -163,6 +163,9 @@ pub enum BackendError {
     /// A configuration value is out of range.
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// The processes of a cluster could not meet, or one of them vanished.
+    #[error("cluster: {0}")]
+    Cluster(String),
 }
 
 /// A whole cluster on one backend: register memory, then run one program per worker.
@@ -187,12 +190,27 @@ pub trait Backend {
         key.ok_or_else(|| BackendError::InvalidShape("cluster has no nodes".into()))
     }
 
-    /// A region of a node, for setup-time initialisation and post-run inspection.
+    /// A region of a node, for setup-time initialisation and post-run inspection. For a
+    /// node this process does not host, a shadow of the right size that the data path
+    /// never touches.
     fn region(&self, node: NodeId, rkey: Rkey) -> Option<Region>;
+
+    /// Whether `node` lives in this process (always, except for a UCX cluster spread
+    /// over processes). Setup and checks touch the memory of hosted nodes only.
+    fn hosts(&self, node: NodeId) -> bool {
+        let _ = node;
+        true
+    }
+
+    /// Moves a blob from every process to the first one: it gets all of them in process
+    /// order, the others get `None`. Within one process: `Some(vec![mine])`.
+    fn gather(&mut self, mine: Vec<u8>) -> Result<Option<Vec<Vec<u8>>>, BackendError> {
+        Ok(Some(vec![mine]))
+    }
 
     /// Builds one program per worker with `make` (on the thread that will run it), runs
     /// them until all are done or the time limit passes, and returns `finish` of each
-    /// program in worker-index order.
+    /// program in worker-index order (of the hosted nodes' workers only).
     fn run<P, R, F, G>(
         &mut self,
         make: F,

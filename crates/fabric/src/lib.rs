@@ -10,6 +10,7 @@
 //! - `rng`: the seeded generator every deterministic component draws from
 //! - [`sim`]: deterministic discrete-event simulation of a whole cluster
 //! - [`local`]: every node as threads of this process, in real time
+//! - `ucx` (feature `ucx`): processes and networks through UCX
 //! - [`testing`]: test harness shared by the suites of every crate (one suite, every
 //!   backend)
 //!
@@ -27,13 +28,15 @@ mod memory;
 pub mod rng;
 pub mod sim;
 pub mod testing;
+#[cfg(feature = "ucx")]
+pub mod ucx;
 mod verbs;
 
 pub use endpoint::{
     Backend, BackendError, Caps, Endpoint, Program, RegionSpec, RunLimits, RunStats, Step,
 };
 pub use ids::{ClusterShape, LocalAddr, NodeId, Qp, RemoteAddr, Rkey, WorkerId, WrId};
-pub use memory::{zeroed_words, Region};
+pub use memory::{zeroed_u32s, zeroed_words, zeroed_words_small_pages, Region};
 pub use verbs::{
     AccessError, Completion, OpFlags, OpKind, PostError, Status, WorkRequest, WriteSrc,
 };

@@ -7,7 +7,7 @@
 //! and are applied by each backend on the target side of an operation.
 
 use std::ptr::NonNull;
-use std::sync::atomic::{fence, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::constants::WORD;
@@ -59,6 +59,16 @@ impl Region {
         // SAFETY: `ptr` points to `words` initialised AtomicU64s kept alive by `_owner`
         // (constructor contracts); a dangling pointer is only used with `words == 0`.
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.words) }
+    }
+
+    /// The address of byte `offset`, for backends whose library moves the bytes (UCX).
+    /// Only ever written through by DMA-like copies and atomics, as the region's memory
+    /// model requires.
+    #[cfg_attr(not(feature = "ucx"), allow(dead_code))]
+    pub(crate) fn addr_of(&self, offset: u64) -> *mut u8 {
+        assert!(offset <= self.len_bytes(), "offset {offset} outside the region");
+        // The offset is in bounds (or one past the end), so this stays in the allocation.
+        self.ptr.as_ptr().cast::<u8>().wrapping_add(offset as usize)
     }
 
     /// Length in bytes.
@@ -170,15 +180,36 @@ impl Region {
 
 /// `n` zeroed atomic words. The memory comes from a zeroing allocation, so the operating
 /// system maps its pages lazily (a large, mostly untouched cache or table costs only what
-/// is used), where building the slice word by word would touch every page.
+/// is used), where building the slice word by word would touch every page. Large
+/// allocations are advised to use huge pages (see [`zeroed_words_small_pages`] for
+/// sparse ones).
 pub fn zeroed_words(n: usize) -> Box<[AtomicU64]> {
+    let words = zeroed_words_small_pages(n);
+    advise_huge_pages(words.as_ptr().cast(), words.len() * 8);
+    words
+}
+
+/// As [`zeroed_words`] without the huge-page advice: for memory that stays sparse (a
+/// cache sized for every key of the cluster), where one 2 MiB page per touched entry
+/// would make most of it resident.
+pub fn zeroed_words_small_pages(n: usize) -> Box<[AtomicU64]> {
     let words: Box<[u64]> = vec![0u64; n].into_boxed_slice();
     let len = words.len();
-    advise_huge_pages(words.as_ptr().cast(), len * 8);
     let raw = Box::into_raw(words).cast::<AtomicU64>();
     // SAFETY: `AtomicU64` has the same size and alignment as `u64` (documented by std), so
     // the allocation of `len` u64s is a valid allocation of `len` AtomicU64s with the same
     // layout; `raw` comes from `Box::into_raw` and is converted back exactly once.
+    unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(raw, len)) }
+}
+
+/// `n` zeroed 32-bit atomics from a zeroing allocation (pages mapped on first touch).
+pub fn zeroed_u32s(n: usize) -> Box<[AtomicU32]> {
+    let words: Box<[u32]> = vec![0u32; n].into_boxed_slice();
+    let len = words.len();
+    let raw = Box::into_raw(words).cast::<AtomicU32>();
+    // SAFETY: `AtomicU32` has the same size and alignment as `u32` (documented by std);
+    // as in `zeroed_words_small_pages`, the layout is unchanged and the box is rebuilt
+    // exactly once.
     unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(raw, len)) }
 }
 

@@ -40,6 +40,22 @@ impl TestBackend for LocalCluster {
     }
 }
 
+#[cfg(feature = "ucx")]
+impl TestBackend for crate::ucx::UcxCluster {
+    const NAME: &'static str = "ucx";
+    /// Every node in this process, over the transports in `HYTRA_UCX_TLS` (default
+    /// `sm`: shared memory).
+    fn for_test(shape: ClusterShape, _seed: u64) -> Self {
+        let mut config = crate::ucx::UcxConfig::new(shape);
+        config.transports =
+            Some(std::env::var("HYTRA_UCX_TLS").unwrap_or_else(|_| "sm".to_string()));
+        crate::ucx::UcxCluster::new(config).expect("UCX test cluster")
+    }
+    fn test_time_limit_ns() -> u64 {
+        60_000_000_000
+    }
+}
+
 /// A program that calls `f` on every step until it returns true.
 pub struct Script<E, F> {
     ep: E,

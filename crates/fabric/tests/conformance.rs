@@ -474,10 +474,11 @@ fn send_queue_depth_is_enforced<B: TestBackend>() {
 }
 
 /// The backend states whether NIC atomics are coherent with CPU atomics: the simulator
-/// models a real RNIC (not coherent), threads use CPU atomics (coherent).
+/// models a real RNIC (not coherent), threads and UCX shared memory use CPU atomics
+/// (coherent).
 fn reports_atomics_coherence<B: TestBackend>() {
     let mut b = B::for_test(shape(1, 1), 8);
-    let expected = B::NAME == "local";
+    let expected = B::NAME != "sim";
     run_scripts(&mut b, |ep| {
         assert_eq!(ep.caps().atomics_coherent, expected, "{}", B::NAME);
         |_: &mut B::Ep| true
@@ -494,6 +495,11 @@ macro_rules! conformance {
             use hytra_fabric::local::LocalCluster;
             $( #[test] fn $test() { super::$test::<LocalCluster>() } )*
         }
+        #[cfg(feature = "ucx")]
+        mod ucx {
+            use hytra_fabric::ucx::UcxCluster;
+            $( #[test] fn $test() { super::$test::<UcxCluster>() } )*
+        }
     };
 }
 
@@ -507,3 +513,10 @@ conformance!(
     send_queue_depth_is_enforced,
     reports_atomics_coherence,
 );
+
+/// Stands for the UCX rows of this suite in a build without the `ucx` feature, so that
+/// the test output says they were not built.
+#[cfg(not(feature = "ucx"))]
+#[test]
+#[ignore = "the ucx backend is not in this build: install libucx-dev and run `cargo test --features ucx`"]
+fn ucx_conformance_not_built() {}

@@ -10,7 +10,7 @@ const SUB: usize = 1 << SUB_BITS;
 const BUCKETS: usize = (64 - SUB_BITS as usize + 1) * SUB;
 
 /// Counts of values by bucket.
-#[derive(Clone)]
+#[derive(Clone, serde::Serialize, serde::Deserialize)]
 pub struct Histogram {
     counts: Box<[u64]>,
     total: u64,

@@ -72,7 +72,7 @@ pub(crate) struct Plan {
 }
 
 /// Counters of one-sided traffic.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct OpStats {
     /// Completions reaped.
     pub completions: u64,
@@ -81,6 +81,7 @@ pub struct OpStats {
     /// Errors of fire-and-forget requests (nobody waits for them).
     pub unsignaled_errors: u64,
     /// The last such error.
+    #[serde(skip)]
     pub last_unsignaled_error: Option<Status>,
 }
 

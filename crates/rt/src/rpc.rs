@@ -263,7 +263,7 @@ impl CallTicket {
 }
 
 /// Counters of RPC traffic.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RpcStats {
     /// Requests sent.
     pub calls: u64,

@@ -79,7 +79,7 @@ pub type Handler<E> = Box<dyn FnMut(&mut HandlerCtx<'_, E>, &[u8])>;
 pub type Poller<E> = Box<dyn FnMut(&Co<E>) -> bool>;
 
 /// Counters of one worker.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct WorkerStats {
     /// Event-loop iterations.
     pub steps: u64,

@@ -65,8 +65,9 @@ impl LocationCache {
             next += share;
         }
         LocationCache {
-            words: hytra_fabric::zeroed_words(sets * WAYS * 2),
-            victim: (0..sets).map(|_| AtomicU32::new(0)).collect(),
+            // Sparse: most bands stay empty, so no huge pages (see `zeroed_words_small_pages`).
+            words: hytra_fabric::zeroed_words_small_pages(sets * WAYS * 2),
+            victim: hytra_fabric::zeroed_u32s(sets),
             sets,
             bands,
         }

@@ -36,6 +36,9 @@ pub enum StoreError {
     /// The record was being written and stayed torn; retry later.
     #[error("record torn by a concurrent write")]
     Torn,
+    /// A replica image from another process does not fit this replica.
+    #[error("table {0:?}: an image page at byte {1} does not fit the replica")]
+    ImageMismatch(TableId, u64),
 }
 
 /// What a CPU read of a record saw.
@@ -45,6 +48,17 @@ pub struct Snapshot {
     pub lock: u64,
     /// Version word (with the absent bit).
     pub version: u64,
+}
+
+/// A replica's contents as [`Replica::image`] copies them.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct ReplicaImage {
+    /// Records allocated.
+    pub next_record: u64,
+    /// Overflow buckets allocated.
+    pub next_overflow: u64,
+    /// Non-zero pages: byte offset and words.
+    pub pages: Vec<(u64, Vec<u64>)>,
 }
 
 /// One replica region of a table.
@@ -262,6 +276,43 @@ impl Replica {
     /// Records allocated so far.
     pub fn len(&self) -> u64 {
         self.next_record.load(Ordering::Relaxed).min(self.geom.capacity)
+    }
+
+    /// A copy of this replica's contents (its memory, without pages that are all zero,
+    /// and its allocation counters), to rebuild it in another process: how the results
+    /// of a cluster spread over processes are checked in one place.
+    pub fn image(&self) -> ReplicaImage {
+        const PAGE_WORDS: usize = 512;
+        let words = (self.region.len_bytes() / 8) as usize;
+        let mut pages = Vec::new();
+        let mut buf = vec![0u64; PAGE_WORDS];
+        let mut at = 0;
+        while at < words {
+            let n = PAGE_WORDS.min(words - at);
+            self.region.read_words(at as u64 * 8, &mut buf[..n]);
+            if buf[..n].iter().any(|&w| w != 0) {
+                pages.push((at as u64 * 8, buf[..n].to_vec()));
+            }
+            at += n;
+        }
+        ReplicaImage {
+            next_record: self.next_record.load(Ordering::Acquire),
+            next_overflow: self.next_overflow.load(Ordering::Acquire),
+            pages,
+        }
+    }
+
+    /// Makes this replica (untouched since setup) hold `image`.
+    pub fn restore(&self, image: &ReplicaImage) -> Result<(), StoreError> {
+        for (offset, words) in &image.pages {
+            if self.region.check(*offset, words.len() as u64 * 8).is_err() {
+                return Err(StoreError::ImageMismatch(self.table, *offset));
+            }
+            self.region.write_words(*offset, words);
+        }
+        self.next_record.store(image.next_record, Ordering::Release);
+        self.next_overflow.store(image.next_overflow, Ordering::Release);
+        Ok(())
     }
 
     /// Whether no record was allocated.

@@ -91,9 +91,17 @@ pub struct Engine {
     pub nodes: Vec<Arc<NodeEngine>>,
     /// Configuration.
     pub cfg: TxnConfig,
+    /// Which nodes live in this process (all, except for a cluster spread over
+    /// processes); the others are shadows that setup and loading leave alone.
+    hosted: Vec<bool>,
 }
 
 impl Engine {
+    /// Whether `node` lives in this process.
+    pub fn hosts(&self, node: NodeId) -> bool {
+        self.hosted[usize::from(node.0)]
+    }
+
     /// Registers every region the engine needs on `backend` and builds the node engines.
     /// `coroutines` bounds the coroutines per worker that will run transactions.
     pub fn setup<B: Backend>(
@@ -146,7 +154,8 @@ impl Engine {
                 })
             })
             .collect();
-        Ok(Engine { catalog, nodes, cfg })
+        let hosted = (0..shape.nodes).map(|n| backend.hosts(NodeId(n))).collect();
+        Ok(Engine { catalog, nodes, cfg, hosted })
     }
 
     /// Loads one record's initial value into every replica of its partition (before the
@@ -156,6 +165,9 @@ impl Engine {
         let p = c.partition(table, key);
         for slot in 0..c.replication() {
             let node = (p + slot) % c.nodes();
+            if !self.hosted[usize::from(node)] {
+                continue;
+            }
             self.nodes[usize::from(node)].store.replica(table, slot).load(key, payload)?;
         }
         Ok(())
@@ -169,12 +181,14 @@ impl Engine {
         if !matches!(self.cfg.exec, ExecStrategy::Hybrid | ExecStrategy::OneSidedCached) {
             return;
         }
-        for here in &self.nodes {
+        // Only records of this process's nodes are known here: in a cluster spread over
+        // processes, caches start with the addresses of local records only.
+        for here in self.nodes.iter().filter(|n| self.hosts(n.node)) {
             let cache = here.store.cache();
             if !cache.enabled() {
                 continue;
             }
-            for there in self.nodes.iter().filter(|n| n.node != here.node) {
+            for there in self.nodes.iter().filter(|n| n.node != here.node && self.hosts(n.node)) {
                 for spec in self.catalog.tables() {
                     for (off, key) in there.store.primary(spec.id).records() {
                         cache.put(spec.id, key, off);

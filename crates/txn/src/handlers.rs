@@ -108,7 +108,9 @@ fn lock<E: Endpoint>(node: &NodeEngine, ctx: &mut HandlerCtx<'_, E>, req: &[u8])
             return RecordReply { status: Status::Full, lock: 0, version: 0, offset: 0 }
                 .encode(ctx.reply)
         }
-        Err(StoreError::Torn) => unreachable!("lookups never tear"),
+        Err(StoreError::Torn | StoreError::ImageMismatch(..)) => {
+            unreachable!("lookups and inserts neither tear nor restore images")
+        }
     };
     // With NIC locks on a fabric whose atomics are not coherent with the CPU's, a CPU
     // CAS on a lock word is forbidden (M6): create only, the caller locks by NIC.

@@ -11,7 +11,7 @@ pub const TXN_TYPES_MAX: usize = 16;
 pub const PHASES: [&str; 4] = ["execution", "validation", "logging", "commit"];
 
 /// What one worker counted (inside its measurement window).
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct TxnStats {
     /// Committed transactions.
     pub commits: u64,

@@ -11,7 +11,7 @@ use hytra_check::{History, Report};
 use hytra_fabric::rng::Rng;
 use hytra_fabric::{Backend, BackendError, ClusterShape, Endpoint, RunLimits, RunStats};
 use hytra_rt::{run_workers_with, RtConfig, Worker, WorkerStats};
-use hytra_store::{Catalog, CatalogError, StoreError, TableSpec};
+use hytra_store::{Catalog, CatalogError, ReplicaImage, StoreError, TableSpec};
 use hytra_txn::{Abort, Engine, EngineError, Outcome, Txn, TxnConfig, TxnCtx, TxnStats, WorkerTxn};
 use thiserror::Error;
 
@@ -42,7 +42,7 @@ pub trait Workload: Sync {
     /// What each worker's clients keep (not shared across threads).
     type State: 'static;
     /// What each worker reports at the end.
-    type Report: Send + Clone + std::fmt::Debug;
+    type Report: Send + Clone + std::fmt::Debug + serde::Serialize + serde::de::DeserializeOwned;
 
     /// Name.
     fn name(&self) -> &'static str;
@@ -208,13 +208,47 @@ pub enum BenchError {
     Params(String),
 }
 
-/// Runs `workload` on `backend` with the transaction configuration `cfg`.
+/// Runs `workload` on `backend` with the transaction configuration `cfg`, on a backend
+/// that hosts every node in this process (see [`run_partial`] otherwise).
 pub fn run<B: Backend, W: Workload>(
     backend: &mut B,
     workload: &W,
     cfg: TxnConfig,
     params: BenchParams,
 ) -> Result<BenchResult<W::Report>, BenchError> {
+    run_partial(backend, workload, cfg, params)?.ok_or_else(|| {
+        BenchError::Params("this process is not the first of its cluster: use run_partial".into())
+    })
+}
+
+/// What one process of a cluster brings to the result.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Part<R> {
+    stats: TxnStats,
+    rt: WorkerStats,
+    history: Vec<hytra_check::TxnRecord>,
+    /// By dense worker index.
+    reports: Vec<(usize, R)>,
+    attempts_total: u64,
+    all_done: bool,
+    elapsed_ns: u64,
+    wall_ns: u64,
+    datagrams_dropped: u64,
+    /// (node, table, slot, contents) of every replica of the process's nodes.
+    images: Vec<(u16, u16, u16, ReplicaImage)>,
+}
+
+/// Runs this process's part of a cluster: the same as [`run`] when the backend hosts
+/// every node. Otherwise every process runs its nodes' workers, then sends its counters,
+/// history, reports and replica contents to the first process, which rebuilds the whole
+/// cluster's state in its shadows and checks it exactly as [`run`] does; it returns the
+/// result, the others `None`.
+pub fn run_partial<B: Backend, W: Workload>(
+    backend: &mut B,
+    workload: &W,
+    cfg: TxnConfig,
+    params: BenchParams,
+) -> Result<Option<BenchResult<W::Report>>, BenchError> {
     let shape = backend.shape();
     if params.coroutines == 0 || params.measure_ns == 0 {
         return Err(BenchError::Params(
@@ -247,28 +281,90 @@ pub fn run<B: Backend, W: Workload>(
             (wt, state)
         },
         |w, (wt, state)| {
-            (wt.stats(), wt.take_history(), w.stats(), workload.report(state), wt.finished_total())
+            (
+                shape.worker_index(w.co().me()),
+                wt.stats(),
+                wt.take_history(),
+                w.stats(),
+                workload.report(state),
+                wt.finished_total(),
+            )
         },
     )?;
-    if !run.all_done {
+    let mut part = Part {
+        stats: TxnStats::default(),
+        rt: WorkerStats::default(),
+        history: Vec::new(),
+        reports: Vec::with_capacity(outs.len()),
+        attempts_total: 0,
+        all_done: run.all_done,
+        elapsed_ns: run.elapsed_ns,
+        wall_ns: run.wall_ns,
+        datagrams_dropped: run.datagrams_dropped,
+        images: Vec::new(),
+    };
+    for (index, s, h, w, r, finished) in outs {
+        part.attempts_total += finished;
+        part.stats.merge(&s);
+        merge_rt(&mut part.rt, &w);
+        part.history.extend(h);
+        part.reports.push((index, r));
+    }
+    let everywhere = (0..shape.nodes).all(|n| engine.hosts(hytra_fabric::NodeId(n)));
+    let parts = if everywhere {
+        vec![part]
+    } else {
+        for node in engine.nodes.iter().filter(|n| engine.hosts(n.node)) {
+            for r in node.store.replicas() {
+                part.images.push((node.node.0, r.table.0, r.slot, r.image()));
+            }
+        }
+        let blob = serde_json::to_vec(&part).expect("results serialize");
+        let Some(blobs) = backend.gather(blob)? else { return Ok(None) };
+        let mut parts = Vec::with_capacity(blobs.len());
+        for b in blobs {
+            let p: Part<W::Report> = serde_json::from_slice(&b)
+                .map_err(|e| BenchError::Params(format!("a peer's results do not decode: {e}")))?;
+            for (node, table, slot, image) in &p.images {
+                let n = hytra_fabric::NodeId(*node);
+                if !engine.hosts(n) {
+                    engine.nodes[usize::from(*node)]
+                        .store
+                        .replica(hytra_store::TableId(*table), *slot)
+                        .restore(image)?;
+                }
+            }
+            parts.push(p);
+        }
+        parts
+    };
+    if parts.iter().any(|p| !p.all_done) {
         return Err(BenchError::Hung(params.drain_ns));
     }
     let mut stats = TxnStats::default();
     let mut rt = WorkerStats::default();
     let mut history = History::new();
-    let mut reports = Vec::with_capacity(outs.len());
+    let mut reports = Vec::new();
     let mut attempts_total = 0;
-    for (s, h, w, r, finished) in outs {
-        attempts_total += finished;
-        stats.merge(&s);
-        merge_rt(&mut rt, &w);
-        history.txns.extend(h);
-        reports.push(r);
+    let mut run = RunStats { all_done: true, ..run };
+    for (i, p) in parts.into_iter().enumerate() {
+        stats.merge(&p.stats);
+        merge_rt(&mut rt, &p.rt);
+        history.txns.extend(p.history);
+        reports.extend(p.reports);
+        attempts_total += p.attempts_total;
+        if i > 0 {
+            run.elapsed_ns = run.elapsed_ns.max(p.elapsed_ns);
+            run.wall_ns = run.wall_ns.max(p.wall_ns);
+            run.datagrams_dropped += p.datagrams_dropped;
+        }
     }
+    reports.sort_by_key(|(i, _)| *i);
+    let reports: Vec<W::Report> = reports.into_iter().map(|(_, r)| r).collect();
     let checker = params.check.then(|| hytra_check::check(&history));
     let invariant = workload.check(&engine, &reports);
     let (cache_hits, cache_misses) = (stats.cache_hits, stats.cache_misses);
-    Ok(BenchResult {
+    Ok(Some(BenchResult {
         stats,
         rt,
         reports,
@@ -279,7 +375,7 @@ pub fn run<B: Backend, W: Workload>(
         attempts_total,
         cache_hits,
         cache_misses,
-    })
+    }))
 }
 
 fn merge_rt(into: &mut WorkerStats, w: &WorkerStats) {

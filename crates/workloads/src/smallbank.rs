@@ -72,7 +72,7 @@ impl SmallBank {
 }
 
 /// What one worker's clients did, for the oracle.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct SmallBankReport {
     /// Money added (deposits) minus money taken (withdrawals, checks) by committed
     /// transactions.

@@ -155,7 +155,7 @@ pub struct ClientState {
 }
 
 /// What a worker's clients committed.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct TatpReport {
     /// Call forwardings inserted.
     pub cf_inserted: u64,

@@ -98,7 +98,7 @@ pub struct ClientState {
 }
 
 /// What a worker's clients committed.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct TpceReport {
     /// Sum of the price moves committed.
     pub moved: u64,

@@ -231,7 +231,7 @@ impl ClientState {
 }
 
 /// What a worker's clients committed.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct YcsbReport {
     /// Updates and read-modify-writes committed.
     pub updates: u64,

@@ -144,7 +144,7 @@ impl Scale {
             workers: a.workers.unwrap_or(workers),
             coroutines: if a.quick { vec![1, 4, 16] } else { vec![1, 2, 4, 8, 16] },
             accounts: if a.quick { 5_000 } else { 20_000 },
-            customers: if a.quick { 300 } else { 1_000 },
+            customers: if a.quick { 300 } else { 100 },
             items: if a.quick { 10_000 } else { 20_000 },
             tpce_customers: if a.quick { 300 } else { 1_000 },
             warmup_ns: if a.quick { 100_000 } else { 200_000 },
@@ -946,7 +946,7 @@ fn run_bench_job(j: &BenchJob, s: &Scale, seed: u64) -> anyhow::Result<Res> {
                 mix: TpccMix::NewOrderOnly,
                 customers: s.customers,
                 items: s.items,
-                new_orders_max: (span * 50_000.0) as u64 + 1_000,
+                new_orders_max: (span * 160_000.0) as u64 + 100,
                 ..TpccParams::standard(seed)
             });
             summarize(run(&mut b, &w, j.cfg, params)?, s)
@@ -999,7 +999,13 @@ pub fn run_reproduce(a: ReproduceArgs) -> Result<(), CliError> {
     std::fs::create_dir_all(&a.out)
         .map_err(|e| CliError::Usage(format!("cannot create '{}': {e}", a.out.display())))?;
     let used = used_jobs(&p);
-    let todo: Vec<usize> = (0..p.jobs.len()).filter(|&i| used[i]).collect();
+    let mut todo: Vec<usize> = (0..p.jobs.len()).filter(|&i| used[i]).collect();
+    // TEMP-INSTRUMENT
+    if let Ok(r) = std::env::var("HYTRA_REPRO_JOBS") {
+        let (a, b) = r.split_once('-').unwrap();
+        let (a, b): (usize, usize) = (a.parse().unwrap(), b.parse().unwrap());
+        todo.retain(|&i| i >= a && i <= b);
+    }
     let results: Vec<Mutex<Option<Res>>> = p.jobs.iter().map(|_| Mutex::new(None)).collect();
     let next = AtomicUsize::new(0);
     let done = AtomicUsize::new(0);
@@ -1020,6 +1026,19 @@ pub fn run_reproduce(a: ReproduceArgs) -> Result<(), CliError> {
                 };
                 let r =
                     r.unwrap_or_else(|e| Res { error: Some(format!("{e:#}")), ..Res::default() });
+                // TEMP-INSTRUMENT
+                if std::env::var("HYTRA_REPRO_TRACE").is_ok() {
+                    let st = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+                    let hwm = st.lines().find(|l| l.starts_with("VmHWM")).unwrap_or("").to_string();
+                    eprintln!(
+                        "JOB {i} {} | {hwm} | wall {:.1} | rate {:.0} | err {:?}",
+                        describe(&p.jobs[i]),
+                        r.wall_s,
+                        r.rate,
+                        r.error
+                    );
+                    let _ = std::fs::write("/proc/self/clear_refs", "5");
+                }
                 *results[i].lock().expect("no panic holding a result") = Some(r);
                 done.fetch_add(1, Ordering::Relaxed);
             });

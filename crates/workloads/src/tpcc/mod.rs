@@ -96,7 +96,7 @@ struct Built {
 }
 
 /// What one worker's clients committed (warm-up included), for the oracle.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct TpccReport {
     /// New-Orders committed.
     pub new_orders: u64,

@@ -1,0 +1,303 @@
+//! `hytra node` and `hytra cluster`: a benchmark on a cluster of processes over UCX.
+//!
+//! A cluster file (TOML) names the nodes (host and bootstrap port), the cluster token,
+//! the UCX transports and the benchmark. `hytra node --id N` runs node N: it joins the
+//! others through node 0's bootstrap port, runs its workers, and sends its results to
+//! node 0, which prints the cluster's report. `hytra cluster` starts every node of a
+//! one-machine file as a child process and stops them all on exit, error or Ctrl-C.
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use clap::{Args, Parser};
+use serde::Deserialize;
+
+use crate::bench::{run_bench, BenchArgs};
+use crate::{usage, CliError};
+
+/// This process's place in a cluster of processes.
+#[derive(Clone, Debug)]
+pub struct Placement {
+    /// Node id.
+    pub me: u16,
+    /// Node 0's bootstrap address.
+    pub root: SocketAddr,
+    /// The cluster token.
+    pub token: String,
+    /// Bound on joining and on every exchange.
+    pub timeout: Duration,
+}
+
+/// A cluster file.
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+struct ClusterFile {
+    /// Shared secret: a node presenting another one is refused.
+    token: String,
+    /// UCX transports (UCX_TLS syntax).
+    #[serde(default = "default_transports")]
+    transports: String,
+    /// Workload name, as for `hytra bench --workload`.
+    #[serde(default = "default_workload")]
+    workload: String,
+    /// Design preset.
+    #[serde(default = "default_design")]
+    design: String,
+    /// Workers per node.
+    #[serde(default = "one")]
+    workers: u16,
+    /// Coroutines per worker.
+    coroutines: Option<u16>,
+    /// Replication factor.
+    replication: Option<u16>,
+    /// Measured seconds.
+    seconds: Option<f64>,
+    /// Seconds a node waits for the others (joining, and every exchange).
+    #[serde(default = "default_timeout")]
+    timeout_s: u64,
+    /// Further `hytra bench` options, spelled as on its command line.
+    #[serde(default)]
+    bench_args: Vec<String>,
+    /// The nodes, node 0 first.
+    nodes: Vec<NodeEntry>,
+}
+
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+struct NodeEntry {
+    host: String,
+    port: u16,
+}
+
+fn default_transports() -> String {
+    "sm".into()
+}
+fn default_workload() -> String {
+    "smallbank".into()
+}
+fn default_design() -> String {
+    "drtmh".into()
+}
+fn one() -> u16 {
+    1
+}
+fn default_timeout() -> u64 {
+    120
+}
+
+/// Workloads whose whole state lives in the replicated tables, so node 0 can check a
+/// cluster spread over processes from the replicas the nodes send it.
+const SPREADABLE: [&str; 3] = ["smallbank", "ycsb", "tatp"];
+
+fn read_file(path: &Path) -> Result<ClusterFile, CliError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| CliError::Usage(format!("cannot read {}: {e}", path.display())))?;
+    let f: ClusterFile = toml::from_str(&text)
+        .map_err(|e| CliError::Usage(format!("{}: {}", path.display(), e.message())))?;
+    if f.nodes.is_empty() {
+        return usage(format!("{}: no [[nodes]]", path.display()));
+    }
+    if f.token.is_empty() {
+        return usage(format!("{}: the token must not be empty", path.display()));
+    }
+    if !SPREADABLE.contains(&f.workload.as_str()) {
+        return usage(format!(
+            "{}: workload '{}' cannot run spread over processes yet (its checks need state outside the tables); use one of {}",
+            path.display(),
+            f.workload,
+            SPREADABLE.join(", ")
+        ));
+    }
+    Ok(f)
+}
+
+/// The `hytra bench` arguments a cluster file stands for.
+fn bench_args(f: &ClusterFile, json: Option<&Path>) -> Result<BenchArgs, CliError> {
+    let mut argv: Vec<String> = vec!["bench".into()];
+    let mut push = |k: &str, v: String| {
+        argv.push(format!("--{k}"));
+        argv.push(v);
+    };
+    push("backend", "ucx".into());
+    push("transports", f.transports.clone());
+    push("workload", f.workload.clone());
+    push("design", f.design.clone());
+    push("nodes", f.nodes.len().to_string());
+    push("workers", f.workers.to_string());
+    if let Some(c) = f.coroutines {
+        push("coroutines", c.to_string());
+    }
+    if let Some(r) = f.replication {
+        push("replication", r.to_string());
+    }
+    if let Some(s) = f.seconds {
+        push("seconds", s.to_string());
+    }
+    if let Some(j) = json {
+        push("json", j.display().to_string());
+    }
+    argv.extend(f.bench_args.iter().cloned());
+    #[derive(Parser)]
+    struct Wrapper {
+        #[command(flatten)]
+        bench: BenchArgs,
+    }
+    Wrapper::try_parse_from(&argv)
+        .map(|w| w.bench)
+        .map_err(|e| CliError::Usage(format!("cluster file: {}", crate::one_line(&e))))
+}
+
+fn resolve(n: &NodeEntry) -> Result<SocketAddr, CliError> {
+    (n.host.as_str(), n.port)
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.next())
+        .ok_or_else(|| CliError::Usage(format!("cannot resolve {}:{}", n.host, n.port)))
+}
+
+/// Options of `hytra node`.
+#[derive(Args, Debug)]
+pub struct NodeArgs {
+    /// The cluster file (TOML).
+    #[arg(long)]
+    config: PathBuf,
+    /// This node's id (its position in the file's [[nodes]]).
+    #[arg(long)]
+    id: u16,
+    /// Write node 0's report as JSON here (ignored on other nodes).
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+/// Runs `hytra node`.
+pub fn run_node(a: NodeArgs) -> Result<(), CliError> {
+    let f = read_file(&a.config)?;
+    let nodes = u16::try_from(f.nodes.len()).unwrap_or(u16::MAX);
+    if a.id >= nodes {
+        return usage(format!(
+            "--id {} is not a node of {} (0..{nodes})",
+            a.id,
+            a.config.display()
+        ));
+    }
+    let mut args = bench_args(&f, if a.id == 0 { a.json.as_deref() } else { None })?;
+    args.placement = Some(Placement {
+        me: a.id,
+        root: resolve(&f.nodes[0])?,
+        token: f.token.clone(),
+        timeout: Duration::from_secs(f.timeout_s),
+    });
+    run_bench(args)
+}
+
+/// Options of `hytra cluster`.
+#[derive(Args, Debug)]
+pub struct ClusterArgs {
+    /// The cluster file (TOML); every node must be on this machine.
+    #[arg(long)]
+    config: PathBuf,
+    /// Write the cluster's report as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    INTERRUPTED.store(true, Ordering::SeqCst);
+}
+
+/// Kills and reaps every child still running.
+struct Children(Vec<(u16, Child)>);
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        for (_, c) in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Runs `hytra cluster`.
+pub fn run_cluster(a: ClusterArgs) -> Result<(), CliError> {
+    let f = read_file(&a.config)?;
+    // Check the benchmark options here once, not in every child.
+    bench_args(&f, a.json.as_deref())?;
+    for n in &f.nodes {
+        let addr = resolve(n)?;
+        if !addr.ip().is_loopback() {
+            return usage(format!(
+                "hytra cluster starts local processes only, and node {}:{} is not on 127.0.0.1 (run `hytra node` on each host instead)",
+                n.host, n.port
+            ));
+        }
+    }
+    // SAFETY: installs a handler that only stores to an atomic (async-signal-safe);
+    // `on_signal` has the signature signal(2) expects.
+    unsafe {
+        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
+    }
+    let exe = std::env::current_exe()
+        .map_err(|e| CliError::Run(anyhow::anyhow!("cannot find the hytra binary: {e}")))?;
+    let mut children = Children(Vec::new());
+    for id in 0..f.nodes.len() as u16 {
+        let mut cmd = Command::new(&exe);
+        cmd.arg("node").arg("--config").arg(&a.config).arg("--id").arg(id.to_string());
+        if let (0, Some(j)) = (id, &a.json) {
+            cmd.arg("--json").arg(j);
+        }
+        // Node 0 prints the report; the others only their errors.
+        if id != 0 {
+            cmd.stdout(Stdio::null());
+        }
+        let child = cmd
+            .spawn()
+            .map_err(|e| CliError::Run(anyhow::anyhow!("cannot start node {id}: {e}")))?;
+        children.0.push((id, child));
+    }
+    let limit = Duration::from_secs(f.timeout_s)
+        + Duration::from_secs_f64(f.seconds.unwrap_or(5.0) * 2.0)
+        + Duration::from_secs(60);
+    let started = Instant::now();
+    let mut failed: Vec<String> = Vec::new();
+    while !children.0.is_empty() {
+        if INTERRUPTED.load(Ordering::SeqCst) {
+            return Err(CliError::Run(anyhow::anyhow!("interrupted: stopped every node")));
+        }
+        if started.elapsed() > limit {
+            return Err(CliError::Run(anyhow::anyhow!(
+                "the cluster did not finish within {} s: stopped every node",
+                limit.as_secs()
+            )));
+        }
+        let mut i = 0;
+        while i < children.0.len() {
+            let (id, c) = &mut children.0[i];
+            match c.try_wait() {
+                Ok(Some(status)) => {
+                    if !status.success() {
+                        failed.push(format!("node {id} exited with {status}"));
+                    }
+                    children.0.swap_remove(i);
+                }
+                Ok(None) => i += 1,
+                Err(e) => return Err(CliError::Run(anyhow::anyhow!("node {id}: {e}"))),
+            }
+        }
+        if !failed.is_empty() {
+            // One node failed: the others stop on their own with an error once they
+            // notice; do not wait for that.
+            return Err(CliError::Run(anyhow::anyhow!(
+                "{}; stopped every node",
+                failed.join(", ")
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}

@@ -1,0 +1,152 @@
+//! `hytra cluster` and `hytra node`: SmallBank on three processes over UCX (shared
+//! memory and TCP on 127.0.0.1), refused nodes, and a node killed mid-run. Built only
+//! with the `ucx` feature.
+#![cfg(feature = "ucx")]
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn hytra() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_hytra"))
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn dir() -> PathBuf {
+    let d = std::env::temp_dir().join(format!("hytra-cluster-test-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn cluster_file(
+    name: &str,
+    token: &str,
+    transports: &str,
+    seconds: f64,
+    timeout_s: u64,
+) -> PathBuf {
+    let port = free_port();
+    let mut text = format!(
+        "token = \"{token}\"\ntransports = \"{transports}\"\nworkload = \"smallbank\"\nworkers = 1\n\
+         coroutines = 4\nreplication = 3\nseconds = {seconds}\ntimeout_s = {timeout_s}\n\
+         bench_args = [\"--accounts-per-worker\", \"2000\", \"--check\"]\n"
+    );
+    for i in 0..3 {
+        text += &format!("[[nodes]]\nhost = \"127.0.0.1\"\nport = {}\n", port + i);
+    }
+    let path = dir().join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// Waits for a child at most `limit`, killing it after that.
+fn wait_bounded(mut c: Child, limit: Duration) -> Output {
+    let started = Instant::now();
+    while c.try_wait().unwrap().is_none() {
+        if started.elapsed() > limit {
+            c.kill().unwrap();
+            panic!("process still running after {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    c.wait_with_output().unwrap()
+}
+
+fn json_of(path: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+fn three_processes_run_smallbank_correctly(transports: &str) {
+    let file = cluster_file(&format!("ok-{transports}.toml"), "t0k", transports, 0.5, 30);
+    let json = dir().join(format!("out-{transports}.json"));
+    let c = hytra()
+        .args(["cluster", "--config"])
+        .arg(&file)
+        .arg("--json")
+        .arg(&json)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = wait_bounded(c, Duration::from_secs(120));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("smallbank on ucx"), "{stdout}");
+    let v = json_of(&json);
+    assert_eq!(v["checker"]["serializable"], true, "{v}");
+    assert_eq!(v["invariant_ok"], true, "{v}");
+    assert_eq!(v["nodes"], 3);
+    assert!(v["committed"].as_u64().unwrap() > 100, "{v}");
+}
+
+#[test]
+fn three_processes_over_shared_memory() {
+    three_processes_run_smallbank_correctly("sm");
+}
+
+#[test]
+fn three_processes_over_tcp() {
+    three_processes_run_smallbank_correctly("tcp");
+}
+
+#[test]
+fn a_node_with_a_wrong_token_is_refused() {
+    let good = cluster_file("token-good.toml", "right", "sm", 0.2, 4);
+    let text = std::fs::read_to_string(&good).unwrap().replace("\"right\"", "\"wrong\"");
+    let bad = dir().join("token-bad.toml");
+    std::fs::write(&bad, text).unwrap();
+    let root = hytra()
+        .args(["node", "--config"])
+        .arg(&good)
+        .args(["--id", "0"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let intruder = hytra()
+        .args(["node", "--config"])
+        .arg(&bad)
+        .args(["--id", "1"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let refused = wait_bounded(intruder, Duration::from_secs(30));
+    let msg = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success());
+    assert!(msg.contains("wrong cluster token"), "{msg}");
+    // Node 0 gives up on the missing nodes after the file's timeout.
+    let root = wait_bounded(root, Duration::from_secs(30));
+    let msg = String::from_utf8_lossy(&root.stderr);
+    assert!(!root.status.success());
+    assert!(msg.contains("did not join"), "{msg}");
+}
+
+#[test]
+fn killing_a_node_stops_the_others_with_an_error() {
+    let file = cluster_file("kill.toml", "k", "sm", 60.0, 30);
+    let spawn = |id: u16| {
+        hytra()
+            .args(["node", "--config"])
+            .arg(&file)
+            .args(["--id", &id.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let (n0, n1, mut n2) = (spawn(0), spawn(1), spawn(2));
+    std::thread::sleep(Duration::from_secs(2));
+    n2.kill().unwrap();
+    n2.wait().unwrap();
+    for (id, c) in [(0, n0), (1, n1)] {
+        let out = wait_bounded(c, Duration::from_secs(20));
+        let msg = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "node {id} succeeded without node 2");
+        assert!(msg.contains("closed its connection"), "node {id}: {msg}");
+    }
+}

@@ -1,0 +1,496 @@
+//! The TCP bootstrap of a cluster spread over processes: an [`Exchange`] in which node 0
+//! listens and every other node connects to it (a star), presenting the cluster's token
+//! and its node id. Node 0 refuses a wrong token, an id out of range and an id that is
+//! already taken, with a message the refused node prints.
+//!
+//! Wire format: frames of a little-endian u32 length and that many bytes. During a run
+//! the connections carry single bytes instead: `D` (member to node 0: all my workers
+//! are done) and `S` (node 0 to members: everyone is, stop). A closed connection is a
+//! vanished process and ends the run with an error on every survivor.
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+use super::exchange::Exchange;
+use crate::endpoint::BackendError;
+
+const MAGIC: &[u8; 8] = b"HYTRA-B1";
+const ACCEPTED: u8 = b'A';
+const REFUSED: u8 = b'R';
+const DONE: u8 = b'D';
+const STOP: u8 = b'S';
+/// Largest frame accepted (results with replica images of a large node).
+const FRAME_MAX: usize = 4 << 30;
+
+fn err(msg: impl Into<String>) -> BackendError {
+    BackendError::Cluster(msg.into())
+}
+
+/// Where this process stands in the star.
+enum Role {
+    /// Node 0: a connection per other node, by node id (index 0 unused).
+    Root { peers: Vec<Option<TcpStream>>, done: Vec<bool> },
+    /// Any other node: the connection to node 0.
+    Member { root: TcpStream, sent_done: bool },
+}
+
+/// The TCP bootstrap of one process (one node) of a cluster.
+pub struct TcpExchange {
+    me: u16,
+    role: Role,
+    timeout: Duration,
+    stopped: bool,
+    nonblocking: bool,
+}
+
+impl TcpExchange {
+    /// Joins the cluster as node `me` of `nodes`: node 0 listens on `root` and waits for
+    /// the others; the others connect to `root` (retrying until it listens). Everything
+    /// must happen within `timeout`, which also bounds every later exchange.
+    pub fn join(
+        me: u16,
+        nodes: u16,
+        root: SocketAddr,
+        token: &str,
+        timeout: Duration,
+    ) -> Result<TcpExchange, BackendError> {
+        if me >= nodes {
+            return Err(err(format!("node id {me} is outside a cluster of {nodes} nodes")));
+        }
+        let role = if me == 0 {
+            Self::accept_all(nodes, root, token, timeout)?
+        } else {
+            Self::connect(me, nodes, root, token, timeout)?
+        };
+        Ok(TcpExchange { me, role, timeout, stopped: false, nonblocking: false })
+    }
+
+    fn accept_all(
+        nodes: u16,
+        addr: SocketAddr,
+        token: &str,
+        timeout: Duration,
+    ) -> Result<Role, BackendError> {
+        let listener = TcpListener::bind(addr)
+            .map_err(|e| err(format!("node 0 cannot listen on {addr}: {e}")))?;
+        listener.set_nonblocking(true).map_err(|e| err(format!("listener: {e}")))?;
+        let deadline = Instant::now() + timeout;
+        let mut peers: Vec<Option<TcpStream>> = (0..nodes).map(|_| None).collect();
+        let mut joined = 1;
+        while joined < nodes {
+            match listener.accept() {
+                Ok((mut s, from)) => {
+                    s.set_nonblocking(false).map_err(|e| err(format!("socket: {e}")))?;
+                    s.set_read_timeout(Some(Duration::from_secs(10)))
+                        .map_err(|e| err(format!("socket: {e}")))?;
+                    s.set_nodelay(true).ok();
+                    match read_hello(&mut s) {
+                        Ok((id, their_nodes, their_token)) => {
+                            let refusal = if their_token != token {
+                                Some("wrong cluster token".to_string())
+                            } else if their_nodes != nodes {
+                                Some(format!(
+                                    "cluster size differs: node 0 has {nodes} nodes, you said {their_nodes}"
+                                ))
+                            } else if id == 0 || id >= nodes {
+                                Some(format!("node id {id} is not in 1..{nodes}"))
+                            } else if peers[usize::from(id)].is_some() {
+                                Some(format!("node id {id} is already taken"))
+                            } else {
+                                None
+                            };
+                            match refusal {
+                                Some(why) => {
+                                    eprintln!("bootstrap: refused a node from {from}: {why}");
+                                    let _ = write_reply(&mut s, REFUSED, why.as_bytes());
+                                }
+                                None => {
+                                    write_reply(&mut s, ACCEPTED, &[])
+                                        .map_err(|e| err(format!("node {id}: {e}")))?;
+                                    s.set_read_timeout(Some(timeout))
+                                        .map_err(|e| err(format!("socket: {e}")))?;
+                                    peers[usize::from(id)] = Some(s);
+                                    joined += 1;
+                                }
+                            }
+                        }
+                        Err(e) => eprintln!("bootstrap: ignored a connection from {from}: {e}"),
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    if Instant::now() > deadline {
+                        let missing: Vec<u16> =
+                            (1..nodes).filter(|&i| peers[usize::from(i)].is_none()).collect();
+                        return Err(err(format!(
+                            "nodes {missing:?} did not join within {} s",
+                            timeout.as_secs()
+                        )));
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(e) => return Err(err(format!("accept on {addr}: {e}"))),
+            }
+        }
+        Ok(Role::Root { peers, done: vec![false; usize::from(nodes)] })
+    }
+
+    fn connect(
+        me: u16,
+        nodes: u16,
+        root: SocketAddr,
+        token: &str,
+        timeout: Duration,
+    ) -> Result<Role, BackendError> {
+        let deadline = Instant::now() + timeout;
+        let mut s = loop {
+            match TcpStream::connect_timeout(&root, Duration::from_secs(1)) {
+                Ok(s) => break s,
+                Err(_) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20))
+                }
+                Err(e) => {
+                    return Err(err(format!(
+                        "node 0 at {root} did not answer within {} s: {e}",
+                        timeout.as_secs()
+                    )))
+                }
+            }
+        };
+        s.set_nodelay(true).ok();
+        s.set_read_timeout(Some(timeout)).map_err(|e| err(format!("socket: {e}")))?;
+        let mut hello = Vec::new();
+        hello.extend_from_slice(MAGIC);
+        hello.extend_from_slice(&me.to_le_bytes());
+        hello.extend_from_slice(&nodes.to_le_bytes());
+        hello.extend_from_slice(token.as_bytes());
+        write_frame(&mut s, &hello).map_err(|e| err(format!("node 0 at {root}: {e}")))?;
+        let reply = read_frame(&mut s).map_err(|e| err(format!("node 0 at {root}: {e}")))?;
+        match reply.split_first() {
+            Some((&ACCEPTED, _)) => Ok(Role::Member { root: s, sent_done: false }),
+            Some((&REFUSED, why)) => {
+                Err(err(format!("node 0 refused node {me}: {}", String::from_utf8_lossy(why))))
+            }
+            _ => Err(err(format!("node 0 at {root} answered something else than a bootstrap"))),
+        }
+    }
+
+    fn blocking(&mut self) -> Result<(), BackendError> {
+        if self.nonblocking {
+            for s in self.streams() {
+                s.set_nonblocking(false).map_err(|e| err(format!("socket: {e}")))?;
+            }
+            self.nonblocking = false;
+        }
+        Ok(())
+    }
+
+    fn streams(&mut self) -> Vec<&mut TcpStream> {
+        match &mut self.role {
+            Role::Root { peers, .. } => peers.iter_mut().flatten().collect(),
+            Role::Member { root, .. } => vec![root],
+        }
+    }
+
+    fn lost(&self, who: u16, e: &std::io::Error) -> BackendError {
+        let what = if e.kind() == ErrorKind::UnexpectedEof {
+            "closed its connection (it stopped or died)".to_string()
+        } else if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) {
+            format!("did not answer within {} s", self.timeout.as_secs())
+        } else {
+            e.to_string()
+        };
+        err(format!("node {who} {what}"))
+    }
+}
+
+fn read_hello(s: &mut TcpStream) -> Result<(u16, u16, String), String> {
+    let f = read_frame(s).map_err(|e| e.to_string())?;
+    if f.len() < 12 || &f[..8] != MAGIC {
+        return Err("not a hytra bootstrap".into());
+    }
+    let id = u16::from_le_bytes([f[8], f[9]]);
+    let nodes = u16::from_le_bytes([f[10], f[11]]);
+    Ok((id, nodes, String::from_utf8_lossy(&f[12..]).into_owned()))
+}
+
+fn write_reply(s: &mut TcpStream, kind: u8, msg: &[u8]) -> std::io::Result<()> {
+    let mut f = vec![kind];
+    f.extend_from_slice(msg);
+    write_frame(s, &f)
+}
+
+fn write_frame(s: &mut TcpStream, data: &[u8]) -> std::io::Result<()> {
+    let len = u32::try_from(data.len())
+        .map_err(|_| std::io::Error::new(ErrorKind::InvalidInput, "frame too large"))?;
+    s.write_all(&len.to_le_bytes())?;
+    s.write_all(data)
+}
+
+fn read_frame(s: &mut TcpStream) -> std::io::Result<Vec<u8>> {
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len)?;
+    let len = u32::from_le_bytes(len) as usize;
+    if len > FRAME_MAX {
+        return Err(std::io::Error::new(ErrorKind::InvalidData, "frame too large"));
+    }
+    let mut buf = vec![0u8; len];
+    s.read_exact(&mut buf)?;
+    Ok(buf)
+}
+
+impl Exchange for TcpExchange {
+    fn allgather(&mut self, mine: Vec<u8>) -> Result<Vec<Vec<u8>>, BackendError> {
+        self.blocking()?;
+        self.stopped = false;
+        if let Role::Member { sent_done, .. } = &mut self.role {
+            *sent_done = false;
+        }
+        match self.gather(mine)? {
+            Some(all) => {
+                let mut packed = Vec::new();
+                for b in &all {
+                    packed.extend_from_slice(&(b.len() as u64).to_le_bytes());
+                    packed.extend_from_slice(b);
+                }
+                let Role::Root { peers, .. } = &mut self.role else { unreachable!() };
+                for (id, s) in peers.iter_mut().enumerate() {
+                    if let Some(s) = s {
+                        write_u64_frame(s, &packed).map_err(|e| err(format!("node {id}: {e}")))?;
+                    }
+                }
+                Ok(all)
+            }
+            None => {
+                let Role::Member { root, .. } = &mut self.role else { unreachable!() };
+                let packed = read_u64_frame(root);
+                let packed = packed.map_err(|e| self.lost(0, &e))?;
+                let mut all = Vec::new();
+                let mut rest = &packed[..];
+                while !rest.is_empty() {
+                    if rest.len() < 8 {
+                        return Err(err("node 0 sent a truncated exchange"));
+                    }
+                    let n = u64::from_le_bytes(rest[..8].try_into().expect("8 bytes")) as usize;
+                    if rest.len() < 8 + n {
+                        return Err(err("node 0 sent a truncated exchange"));
+                    }
+                    all.push(rest[8..8 + n].to_vec());
+                    rest = &rest[8 + n..];
+                }
+                Ok(all)
+            }
+        }
+    }
+
+    fn gather(&mut self, mine: Vec<u8>) -> Result<Option<Vec<Vec<u8>>>, BackendError> {
+        self.blocking()?;
+        let me = self.me;
+        match &mut self.role {
+            Role::Root { peers, .. } => {
+                let mut all = vec![mine];
+                let mut failure = None;
+                for (id, s) in peers.iter_mut().enumerate() {
+                    if let Some(s) = s {
+                        match read_u64_frame(s) {
+                            Ok(b) => all.push(b),
+                            Err(e) => {
+                                failure = Some((id as u16, e));
+                                break;
+                            }
+                        }
+                    }
+                }
+                if let Some((id, e)) = failure {
+                    return Err(self.lost(id, &e));
+                }
+                Ok(Some(all))
+            }
+            Role::Member { root, .. } => {
+                write_u64_frame(root, &mine)
+                    .map_err(|e| err(format!("node {me} cannot reach node 0: {e}")))?;
+                Ok(None)
+            }
+        }
+    }
+
+    fn poll_done(&mut self, local_done: bool) -> Result<bool, BackendError> {
+        if self.stopped {
+            return Ok(true);
+        }
+        if !self.nonblocking {
+            for s in self.streams() {
+                s.set_nonblocking(true).map_err(|e| err(format!("socket: {e}")))?;
+            }
+            self.nonblocking = true;
+        }
+        let mut lost = None;
+        match &mut self.role {
+            Role::Member { root, sent_done } => {
+                if local_done && !*sent_done {
+                    match root.write(&[DONE]) {
+                        Ok(1) => *sent_done = true,
+                        Ok(_) => {}
+                        Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                        Err(e) => lost = Some((0, e)),
+                    }
+                }
+                let mut b = [0u8; 1];
+                match root.read(&mut b) {
+                    Ok(0) => lost = Some((0, ErrorKind::UnexpectedEof.into())),
+                    Ok(_) if b[0] == STOP => self.stopped = true,
+                    Ok(_) => {}
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                    Err(e) => lost = Some((0, e)),
+                }
+            }
+            Role::Root { peers, done } => {
+                for (id, s) in peers.iter_mut().enumerate() {
+                    let Some(s) = s else { continue };
+                    let mut b = [0u8; 1];
+                    match s.read(&mut b) {
+                        Ok(0) => {
+                            lost = Some((id as u16, ErrorKind::UnexpectedEof.into()));
+                            break;
+                        }
+                        Ok(_) if b[0] == DONE => done[id] = true,
+                        Ok(_) => {}
+                        Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                        Err(e) => {
+                            lost = Some((id as u16, e));
+                            break;
+                        }
+                    }
+                }
+                if lost.is_none()
+                    && local_done
+                    && peers.iter().zip(done.iter()).all(|(p, d)| p.is_none() || *d)
+                {
+                    for s in peers.iter_mut().flatten() {
+                        // One byte into an idle socket's empty buffer: it fits.
+                        let _ = s.write(&[STOP]);
+                    }
+                    done.iter_mut().for_each(|d| *d = false);
+                    self.stopped = true;
+                }
+            }
+        }
+        if let Some((id, e)) = lost {
+            return Err(self.lost(id, &e));
+        }
+        Ok(self.stopped)
+    }
+}
+
+fn write_u64_frame(s: &mut TcpStream, data: &[u8]) -> std::io::Result<()> {
+    s.write_all(&(data.len() as u64).to_le_bytes())?;
+    s.write_all(data)
+}
+
+fn read_u64_frame(s: &mut TcpStream) -> std::io::Result<Vec<u8>> {
+    let mut len = [0u8; 8];
+    s.read_exact(&mut len)?;
+    let len = u64::from_le_bytes(len) as usize;
+    if len > FRAME_MAX {
+        return Err(std::io::Error::new(ErrorKind::InvalidData, "frame too large"));
+    }
+    let mut buf = vec![0u8; len];
+    s.read_exact(&mut buf)?;
+    Ok(buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn free_port() -> SocketAddr {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    }
+
+    #[test]
+    fn three_nodes_exchange_and_stop_together() {
+        let root = free_port();
+        let t = Duration::from_secs(10);
+        let handles: Vec<_> = (0..3u16)
+            .map(|me| {
+                std::thread::spawn(move || {
+                    let mut x = TcpExchange::join(me, 3, root, "secret", t).unwrap();
+                    let all = x.allgather(vec![me as u8; usize::from(me) + 1]).unwrap();
+                    assert_eq!(all, vec![vec![0], vec![1, 1], vec![2, 2, 2]]);
+                    let started = Instant::now();
+                    // Node 2 finishes last: nobody may stop before it is done.
+                    loop {
+                        let local_done = me != 2 || started.elapsed() > Duration::from_millis(50);
+                        if x.poll_done(local_done).unwrap() {
+                            assert!(started.elapsed() >= Duration::from_millis(50));
+                            break;
+                        }
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                    let g = x.gather(vec![me as u8]).unwrap();
+                    assert_eq!(g.is_some(), me == 0);
+                    if let Some(g) = g {
+                        assert_eq!(g, vec![vec![0], vec![1], vec![2]]);
+                    }
+                    x.allgather(Vec::new()).unwrap();
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+    }
+
+    #[test]
+    fn wrong_token_and_duplicate_ids_are_refused() {
+        let root = free_port();
+        let t = Duration::from_secs(5);
+        let r = std::thread::spawn(move || TcpExchange::join(0, 2, root, "right", t).map(|_| ()));
+        let bad = TcpExchange::join(1, 2, root, "wrong", t).err().expect("refused");
+        assert!(bad.to_string().contains("wrong cluster token"), "{bad}");
+        let ok = TcpExchange::join(1, 2, root, "right", t).expect("accepted");
+        r.join().unwrap().unwrap();
+        drop(ok);
+
+        let root = free_port();
+        let r = std::thread::spawn(move || TcpExchange::join(0, 3, root, "k", t).map(|_| ()));
+        let first = TcpExchange::join(1, 3, root, "k", t).expect("accepted");
+        let dup = TcpExchange::join(1, 3, root, "k", t).err().expect("refused");
+        assert!(dup.to_string().contains("already taken"), "{dup}");
+        let _third = TcpExchange::join(2, 3, root, "k", t).expect("accepted");
+        r.join().unwrap().unwrap();
+        drop(first);
+    }
+
+    #[test]
+    fn a_vanished_peer_is_an_error_not_a_hang() {
+        let root = free_port();
+        let t = Duration::from_secs(5);
+        let member = std::thread::spawn(move || {
+            let x = TcpExchange::join(1, 2, root, "k", t).unwrap();
+            drop(x);
+        });
+        let mut x = TcpExchange::join(0, 2, root, "k", t).unwrap();
+        member.join().unwrap();
+        let started = Instant::now();
+        let e = loop {
+            match x.poll_done(true) {
+                Err(e) => break e,
+                Ok(stop) => assert!(!stop, "stopped without the member"),
+            }
+            assert!(started.elapsed() < Duration::from_secs(5), "no error");
+        };
+        assert!(e.to_string().contains("node 1 closed"), "{e}");
+    }
+
+    #[test]
+    fn a_node_that_never_comes_times_out() {
+        let root = free_port();
+        let e = TcpExchange::join(0, 2, root, "k", Duration::from_millis(200)).err().unwrap();
+        assert!(e.to_string().contains("did not join"), "{e}");
+        let e =
+            TcpExchange::join(1, 2, free_port(), "k", Duration::from_millis(200)).err().unwrap();
+        assert!(e.to_string().contains("did not answer"), "{e}");
+    }
+}

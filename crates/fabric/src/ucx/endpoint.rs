@@ -1,0 +1,550 @@
+//! The data path of the `ucx` backend: UCP workers and endpoints of this process, and a
+//! hytra worker's [`UcxEndpoint`] over them. Not for: process setup (see `mod.rs`).
+
+use std::collections::VecDeque;
+use std::ffi::c_void;
+use std::ptr::NonNull;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use super::exchange::Peers;
+use super::{ffi, Context, RunShared};
+use crate::constants::{SQ_DEPTH, WORD};
+use crate::endpoint::{BackendError, Caps, Endpoint};
+use crate::exec::validate_post;
+use crate::ids::{ClusterShape, NodeId, Qp, Rkey, WorkerId, WrId};
+use crate::memory::Region;
+use crate::verbs::{AccessError, Completion, OpFlags, PostError, Status, WorkRequest, WriteSrc};
+
+/// A connection: a UCP endpoint with the target node's keys unpacked for it.
+#[derive(Clone)]
+struct Lane {
+    ep: *mut ffi::Ep,
+    rkeys: Vec<*mut ffi::RkeyHandle>,
+}
+
+/// The UCP resources of one hosted worker.
+struct WorkerRes {
+    index: usize,
+    raw: NonNull<ffi::Worker>,
+    address: Vec<u8>,
+    /// Endpoints to every worker of the cluster, by dense index (datagrams).
+    eps: Vec<*mut ffi::Ep>,
+    /// Connections by `node * lanes_per_peer + lane` (lane 0 shares the datagram
+    /// endpoint to the same-index worker of the node).
+    lanes: Vec<Lane>,
+    /// Extra endpoints the lanes above 0 own.
+    lane_eps: Vec<*mut ffi::Ep>,
+}
+
+/// This process's UCP workers, from creation to teardown.
+pub(crate) struct WorkerSet {
+    shape: ClusterShape,
+    workers: Vec<WorkerRes>,
+    remote: Vec<Vec<(u64, u64)>>,
+    _ctx: Arc<Context>,
+}
+
+// SAFETY: the raw handles are used by one thread at a time: by the thread that owns the
+// set during setup and teardown, and during a run by the one thread each worker's
+// `Setup` was handed to (workers are created in UCS_THREAD_MODE_SERIALIZED).
+unsafe impl Send for WorkerSet {}
+
+fn err_of(what: &str, err: &[std::ffi::c_char; ffi::ERR_LEN]) -> BackendError {
+    BackendError::Config(format!("UCX {what}: {}", ffi::err_text(err)))
+}
+
+impl WorkerSet {
+    /// Creates one UCP worker per hosted worker (dense indexes in `hosted`).
+    pub(crate) fn create(
+        ctx: &Arc<Context>,
+        shape: ClusterShape,
+        hosted: &[usize],
+    ) -> Result<WorkerSet, BackendError> {
+        let mut set =
+            WorkerSet { shape, workers: Vec::new(), remote: Vec::new(), _ctx: ctx.clone() };
+        for &index in hosted {
+            let mut addr: *mut c_void = std::ptr::null_mut();
+            let mut len = 0usize;
+            let mut err = [0; ffi::ERR_LEN];
+            // SAFETY: the context is alive (held by `set`); out-pointers are live locals.
+            let raw = unsafe {
+                ffi::hx_worker_create(
+                    ctx.raw.as_ptr(),
+                    &mut addr,
+                    &mut len,
+                    err.as_mut_ptr(),
+                    err.len(),
+                )
+            };
+            let raw = NonNull::new(raw).ok_or_else(|| err_of("worker", &err))?;
+            // SAFETY: on success the shim returned an address of `len` bytes, copied here
+            // and released once.
+            let address = unsafe {
+                let v = std::slice::from_raw_parts(addr.cast::<u8>(), len).to_vec();
+                ffi::hx_worker_address_release(raw.as_ptr(), addr);
+                v
+            };
+            set.workers.push(WorkerRes {
+                index,
+                raw,
+                address,
+                eps: Vec::new(),
+                lanes: Vec::new(),
+                lane_eps: Vec::new(),
+            });
+        }
+        Ok(set)
+    }
+
+    /// Whether a worker of `node` is among this set.
+    pub(crate) fn hosts_node(&self, node: NodeId) -> bool {
+        self.workers.iter().any(|w| self.shape.worker_at(w.index).node == node)
+    }
+
+    /// The UCP address of hosted worker `index`.
+    pub(crate) fn address(&self, index: usize) -> &[u8] {
+        &self.workers.iter().find(|w| w.index == index).expect("a hosted worker").address
+    }
+
+    /// Creates every endpoint and unpacks every remote key.
+    /// `peer_errors`: ask UCP to report failed peers (not available on shared memory).
+    pub(crate) fn connect(&mut self, peers: &Peers, peer_errors: bool) -> Result<(), BackendError> {
+        let shape = self.shape;
+        self.remote =
+            peers.regions.iter().map(|l| l.iter().map(|r| (r.base, r.len)).collect()).collect();
+        for w in &mut self.workers {
+            let me = shape.worker_at(w.index);
+            let ep_to =
+                |raw: NonNull<ffi::Worker>, t: usize| -> Result<*mut ffi::Ep, BackendError> {
+                    let mut err = [0; ffi::ERR_LEN];
+                    let addr = &peers.addresses[t];
+                    // SAFETY: the worker is alive; `addr` is a UCP worker address a peer
+                    // announced, valid for the duration of the call.
+                    let ep = unsafe {
+                        ffi::hx_ep_create(
+                            raw.as_ptr(),
+                            addr.as_ptr().cast(),
+                            i32::from(peer_errors),
+                            err.as_mut_ptr(),
+                            err.len(),
+                        )
+                    };
+                    if ep.is_null() {
+                        return Err(err_of(&format!("endpoint to {}", shape.worker_at(t)), &err));
+                    }
+                    Ok(ep)
+                };
+            for t in 0..shape.workers_total() {
+                w.eps.push(ep_to(w.raw, t)?);
+            }
+            for n in 0..shape.nodes {
+                let target = shape.worker_index(WorkerId { node: NodeId(n), index: me.index });
+                for lane in 0..shape.lanes_per_peer {
+                    let ep = if lane == 0 {
+                        w.eps[target]
+                    } else {
+                        let ep = ep_to(w.raw, target)?;
+                        w.lane_eps.push(ep);
+                        ep
+                    };
+                    let mut rkeys = Vec::new();
+                    for (k, r) in peers.regions[usize::from(n)].iter().enumerate() {
+                        let mut h = std::ptr::null_mut();
+                        // SAFETY: `ep` was just created on this worker; the buffer is a
+                        // key the owner packed with ucp_rkey_pack.
+                        let rc = unsafe {
+                            ffi::hx_rkey_unpack(ep, r.packed_rkey.as_ptr().cast(), &mut h)
+                        };
+                        if rc != 0 {
+                            return Err(BackendError::Config(format!(
+                                "UCX: cannot unpack the key of region {k} of node {n}"
+                            )));
+                        }
+                        rkeys.push(h);
+                    }
+                    w.lanes.push(Lane { ep, rkeys });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// What each hosted worker's endpoint is built from, in hosted order.
+    pub(crate) fn setups(&self, regions: &[Vec<Region>]) -> Vec<Setup> {
+        self.workers
+            .iter()
+            .map(|w| {
+                let me = self.shape.worker_at(w.index);
+                Setup {
+                    me,
+                    index: w.index,
+                    worker: w.raw,
+                    eps: w.eps.clone(),
+                    lanes: w.lanes.clone(),
+                    remote: self.remote.clone(),
+                    regions: regions[usize::from(me.node.0)].clone(),
+                }
+            })
+            .collect()
+    }
+
+    /// Releases keys, endpoints and workers (after every thread using them has ended).
+    pub(crate) fn destroy(self) {
+        for w in &self.workers {
+            // SAFETY: no endpoint built from this set outlives the run (they are owned by
+            // programs that `finish` consumed), so nothing else uses these handles; each
+            // is released exactly once, keys before their endpoints, endpoints before
+            // their worker.
+            unsafe {
+                for lane in &w.lanes {
+                    for &k in &lane.rkeys {
+                        ffi::hx_rkey_destroy(k);
+                    }
+                }
+                for &ep in w.lane_eps.iter().chain(&w.eps) {
+                    ffi::hx_ep_destroy(w.raw.as_ptr(), ep);
+                }
+                ffi::hx_worker_destroy(w.raw.as_ptr());
+            }
+        }
+    }
+}
+
+/// Everything one worker's endpoint needs, handed to the thread that runs it.
+pub(crate) struct Setup {
+    me: WorkerId,
+    index: usize,
+    worker: NonNull<ffi::Worker>,
+    eps: Vec<*mut ffi::Ep>,
+    lanes: Vec<Lane>,
+    remote: Vec<Vec<(u64, u64)>>,
+    regions: Vec<Region>,
+}
+
+// SAFETY: a Setup's handles belong to one UCP worker (SERIALIZED mode) and the Setup is
+// moved to exactly one thread, which alone uses them until the run ends.
+unsafe impl Send for Setup {}
+
+impl Setup {
+    pub(crate) fn me(&self) -> WorkerId {
+        self.me
+    }
+    pub(crate) fn index(&self) -> usize {
+        self.index
+    }
+
+    /// The UCP worker, for the run loop's own progress calls.
+    pub(crate) fn worker(&self) -> Progress {
+        Progress(self.worker)
+    }
+}
+
+/// Lets the run loop progress a worker whose program is not polling: a NIC moves queued
+/// requests without the application, and UCP moves them only inside progress calls.
+#[derive(Copy, Clone)]
+pub(crate) struct Progress(NonNull<ffi::Worker>);
+
+impl Progress {
+    /// One progress call.
+    pub(crate) fn run(self) {
+        // SAFETY: called only by the thread that runs this worker's program, between its
+        // steps, while the worker is alive (it is destroyed after the run's threads end).
+        unsafe {
+            ffi::hx_progress(self.0.as_ptr());
+        }
+    }
+}
+
+/// Bits of a completion tag that hold the sequence number; the lane is above them.
+const SEQ_BITS: u32 = 48;
+
+/// Per-connection accounting of the verbs send-queue rule: a request stays outstanding
+/// until it or a later signaled request on the connection completes.
+#[derive(Copy, Clone, Default)]
+struct SendQueue {
+    posted: u64,
+    retired: u64,
+}
+
+/// A worker's endpoint in the `ucx` backend.
+pub struct UcxEndpoint {
+    shared: Arc<RunShared>,
+    s: Setup,
+    queues: Vec<SendQueue>,
+    /// Completions this side made up: refused remote accesses, unreachable peers.
+    errors: VecDeque<Completion>,
+    cqes: Vec<ffi::Cqe>,
+}
+
+impl UcxEndpoint {
+    pub(crate) fn new(shared: Arc<RunShared>, s: Setup) -> UcxEndpoint {
+        let queues = vec![SendQueue::default(); s.lanes.len()];
+        UcxEndpoint {
+            shared,
+            s,
+            queues,
+            errors: VecDeque::new(),
+            cqes: vec![ffi::Cqe::default(); 256],
+        }
+    }
+
+    fn check_remote(
+        &self,
+        node: NodeId,
+        rkey: Rkey,
+        offset: u64,
+        len: u64,
+    ) -> Result<u64, AccessError> {
+        let &(base, size) = self.s.remote[usize::from(node.0)]
+            .get(rkey.0 as usize)
+            .ok_or(AccessError::UnknownKey)?;
+        if offset % WORD != 0 || len % WORD != 0 {
+            return Err(AccessError::Misaligned);
+        }
+        match offset.checked_add(len) {
+            Some(end) if end <= size => Ok(base + offset),
+            _ => Err(AccessError::OutOfBounds),
+        }
+    }
+
+    fn local_ptr(&self, rkey: Rkey, offset: u64) -> *mut u8 {
+        self.s.regions[rkey.0 as usize].addr_of(offset)
+    }
+}
+
+impl Drop for UcxEndpoint {
+    fn drop(&mut self) {
+        // SAFETY: the worker outlives its endpoint (destroyed after the run's threads).
+        let dropped = unsafe { ffi::hx_dropped(self.s.worker.as_ptr()) };
+        self.shared.dropped.fetch_add(dropped, Ordering::Relaxed);
+    }
+}
+
+impl Endpoint for UcxEndpoint {
+    fn me(&self) -> WorkerId {
+        self.s.me
+    }
+
+    fn shape(&self) -> ClusterShape {
+        self.shared.shape
+    }
+
+    fn caps(&self) -> Caps {
+        self.shared.caps
+    }
+
+    fn now_ns(&self) -> u64 {
+        self.shared.start.elapsed().as_nanos() as u64
+    }
+
+    fn charge_cpu(&mut self, _ns: u64) {}
+
+    fn region(&self, rkey: Rkey) -> Option<&Region> {
+        self.s.regions.get(rkey.0 as usize)
+    }
+
+    fn post(
+        &mut self,
+        qp: Qp,
+        wr_id: WrId,
+        wr: &WorkRequest<'_>,
+        flags: OpFlags,
+    ) -> Result<(), PostError> {
+        let shape = self.shared.shape;
+        validate_post(&shape, &self.s.regions, qp, wr, flags)?;
+        let lane_index =
+            usize::from(qp.node.0) * usize::from(shape.lanes_per_peer) + usize::from(qp.lane);
+        let lane = &self.s.lanes[lane_index];
+        let queue = &mut self.queues[lane_index];
+        if queue.posted - queue.retired >= u64::from(SQ_DEPTH) {
+            return Err(PostError::QueueFull);
+        }
+        let tag = ((lane_index as u64) << SEQ_BITS) | queue.posted;
+        queue.posted += 1;
+        // SAFETY: the endpoint handle is alive for the whole run.
+        let failed = unsafe { ffi::hx_ep_failed(lane.ep) };
+        let fail = |status| Completion { wr_id, status, value: 0 };
+        if failed != 0 {
+            queue.retired = queue.posted;
+            self.errors.push_back(fail(Status::Unreachable));
+            return Ok(());
+        }
+        let remote = wr.remote();
+        let raddr = match self.check_remote(
+            remote.node,
+            remote.rkey,
+            remote.offset,
+            u64::from(wr.payload_len()),
+        ) {
+            Ok(a) => a,
+            Err(e) => {
+                // Refused at the target, as an RNIC would: it completes (and retires
+                // what came before it on the connection).
+                self.queues[lane_index].retired = self.queues[lane_index].posted;
+                self.errors.push_back(fail(Status::RemoteAccess(e)));
+                return Ok(());
+            }
+        };
+        let rkey = lane.rkeys[remote.rkey.0 as usize];
+        let (w, ep) = (self.s.worker.as_ptr(), lane.ep);
+        let signaled = i32::from(flags.has(OpFlags::SIGNALED));
+        // SAFETY: in every arm, `w`, `ep` and `rkey` are live handles of this worker; local
+        // pointers lie inside this node's registered regions (validate_post checked the
+        // ranges) which stay mapped for the run; the remote range was checked against
+        // the region size its owner announced. The shim copies inline payloads it still
+        // needs, and a non-inline WRITE's source must stay unchanged until completion by
+        // the verbs contract.
+        let rc = unsafe {
+            match *wr {
+                WorkRequest::Read { local, len, .. } => ffi::hx_get(
+                    w,
+                    ep,
+                    self.local_ptr(local.rkey, local.offset).cast(),
+                    len as usize,
+                    raddr,
+                    rkey,
+                    wr_id,
+                    tag,
+                    signaled,
+                ),
+                WorkRequest::Write { src: WriteSrc::Local { addr, len }, .. } => ffi::hx_put(
+                    w,
+                    ep,
+                    self.local_ptr(addr.rkey, addr.offset).cast_const().cast(),
+                    len as usize,
+                    raddr,
+                    rkey,
+                    wr_id,
+                    tag,
+                    signaled,
+                    i32::from(flags.has(OpFlags::INLINE)),
+                ),
+                WorkRequest::Write { src: WriteSrc::Bytes(bytes), .. } => ffi::hx_put(
+                    w,
+                    ep,
+                    bytes.as_ptr().cast(),
+                    bytes.len(),
+                    raddr,
+                    rkey,
+                    wr_id,
+                    tag,
+                    signaled,
+                    1,
+                ),
+                WorkRequest::Cas { local, compare, swap, .. } => ffi::hx_atomic(
+                    w,
+                    ep,
+                    1,
+                    compare,
+                    swap,
+                    self.local_ptr(local.rkey, local.offset).cast(),
+                    raddr,
+                    rkey,
+                    wr_id,
+                    tag,
+                    signaled,
+                ),
+                WorkRequest::Faa { local, add, .. } => ffi::hx_atomic(
+                    w,
+                    ep,
+                    0,
+                    0,
+                    add,
+                    self.local_ptr(local.rkey, local.offset).cast(),
+                    raddr,
+                    rkey,
+                    wr_id,
+                    tag,
+                    signaled,
+                ),
+            }
+        };
+        debug_assert_eq!(rc, 0, "the shim reports failures as completions");
+        Ok(())
+    }
+
+    fn ring_doorbells(&mut self) {}
+
+    fn poll_cq(&mut self, out: &mut [Completion]) -> usize {
+        let mut n = 0;
+        while n < out.len() {
+            let Some(c) = self.errors.pop_front() else { break };
+            out[n] = c;
+            n += 1;
+        }
+        let want = (out.len() - n).min(self.cqes.len());
+        if want == 0 {
+            return n;
+        }
+        let w = self.s.worker.as_ptr();
+        // SAFETY: the worker is alive and used only by this thread; `cqes` has room for
+        // `want` entries.
+        let got = unsafe {
+            ffi::hx_progress(w);
+            ffi::hx_poll(w, self.cqes.as_mut_ptr(), want)
+        };
+        for c in &self.cqes[..got] {
+            let queue = &mut self.queues[(c.tag >> SEQ_BITS) as usize];
+            let seq = c.tag & ((1 << SEQ_BITS) - 1);
+            queue.retired = queue.retired.max(seq + 1);
+            let status = if c.status == 0 { Status::Success } else { Status::Unreachable };
+            out[n] = Completion {
+                wr_id: c.wr_id,
+                status,
+                value: if c.status == 0 { c.value } else { 0 },
+            };
+            n += 1;
+        }
+        n
+    }
+
+    fn send(&mut self, to: WorkerId, payload: &[u8], _flags: OpFlags) -> Result<(), PostError> {
+        let shape = self.shared.shape;
+        if !shape.contains(to) {
+            return Err(PostError::NoSuchPeer);
+        }
+        if payload.len() > self.shared.caps.mtu {
+            return Err(PostError::TooLarge(payload.len()));
+        }
+        let ep = self.s.eps[shape.worker_index(to)];
+        // SAFETY: live handles of this worker; the shim copies the payload if UCP still
+        // needs it after the call.
+        unsafe {
+            ffi::hx_am_send(
+                self.s.worker.as_ptr(),
+                ep,
+                self.s.index as u32,
+                payload.as_ptr().cast(),
+                payload.len(),
+            );
+        }
+        Ok(())
+    }
+
+    fn recv(&mut self, buf: &mut [u8]) -> Option<(WorkerId, usize)> {
+        let total = self.shared.shape.workers_total();
+        let w = self.s.worker.as_ptr();
+        let mut progressed = false;
+        loop {
+            let mut from = 0u32;
+            // SAFETY: the worker is alive and used only by this thread; `buf` is writable
+            // for its length.
+            let n = unsafe { ffi::hx_recv(w, &mut from, buf.as_mut_ptr(), buf.len()) };
+            if n < 0 {
+                if progressed {
+                    return None;
+                }
+                // Messages arrive only inside progress calls: make one before saying
+                // nothing came.
+                // SAFETY: as above.
+                unsafe { ffi::hx_progress(w) };
+                progressed = true;
+                continue;
+            }
+            if (from as usize) < total {
+                return Some((self.shared.shape.worker_at(from as usize), n as usize));
+            }
+        }
+    }
+}

@@ -1,0 +1,523 @@
+//! `ucx`: the verbs model over UCX (UCP): shared memory and TCP on one machine, RDMA
+//! transports (rc, ud, dc) on InfiniBand/RoCE clusters.
+//!
+//! A [`UcxCluster`] hosts some of a cluster's nodes in this process (all of them for
+//! tests and `hytra bench --backend ucx`; one per process under `hytra node`). The nodes
+//! it does not host exist here only as shadows: their regions have the right size and
+//! keys (so every process builds the same catalog) but are never touched by the data
+//! path. Processes learn each other's worker addresses and remote keys through an
+//! [`Exchange`] (a TCP bootstrap across processes, [`Solo`] within one).
+//!
+//! Mapping (docs/ARCHITECTURE.md has the whole table):
+//! - a hytra worker is a UCP worker; its connection `(node, lane)` is a UCP endpoint to
+//!   the worker with the same index on `node` (one endpoint per lane);
+//! - READ/WRITE are `ucp_get_nbx`/`ucp_put_nbx`, CAS/FAA `ucp_atomic_op_nbx` (CSWAP,
+//!   ADD with a reply); a signaled WRITE is followed by an endpoint flush, so that its
+//!   completion means the data is at the target, as with RC;
+//! - FIFO per connection: UCP does not order RMA on an endpoint, so an operation issued
+//!   while earlier ones on the same endpoint are in flight is preceded by a fence;
+//! - `MORE` is accepted and ignored: UCP hands each operation to the transport at once
+//!   and batches on its own (shared memory completes most operations inline);
+//! - remote protection checks (key, bounds, alignment) are made by the poster against
+//!   the region sizes exchanged with the keys, since UCP does not check bounds;
+//! - datagrams are active messages sent eagerly with the sender's index as header.
+//!
+//! Regions are allocated by UCP (`ucp_mem_map` with ALLOCATE) so that shared-memory
+//! peers map them and complete one-sided operations without this process's CPU.
+
+pub mod bootstrap;
+mod endpoint;
+pub mod exchange;
+mod ffi;
+
+use std::ffi::{c_void, CString};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub use self::bootstrap::TcpExchange;
+pub use self::endpoint::UcxEndpoint;
+pub use self::exchange::{Exchange, Solo};
+use crate::constants::{DATAGRAM_MTU, INLINE_MAX, SQ_DEPTH};
+use crate::endpoint::{
+    Backend, BackendError, Caps, Program, RegionSpec, RunLimits, RunStats, Step,
+};
+use crate::exec::check_region;
+use crate::ids::{ClusterShape, NodeId, Rkey};
+use crate::memory::Region;
+use crate::sim::validate_shape;
+
+/// Idle rounds a thread spins before it yields its core.
+const IDLE_SPINS_MAX: u32 = 64;
+
+/// Configuration of a UCX cluster (or of this process's part of it).
+#[derive(Clone, Debug)]
+pub struct UcxConfig {
+    /// The whole cluster's size.
+    pub shape: ClusterShape,
+    /// Nodes this process hosts (all of them when `None`).
+    pub hosted: Option<Vec<NodeId>>,
+    /// UCX transports (`UCX_TLS` syntax, e.g. `sm` or `tcp`); `None`: UCX's choice. The
+    /// `self` transport is added so that a worker can reach its own node.
+    pub transports: Option<String>,
+    /// OS threads for this process's workers; `None`: one per core, at most one per
+    /// hosted worker.
+    pub threads: Option<usize>,
+}
+
+impl UcxConfig {
+    /// All nodes in this process, UCX's transports, one thread per core.
+    pub fn new(shape: ClusterShape) -> Self {
+        UcxConfig { shape, hosted: None, transports: None, threads: None }
+    }
+
+    /// Whether this configuration hosts `node`.
+    pub fn hosts(&self, node: NodeId) -> bool {
+        self.hosted.as_ref().is_none_or(|h| h.contains(&node))
+    }
+
+    fn tls(&self) -> Option<String> {
+        let t = self.transports.as_deref()?.trim();
+        if t.is_empty() || t == "all" {
+            return None;
+        }
+        if t.split(',').any(|x| x.trim() == "self") {
+            Some(t.to_string())
+        } else {
+            Some(format!("{t},self"))
+        }
+    }
+
+    /// What the fabric promises under these transports. RDMA NICs execute atomics in
+    /// the device, which is not atomic with respect to CPU atomics (DrTM+H §5.2); shared
+    /// memory uses CPU atomics, and TCP emulates them with CPU atomics at the target.
+    /// Over TCP, one-sided operations need the target's worker to make progress.
+    fn caps(&self) -> Caps {
+        let (coherent, bypass) = match self.tls() {
+            Some(t) => {
+                let names: Vec<&str> = t.split(',').map(str::trim).collect();
+                let rdma = names.iter().any(|n| {
+                    matches!(*n, "rc" | "rc_v" | "rc_x" | "rc_mlx5" | "ud" | "ud_v" | "ud_x")
+                        || n.starts_with("dc")
+                        || n.starts_with("ib")
+                        || n.starts_with("rc_")
+                        || n.starts_with("ud_")
+                });
+                (!rdma, !names.contains(&"tcp"))
+            }
+            None => {
+                let rdma = rdma_devices_present();
+                (!rdma, rdma)
+            }
+        };
+        Caps {
+            mtu: DATAGRAM_MTU,
+            inline_max: INLINE_MAX,
+            sq_depth: SQ_DEPTH,
+            atomics_coherent: coherent,
+            one_sided_bypasses_target: bypass,
+        }
+    }
+}
+
+impl UcxConfig {
+    /// Whether endpoints can ask UCP to report failed peers: not when shared memory may
+    /// carry them (UCX 1.13's shared-memory transports refuse that mode).
+    fn peer_errors(&self) -> bool {
+        const SHARED_MEMORY: [&str; 7] = ["sm", "shm", "posix", "sysv", "cma", "knem", "xpmem"];
+        self.tls().is_some_and(|t| !t.split(',').any(|n| SHARED_MEMORY.contains(&n.trim())))
+    }
+}
+
+fn rdma_devices_present() -> bool {
+    std::fs::read_dir("/sys/class/infiniband").is_ok_and(|mut d| d.next().is_some())
+}
+
+/// The process's UCP context; everything else holds it alive.
+pub(crate) struct Context {
+    raw: NonNull<ffi::Context>,
+}
+
+// SAFETY: the context is created with `mt_workers_shared`, so UCP allows its workers to
+// be used from different threads; the handle itself is only passed to UCP calls that
+// take the context (memory mapping, worker creation) under `&mut UcxCluster`.
+unsafe impl Send for Context {}
+// SAFETY: as above; no Rust-side state behind the pointer.
+unsafe impl Sync for Context {}
+
+impl Drop for Context {
+    fn drop(&mut self) {
+        // SAFETY: created by hx_context_create; every worker and mapping holds an Arc to
+        // this context, so none is left when it drops.
+        unsafe { ffi::hx_context_destroy(self.raw.as_ptr()) }
+    }
+}
+
+/// Memory UCP allocated and mapped for one region.
+struct Mapping {
+    ctx: Arc<Context>,
+    memh: NonNull<ffi::MemHandle>,
+}
+
+// SAFETY: the handle is only used to unmap, once, on drop; UCP's memory map calls on a
+// context created with `mt_workers_shared` may run on any thread.
+unsafe impl Send for Mapping {}
+// SAFETY: as above.
+unsafe impl Sync for Mapping {}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: memh came from hx_mem_alloc on this context and is unmapped only here;
+        // the Region that points into the memory owns this Mapping, so it is gone too.
+        unsafe { ffi::hx_mem_free(self.ctx.raw.as_ptr(), self.memh.as_ptr()) }
+    }
+}
+
+/// A registered region of a hosted node, with what peers need to reach it.
+pub(crate) struct HostedRegion {
+    region: Region,
+    base: u64,
+    packed_rkey: Vec<u8>,
+}
+
+/// A region of some node as this process knows it.
+pub(crate) enum RegionSlot {
+    Hosted(HostedRegion),
+    /// A node of another process: memory of the right size that the data path never
+    /// touches (mapped lazily, so it costs nothing unless someone writes it).
+    Shadow(Region),
+}
+
+impl RegionSlot {
+    fn region(&self) -> &Region {
+        match self {
+            RegionSlot::Hosted(h) => &h.region,
+            RegionSlot::Shadow(r) => r,
+        }
+    }
+}
+
+/// A cluster, or this process's part of one, over UCX.
+pub struct UcxCluster {
+    config: UcxConfig,
+    ctx: Arc<Context>,
+    regions: Vec<Vec<RegionSlot>>,
+    exchange: Box<dyn Exchange>,
+}
+
+impl UcxCluster {
+    /// A cluster whose every node lives in this process.
+    pub fn new(config: UcxConfig) -> Result<UcxCluster, BackendError> {
+        UcxCluster::with_exchange(config, Box::new(Solo))
+    }
+
+    /// This process's part of a cluster; `exchange` reaches the other processes.
+    pub fn with_exchange(
+        config: UcxConfig,
+        exchange: Box<dyn Exchange>,
+    ) -> Result<UcxCluster, BackendError> {
+        validate_shape(config.shape)?;
+        if let Some(h) = &config.hosted {
+            if h.is_empty() || h.iter().any(|n| n.0 >= config.shape.nodes) {
+                return Err(BackendError::Config(format!(
+                    "hosted nodes {h:?} do not fit a cluster of {} nodes",
+                    config.shape.nodes
+                )));
+            }
+        }
+        let tls = config.tls().map(|t| CString::new(t).expect("transport names have no NUL"));
+        let mut err = [0; ffi::ERR_LEN];
+        // SAFETY: `tls` is a valid C string or null, `err` a writable buffer of ERR_LEN.
+        let raw = unsafe {
+            ffi::hx_context_create(
+                tls.as_ref().map_or(std::ptr::null(), |t| t.as_ptr()),
+                err.as_mut_ptr(),
+                err.len(),
+            )
+        };
+        let Some(raw) = NonNull::new(raw) else {
+            return Err(BackendError::Config(format!("UCX: {}", ffi::err_text(&err))));
+        };
+        let regions = (0..config.shape.nodes).map(|_| Vec::new()).collect();
+        Ok(UcxCluster { config, ctx: Arc::new(Context { raw }), regions, exchange })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &UcxConfig {
+        &self.config
+    }
+
+    fn alloc(&self, node: NodeId, len: u64) -> Result<HostedRegion, BackendError> {
+        let fail = |reason: String| BackendError::Register { node, len_bytes: len, reason };
+        let bytes = usize::try_from(len).map_err(|_| fail("larger than memory".into()))?;
+        let mut memh = std::ptr::null_mut();
+        let mut addr: *mut c_void = std::ptr::null_mut();
+        let mut rkey_buf: *mut c_void = std::ptr::null_mut();
+        let mut rkey_len = 0usize;
+        let mut err = [0; ffi::ERR_LEN];
+        // SAFETY: every out-pointer refers to a live local; the context is alive.
+        let rc = unsafe {
+            ffi::hx_mem_alloc(
+                self.ctx.raw.as_ptr(),
+                bytes,
+                &mut memh,
+                &mut addr,
+                &mut rkey_buf,
+                &mut rkey_len,
+                err.as_mut_ptr(),
+                err.len(),
+            )
+        };
+        if rc != 0 {
+            return Err(fail(format!("UCX: {}", ffi::err_text(&err))));
+        }
+        // SAFETY: on success the shim returned a packed key of `rkey_len` bytes that we
+        // copy and then release exactly once.
+        let packed_rkey = unsafe {
+            let v = std::slice::from_raw_parts(rkey_buf.cast::<u8>(), rkey_len).to_vec();
+            ffi::hx_rkey_buffer_release(rkey_buf);
+            v
+        };
+        let memh = NonNull::new(memh).expect("hx_mem_alloc returned a handle");
+        let ptr = NonNull::new(addr.cast::<u64>()).expect("hx_mem_alloc returned memory");
+        let owner = Arc::new(Mapping { ctx: self.ctx.clone(), memh });
+        // SAFETY: the shim checked that the mapping is 8-byte aligned and at least `len`
+        // bytes, and zeroed it; `owner` unmaps it only when the last Region clone is gone;
+        // peers touch it only through UCP (DMA-like copies and CPU atomics).
+        let region = unsafe { Region::from_raw(ptr, bytes / 8, owner) };
+        Ok(HostedRegion { region, base: addr as u64, packed_rkey })
+    }
+}
+
+impl Backend for UcxCluster {
+    type Ep = UcxEndpoint;
+
+    fn shape(&self) -> ClusterShape {
+        self.config.shape
+    }
+
+    fn hosts(&self, node: NodeId) -> bool {
+        self.config.hosts(node)
+    }
+
+    fn register(&mut self, node: NodeId, spec: RegionSpec) -> Result<Rkey, BackendError> {
+        check_region(&self.config.shape, node, spec)?;
+        let slot = if self.config.hosts(node) {
+            RegionSlot::Hosted(self.alloc(node, spec.len_bytes)?)
+        } else {
+            RegionSlot::Shadow(Region::zeroed(spec.len_bytes))
+        };
+        let list = &mut self.regions[usize::from(node.0)];
+        list.push(slot);
+        Ok(Rkey(u32::try_from(list.len() - 1).expect("region count fits u32")))
+    }
+
+    fn region(&self, node: NodeId, rkey: Rkey) -> Option<Region> {
+        Some(self.regions.get(usize::from(node.0))?.get(rkey.0 as usize)?.region().clone())
+    }
+
+    fn gather(&mut self, mine: Vec<u8>) -> Result<Option<Vec<Vec<u8>>>, BackendError> {
+        self.exchange.gather(mine)
+    }
+
+    fn run<P, R, F, G>(
+        &mut self,
+        make: F,
+        finish: G,
+        limits: RunLimits,
+    ) -> Result<(Vec<R>, RunStats), BackendError>
+    where
+        P: Program,
+        R: Send,
+        F: Fn(UcxEndpoint) -> P + Sync,
+        G: Fn(P) -> R + Sync,
+    {
+        let shape = self.config.shape;
+        let hosted: Vec<usize> = (0..shape.workers_total())
+            .filter(|&i| self.config.hosts(shape.worker_at(i).node))
+            .collect();
+        let mut workers = endpoint::WorkerSet::create(&self.ctx, shape, &hosted)?;
+        let blob = exchange::encode_local(shape, &workers, &self.regions);
+        let all = self.exchange.allgather(blob)?;
+        let peers = exchange::decode_all(shape, &all, &self.regions)?;
+        workers.connect(&peers, self.config.peer_errors())?;
+        // Everyone is connected: start the clocks together.
+        self.exchange.allgather(Vec::new())?;
+        let run_shared = Arc::new(RunShared {
+            shape,
+            caps: self.config.caps(),
+            start: Instant::now(),
+            done: AtomicUsize::new(0),
+            stop: AtomicBool::new(false),
+            abort: AtomicBool::new(false),
+            dropped: AtomicU64::new(0),
+        });
+        let own_regions: Vec<Vec<Region>> =
+            self.regions.iter().map(|l| l.iter().map(|s| s.region().clone()).collect()).collect();
+        let threads = self
+            .config
+            .threads
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        let threads = threads.clamp(1, hosted.len());
+        let setups = workers.setups(&own_regions);
+        let mut per_thread: Vec<Vec<endpoint::Setup>> = (0..threads).map(|_| Vec::new()).collect();
+        for (i, s) in setups.into_iter().enumerate() {
+            per_thread[i % threads].push(s);
+        }
+        let exchange = Mutex::new(&mut self.exchange);
+        let total_local = hosted.len();
+        let outputs: Vec<Result<Vec<(usize, R)>, BackendError>> = std::thread::scope(|s| {
+            let handles: Vec<_> = per_thread
+                .into_iter()
+                .enumerate()
+                .map(|(t, mine)| {
+                    let (shared, make, finish, exchange) =
+                        (run_shared.clone(), &make, &finish, &exchange);
+                    s.spawn(move || {
+                        let first = mine.first().map(|s| s.me());
+                        let result = catch_unwind(AssertUnwindSafe(|| {
+                            let coordinator = (t == 0).then_some(exchange);
+                            run_thread(
+                                &shared,
+                                mine,
+                                make,
+                                finish,
+                                limits,
+                                total_local,
+                                coordinator,
+                            )
+                        }));
+                        match result {
+                            Ok(r) => r,
+                            Err(payload) => {
+                                shared.abort.store(true, Ordering::Relaxed);
+                                Err(BackendError::WorkerPanicked {
+                                    worker: first.unwrap_or(shape.worker_at(0)),
+                                    message: crate::local::panic_message(&payload),
+                                })
+                            }
+                        }
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().expect("thread result is caught")).collect()
+        });
+        let elapsed = run_shared.start.elapsed().as_nanos() as u64;
+        let failed = outputs.iter().any(Result::is_err);
+        // Nobody touches a peer once every process has stopped: then tear down. After a
+        // failure there is no barrier: this process leaves, and its closed connections
+        // tell the others at once.
+        let barrier = if failed { Ok(Vec::new()) } else { self.exchange.allgather(Vec::new()) };
+        workers.destroy();
+        let mut results: Vec<(usize, R)> = Vec::with_capacity(total_local);
+        for out in outputs {
+            results.extend(out?);
+        }
+        barrier?;
+        results.sort_by_key(|(w, _)| *w);
+        let stats = RunStats {
+            elapsed_ns: elapsed,
+            wall_ns: elapsed,
+            all_done: !run_shared.abort.load(Ordering::Relaxed)
+                && run_shared.done.load(Ordering::Relaxed) == total_local
+                && run_shared.stop.load(Ordering::Relaxed),
+            datagrams_dropped: run_shared.dropped.load(Ordering::Relaxed),
+            ..RunStats::default()
+        };
+        Ok((results.into_iter().map(|(_, r)| r).collect(), stats))
+    }
+}
+
+/// What the threads of one run share.
+pub(crate) struct RunShared {
+    pub(crate) shape: ClusterShape,
+    pub(crate) caps: Caps,
+    pub(crate) start: Instant,
+    done: AtomicUsize,
+    /// Every worker of the cluster is done (or the run ends): leave the loop.
+    stop: AtomicBool,
+    abort: AtomicBool,
+    pub(crate) dropped: AtomicU64,
+}
+
+/// The loop of one OS thread: steps its workers until the whole cluster is done, the
+/// time limit passes, or something failed. Thread 0 also talks to the other processes.
+fn run_thread<P, R, F, G>(
+    shared: &Arc<RunShared>,
+    mine: Vec<endpoint::Setup>,
+    make: &F,
+    finish: &G,
+    limits: RunLimits,
+    total_local: usize,
+    coordinator: Option<&Mutex<&mut Box<dyn Exchange>>>,
+) -> Result<Vec<(usize, R)>, BackendError>
+where
+    P: Program,
+    F: Fn(UcxEndpoint) -> P,
+    G: Fn(P) -> R,
+{
+    let ids: Vec<usize> = mine.iter().map(|s| s.index()).collect();
+    let progress: Vec<endpoint::Progress> = mine.iter().map(|s| s.worker()).collect();
+    let mut programs: Vec<P> =
+        mine.into_iter().map(|s| make(UcxEndpoint::new(shared.clone(), s))).collect();
+    let mut done = vec![false; programs.len()];
+    let mut idle_rounds = 0u32;
+    let mut round = 0u64;
+    let mut last_poll = Instant::now();
+    let mut failure = None;
+    loop {
+        let mut busy = false;
+        for (i, p) in programs.iter_mut().enumerate() {
+            if p.step() == Step::Busy {
+                busy = true;
+            } else {
+                progress[i].run();
+            }
+            if !done[i] && p.is_done() {
+                done[i] = true;
+                shared.done.fetch_add(1, Ordering::AcqRel);
+            }
+        }
+        round += 1;
+        if round % 64 == 0 {
+            let elapsed = shared.start.elapsed().as_nanos() as u64;
+            if let Some(ex) = coordinator {
+                if last_poll.elapsed() >= Duration::from_micros(500) {
+                    last_poll = Instant::now();
+                    let local_done = shared.done.load(Ordering::Acquire) == total_local;
+                    let mut ex = ex.lock().expect("exchange lock");
+                    match ex.poll_done(local_done) {
+                        Ok(true) => shared.stop.store(true, Ordering::Release),
+                        Ok(false) => {}
+                        Err(e) => {
+                            failure = Some(e);
+                            shared.abort.store(true, Ordering::Relaxed);
+                        }
+                    }
+                }
+            }
+            if shared.stop.load(Ordering::Acquire)
+                || elapsed > limits.time_limit_ns
+                || shared.abort.load(Ordering::Relaxed)
+            {
+                break;
+            }
+        }
+        if busy {
+            idle_rounds = 0;
+        } else {
+            idle_rounds += 1;
+            if idle_rounds > IDLE_SPINS_MAX {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+    }
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    Ok(ids.into_iter().zip(programs.into_iter().map(finish)).collect())
+}
