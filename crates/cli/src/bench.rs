@@ -16,7 +16,7 @@ use hytra_fabric::ClusterShape;
 use hytra_rt::RtConfig;
 use hytra_store::{Catalog, NodeStore};
 use hytra_txn::{AbortReason, Design, ExecStrategy, LockStrategy, Primitive, TxnConfig, PHASES};
-use hytra_workloads::bench::{run, run_partial, BenchError, BenchParams, BenchResult, Workload};
+use hytra_workloads::bench::{run, BenchError, BenchParams, BenchResult, Workload};
 use hytra_workloads::smallbank::SmallBank;
 use hytra_workloads::tatp::{Tatp, TatpParams};
 use hytra_workloads::tpcc::{TpcC, TpccMix, TpccParams, TYPES as TPCC_TYPES};
@@ -398,7 +398,7 @@ fn run_ucx<W: Workload>(
             UcxCluster::with_exchange(uc, Box::new(ex))?
         }
     };
-    run_partial(&mut b, workload, cfg, params)
+    hytra_workloads::bench::run_partial(&mut b, workload, cfg, params)
 }
 
 #[cfg(not(feature = "ucx"))]

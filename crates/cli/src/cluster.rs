@@ -20,6 +20,7 @@ use crate::{usage, CliError};
 
 /// This process's place in a cluster of processes.
 #[derive(Clone, Debug)]
+#[cfg_attr(not(feature = "ucx"), allow(dead_code))]
 pub struct Placement {
     /// Node id.
     pub me: u16,

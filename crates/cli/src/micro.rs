@@ -102,6 +102,7 @@ enum BackendKind {
 #[derive(Clone)]
 struct Plan {
     backend: BackendKind,
+    #[cfg_attr(not(feature = "ucx"), allow(dead_code))]
     transports: String,
     profile: NicProfile,
     cpu: CpuMode,

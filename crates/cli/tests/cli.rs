@@ -230,3 +230,43 @@ fn reproduce_bad_input_gets_one_line_and_exit_2() {
         &["reproduce", "--out", "/proc/no-such-dir/x"],
     ]);
 }
+
+#[test]
+fn cluster_files_are_checked_before_anything_starts() {
+    let bad_workload = temp("bad-workload.toml");
+    std::fs::write(
+        &bad_workload,
+        "token = \"t\"\nworkload = \"tpcc\"\n[[nodes]]\nhost = \"127.0.0.1\"\nport = 1\n",
+    )
+    .unwrap();
+    let no_nodes = temp("no-nodes.toml");
+    std::fs::write(&no_nodes, "token = \"t\"\nnodes = []\n").unwrap();
+    let typo = temp("typo.toml");
+    std::fs::write(&typo, "tokn = \"t\"\n").unwrap();
+    let remote = temp("remote.toml");
+    std::fs::write(&remote, "token = \"t\"\n[[nodes]]\nhost = \"192.0.2.1\"\nport = 7000\n")
+        .unwrap();
+    let path = |p: &PathBuf| p.to_str().unwrap().to_string();
+    let (a, b, c, d) = (path(&bad_workload), path(&no_nodes), path(&typo), path(&remote));
+    assert_usage_errors(&[
+        &["cluster", "--config", "/nonexistent/cluster.toml"],
+        &["cluster", "--config", &a],
+        &["cluster", "--config", &b],
+        &["cluster", "--config", &c],
+        &["cluster", "--config", &d],
+        &["node", "--config", &a, "--id", "0"],
+    ]);
+    let ok = temp("ok.toml");
+    std::fs::write(&ok, "token = \"t\"\n[[nodes]]\nhost = \"127.0.0.1\"\nport = 7000\n").unwrap();
+    assert_usage_errors(&[&["node", "--config", ok.to_str().unwrap(), "--id", "5"]]);
+}
+
+/// Without the `ucx` feature, asking for the backend is a clear usage error.
+#[cfg(not(feature = "ucx"))]
+#[test]
+fn the_ucx_backend_says_how_to_get_it() {
+    let out = hytra(&["bench", "--backend", "ucx"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("libucx-dev") && stderr.contains("--features ucx"), "{stderr}");
+}
