@@ -165,7 +165,7 @@ pub struct NodeArgs {
     /// The cluster file (TOML).
     #[arg(long)]
     config: PathBuf,
-    /// This node's id (its position in the file's [[nodes]]).
+    /// This node's id (its position in the file's `[[nodes]]`).
     #[arg(long)]
     id: u16,
     /// Write node 0's report as JSON here (ignored on other nodes).
