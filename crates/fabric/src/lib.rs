@@ -7,6 +7,7 @@
 //! - `endpoint`: the [`Endpoint`], [`Program`] and [`Backend`] traits
 //! - `exec`: post-time validation and target-side effects shared by every backend
 //! - `constants`: limits shared by all backends (MTU, inline size, queue depths)
+//! - [`heap`]: allocator settings for programs that run many clusters in turn
 //! - `rng`: the seeded generator every deterministic component draws from
 //! - [`sim`]: deterministic discrete-event simulation of a whole cluster
 //! - [`local`]: every node as threads of this process, in real time
@@ -22,6 +23,7 @@
 pub mod constants;
 mod endpoint;
 mod exec;
+pub mod heap;
 mod ids;
 pub mod local;
 mod memory;

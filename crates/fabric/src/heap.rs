@@ -1,0 +1,46 @@
+//! The process's heap for programs that build and drop many large clusters in turn
+//! (`hytra reproduce`): every run builds gigabytes of tables, indexes and caches and drops
+//! them, hundreds of times in one process. Not for: a single run, which keeps the
+//! allocator's defaults.
+
+/// Makes every allocation of 1 MiB or more a mapping of its own, returned to the
+/// system when freed. By default glibc raises that threshold (up to 32 MiB) whenever
+/// such a block is freed, so later runs' regions come from the heap instead, where a
+/// zeroing allocation is cleared word by word: that touches every page of a region a
+/// run uses sparsely (index buckets for keys never inserted), and what a run frees
+/// stays resident for the next.
+pub fn map_large_allocations() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only sets an allocator parameter, before the runs' threads
+    // start; a failure leaves glibc's default, which is harmless.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 20);
+    }
+}
+
+/// Backs this process's memory with 4 KiB pages only. The fabric asks for huge pages
+/// on large regions (fewer TLB misses), but a TPC-C index is sized for every order id
+/// a district may reach and holds few of them, and one touched bucket then makes its
+/// whole 2 MiB resident: about 0.5 GB more per TPC-C run of the full matrix at 8 x 8,
+/// two of them at a time, and 1 GB at 16 x 8. Results are the same (virtual time;
+/// same trace hashes). The matrix's runs were not measurably slower; the fabric's
+/// largest runs (16 x 24, see docs/PERFORMANCE.md) gain about 15% from huge pages.
+pub fn no_huge_pages() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: PR_SET_THP_DISABLE only sets a flag of this process; a failure (an old
+    // kernel) leaves huge pages in use, which is harmless.
+    unsafe {
+        libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0);
+    }
+}
+
+/// Returns the heap's free pages to the system after a run (what the run's smaller
+/// allocations left), so that the next run starts from the live memory only.
+pub fn give_back() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim is thread-safe (it locks each arena) and releases only
+    // memory that no allocation uses.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
