@@ -29,6 +29,7 @@ pub mod local;
 mod memory;
 pub mod rng;
 pub mod sim;
+mod stepper;
 pub mod testing;
 #[cfg(feature = "ucx")]
 pub mod ucx;

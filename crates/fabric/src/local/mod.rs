@@ -18,21 +18,17 @@ use crossbeam_queue::ArrayQueue;
 pub use self::endpoint::LocalEndpoint;
 use self::endpoint::{Msg, SmallMsg};
 use crate::constants::{DATAGRAM_MTU, INLINE_MAX, RECV_DEPTH, SQ_DEPTH};
-use crate::endpoint::{
-    Backend, BackendError, Caps, Program, RegionSpec, RunLimits, RunStats, Step,
-};
+use crate::endpoint::{Backend, BackendError, Caps, Program, RegionSpec, RunLimits, RunStats};
 use crate::exec::check_region;
 use crate::ids::{ClusterShape, NodeId, Rkey};
 use crate::memory::Region;
 use crate::sim::validate_shape;
+use crate::stepper::Stepper;
 
 /// Buffers for datagrams larger than 120 bytes each worker owns by default (4 KiB each).
 /// A sender with every buffer in flight gets `QueueFull` until receivers hand some back;
 /// smaller datagrams travel by value and need none.
 pub const SEND_BUFFERS: usize = 256;
-
-/// Idle rounds a thread spins before it yields its core to other threads.
-const IDLE_SPINS_MAX: u32 = 64;
 
 /// Configuration of a threaded cluster.
 #[derive(Clone, Debug)]
@@ -228,40 +224,15 @@ where
         .iter()
         .map(|&w| make(LocalEndpoint::new(shared.clone(), shared.shape.worker_at(w))))
         .collect();
-    let mut done = vec![false; programs.len()];
-    let mut idle_rounds = 0u32;
-    let mut round = 0u64;
+    let mut stepper = Stepper::new(programs.len());
     loop {
-        let mut busy = false;
-        for (i, p) in programs.iter_mut().enumerate() {
-            if p.step() == Step::Busy {
-                busy = true;
-            }
-            if !done[i] && p.is_done() {
-                done[i] = true;
-                shared.done.fetch_add(1, Ordering::AcqRel);
-            }
-        }
-        round += 1;
-        if round % 64 == 0 {
+        if stepper.round(&mut programs, &shared.done, |_| {}) {
             let elapsed = shared.start.elapsed().as_nanos() as u64;
             if shared.done.load(Ordering::Acquire) == total
                 || elapsed > limits.time_limit_ns
                 || shared.abort.load(Ordering::Relaxed)
             {
                 break;
-            }
-        }
-        if busy {
-            idle_rounds = 0;
-        } else {
-            idle_rounds += 1;
-            if idle_rounds > IDLE_SPINS_MAX {
-                // Let a descheduled peer run: on two cores, a thread that only spins
-                // would hold the core its peer needs to answer.
-                std::thread::yield_now();
-            } else {
-                std::hint::spin_loop();
             }
         }
     }

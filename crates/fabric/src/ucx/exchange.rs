@@ -100,10 +100,7 @@ pub(crate) fn encode_local(
     regions: &[Vec<RegionSlot>],
 ) -> Vec<u8> {
     let mut w = Writer(Vec::new());
-    let hosted: Vec<u16> = (0..shape.nodes)
-        .filter(|&n| regions[usize::from(n)].iter().all(|r| matches!(r, RegionSlot::Hosted(_))))
-        .filter(|&n| workers.hosts_node(NodeId(n)))
-        .collect();
+    let hosted: Vec<u16> = (0..shape.nodes).filter(|&n| workers.hosts_node(NodeId(n))).collect();
     w.u32(hosted.len() as u32);
     for n in hosted {
         w.u32(u32::from(n));
@@ -114,7 +111,9 @@ pub(crate) fn encode_local(
         let list = &regions[usize::from(n)];
         w.u32(list.len() as u32);
         for r in list {
-            let RegionSlot::Hosted(h) = r else { unreachable!("filtered to hosted nodes") };
+            let RegionSlot::Hosted(h) = r else {
+                unreachable!("a hosted node's regions are hosted")
+            };
             w.u64(h.base);
             w.u64(h.region.len_bytes());
             w.bytes(&h.packed_rkey);

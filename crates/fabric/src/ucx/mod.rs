@@ -41,16 +41,12 @@ pub use self::bootstrap::TcpExchange;
 pub use self::endpoint::UcxEndpoint;
 pub use self::exchange::{Exchange, Solo};
 use crate::constants::{DATAGRAM_MTU, INLINE_MAX, SQ_DEPTH};
-use crate::endpoint::{
-    Backend, BackendError, Caps, Program, RegionSpec, RunLimits, RunStats, Step,
-};
+use crate::endpoint::{Backend, BackendError, Caps, Program, RegionSpec, RunLimits, RunStats};
 use crate::exec::check_region;
 use crate::ids::{ClusterShape, NodeId, Rkey};
 use crate::memory::Region;
 use crate::sim::validate_shape;
-
-/// Idle rounds a thread spins before it yields its core.
-const IDLE_SPINS_MAX: u32 = 64;
+use crate::stepper::Stepper;
 
 /// Configuration of a UCX cluster (or of this process's part of it).
 #[derive(Clone, Debug)]
@@ -462,58 +458,34 @@ where
     let progress: Vec<endpoint::Progress> = mine.iter().map(|s| s.worker()).collect();
     let mut programs: Vec<P> =
         mine.into_iter().map(|s| make(UcxEndpoint::new(shared.clone(), s))).collect();
-    let mut done = vec![false; programs.len()];
-    let mut idle_rounds = 0u32;
-    let mut round = 0u64;
+    let mut stepper = Stepper::new(programs.len());
     let mut last_poll = Instant::now();
     let mut failure = None;
     loop {
-        let mut busy = false;
-        for (i, p) in programs.iter_mut().enumerate() {
-            if p.step() == Step::Busy {
-                busy = true;
-            } else {
-                progress[i].run();
-            }
-            if !done[i] && p.is_done() {
-                done[i] = true;
-                shared.done.fetch_add(1, Ordering::AcqRel);
-            }
+        if !stepper.round(&mut programs, &shared.done, |i| progress[i].run()) {
+            continue;
         }
-        round += 1;
-        if round % 64 == 0 {
-            let elapsed = shared.start.elapsed().as_nanos() as u64;
-            if let Some(ex) = coordinator {
-                if last_poll.elapsed() >= Duration::from_micros(500) {
-                    last_poll = Instant::now();
-                    let local_done = shared.done.load(Ordering::Acquire) == total_local;
-                    let mut ex = ex.lock().expect("exchange lock");
-                    match ex.poll_done(local_done) {
-                        Ok(true) => shared.stop.store(true, Ordering::Release),
-                        Ok(false) => {}
-                        Err(e) => {
-                            failure = Some(e);
-                            shared.abort.store(true, Ordering::Relaxed);
-                        }
+        let elapsed = shared.start.elapsed().as_nanos() as u64;
+        if let Some(ex) = coordinator {
+            if last_poll.elapsed() >= Duration::from_micros(500) {
+                last_poll = Instant::now();
+                let local_done = shared.done.load(Ordering::Acquire) == total_local;
+                let mut ex = ex.lock().expect("exchange lock");
+                match ex.poll_done(local_done) {
+                    Ok(true) => shared.stop.store(true, Ordering::Release),
+                    Ok(false) => {}
+                    Err(e) => {
+                        failure = Some(e);
+                        shared.abort.store(true, Ordering::Relaxed);
                     }
                 }
             }
-            if shared.stop.load(Ordering::Acquire)
-                || elapsed > limits.time_limit_ns
-                || shared.abort.load(Ordering::Relaxed)
-            {
-                break;
-            }
         }
-        if busy {
-            idle_rounds = 0;
-        } else {
-            idle_rounds += 1;
-            if idle_rounds > IDLE_SPINS_MAX {
-                std::thread::yield_now();
-            } else {
-                std::hint::spin_loop();
-            }
+        if shared.stop.load(Ordering::Acquire)
+            || elapsed > limits.time_limit_ns
+            || shared.abort.load(Ordering::Relaxed)
+        {
+            break;
         }
     }
     if let Some(e) = failure {
