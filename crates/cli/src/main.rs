@@ -4,12 +4,14 @@
 //!
 //! - `bench.rs`: `hytra bench`, transactional workloads
 //! - `cluster.rs`: `hytra node` and `hytra cluster`, a benchmark on processes over UCX
+//! - `io.rs`: `hytra io`, remote storage I/O
 //! - `micro.rs`: `hytra micro`, the raw-primitive benchmarks
 //! - `reproduce/`: `hytra reproduce`, the paper's experiment matrix as an HTML report
 //! - `table.rs`: terminal tables and JSON output helpers
 
 mod bench;
 mod cluster;
+mod io;
 mod micro;
 mod reproduce;
 mod table;
@@ -47,6 +49,8 @@ enum Command {
     /// Every node of a one-machine cluster file as child processes over UCX; prints
     /// node 0's report and stops every node on exit, error or Ctrl-C.
     Cluster(cluster::ClusterArgs),
+    /// Remote storage I/O: local, fabric-only and remote random reads, trace replay.
+    Io(io::IoArgs),
 }
 
 /// An error that is the user's to fix (exit 2) or a failure of the run (exit 1).
@@ -101,6 +105,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Some(Command::Bench(args)) => bench::run_bench(args),
         Some(Command::Micro(args)) => micro::run(args),
+        Some(Command::Io(args)) => io::run(args),
         Some(Command::Reproduce(args)) => reproduce::run_reproduce(args),
         Some(Command::Node(args)) => cluster::run_node(args),
         Some(Command::Cluster(args)) => cluster::run_cluster(args),

@@ -270,3 +270,75 @@ fn the_ucx_backend_says_how_to_get_it() {
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("libucx-dev") && stderr.contains("--features ucx"), "{stderr}");
 }
+
+#[test]
+fn io_bad_input_gets_one_line_and_exit_2() {
+    assert_usage_errors(&[
+        &["io", "--engines", "aio"],
+        &["io", "--modes", "nearby"],
+        &["io", "--sizes", "0"],
+        &["io", "--depths", "0"],
+        &["io", "--device", "floppy"],
+        &["io", "--backend", "rdma"],
+        &["io", "--file", "/nonexistent/hytra-io-file"],
+        &["io", "--seconds", "0"],
+    ]);
+}
+
+#[test]
+fn io_json_has_every_mode_ratios_and_replays() {
+    let json = temp("io.json");
+    let out = hytra(&[
+        "io",
+        "--backend",
+        "sim",
+        "--seconds",
+        "0.002",
+        "--warmup",
+        "0.0005",
+        "--file-mib",
+        "4",
+        "--sizes",
+        "512",
+        "--depths",
+        "4",
+        "--io-threads",
+        "4",
+        "--trace-ops",
+        "200",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let runs = v["runs"].as_array().unwrap();
+    let names: Vec<String> = runs
+        .iter()
+        .map(|r| format!("{}/{}", r["mode"].as_str().unwrap(), r["engine"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "Local/pool",
+            "Local/uring",
+            "Fabric/none",
+            "Remote/pool",
+            "Remote/thread",
+            "Remote/uring"
+        ]
+    );
+    for r in runs {
+        assert!(r["iops"].as_f64().unwrap() > 0.0, "{r}");
+        assert_eq!(r["errors"], 0, "{r}");
+    }
+    let ratios = v["ratios"].as_object().unwrap();
+    assert!(ratios.contains_key("remote/local at 512 B (best of pool, uring)"), "{ratios:?}");
+    assert!(ratios.contains_key("static pool / thread per request at 512 B"), "{ratios:?}");
+    let replays = v["replay"].as_array().unwrap();
+    assert_eq!(replays.len(), 2);
+    let traced = v["trace"]["reads"].as_u64().unwrap();
+    assert!(traced > 100 && traced <= 200, "{traced}");
+    for r in replays {
+        assert_eq!(r["reads"].as_u64(), Some(traced), "every read of the trace completes: {r}");
+    }
+}

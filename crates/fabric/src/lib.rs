@@ -7,6 +7,8 @@
 //! - `endpoint`: the [`Endpoint`], [`Program`] and [`Backend`] traits
 //! - `exec`: post-time validation and target-side effects shared by every backend
 //! - `constants`: limits shared by all backends (MTU, inline size, queue depths)
+//! - `disk` (Linux): direct-I/O files and an io_uring reader, the storage device of
+//!   remote I/O
 //! - [`heap`]: allocator settings for programs that run many clusters in turn
 //! - `rng`: the seeded generator every deterministic component draws from
 //! - [`sim`]: deterministic discrete-event simulation of a whole cluster
@@ -21,6 +23,8 @@
 //! See docs/ARCHITECTURE.md for the map and docs/INVARIANTS.md for the rules.
 
 pub mod constants;
+#[cfg(target_os = "linux")]
+pub mod disk;
 mod endpoint;
 mod exec;
 pub mod heap;

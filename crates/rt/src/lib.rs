@@ -26,6 +26,7 @@ mod executor;
 pub mod hist;
 mod ops;
 mod rpc;
+mod timer;
 mod worker;
 
 pub use cluster::{run_workers, run_workers_with, EpOf, WorkerReport};
@@ -34,5 +35,5 @@ pub use executor::YieldNow;
 pub use ops::{OpStats, OpTicket};
 pub use rpc::{CallTicket, RemoteError, RpcError, RpcStats, RpcType};
 pub use worker::{
-    Co, Handler, HandlerCtx, OpError, Poller, WaitOp, WaitReply, Worker, WorkerStats,
+    Co, Handler, HandlerCtx, OpError, Poller, Sleep, WaitOp, WaitReply, Worker, WorkerStats,
 };

@@ -28,6 +28,7 @@ use crate::rpc::{
     check_type, CallTicket, Calls, Dedup, Header, Kind, Outbox, RemoteError, RpcError, RpcStats,
     RpcType,
 };
+use crate::timer::Timers;
 
 /// Why a one-sided batch failed.
 #[derive(Copy, Clone, PartialEq, Eq, Debug, Error)]
@@ -48,6 +49,7 @@ pub(crate) struct Inner<E> {
     pub(crate) ops: RefCell<OpTable>,
     pub(crate) calls: RefCell<Calls>,
     pub(crate) outbox: RefCell<Outbox>,
+    timers: RefCell<Timers>,
     pub(crate) cfg: RtConfig,
     /// Time at the start of the current step: RPC deadlines need no finer clock, and
     /// reading a real clock per call costs more than the call on some backends.
@@ -124,6 +126,7 @@ impl<E: Endpoint + 'static> Worker<E> {
                 cfg.doorbell_batching,
                 cfg.rpc_coalescing,
             )),
+            timers: RefCell::new(Timers::default()),
             cfg,
             step_now_ns: std::cell::Cell::new(0),
             deferred: std::cell::Cell::new(false),
@@ -303,6 +306,7 @@ impl<E: Endpoint + 'static> Program for Worker<E> {
         let now = self.inner.ep.borrow().now_ns();
         self.inner.step_now_ns.set(now);
         self.inner.calls.borrow_mut().expire(now, |w| w.wake());
+        self.inner.timers.borrow_mut().expire(now);
         let polled = self.run_pollers();
         let inner = &self.inner;
         self.resumes +=
@@ -317,7 +321,13 @@ impl<E: Endpoint + 'static> Program for Worker<E> {
         if more_rx || polled || outbox.deferred || self.executor.ready().any() {
             return Step::Busy;
         }
-        Step::Idle { wake_at_ns: self.inner.calls.borrow_mut().next_deadline() }
+        let call = self.inner.calls.borrow_mut().next_deadline();
+        let timer = self.inner.timers.borrow().next_deadline();
+        let wake_at_ns = match (call, timer) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        Step::Idle { wake_at_ns }
     }
 
     fn is_done(&self) -> bool {
@@ -578,6 +588,40 @@ impl<E: Endpoint> Co<E> {
     /// Yields to the other coroutines of this worker until the next step.
     pub fn yield_now(&self) -> YieldNow {
         YieldNow::new()
+    }
+
+    /// Sleeps until this worker's clock (virtual in the simulator) reaches `deadline_ns`.
+    /// The worker stays idle meanwhile unless other work arrives.
+    pub fn sleep_until(&self, deadline_ns: u64) -> Sleep<'_, E> {
+        Sleep { co: self, deadline_ns, armed: false }
+    }
+
+    /// Wakes `waker` once the clock reaches `deadline_ns`: the building block of timeouts
+    /// in futures written outside the runtime (the wake may be spurious for them).
+    pub fn wake_at(&self, deadline_ns: u64, waker: &std::task::Waker) {
+        self.inner.timers.borrow_mut().add(deadline_ns, waker.clone());
+    }
+}
+
+/// Future of [`Co::sleep_until`].
+pub struct Sleep<'a, E> {
+    co: &'a Co<E>,
+    deadline_ns: u64,
+    armed: bool,
+}
+
+impl<E: Endpoint> Future for Sleep<'_, E> {
+    type Output = ();
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.co.now_ns() >= self.deadline_ns {
+            return Poll::Ready(());
+        }
+        // One timer per sleep: the task's waker does not change while it awaits this.
+        if !self.armed {
+            self.armed = true;
+            self.co.wake_at(self.deadline_ns, cx.waker());
+        }
+        Poll::Pending
     }
 }
 

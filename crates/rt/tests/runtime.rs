@@ -236,7 +236,33 @@ macro_rules! on_every_backend {
     };
 }
 
+/// Coroutines sleep for different spans; each wakes no earlier than its deadline, the
+/// whole run finishes, and on the simulator nothing else is needed to wake a sleeper.
+fn sleepers_wake_after_their_deadlines<B: TestBackend>() {
+    let mut b = B::for_test(shape(1, 1), 5);
+    let late = Arc::new(AtomicU64::new(0));
+    let woken = Arc::new(AtomicU64::new(0));
+    run(&mut b, RtConfig::default(), |w| {
+        for i in 1..=4u64 {
+            let (late, woken) = (late.clone(), woken.clone());
+            w.spawn(move |co| async move {
+                let span = i * 50_000;
+                let start = co.now_ns();
+                co.sleep_until(start + span).await;
+                let slept = co.now_ns() - start;
+                if slept < span {
+                    late.fetch_add(1, Ordering::Relaxed);
+                }
+                woken.fetch_add(1, Ordering::Relaxed);
+            });
+        }
+    });
+    assert_eq!(woken.load(Ordering::Relaxed), 4);
+    assert_eq!(late.load(Ordering::Relaxed), 0, "a sleeper woke before its deadline");
+}
+
 on_every_backend!(
+    sleepers_wake_after_their_deadlines,
     rpc_gather_with_batching,
     rpc_gather_without_batching,
     oneway_and_refused_requests,

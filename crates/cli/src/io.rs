@@ -1,0 +1,464 @@
+//! `hytra io`: remote storage I/O measurements (random reads local, fabric-only and
+//! remote with each engine, and trace replay), as in the remote-I/O paper.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::Args;
+use hytra_fabric::local::{LocalCluster, LocalConfig};
+use hytra_fabric::sim::profile::NicProfile;
+use hytra_fabric::sim::{SimCluster, SimConfig};
+use hytra_fabric::ClusterShape;
+use hytra_io::bench::{self, IoParams, IoReport, Mode, Target};
+use hytra_io::trace::{self, TraceOp};
+use hytra_io::{DeviceModel, EngineKind, Exports, FileId, Timing};
+use serde_json::json;
+
+use crate::table::{open_output, write_json, Table};
+use crate::{usage, CliError};
+
+/// Options of `hytra io`.
+#[derive(Args, Debug, Clone)]
+pub struct IoArgs {
+    /// Backend: local (threads and this machine's storage; the default here, since the
+    /// point is to measure real storage), sim (a modelled device, virtual time) or ucx.
+    #[arg(long, default_value = "local")]
+    backend: String,
+    /// UCX transports for --backend ucx.
+    #[arg(long, default_value = "sm")]
+    transports: String,
+    /// NIC profile on sim (cx3 is the paper's 56 Gb/s FDR).
+    #[arg(long, default_value = "cx3")]
+    profile: String,
+    /// Storage device model on sim: p3700x10 (the paper's ten NVMe drives) or p3700.
+    #[arg(long, default_value = "p3700x10")]
+    device: String,
+    /// Modes: local, fabric, remote.
+    #[arg(long, value_delimiter = ',', default_value = "local,fabric,remote")]
+    modes: Vec<String>,
+    /// Engines: pool, thread, uring (local mode uses pool and uring only).
+    #[arg(long, value_delimiter = ',', default_value = "pool,thread,uring")]
+    engines: Vec<String>,
+    /// Read sizes in bytes.
+    #[arg(long, value_delimiter = ',', default_value = "512,16384")]
+    sizes: Vec<u32>,
+    /// Connections (workers per node).
+    #[arg(long, value_delimiter = ',', default_value = "1")]
+    connections: Vec<u16>,
+    /// Reads in flight per connection.
+    #[arg(long, value_delimiter = ',', default_value = "32")]
+    depths: Vec<u16>,
+    /// I/O threads of the pool engine (per node).
+    #[arg(long, value_delimiter = ',', default_value = "8")]
+    io_threads: Vec<u16>,
+    /// io_uring slots per worker.
+    #[arg(long, default_value_t = 64)]
+    uring_depth: u32,
+    /// Measured seconds per point.
+    #[arg(long, default_value_t = 1.0)]
+    seconds: f64,
+    /// Warm-up seconds per point.
+    #[arg(long, default_value_t = 0.2)]
+    warmup: f64,
+    /// File to read (default: a fresh file of --file-mib MiB in the temp directory,
+    /// removed afterwards).
+    #[arg(long)]
+    file: Option<PathBuf>,
+    /// Size of the generated file.
+    #[arg(long, default_value_t = 256)]
+    file_mib: u64,
+    /// Read through the page cache instead of O_DIRECT.
+    #[arg(long)]
+    buffered: bool,
+    /// Replay this trace (offset,length lines) locally and remotely [default: a
+    /// generated TPC-H Q3-like trace at 16 KiB].
+    #[arg(long)]
+    trace: Option<PathBuf>,
+    /// Reads of the generated trace.
+    #[arg(long, default_value_t = 20_000)]
+    trace_ops: usize,
+    /// Skip trace replay.
+    #[arg(long)]
+    no_trace: bool,
+    /// Write the generated Q3-like trace to this file and exit.
+    #[arg(long)]
+    gen_trace: Option<PathBuf>,
+    /// Reads up to this size come back inside the completion message instead of by
+    /// WRITE.
+    #[arg(long, default_value_t = 0)]
+    inline_max: u32,
+    /// Seed of offsets and the generated trace.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Also write the results as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Measure thread creation and queue hand-off on this machine (the engine costs of
+    /// modelled runs) and exit.
+    #[arg(long)]
+    calibrate: bool,
+}
+
+#[derive(Copy, Clone, PartialEq, Eq)]
+enum BackendKind {
+    Sim,
+    Local,
+    #[cfg_attr(not(feature = "ucx"), allow(dead_code))]
+    Ucx,
+}
+
+struct Plan {
+    backend: BackendKind,
+    profile: NicProfile,
+    device: DeviceModel,
+    modes: Vec<Mode>,
+    engines: Vec<&'static str>,
+}
+
+fn plan(a: &IoArgs) -> Result<Plan, CliError> {
+    let backend = match a.backend.as_str() {
+        "sim" => BackendKind::Sim,
+        "local" => BackendKind::Local,
+        "ucx" if cfg!(feature = "ucx") => BackendKind::Ucx,
+        "ucx" => return usage(
+            "backend 'ucx' is not in this build: install libucx-dev and build with --features ucx",
+        ),
+        other => return usage(format!("unknown backend '{other}' (expected local, sim or ucx)")),
+    };
+    let Some(profile) = NicProfile::by_name(&a.profile) else {
+        return usage(format!("unknown NIC profile '{}'", a.profile));
+    };
+    let Some(device) = DeviceModel::by_name(&a.device) else {
+        return usage(format!("unknown device '{}' (expected p3700x10 or p3700)", a.device));
+    };
+    let mut modes = Vec::new();
+    for m in &a.modes {
+        modes.push(match m.as_str() {
+            "local" => Mode::Local,
+            "fabric" => Mode::Fabric,
+            "remote" => Mode::Remote,
+            other => {
+                return usage(format!("unknown mode '{other}' (expected local, fabric, remote)"))
+            }
+        });
+    }
+    let mut engines = Vec::new();
+    for e in &a.engines {
+        engines.push(match e.as_str() {
+            "pool" => "pool",
+            "thread" => "thread",
+            "uring" => "uring",
+            other => {
+                return usage(format!("unknown engine '{other}' (expected pool, thread, uring)"))
+            }
+        });
+    }
+    if a.sizes.iter().any(|&s| s == 0 || s > 1 << 20) {
+        return usage("read sizes must be 1 B ..= 1 MiB");
+    }
+    if a.connections.iter().chain(&a.depths).chain(&a.io_threads).any(|&n| n == 0) {
+        return usage("connections, depths and io-threads must be positive");
+    }
+    if a.connections.iter().any(|&c| c > 64) || a.depths.iter().any(|&d| d > 200) {
+        return usage("at most 64 connections and 200 reads in flight per connection");
+    }
+    if !(a.seconds > 0.0 && a.seconds <= 600.0 && a.warmup >= 0.0 && a.warmup <= 60.0) {
+        return usage("--seconds must be in (0, 600] and --warmup in [0, 60]");
+    }
+    Ok(Plan { backend, profile, device, modes, engines })
+}
+
+/// The file the runs read: given, or generated (and removed when dropped).
+struct DataFile {
+    path: PathBuf,
+    generated: bool,
+}
+
+impl Drop for DataFile {
+    fn drop(&mut self) {
+        if self.generated {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+fn data_file(a: &IoArgs) -> Result<DataFile, CliError> {
+    if let Some(p) = &a.file {
+        if !p.is_file() {
+            return usage(format!("--file '{}' is not a readable regular file", p.display()));
+        }
+        return Ok(DataFile { path: p.clone(), generated: false });
+    }
+    if a.file_mib == 0 || a.file_mib > 64 << 10 {
+        return usage("--file-mib must be 1 ..= 65536");
+    }
+    let path = std::env::temp_dir().join(format!("hytra-io-{}.dat", std::process::id()));
+    let f = DataFile { path: path.clone(), generated: true };
+    let mut rng = hytra_fabric::rng::Rng::new(a.seed);
+    let mut out = std::io::BufWriter::new(
+        std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?,
+    );
+    let mut chunk = vec![0u8; 1 << 20];
+    for _ in 0..a.file_mib {
+        for w in chunk.chunks_exact_mut(8) {
+            w.copy_from_slice(&rng.next_u64().to_le_bytes());
+        }
+        std::io::Write::write_all(&mut out, &chunk).context("writing the data file")?;
+    }
+    std::io::Write::flush(&mut out).context("writing the data file")?;
+    drop(out);
+    Ok(f)
+}
+
+fn engine_kind(name: &str, io_threads: u16, uring_depth: u32) -> EngineKind {
+    match name {
+        "pool" => EngineKind::Pool { threads: io_threads },
+        "thread" => EngineKind::ThreadPerRequest,
+        _ => EngineKind::Uring { depth: uring_depth },
+    }
+}
+
+fn timing(plan: &Plan) -> Timing {
+    match plan.backend {
+        BackendKind::Sim => Timing::Modelled { device: plan.device, costs: Default::default() },
+        _ => Timing::Real,
+    }
+}
+
+/// One random-read point or one replay.
+fn measure(
+    plan: &Plan,
+    a: &IoArgs,
+    target: &Target,
+    p: &IoParams,
+    trace: Option<Arc<Vec<TraceOp>>>,
+) -> Result<IoReport, CliError> {
+    let shape = ClusterShape { nodes: 2, workers_per_node: p.connections, lanes_per_peer: 1 };
+    let t = timing(plan);
+    let r = match plan.backend {
+        BackendKind::Sim => {
+            let cfg = SimConfig { profile: plan.profile.clone(), ..SimConfig::new(shape, a.seed) };
+            let mut b = SimCluster::new(cfg).context("starting the simulator")?;
+            match &trace {
+                Some(tr) => bench::replay(&mut b, target, p, t, tr.clone()),
+                None => bench::run(&mut b, target, p, t),
+            }
+        }
+        BackendKind::Local => {
+            let mut b = LocalCluster::new(LocalConfig::new(shape)).context("starting threads")?;
+            match &trace {
+                Some(tr) => bench::replay(&mut b, target, p, t, tr.clone()),
+                None => bench::run(&mut b, target, p, t),
+            }
+        }
+        #[cfg(feature = "ucx")]
+        BackendKind::Ucx => {
+            let mut cfg = hytra_fabric::ucx::UcxConfig::new(shape);
+            cfg.transports = Some(a.transports.clone());
+            let mut b = hytra_fabric::ucx::UcxCluster::new(cfg).context("starting UCX")?;
+            match &trace {
+                Some(tr) => bench::replay(&mut b, target, p, t, tr.clone()),
+                None => bench::run(&mut b, target, p, t),
+            }
+        }
+        #[cfg(not(feature = "ucx"))]
+        BackendKind::Ucx => unreachable!("refused by plan() without the ucx feature"),
+    };
+    r.map_err(|e| CliError::Run(anyhow::anyhow!("{e}")))
+}
+
+fn row(t: &mut Table, r: &IoReport, what: &str) {
+    t.row(vec![
+        what.to_string(),
+        r.engine.clone(),
+        r.io_threads.map_or("-".into(), |n| n.to_string()),
+        r.size.to_string(),
+        r.connections.to_string(),
+        r.depth.to_string(),
+        format!("{:.0}", r.iops),
+        format!("{:.1}", r.mib_per_s),
+        format!("{:.1}", r.p50_us),
+        format!("{:.1}", r.p99_us),
+        format!("{:.3}", r.seconds),
+        r.errors.to_string(),
+    ]);
+}
+
+/// Entry point of `hytra io`.
+pub fn run(a: IoArgs) -> Result<(), CliError> {
+    if a.calibrate {
+        let c = hytra_io::engine::calibrate(200);
+        println!(
+            "thread create+join: {:.1} µs   queue hand-off round trip: {:.1} µs   (medians of 200)",
+            c.spawn_ns as f64 / 1e3,
+            c.handoff_ns as f64 / 1e3
+        );
+        return Ok(());
+    }
+    let plan = plan(&a)?;
+    let out = a.json.as_deref().map(open_output).transpose()?;
+    let file = data_file(&a)?;
+    if let Some(path) = &a.gen_trace {
+        let len = std::fs::metadata(&file.path).context("reading the file size")?.len();
+        if len < 40 * 16384 {
+            return usage("the file is too small for a Q3-like trace (40 pages of 16 KiB)");
+        }
+        let ops = trace::tpch_q3(len, 16384, a.trace_ops, a.seed);
+        std::fs::write(path, trace::format(&ops))
+            .with_context(|| format!("writing {}", path.display()))?;
+        println!("wrote {} reads to {}", ops.len(), path.display());
+        return Ok(());
+    }
+    let mut ex = Exports::new();
+    ex.add_file("data", &file.path, !a.buffered)
+        .map_err(|e| CliError::Run(anyhow::anyhow!("{e}")))?;
+    let direct = ex.get(FileId(0)).is_some_and(|f| f.file.direct());
+    let file_len = ex.get(FileId(0)).map_or(0, |f| f.file.len());
+    let target = Target { exports: Arc::new(ex), file: FileId(0) };
+    eprintln!(
+        "hytra io: backend {}, file {} ({} MiB, {})",
+        a.backend,
+        file.path.display(),
+        file_len >> 20,
+        if direct { "O_DIRECT" } else { "page cache: O_DIRECT refused or --buffered" }
+    );
+    let base = |mode, engine, size, connections, depth| IoParams {
+        mode,
+        engine,
+        size,
+        connections,
+        depth,
+        duration_ns: (a.seconds * 1e9) as u64,
+        warmup_ns: (a.warmup * 1e9) as u64,
+        seed: a.seed,
+        inline_max: a.inline_max,
+        timeout_ns: 5_000_000_000,
+    };
+    let mut table = Table::new(&[
+        "mode", "engine", "threads", "size", "conn", "depth", "IOPS", "MiB/s", "p50 µs", "p99 µs",
+        "seconds", "errors",
+    ]);
+    let mut reports = Vec::new();
+    for &size in &a.sizes {
+        for &connections in &a.connections {
+            for &depth in &a.depths {
+                for &mode in &plan.modes {
+                    let engines: Vec<&str> = match mode {
+                        Mode::Fabric => vec!["none"],
+                        Mode::Local => {
+                            plan.engines.iter().copied().filter(|e| *e != "thread").collect()
+                        }
+                        Mode::Remote => plan.engines.clone(),
+                    };
+                    for e in engines {
+                        let threads: Vec<u16> =
+                            if e == "pool" { a.io_threads.clone() } else { vec![0] };
+                        for &th in &threads {
+                            let kind = match e {
+                                "none" => EngineKind::NoIo,
+                                _ => engine_kind(e, th, a.uring_depth),
+                            };
+                            let p = base(mode, kind, size, connections, depth);
+                            let r = measure(&plan, &a, &target, &p, None)?;
+                            row(&mut table, &r, mode.name());
+                            eprintln!(
+                                "  {} {} {} B: {:.0} IOPS",
+                                mode.name(),
+                                r.engine,
+                                size,
+                                r.iops
+                            );
+                            reports.push(r);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    println!("{}", table.render());
+    let ratios = summarise(&reports);
+    for (k, v) in &ratios {
+        println!("{k}: {v:.2}");
+    }
+    let mut replays = Vec::new();
+    let mut trace_reads = 0;
+    if !a.no_trace {
+        let ops: Vec<TraceOp> = match &a.trace {
+            Some(p) => {
+                let text = std::fs::read_to_string(p)
+                    .with_context(|| format!("reading trace {}", p.display()))?;
+                trace::parse(&text).map_err(|e| CliError::Usage(format!("{}: {e}", p.display())))?
+            }
+            None if file_len >= 40 * 16384 => trace::tpch_q3(file_len, 16384, a.trace_ops, a.seed),
+            None => return usage("the file is too small for a Q3-like trace (40 pages of 16 KiB)"),
+        };
+        if ops.is_empty() {
+            return usage("the trace has no reads");
+        }
+        trace_reads = ops.len();
+        let ops = Arc::new(ops);
+        let mut t = Table::new(&[
+            "replay", "engine", "threads", "max size", "conn", "depth", "IOPS", "MiB/s", "p50 µs",
+            "p99 µs", "seconds", "errors",
+        ]);
+        let (th, conn, depth) = (a.io_threads[0], a.connections[0], a.depths[0]);
+        for mode in [Mode::Local, Mode::Remote] {
+            let p = base(mode, EngineKind::Pool { threads: th }, 0, conn, depth);
+            let r = measure(&plan, &a, &target, &p, Some(ops.clone()))?;
+            row(&mut t, &r, &format!("{} ({} reads)", mode.name(), ops.len()));
+            replays.push(r);
+        }
+        println!("\n{}", t.render());
+    }
+    if let (Some(f), Some(path)) = (out, a.json.as_deref()) {
+        let v = json!({
+            "backend": a.backend,
+            "file": { "path": file.path.display().to_string(), "bytes": file_len, "direct": direct },
+            "device": if plan.backend == BackendKind::Sim { json!(plan.device) } else { json!(null) },
+            "runs": reports,
+            "ratios": ratios.iter().map(|(k, v)| (k.clone(), json!(v))).collect::<serde_json::Map<_, _>>(),
+            "replay": replays,
+            "trace": {
+                "source": a.trace.as_ref().map_or("tpch-q3 generator".to_string(), |p| p.display().to_string()),
+                "reads": trace_reads,
+            },
+        });
+        write_json(f, path, &v)?;
+    }
+    Ok(())
+}
+
+/// The ratios the paper discusses: remote/local at each size (best engine of each) and
+/// static pool vs thread per request.
+fn summarise(reports: &[IoReport]) -> Vec<(String, f64)> {
+    let best = |mode: Mode, size: u32, engines: &[&str]| {
+        reports
+            .iter()
+            .filter(|r| r.mode == mode && r.size == size && engines.contains(&r.engine.as_str()))
+            .map(|r| r.iops)
+            .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))))
+    };
+    let mut sizes: Vec<u32> = reports.iter().map(|r| r.size).collect();
+    sizes.sort_unstable();
+    sizes.dedup();
+    let mut out = Vec::new();
+    for s in sizes {
+        if let (Some(r), Some(l)) =
+            (best(Mode::Remote, s, &["pool", "uring"]), best(Mode::Local, s, &["pool", "uring"]))
+        {
+            out.push((format!("remote/local at {s} B (best of pool, uring)"), r / l));
+        }
+        if let (Some(p), Some(t)) =
+            (best(Mode::Remote, s, &["pool"]), best(Mode::Remote, s, &["thread"]))
+        {
+            out.push((format!("static pool / thread per request at {s} B"), p / t));
+        }
+        if let (Some(r), Some(f)) =
+            (best(Mode::Remote, s, &["pool", "uring"]), best(Mode::Fabric, s, &["none"]))
+        {
+            out.push((format!("remote/fabric-only at {s} B"), r / f));
+        }
+    }
+    out
+}

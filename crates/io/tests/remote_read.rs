@@ -1,0 +1,258 @@
+//! Remote reads return exactly the file's bytes, on every engine and backend; bad
+//! requests get errors and the server carries on; exports expose nothing else.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use hytra_fabric::local::LocalCluster;
+use hytra_fabric::sim::SimCluster;
+use hytra_fabric::testing::TestBackend;
+use hytra_fabric::{ClusterShape, NodeId, RunLimits};
+use hytra_io::{
+    serve, ClientConfig, DeviceModel, Engine, EngineCosts, EngineKind, Exports, FileId, IoClient,
+    IoError, IoLayout, NodeIo, ReadStatus, ServiceConfig, Timing,
+};
+use hytra_rt::{run_workers, Co, RtConfig};
+use proptest::prelude::*;
+
+const MAX_LEN: u32 = 20_000;
+
+fn temp_dir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("hytra-io-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// A file of `len` bytes whose contents depend on the position.
+fn data_file(dir: &std::path::Path, len: usize) -> (PathBuf, Vec<u8>) {
+    let bytes: Vec<u8> = (0..len).map(|i| (i ^ (i >> 8) ^ (i >> 16)) as u8).collect();
+    let path = dir.join("data.bin");
+    std::fs::File::create(&path).unwrap().write_all(&bytes).unwrap();
+    (path, bytes)
+}
+
+type Failures = Arc<Mutex<Vec<String>>>;
+
+/// Runs node 1 as the owner and `body` as the one coroutine of node 0's worker.
+fn with_service<B, F, Fut>(
+    b: &mut B,
+    exports: Arc<Exports>,
+    kind: EngineKind,
+    timing: Timing,
+    body: F,
+) where
+    B: TestBackend,
+    F: Fn(IoClient<B::Ep>, Co<B::Ep>) -> Fut + Sync,
+    Fut: std::future::Future<Output = ()> + 'static,
+{
+    let layout = IoLayout { workers: 1, server_slots: 4, client_slots: 4, max_len: MAX_LEN };
+    let rkey = layout.register(b).unwrap();
+    let node_io = NodeIo::new(kind, timing).unwrap();
+    let timeout_ns = if B::NAME == "sim" { 50_000_000 } else { 5_000_000_000 };
+    let cfg = RtConfig { rpc_timeout_ns: timeout_ns, ..RtConfig::default() };
+    let limits = RunLimits { time_limit_ns: B::test_time_limit_ns() };
+    let (reports, stats) = run_workers(b, cfg, limits, |w| {
+        let me = w.co().me();
+        if me.node == NodeId(1) {
+            let engine = Engine::install(w, &node_io, MAX_LEN).unwrap();
+            let cfg = ServiceConfig {
+                layout,
+                rkey,
+                inline_max: 0,
+                queue_max: 16,
+                byes_expected: Some(1),
+            };
+            serve(w, exports.clone(), engine, cfg);
+        } else {
+            let client = IoClient::install(w, ClientConfig { layout, rkey, timeout_ns });
+            let fut = body(client.clone(), w.co());
+            w.spawn(move |_| async move {
+                fut.await;
+                client.bye(NodeId(1)).unwrap();
+            });
+        }
+    })
+    .unwrap();
+    assert!(stats.all_done, "{}: the run did not finish", B::NAME);
+    assert!(reports.iter().all(|r| r.leaked == 0), "tickets or calls leaked");
+}
+
+fn timings<B: TestBackend>() -> Timing {
+    if B::NAME == "sim" {
+        Timing::Modelled { device: DeviceModel::P3700, costs: EngineCosts::default() }
+    } else {
+        Timing::Real
+    }
+}
+
+fn exact_reads<B: TestBackend>(kind: EngineKind, reads: &[(u64, u32)], direct: bool) {
+    let dir = temp_dir(&format!("exact-{}-{}-{direct}", B::NAME, kind.name()));
+    let (path, bytes) = data_file(&dir, 300_000);
+    let mut ex = Exports::new();
+    ex.add_file("data", &path, direct).unwrap();
+    let exports = Arc::new(ex);
+    let failures: Failures = Arc::default();
+    let reads: Vec<(u64, u32)> = reads
+        .iter()
+        .map(|&(o, l)| {
+            let o = o % bytes.len() as u64;
+            (o, l.min((bytes.len() as u64 - o) as u32).max(1))
+        })
+        .collect();
+    let mut b = B::for_test(ClusterShape { nodes: 2, workers_per_node: 1, lanes_per_peer: 1 }, 3);
+    let (f2, bytes2, reads2) = (failures.clone(), Arc::new(bytes), Arc::new(reads));
+    with_service(&mut b, exports, kind, timings::<B>(), move |client, _co| {
+        let (f, bytes, reads) = (f2.clone(), bytes2.clone(), reads2.clone());
+        async move {
+            let (id, size) = client.lookup(NodeId(1), "data").await.unwrap();
+            assert_eq!(size, bytes.len() as u64);
+            for &(o, l) in reads.iter() {
+                match client.read(NodeId(1), id, o, l).await {
+                    Ok(got) if got == bytes[o as usize..(o + u64::from(l)) as usize] => {}
+                    Ok(_) => f.lock().unwrap().push(format!("wrong bytes at {o}+{l}")),
+                    Err(e) => f.lock().unwrap().push(format!("{o}+{l}: {e}")),
+                }
+            }
+        }
+    });
+    let failures = failures.lock().unwrap();
+    assert!(
+        failures.is_empty(),
+        "{} {}: {:?}",
+        B::NAME,
+        kind.name(),
+        &failures[..failures.len().min(5)]
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+const ENGINES: [EngineKind; 3] =
+    [EngineKind::Pool { threads: 3 }, EngineKind::ThreadPerRequest, EngineKind::Uring { depth: 8 }];
+
+fn reads_strategy() -> impl Strategy<Value = Vec<(u64, u32)>> {
+    prop::collection::vec((0u64..300_000, 1u32..=MAX_LEN), 1..24)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 6, ..ProptestConfig::default() })]
+
+    #[test]
+    fn remote_reads_are_exact_on_sim(reads in reads_strategy(), direct in any::<bool>()) {
+        for kind in ENGINES {
+            exact_reads::<SimCluster>(kind, &reads, direct);
+        }
+    }
+
+    #[test]
+    fn remote_reads_are_exact_on_local(reads in reads_strategy(), direct in any::<bool>()) {
+        for kind in ENGINES {
+            exact_reads::<LocalCluster>(kind, &reads, direct);
+        }
+    }
+}
+
+#[cfg(feature = "ucx")]
+#[test]
+fn remote_reads_are_exact_on_ucx() {
+    let reads: Vec<(u64, u32)> =
+        (0..20u64).map(|i| (i * 13_577, 1 + (i as u32 * 997) % MAX_LEN)).collect();
+    for kind in ENGINES {
+        exact_reads::<hytra_fabric::ucx::UcxCluster>(kind, &reads, true);
+    }
+}
+
+/// Unknown file, read past the end, too large, unknown name: each gets its error, and a
+/// good read afterwards still works.
+fn bad_requests<B: TestBackend>() {
+    let dir = temp_dir(&format!("bad-{}", B::NAME));
+    let (path, bytes) = data_file(&dir, 10_000);
+    let mut ex = Exports::new();
+    ex.add_file("data", &path, false).unwrap();
+    let failures: Failures = Arc::default();
+    let mut b = B::for_test(ClusterShape { nodes: 2, workers_per_node: 1, lanes_per_peer: 1 }, 4);
+    let (f2, bytes) = (failures.clone(), Arc::new(bytes));
+    with_service(
+        &mut b,
+        Arc::new(ex),
+        EngineKind::Pool { threads: 2 },
+        timings::<B>(),
+        move |client, _| {
+            let (f, bytes) = (f2.clone(), bytes.clone());
+            async move {
+                let expect = |what: &str, got: Result<Vec<u8>, IoError>, want: IoError| {
+                    if got.as_ref().err() != Some(&want) {
+                        f.lock().unwrap().push(format!("{what}: {got:?}, wanted {want:?}"));
+                    }
+                };
+                let n = NodeId(1);
+                expect(
+                    "unknown file",
+                    client.read(n, FileId(7), 0, 8).await,
+                    IoError::Refused(ReadStatus::UnknownFile),
+                );
+                expect(
+                    "past end",
+                    client.read(n, FileId(0), 9_990, 11).await,
+                    IoError::Refused(ReadStatus::PastEnd),
+                );
+                expect(
+                    "offset overflow",
+                    client.read(n, FileId(0), u64::MAX - 2, 8).await,
+                    IoError::Refused(ReadStatus::PastEnd),
+                );
+                expect(
+                    "too large",
+                    client.read(n, FileId(0), 0, MAX_LEN + 1).await,
+                    IoError::TooLarge { len: MAX_LEN + 1, max: MAX_LEN },
+                );
+                for name in ["../data", "/etc/passwd", "nope", "data/.."] {
+                    if client.lookup(n, name).await != Err(IoError::NoSuchFile(name.into())) {
+                        f.lock().unwrap().push(format!("lookup of {name:?} did not fail"));
+                    }
+                }
+                match client.read(n, FileId(0), 9_990, 10).await {
+                    Ok(got) if got == bytes[9_990..] => {}
+                    other => f.lock().unwrap().push(format!("good read after errors: {other:?}")),
+                }
+            }
+        },
+    );
+    let failures = failures.lock().unwrap();
+    assert!(failures.is_empty(), "{}: {:?}", B::NAME, *failures);
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn bad_requests_get_errors_on_sim() {
+    bad_requests::<SimCluster>();
+}
+
+#[test]
+fn bad_requests_get_errors_on_local() {
+    bad_requests::<LocalCluster>();
+}
+
+#[test]
+fn directory_exports_refuse_escapes() {
+    let dir = temp_dir("dir");
+    let outside = temp_dir("outside");
+    std::fs::create_dir_all(dir.join("sub")).unwrap();
+    std::fs::write(dir.join("a"), b"a").unwrap();
+    std::fs::write(dir.join("sub/b"), b"b").unwrap();
+    std::fs::write(outside.join("secret"), b"s").unwrap();
+    std::os::unix::fs::symlink(outside.join("secret"), dir.join("escape")).unwrap();
+    std::os::unix::fs::symlink(&outside, dir.join("escape-dir")).unwrap();
+    std::os::unix::fs::symlink(dir.join("a"), dir.join("inside-link")).unwrap();
+    let mut ex = Exports::new();
+    ex.add_dir(&dir, false).unwrap();
+    let names: Vec<&str> = ex.iter().map(|(_, f)| f.name.as_str()).collect();
+    assert_eq!(names, ["a", "inside-link", "sub/b"]);
+    assert!(ex.lookup("escape").is_none() && ex.lookup("escape-dir/secret").is_none());
+    assert_eq!(ex.skipped.len(), 2, "{:?}", ex.skipped);
+    assert!(ex.add_file("../x", &dir.join("a"), false).is_err());
+    assert!(ex.add_file("a", &dir.join("a"), false).is_err(), "duplicate name accepted");
+    std::fs::remove_dir_all(dir).unwrap();
+    std::fs::remove_dir_all(outside).unwrap();
+}
