@@ -9,7 +9,7 @@
 //! - [`service`]: the serving worker (queue, server coroutines, WRITE then `DONE`)
 //! - [`client`]: `read(node, file, offset, len)` for coroutines
 //! - [`trace`]: `offset,length` traces and a TPC-H Q3-like generator
-//! - [`bench`]: the `hytra io` measurements
+//! - [`bench`](mod@bench): the `hytra io` measurements
 //!
 //! It needs only `fabric` and `rt`, not the transaction engine.
 
