@@ -10,10 +10,11 @@ use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::Arc;
 
+use hytra_fabric::disk::DiskFile;
 use hytra_fabric::rng::Rng;
-use hytra_fabric::{Backend, BackendError, NodeId, RunLimits};
+use hytra_fabric::{Backend, BackendError, Endpoint, NodeId, Rkey, RunLimits};
 use hytra_rt::hist::Histogram;
-use hytra_rt::{run_workers_with, RtConfig};
+use hytra_rt::{run_workers_with, Co, RtConfig};
 use thiserror::Error;
 
 use crate::client::{ClientConfig, ClientStats, IoClient};
@@ -129,15 +130,86 @@ pub struct Target {
     pub file: FileId,
 }
 
-/// Reads a requesting worker's counters at the end of the run.
-type StatsFn = Box<dyn Fn() -> ClientStats>;
+/// What one worker measured: latencies and counts of the reads inside the window
+/// (all reads when there is none), and the first start and last end among them.
+struct Recorder {
+    window: Option<(u64, u64)>,
+    hist: RefCell<Histogram>,
+    reads: Cell<u64>,
+    errors: Cell<u64>,
+    span: Cell<(u64, u64)>,
+}
 
-struct PerWorker {
-    hist: Rc<RefCell<Histogram>>,
-    reads: Rc<Cell<u64>>,
-    errors: Rc<Cell<u64>>,
-    span: Rc<Cell<(u64, u64)>>,
-    client_stats: Rc<RefCell<Option<StatsFn>>>,
+impl Recorder {
+    fn new(window: Option<(u64, u64)>) -> Recorder {
+        Recorder {
+            window,
+            hist: RefCell::new(Histogram::new()),
+            reads: Cell::new(0),
+            errors: Cell::new(0),
+            span: Cell::new((u64::MAX, 0)),
+        }
+    }
+
+    /// Whether a coroutine that started at `start` may begin a read at `now`.
+    fn open(&self, start: u64, now: u64) -> bool {
+        self.window.is_none_or(|(_, end)| now - start < end)
+    }
+
+    /// A read issued at `t` ended at `done`.
+    fn note(&self, start: u64, t: u64, done: u64, ok: bool) {
+        if !ok {
+            self.errors.set(self.errors.get() + 1);
+            return;
+        }
+        let inside = match self.window {
+            Some((from, end)) => t - start >= from && done - start <= end,
+            None => true,
+        };
+        if inside {
+            self.hist.borrow_mut().record(done - t);
+            self.reads.set(self.reads.get() + 1);
+            let (a, b) = self.span.get();
+            self.span.set((a.min(t), b.max(done)));
+        }
+    }
+}
+
+/// How a requesting coroutine reads: the engine on its own node (local baseline) or
+/// the I/O client (fabric and remote modes).
+enum Reader<E> {
+    Local { engine: Engine, file: Arc<DiskFile>, slot: u64, rkey: Rkey },
+    Remote { client: IoClient<E>, owner: NodeId, file: FileId, finished: Rc<Cell<u16>> },
+}
+
+impl<E: Endpoint + 'static> Reader<E> {
+    async fn read(&self, co: &Co<E>, op: TraceOp) -> bool {
+        match self {
+            Reader::Local { engine, file, slot, rkey } => {
+                let region = co.region(*rkey).expect("the I/O region is registered");
+                engine.read(co, file, op.offset, op.len, &region, *slot).await.is_ok()
+            }
+            Reader::Remote { client, owner, file, .. } => {
+                client.read_with(*owner, *file, op.offset, op.len, |_, _, _| ()).await.is_ok()
+            }
+        }
+    }
+
+    /// The coroutine is done; the last of a worker's `depth` says `BYE` to the owner.
+    fn finish(&self, depth: u16) {
+        if let Reader::Remote { client, owner, finished, .. } = self {
+            finished.set(finished.get() + 1);
+            if finished.get() == depth {
+                // Lost, the owner's serving worker runs on to the time limit.
+                let _ = client.bye(*owner);
+            }
+        }
+    }
+}
+
+struct PerWorker<E> {
+    rec: Rc<Recorder>,
+    client: Option<IoClient<E>>,
     service: Option<Rc<RefCell<ServiceStats>>>,
 }
 
@@ -280,68 +352,14 @@ where
         RunLimits { time_limit_ns },
         |w| {
             let me = w.co().me();
-            let mut st = PerWorker {
-                hist: Rc::new(RefCell::new(Histogram::new())),
-                reads: Rc::new(Cell::new(0)),
-                errors: Rc::new(Cell::new(0)),
-                span: Rc::new(Cell::new((u64::MAX, 0))),
-                client_stats: Rc::new(RefCell::new(None)),
-                service: None,
-            };
-            let engine = |w: &mut hytra_rt::Worker<B::Ep>| {
-                Engine::install(w, &node_io, p.size).expect("engine setup was checked by NodeIo")
-            };
-            match (p.mode, me.node.0) {
-                (Mode::Local, 0) => {
-                    let engine = engine(w);
-                    let file =
-                        target.exports.get(target.file).expect("target exported").file.clone();
-                    for c in 0..p.depth {
-                        let (hist, reads, errors, span, engine, file, next) = (
-                            st.hist.clone(),
-                            st.reads.clone(),
-                            st.errors.clone(),
-                            st.span.clone(),
-                            engine.clone(),
-                            file.clone(),
-                            next.clone(),
-                        );
-                        let seed = p.seed ^ (u64::from(me.index) << 32) ^ u64::from(c);
-                        let slot = layout.client_slot(me.index, c);
-                        w.spawn(move |co| async move {
-                            let region = co.region(rkey).expect("registered");
-                            let mut rng = Rng::new(seed);
-                            let start = co.now_ns();
-                            let mut k = u64::from(c);
-                            loop {
-                                let idx = u64::from(me.index) + k * workers;
-                                let Some(op) = next(&mut rng, idx) else { break };
-                                let t = co.now_ns();
-                                if window.is_some_and(|(_, end)| t - start >= end) {
-                                    break;
-                                }
-                                let r =
-                                    engine.read(&co, &file, op.offset, op.len, &region, slot).await;
-                                let done = co.now_ns();
-                                note(
-                                    &hist,
-                                    &reads,
-                                    &errors,
-                                    &span,
-                                    window,
-                                    start,
-                                    t,
-                                    done,
-                                    r.is_ok(),
-                                );
-                                k += u64::from(depth);
-                            }
-                        });
-                    }
-                }
-                (Mode::Local, _) => {}
+            let mut st =
+                PerWorker { rec: Rc::new(Recorder::new(window)), client: None, service: None };
+            let requester = match (p.mode, me.node.0) {
+                (Mode::Local, 0) => true,
+                (Mode::Local, _) => false,
                 (_, 1) => {
-                    let engine = engine(w);
+                    let engine = Engine::install(w, &node_io, p.size)
+                        .expect("engine setup was checked by NodeIo");
                     let cfg = ServiceConfig {
                         layout,
                         rkey,
@@ -350,76 +368,66 @@ where
                         byes_expected: Some(1),
                     };
                     st.service = Some(serve(w, target.exports.clone(), engine, cfg));
+                    false
                 }
                 (_, 0) => {
-                    let client = IoClient::install(
-                        w,
-                        ClientConfig { layout, rkey, timeout_ns: p.timeout_ns },
-                    );
-                    {
-                        let c = client.clone();
-                        *st.client_stats.borrow_mut() = Some(Box::new(move || c.stats()));
-                    }
-                    let finished = Rc::new(Cell::new(0u16));
-                    for c in 0..p.depth {
-                        let (hist, reads, errors, span, next, client, finished) = (
-                            st.hist.clone(),
-                            st.reads.clone(),
-                            st.errors.clone(),
-                            st.span.clone(),
-                            next.clone(),
-                            client.clone(),
-                            finished.clone(),
-                        );
-                        let seed = p.seed ^ (u64::from(me.index) << 32) ^ u64::from(c);
-                        let depth = u64::from(p.depth);
-                        w.spawn(move |co| async move {
-                            let mut rng = Rng::new(seed);
-                            let start = co.now_ns();
-                            // Trace replay: worker w, coroutine c takes reads w + k * workers
-                            // with k = c, c + depth, ...
-                            let mut k = u64::from(c);
-                            loop {
-                                let idx = u64::from(me.index) + k * workers;
-                                let Some(op) = next(&mut rng, idx) else { break };
-                                let t = co.now_ns();
-                                if window.is_some_and(|(_, end)| t - start >= end) {
-                                    break;
-                                }
-                                let r = client
-                                    .read_with(owner, file_id, op.offset, op.len, |_, _, _| ())
-                                    .await;
-                                let done = co.now_ns();
-                                note(
-                                    &hist,
-                                    &reads,
-                                    &errors,
-                                    &span,
-                                    window,
-                                    start,
-                                    t,
-                                    done,
-                                    r.is_ok(),
-                                );
-                                k += depth;
-                            }
-                            finished.set(finished.get() + 1);
-                            if u64::from(finished.get()) == depth {
-                                let _ = client.bye(owner);
-                            }
-                        });
-                    }
+                    let cfg = ClientConfig { layout, rkey, timeout_ns: p.timeout_ns };
+                    st.client = Some(IoClient::install(w, cfg));
+                    true
                 }
-                _ => {}
+                _ => false,
+            };
+            if !requester {
+                return st;
+            }
+            let engine = (p.mode == Mode::Local).then(|| {
+                Engine::install(w, &node_io, p.size).expect("engine setup was checked by NodeIo")
+            });
+            let finished = Rc::new(Cell::new(0u16));
+            for c in 0..p.depth {
+                let reader = match (&engine, &st.client) {
+                    (Some(engine), _) => Reader::Local {
+                        engine: engine.clone(),
+                        file: target.exports.get(file_id).expect("target exported").file.clone(),
+                        slot: layout.client_slot(me.index, c),
+                        rkey,
+                    },
+                    (None, Some(client)) => Reader::Remote {
+                        client: client.clone(),
+                        owner,
+                        file: file_id,
+                        finished: finished.clone(),
+                    },
+                    (None, None) => unreachable!("a requester has an engine or a client"),
+                };
+                let (rec, next) = (st.rec.clone(), next.clone());
+                let seed = p.seed ^ (u64::from(me.index) << 32) ^ u64::from(c);
+                w.spawn(move |co| async move {
+                    let mut rng = Rng::new(seed);
+                    let start = co.now_ns();
+                    // Trace replay: worker w, coroutine c takes reads w + k * workers with
+                    // k = c, c + depth, ... (random reads ignore the index).
+                    let mut k = u64::from(c);
+                    while let Some(op) = next(&mut rng, u64::from(me.index) + k * workers) {
+                        let t = co.now_ns();
+                        if !rec.open(start, t) {
+                            break;
+                        }
+                        let ok = reader.read(&co, op).await;
+                        rec.note(start, t, co.now_ns(), ok);
+                        k += u64::from(depth);
+                    }
+                    reader.finish(depth);
+                });
             }
             st
         },
         |_w, st| Summary {
-            hist: st.hist.borrow().clone(),
-            reads: st.reads.get(),
-            errors: st.errors.get(),
-            span: st.span.get(),
-            client: st.client_stats.borrow().as_ref().map(|f| f()).unwrap_or_default(),
+            hist: st.rec.hist.borrow().clone(),
+            reads: st.rec.reads.get(),
+            errors: st.rec.errors.get(),
+            span: st.rec.span.get(),
+            client: st.client.as_ref().map(IoClient::stats).unwrap_or_default(),
             service: st.service.as_ref().map(|s| s.borrow().clone()).unwrap_or_default(),
         },
     )?;
@@ -443,34 +451,6 @@ where
         total.span = (0, 0);
     }
     Ok((total, direct))
-}
-
-#[allow(clippy::too_many_arguments)]
-fn note(
-    hist: &RefCell<Histogram>,
-    reads: &Cell<u64>,
-    errors: &Cell<u64>,
-    span: &Cell<(u64, u64)>,
-    window: Option<(u64, u64)>,
-    start: u64,
-    t: u64,
-    done: u64,
-    ok: bool,
-) {
-    if !ok {
-        errors.set(errors.get() + 1);
-        return;
-    }
-    let inside = match window {
-        Some((from, end)) => t - start >= from && done - start <= end,
-        None => true,
-    };
-    if inside {
-        hist.borrow_mut().record(done - t);
-        reads.set(reads.get() + 1);
-        let (a, b) = span.get();
-        span.set((a.min(t), b.max(done)));
-    }
 }
 
 fn add_client(a: &mut ClientStats, b: &ClientStats) {

@@ -114,7 +114,8 @@ impl DeviceModel {
 
 /// CPU costs of the engines in modelled runs. `spawn_ns` and `handoff_ns` are medians
 /// measured by [`calibrate`] on a 2-core shared VM (`hytra io --calibrate` prints them
-/// for yours: 11.6-13.2 µs and 3.9-4.2 µs over four runs); `uring_ns` is an assumption
+/// for yours: 11.6-13.2 µs in three of four runs, one outlier of 73.8 µs next to a
+/// build, and 3.9-4.2 µs in all four); `uring_ns` is an assumption
 /// (one SQE prepared and one CQE reaped, amortised over a batch's system call).
 #[derive(Copy, Clone, PartialEq, Debug, serde::Serialize, serde::Deserialize)]
 pub struct EngineCosts {
@@ -248,6 +249,17 @@ struct ModelState {
     pool_free: Vec<u64>,
 }
 
+impl ModelState {
+    /// Everything idle at time 0.
+    fn new(device: &DeviceModel, pool_threads: usize) -> ModelState {
+        ModelState {
+            channels: vec![vec![0; usize::from(device.channels)]; usize::from(device.devices)],
+            link_free: vec![0; usize::from(device.devices)],
+            pool_free: vec![0; pool_threads],
+        }
+    }
+}
+
 /// What a node's engines share: the I/O pool (real timing) or the modelled device
 /// (modelled timing). Build one per node before the run and hand a clone to each
 /// worker's [`Engine`].
@@ -273,14 +285,7 @@ impl NodeIo {
                     EngineKind::Pool { threads } => usize::from(threads),
                     _ => 0,
                 };
-                Some(Arc::new(Mutex::new(ModelState {
-                    channels: vec![
-                        vec![0; usize::from(device.channels)];
-                        usize::from(device.devices)
-                    ],
-                    link_free: vec![0; usize::from(device.devices)],
-                    pool_free: vec![0; pool_threads],
-                })))
+                Some(Arc::new(Mutex::new(ModelState::new(&device, pool_threads))))
             }
         };
         if let EngineKind::Pool { threads: 0 } = kind {
@@ -511,21 +516,17 @@ impl Engine {
         let model = self.node.model.as_ref().expect("modelled timing has a model");
         let kind = self.node.kind;
         match kind {
+            EngineKind::NoIo => return Ok(()),
             EngineKind::ThreadPerRequest => co.charge(costs.spawn_ns),
             EngineKind::Uring { .. } => co.charge(costs.uring_ns),
-            _ => {}
+            EngineKind::Pool { .. } => {}
         }
-        if kind != EngineKind::NoIo {
-            let now = co.now_ns();
-            let done_at = {
-                let mut m = model.lock().expect("model lock");
-                schedule(&mut m, &device, costs, kind, now, offset, u64::from(len))
-            };
-            co.sleep_until(done_at).await;
-        }
-        if kind == EngineKind::NoIo {
-            return Ok(());
-        }
+        let now = co.now_ns();
+        let done_at = {
+            let mut m = model.lock().expect("model lock");
+            schedule(&mut m, &device, costs, kind, now, offset, u64::from(len))
+        };
+        co.sleep_until(done_at).await;
         let mut s = self.state.borrow_mut();
         let s = &mut *s;
         let bytes = file.read_at(offset, len as usize, &mut s.scratch).map_err(|e| e.kind())?;
@@ -635,39 +636,33 @@ pub fn calibrate(rounds: u32) -> EngineCosts {
 mod tests {
     use super::*;
 
+    /// When the last of `n` reads of `len` bytes, all issued at time 0, is done.
+    fn last_done(kind: EngineKind, costs: EngineCosts, n: u64, len: u64) -> u64 {
+        let d = DeviceModel::P3700;
+        let threads = match kind {
+            EngineKind::Pool { threads } => usize::from(threads),
+            _ => 0,
+        };
+        let mut m = ModelState::new(&d, threads);
+        (0..n).map(|i| schedule(&mut m, &d, costs, kind, 0, i * len, len)).max().unwrap()
+    }
+
     #[test]
     fn device_model_reaches_its_ceilings() {
         let d = DeviceModel::P3700;
-        let mut m =
-            ModelState { channels: vec![vec![0; 40]], link_free: vec![0], pool_free: vec![] };
-        let costs = EngineCosts::default();
-        // 4,000 small reads all issued at 0: channel-bound, 40 per 85 µs.
-        let last = (0..4000)
-            .map(|i| schedule(&mut m, &d, costs, EngineKind::NoIo, 0, i * 512, 512))
-            .max()
-            .unwrap();
-        let iops = 4000.0 * 1e9 / last as f64;
-        assert!((iops / d.max_iops(512) - 1.0).abs() < 0.02, "small reads: {iops:.0} IOPS");
-        let mut m =
-            ModelState { channels: vec![vec![0; 40]], link_free: vec![0], pool_free: vec![] };
-        let last = (0..4000)
-            .map(|i| schedule(&mut m, &d, costs, EngineKind::NoIo, 0, i * 16384, 16384))
-            .max()
-            .unwrap();
-        let iops = 4000.0 * 1e9 / last as f64;
-        assert!((iops / d.max_iops(16384) - 1.0).abs() < 0.02, "large reads: {iops:.0} IOPS");
+        // Small reads are channel-bound (40 per 85 µs), large ones link-bound.
+        for len in [512, 16384] {
+            let last = last_done(EngineKind::NoIo, EngineCosts::default(), 4000, len);
+            let iops = 4000.0 * 1e9 / last as f64;
+            assert!((iops / d.max_iops(len) - 1.0).abs() < 0.02, "{len} B: {iops:.0} IOPS");
+        }
     }
 
     #[test]
     fn a_modelled_pool_bounds_concurrency_by_its_threads() {
         let d = DeviceModel::P3700;
         let costs = EngineCosts { handoff_ns: 0, ..EngineCosts::default() };
-        let mut m =
-            ModelState { channels: vec![vec![0; 40]], link_free: vec![0], pool_free: vec![0; 4] };
-        let last = (0..400)
-            .map(|i| schedule(&mut m, &d, costs, EngineKind::Pool { threads: 4 }, 0, i * 512, 512))
-            .max()
-            .unwrap();
+        let last = last_done(EngineKind::Pool { threads: 4 }, costs, 400, 512);
         // Four threads, each blocked ~85 µs per read: 100 rounds.
         assert!(last >= 100 * d.latency_ns && last < 101 * (d.latency_ns + 1_000), "{last}");
     }

@@ -298,7 +298,7 @@ pub fn serve<E: Endpoint + 'static>(
                     };
                     if write(&co, Qp::to(src.node), &wr).await.is_err() {
                         stats.borrow_mut().write_failures += 1;
-                        encode_done(&mut msg, req.req_id, ReadStatus::Malformed, 0, &[]);
+                        encode_done(&mut msg, req.req_id, ReadStatus::BadBuffer, 0, &[]);
                         send_done(&co, src, &msg, &stats);
                         continue;
                     }

@@ -37,12 +37,16 @@ pub enum ReadStatus {
     Busy = 5,
     /// The request was malformed.
     Malformed = 6,
+    /// The owner could not WRITE into the buffer the request named (wrong key or range).
+    BadBuffer = 7,
 }
 
 impl ReadStatus {
     fn from_u8(b: u8) -> Option<ReadStatus> {
         use ReadStatus::*;
-        [Ok, UnknownFile, PastEnd, TooLarge, IoFailed, Busy, Malformed].get(usize::from(b)).copied()
+        [Ok, UnknownFile, PastEnd, TooLarge, IoFailed, Busy, Malformed, BadBuffer]
+            .get(usize::from(b))
+            .copied()
     }
 }
 

@@ -8,12 +8,13 @@ use std::sync::{Arc, Mutex};
 use hytra_fabric::local::LocalCluster;
 use hytra_fabric::sim::SimCluster;
 use hytra_fabric::testing::TestBackend;
-use hytra_fabric::{ClusterShape, NodeId, RunLimits};
+use hytra_fabric::{ClusterShape, NodeId, Rkey, RunLimits, WorkerId};
+use hytra_io::wire::{self, ReadReq};
 use hytra_io::{
     serve, ClientConfig, DeviceModel, Engine, EngineCosts, EngineKind, Exports, FileId, IoClient,
-    IoError, IoLayout, NodeIo, ReadStatus, ServiceConfig, Timing,
+    IoError, IoLayout, NodeIo, ReadStatus, ServiceConfig, ServiceStats, Timing,
 };
-use hytra_rt::{run_workers, Co, RtConfig};
+use hytra_rt::{run_workers_with, Co, RtConfig};
 use proptest::prelude::*;
 
 const MAX_LEN: u32 = 20_000;
@@ -42,7 +43,8 @@ fn with_service<B, F, Fut>(
     kind: EngineKind,
     timing: Timing,
     body: F,
-) where
+) -> ServiceStats
+where
     B: TestBackend,
     F: Fn(IoClient<B::Ep>, Co<B::Ep>) -> Fut + Sync,
     Fut: std::future::Future<Output = ()> + 'static,
@@ -53,30 +55,45 @@ fn with_service<B, F, Fut>(
     let timeout_ns = if B::NAME == "sim" { 50_000_000 } else { 5_000_000_000 };
     let cfg = RtConfig { rpc_timeout_ns: timeout_ns, ..RtConfig::default() };
     let limits = RunLimits { time_limit_ns: B::test_time_limit_ns() };
-    let (reports, stats) = run_workers(b, cfg, limits, |w| {
-        let me = w.co().me();
-        if me.node == NodeId(1) {
-            let engine = Engine::install(w, &node_io, MAX_LEN).unwrap();
-            let cfg = ServiceConfig {
-                layout,
-                rkey,
-                inline_max: 0,
-                queue_max: 16,
-                byes_expected: Some(1),
-            };
-            serve(w, exports.clone(), engine, cfg);
-        } else {
-            let client = IoClient::install(w, ClientConfig { layout, rkey, timeout_ns });
-            let fut = body(client.clone(), w.co());
-            w.spawn(move |_| async move {
-                fut.await;
-                client.bye(NodeId(1)).unwrap();
-            });
-        }
-    })
+    let served = Arc::new(Mutex::new(None));
+    let (reports, stats) = run_workers_with(
+        b,
+        cfg,
+        limits,
+        |w| {
+            let me = w.co().me();
+            if me.node == NodeId(1) {
+                let engine = Engine::install(w, &node_io, MAX_LEN).unwrap();
+                let cfg = ServiceConfig {
+                    layout,
+                    rkey,
+                    inline_max: 0,
+                    queue_max: 16,
+                    byes_expected: Some(1),
+                };
+                Some(serve(w, exports.clone(), engine, cfg))
+            } else {
+                let client = IoClient::install(w, ClientConfig { layout, rkey, timeout_ns });
+                let fut = body(client.clone(), w.co());
+                w.spawn(move |_| async move {
+                    fut.await;
+                    client.bye(NodeId(1)).unwrap();
+                });
+                None
+            }
+        },
+        |w, service| {
+            if let Some(s) = service {
+                *served.lock().unwrap() = Some(s.borrow().clone());
+            }
+            w.leaked()
+        },
+    )
     .unwrap();
     assert!(stats.all_done, "{}: the run did not finish", B::NAME);
-    assert!(reports.iter().all(|r| r.leaked == 0), "tickets or calls leaked");
+    assert!(reports.iter().all(|&leaked| leaked == 0), "tickets or calls leaked");
+    let s = served.lock().unwrap().take();
+    s.expect("node 1 served")
 }
 
 fn timings<B: TestBackend>() -> Timing {
@@ -173,12 +190,12 @@ fn bad_requests<B: TestBackend>() {
     let failures: Failures = Arc::default();
     let mut b = B::for_test(ClusterShape { nodes: 2, workers_per_node: 1, lanes_per_peer: 1 }, 4);
     let (f2, bytes) = (failures.clone(), Arc::new(bytes));
-    with_service(
+    let served = with_service(
         &mut b,
         Arc::new(ex),
         EngineKind::Pool { threads: 2 },
         timings::<B>(),
-        move |client, _| {
+        move |client, co| {
             let (f, bytes) = (f2.clone(), bytes.clone());
             async move {
                 let expect = |what: &str, got: Result<Vec<u8>, IoError>, want: IoError| {
@@ -212,6 +229,19 @@ fn bad_requests<B: TestBackend>() {
                         f.lock().unwrap().push(format!("lookup of {name:?} did not fail"));
                     }
                 }
+                // A request naming a buffer that does not exist (as if its requester
+                // had gone): the owner's WRITE fails, and it carries on.
+                let mut raw = Vec::new();
+                let req = ReadReq {
+                    req_id: 1 << 60,
+                    file: FileId(0),
+                    offset: 0,
+                    len: 64,
+                    dst_rkey: Rkey(99),
+                    dst_offset: 0,
+                };
+                req.encode(&mut raw);
+                co.send_oneway(WorkerId { node: n, index: 0 }, wire::READ, &raw).unwrap();
                 match client.read(n, FileId(0), 9_990, 10).await {
                     Ok(got) if got == bytes[9_990..] => {}
                     other => f.lock().unwrap().push(format!("good read after errors: {other:?}")),
@@ -221,6 +251,12 @@ fn bad_requests<B: TestBackend>() {
     );
     let failures = failures.lock().unwrap();
     assert!(failures.is_empty(), "{}: {:?}", B::NAME, *failures);
+    assert_eq!(
+        (served.refused, served.write_failures, served.served),
+        (3, 1, 1),
+        "{}: {served:?}",
+        B::NAME
+    );
     std::fs::remove_dir_all(dir).unwrap();
 }
 
