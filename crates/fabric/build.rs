@@ -1,8 +1,10 @@
-//! Builds the C layer over UCP when the `ucx` feature is on (it needs the system UCX,
-//! e.g. Debian's `libucx-dev`); without the feature nothing is compiled or linked.
+//! Builds the C layer over UCP, and the minimal UCP program it is measured against, when
+//! the `ucx` feature is on (it needs the system UCX, e.g. Debian's `libucx-dev`); without
+//! the feature nothing is compiled or linked.
 
 fn main() {
     println!("cargo:rerun-if-changed=src/ucx/shim.c");
+    println!("cargo:rerun-if-changed=src/ucx/minimal.c");
     println!("cargo:rerun-if-env-changed=UCX_HOME");
     #[cfg(feature = "ucx")]
     build_shim();
@@ -23,6 +25,9 @@ fn build_shim() {
     };
     cc::Build::new()
         .file("src/ucx/shim.c")
+        // The plain-UCP yardstick of `hytra micro --ucp-baseline`; shares nothing with
+        // the shim, it only rides in the same library.
+        .file("src/ucx/minimal.c")
         .include(include)
         .flag_if_supported("-Wall")
         .flag_if_supported("-Wextra")

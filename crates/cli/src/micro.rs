@@ -1,5 +1,6 @@
-//! `hytra micro`: the raw-primitive benchmark (DrTM+H §4.2, Fig. 5) on the simulator or
-//! on threads.
+//! `hytra micro`: the raw-primitive benchmark (DrTM+H §4.2, Fig. 5) on the simulator, on
+//! threads or over UCX; with `--ucp-baseline`, each UCX point next to a minimal UCP
+//! program doing the same operation (what hytra's layers cost).
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -89,6 +90,12 @@ pub struct MicroArgs {
     /// +PA). Typical: 10.
     #[arg(long)]
     multi_object: Option<u16>,
+    /// With --backend ucx and --nodes 2: after each point, run a minimal UCP program
+    /// (crates/fabric/src/ucx/minimal.c, no hytra in between) doing the same operation
+    /// with the same transports, payload, windows and operations in flight, and print its
+    /// rate and the ratio UCP/hytra (how much hytra costs).
+    #[arg(long)]
+    ucp_baseline: bool,
 }
 
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]
@@ -112,6 +119,8 @@ struct Plan {
     payloads: Vec<u32>,
     lanes: Vec<u16>,
     params: MicroParams,
+    /// Run the minimal UCP program after each point (`--ucp-baseline`).
+    ucp_baseline: bool,
 }
 
 fn plan(a: &MicroArgs) -> Result<Plan, CliError> {
@@ -214,6 +223,9 @@ fn plan(a: &MicroArgs) -> Result<Plan, CliError> {
         }
     }
     let shape = ClusterShape { nodes, workers_per_node: workers, lanes_per_peer: 1 };
+    if a.ucp_baseline {
+        check_baseline(a, backend, shape, &lanes, &params)?;
+    }
     Ok(Plan {
         backend,
         transports: a.transports.clone(),
@@ -225,7 +237,67 @@ fn plan(a: &MicroArgs) -> Result<Plan, CliError> {
         payloads,
         lanes,
         params,
+        ucp_baseline: a.ucp_baseline,
     })
+}
+
+/// Refuses `--ucp-baseline` where the minimal UCP program could not do the same thing as
+/// hytra: it runs exactly one worker per node, two nodes, one endpoint per peer.
+fn check_baseline(
+    a: &MicroArgs,
+    backend: BackendKind,
+    shape: ClusterShape,
+    lanes: &[u16],
+    params: &MicroParams,
+) -> Result<(), CliError> {
+    if !cfg!(feature = "ucx") {
+        return usage(
+            "--ucp-baseline needs the ucx backend, which is not in this build: install libucx-dev and build with --features ucx",
+        );
+    }
+    if backend != BackendKind::Ucx {
+        return usage("--ucp-baseline compares the ucx backend with plain UCP: add --backend ucx");
+    }
+    if shape.nodes != 2 {
+        return usage(format!(
+            "--ucp-baseline needs --nodes 2 (got {}): the minimal UCP program pairs two workers",
+            shape.nodes
+        ));
+    }
+    if lanes != [1] {
+        return usage(
+            "--ucp-baseline needs --lanes 1: the minimal UCP program has one endpoint per peer",
+        );
+    }
+    if a.multi_object.is_some() {
+        return usage("--ucp-baseline applies to the primitive matrix, not to --multi-object");
+    }
+    let outstanding = baseline_outstanding(shape, params);
+    let max = baseline_outstanding_max();
+    if outstanding > max {
+        return usage(format!(
+            "--ucp-baseline: coroutines x batch x workers = {outstanding} operations in flight per node; the minimal UCP program keeps at most {max}"
+        ));
+    }
+    Ok(())
+}
+
+/// Operations in flight the minimal UCP program's workers support.
+#[cfg(feature = "ucx")]
+fn baseline_outstanding_max() -> u64 {
+    u64::from(hytra_fabric::ucx::minimal::OUTSTANDING_MAX)
+}
+
+#[cfg(not(feature = "ucx"))]
+fn baseline_outstanding_max() -> u64 {
+    unreachable!("--ucp-baseline is refused by plan() without the ucx feature")
+}
+
+/// Operations a node keeps in flight in hytra's benchmark, which the minimal program's one
+/// worker per node keeps too: every coroutine of every worker posts `batch` requests and
+/// waits for them all.
+fn baseline_outstanding(shape: ClusterShape, params: &MicroParams) -> u64 {
+    u64::from(params.coroutines) * u64::from(params.batch) * u64::from(shape.workers_per_node)
 }
 
 fn parse_cpu(s: &str) -> Result<CpuMode, CliError> {
@@ -246,6 +318,97 @@ fn parse_cpu(s: &str) -> Result<CpuMode, CliError> {
 struct Measured {
     point: Point,
     stats: RunStats,
+    /// The minimal UCP program on the same point (`--ucp-baseline`; `None` without it or
+    /// for primitives it has no equivalent of).
+    baseline: Option<Baseline>,
+}
+
+/// What the minimal UCP program measured for one point.
+#[derive(Clone, Debug)]
+struct Baseline {
+    /// The UCP operation it ran for hytra's primitive.
+    op: &'static str,
+    /// Operations in flight per worker.
+    outstanding: u32,
+    /// Puts per flush (WRITE only; hytra's signaled WRITE is followed by a flush).
+    signal_every: u32,
+    /// Operations completed in the window, both workers.
+    ops: u64,
+    /// Per node, as hytra's rate.
+    ops_per_sec: f64,
+    /// Per operation (per flushed group of puts for WRITE), not per batch as hytra's.
+    mean_ns: u64,
+    p50_ns: u64,
+    p99_ns: u64,
+}
+
+impl Baseline {
+    /// UCP's rate over hytra's: how many times faster plain UCP is (the goal is <= 1.5).
+    fn ratio(&self, hytra_ops_per_sec: f64) -> Option<f64> {
+        (hytra_ops_per_sec > 0.0).then(|| self.ops_per_sec / hytra_ops_per_sec)
+    }
+}
+
+/// Runs the minimal UCP program for `primitive`; `None` for the WRITE-based RPCs, which
+/// have no single UCP operation to compare with.
+#[cfg(feature = "ucx")]
+fn measure_baseline(
+    plan: &Plan,
+    primitive: Primitive,
+    payload: u32,
+) -> anyhow::Result<Option<Baseline>> {
+    use hytra_fabric::ucx::minimal::{run_minimal, MinimalOp, MinimalParams};
+    let op = match primitive {
+        Primitive::Read => MinimalOp::Get,
+        Primitive::Write => MinimalOp::Put,
+        Primitive::Cas => MinimalOp::Cswap,
+        Primitive::Faa => MinimalOp::FetchAdd,
+        Primitive::Rpc => MinimalOp::AmRoundTrip,
+        Primitive::WriteRpc | Primitive::RpcWrite => return Ok(None),
+    };
+    let outstanding = u32::try_from(baseline_outstanding(plan.shape, &plan.params))
+        .expect("checked against OUTSTANDING_MAX by plan()");
+    let params = MinimalParams {
+        transports: Some(plan.transports.clone()),
+        op,
+        nodes: plan.shape.nodes,
+        payload: effective_payload(primitive, payload),
+        outstanding,
+        // With passive ACK only the last request of a batch is signaled, and the shim
+        // flushes after a signaled WRITE only: one flush per batch.
+        signal_every: if plan.params.passive_ack { u32::from(plan.params.batch) } else { 1 },
+        warmup_ns: plan.params.warmup_ns,
+        measure_ns: plan.params.measure_ns,
+    };
+    let r = run_minimal(&params)?;
+    // A yardstick that lost operations or read wrong data measures nothing.
+    for (i, n) in r.nodes.iter().enumerate() {
+        anyhow::ensure!(
+            n.failed == 0 && n.bad_data == 0,
+            "the minimal UCP program's worker {i} saw {} failed operations and {} wrong data",
+            n.failed,
+            n.bad_data
+        );
+    }
+    Ok(Some(Baseline {
+        op: op.name(),
+        outstanding,
+        signal_every: if op == MinimalOp::Put { params.signal_every } else { 1 },
+        ops: r.ops,
+        ops_per_sec: r.ops_per_sec,
+        mean_ns: r.mean_ns,
+        p50_ns: r.p50_ns,
+        p99_ns: r.p99_ns,
+    }))
+}
+
+#[cfg(not(feature = "ucx"))]
+fn measure_baseline(
+    _plan: &Plan,
+    _primitive: Primitive,
+    _payload: u32,
+) -> anyhow::Result<Option<Baseline>> {
+    unreachable!("--ucp-baseline is refused by plan() without the ucx feature")
 }
 
 fn measure(
@@ -302,7 +465,7 @@ fn measure(
         #[cfg(not(feature = "ucx"))]
         BackendKind::Ucx => unreachable!("refused by plan() without the ucx feature"),
     };
-    Ok(Measured { point, stats })
+    Ok(Measured { point, stats, baseline: None })
 }
 
 /// The steps of the multi-object benchmark (Fig. 6), each adding one optimisation.
@@ -422,10 +585,16 @@ pub fn run(args: MicroArgs) -> Result<(), CliError> {
     let mut events = 0u64;
     let mut verbs = 0u64;
     for (i, &(p, payload, lanes)) in todo.iter().enumerate() {
-        let m = measure(&plan, p, payload, lanes, args.self_check).with_context(|| {
+        let replay = || {
             let argv: Vec<String> = std::env::args().skip(1).collect();
             format!("measuring {} at {payload} B (replay: hytra {})", p.name(), argv.join(" "))
-        })?;
+        };
+        let mut m = measure(&plan, p, payload, lanes, args.self_check).with_context(replay)?;
+        if plan.ucp_baseline {
+            // Right after hytra's run, so that both see the same machine load.
+            m.baseline = measure_baseline(&plan, p, payload)
+                .with_context(|| format!("minimal UCP program: {}", replay()))?;
+        }
         eprintln!(
             "[{}/{}] {:<5} {:>4} B lanes={}: {} Mops/s per node, p50 {} us",
             i + 1,
@@ -436,6 +605,15 @@ pub fn run(args: MicroArgs) -> Result<(), CliError> {
             mops(m.point.ops_per_sec),
             us(m.point.p50_ns)
         );
+        if let Some(b) = &m.baseline {
+            eprintln!(
+                "      minimal UCP {}: {} Mops/s per node, op p50 {} us; UCP/hytra {}",
+                b.op,
+                mops(b.ops_per_sec),
+                us(b.p50_ns),
+                ratio_text(b.ratio(m.point.ops_per_sec))
+            );
+        }
         trace = (trace ^ m.stats.trace_hash).wrapping_mul(0x0000_0100_0000_01B3);
         events += m.stats.events;
         verbs += m.stats.verbs;
@@ -485,6 +663,9 @@ pub fn run(args: MicroArgs) -> Result<(), CliError> {
                 if let Some(c) = cores {
                     row["ops_per_sec_per_core"] = json!(p.ops_per_sec * f64::from(plan.shape.nodes) / c as f64);
                 }
+                if plan.ucp_baseline {
+                    add_baseline_json(&mut row, m);
+                }
                 row
             })
             .collect();
@@ -514,9 +695,50 @@ pub fn run(args: MicroArgs) -> Result<(), CliError> {
             doc["threads"] = json!(threads);
             doc["cores"] = json!(cores);
         }
+        if plan.ucp_baseline {
+            doc["transports"] = json!(plan.transports);
+            doc["ucp_baseline"] = json!({
+                "program": "crates/fabric/src/ucx/minimal.c",
+                "outstanding_per_node": baseline_outstanding(plan.shape, &plan.params),
+                "ratio": "ucp_minimal.ops_per_sec / ops_per_sec (goal <= 1.5)",
+                "latency": "per operation (per flushed group of puts for write); hytra's p50/p99 are per batch",
+            });
+        }
         write_json(file, path, &doc)?;
     }
     Ok(())
+}
+
+/// The `--ucp-baseline` fields of one JSON row.
+fn add_baseline_json(row: &mut serde_json::Value, m: &Measured) {
+    match &m.baseline {
+        Some(b) => {
+            row["ucp_minimal"] = json!({
+                "op": b.op,
+                "ops_per_sec": b.ops_per_sec,
+                "ops": b.ops,
+                "outstanding": b.outstanding,
+                "signal_every": b.signal_every,
+                "op_mean_us": b.mean_ns as f64 / 1e3,
+                "op_p50_us": b.p50_ns as f64 / 1e3,
+                "op_p99_us": b.p99_ns as f64 / 1e3,
+            });
+            row["ucp_minimal_ratio"] = json!(b.ratio(m.point.ops_per_sec));
+        }
+        None => {
+            row["ucp_minimal"] = serde_json::Value::Null;
+            row["ucp_minimal_ratio"] = serde_json::Value::Null;
+            row["ucp_minimal_note"] = json!(NO_BASELINE);
+        }
+    }
+}
+
+/// Why the WRITE-based RPCs have no baseline.
+const NO_BASELINE: &str =
+    "no UCP baseline: an RPC built from WRITEs into polled mailboxes has no single UCP operation to compare with";
+
+fn ratio_text(r: Option<f64>) -> String {
+    r.map_or_else(|| "-".into(), |r| format!("{r:.2}x"))
 }
 
 fn print_table(plan: &Plan, results: &[Measured]) {
@@ -526,6 +748,10 @@ fn print_table(plan: &Plan, results: &[Measured]) {
         header.push(format!("Mops/s{tag}"));
         header.push(format!("p50 us{tag}"));
         header.push(format!("p99 us{tag}"));
+    }
+    if plan.ucp_baseline {
+        header.push("UCP Mops/s".into());
+        header.push("UCP/hytra".into());
     }
     let titles: Vec<&str> = header.iter().map(String::as_str).collect();
     let mut t = Table::new(&titles);
@@ -548,6 +774,13 @@ fn print_table(plan: &Plan, results: &[Measured]) {
                 None => row.extend(["-".into(), "-".into(), "-".into()]),
             }
         }
+        if plan.ucp_baseline {
+            let m = results.iter().find(|m| m.point.primitive == p && m.point.payload == payload);
+            match m.and_then(|m| m.baseline.as_ref().map(|b| (b, m.point.ops_per_sec))) {
+                Some((b, hytra)) => row.extend([mops(b.ops_per_sec), ratio_text(b.ratio(hytra))]),
+                None => row.extend(["n/a".into(), "n/a".into()]),
+            }
+        }
         t.row(row);
     }
     let who = if plan.backend == BackendKind::Sim {
@@ -560,4 +793,12 @@ fn print_table(plan: &Plan, results: &[Measured]) {
         plan.shape.nodes, plan.shape.workers_per_node, plan.params.coroutines, plan.params.batch
     );
     println!("{}", t.render());
+    if plan.ucp_baseline {
+        println!(
+            "\nUCP = a minimal UCP program (crates/fabric/src/ucx/minimal.c) on the same {} transports, payload and windows: one worker per node, {} operations in flight each (coroutines x batch x workers), a WRITE flushed every {} puts as hytra's signaled WRITE is; UCP/hytra is how many times faster plain UCP is (goal: <= 1.5). n/a: {NO_BASELINE}.",
+            plan.transports,
+            baseline_outstanding(plan.shape, &plan.params),
+            if plan.params.passive_ack { plan.params.batch } else { 1 },
+        );
+    }
 }

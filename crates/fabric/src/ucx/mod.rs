@@ -24,11 +24,15 @@
 //!
 //! Regions are allocated by UCP (`ucp_mem_map` with ALLOCATE) so that shared-memory
 //! peers map them and complete one-sided operations without this process's CPU.
+//!
+//! [`minimal`] is not part of the backend: it is a plain UCP program (its own C file)
+//! that `hytra micro --ucp-baseline` measures the backend against.
 
 pub mod bootstrap;
 mod endpoint;
 pub mod exchange;
 mod ffi;
+pub mod minimal;
 
 use std::ffi::{c_void, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -75,15 +79,7 @@ impl UcxConfig {
     }
 
     fn tls(&self) -> Option<String> {
-        let t = self.transports.as_deref()?.trim();
-        if t.is_empty() || t == "all" {
-            return None;
-        }
-        if t.split(',').any(|x| x.trim() == "self") {
-            Some(t.to_string())
-        } else {
-            Some(format!("{t},self"))
-        }
+        tls_list(self.transports.as_deref())
     }
 
     /// What the fabric promises under these transports. RDMA NICs execute atomics in
@@ -122,8 +118,29 @@ impl UcxConfig {
     /// Whether endpoints can ask UCP to report failed peers: not when shared memory may
     /// carry them (UCX 1.13's shared-memory transports refuse that mode).
     fn peer_errors(&self) -> bool {
-        const SHARED_MEMORY: [&str; 7] = ["sm", "shm", "posix", "sysv", "cma", "knem", "xpmem"];
-        self.tls().is_some_and(|t| !t.split(',').any(|n| SHARED_MEMORY.contains(&n.trim())))
+        peer_errors(self.tls().as_deref())
+    }
+}
+
+/// Whether endpoints over this `UCX_TLS` value (see [`tls_list`]) can ask UCP to report
+/// failed peers: not when shared memory may carry them, nor when UCX chooses.
+pub(crate) fn peer_errors(tls: Option<&str>) -> bool {
+    const SHARED_MEMORY: [&str; 7] = ["sm", "shm", "posix", "sysv", "cma", "knem", "xpmem"];
+    tls.is_some_and(|t| !t.split(',').any(|n| SHARED_MEMORY.contains(&n.trim())))
+}
+
+/// The `UCX_TLS` value for a transport list: `None` for UCX's own choice (nothing, empty
+/// or `all`), else the list with `self` added so that a worker can reach its own node.
+/// The minimal UCP program uses it too, so that both run over exactly the same list.
+pub(crate) fn tls_list(transports: Option<&str>) -> Option<String> {
+    let t = transports?.trim();
+    if t.is_empty() || t == "all" {
+        return None;
+    }
+    if t.split(',').any(|x| x.trim() == "self") {
+        Some(t.to_string())
+    } else {
+        Some(format!("{t},self"))
     }
 }
 
