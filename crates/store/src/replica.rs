@@ -13,13 +13,18 @@ use thiserror::Error;
 
 use crate::catalog::{Geometry, TableId};
 use crate::layout::{
-    checksum, slot_tag, Owner, RecordHeader, ABSENT, BUCKET_WORDS, BUSY, CHECKSUM_WORD, EMPTY,
-    KEY_WORD, LOCK_WORD, NEXT_WORD, RECORD_HEADER_WORDS, RECORD_WORDS_MAX, SLOTS, VERSION_WORD,
+    checksum, is_present, slot_tag, version_number, Owner, RecordHeader, ABSENT, BUCKET_WORDS,
+    BUSY, CHECKSUM_WORD, EMPTY, KEY_WORD, LOCK_WORD, NEXT_WORD, RECORD_HEADER_WORDS,
+    RECORD_WORDS_MAX, SLOTS, VERSION_WORD,
 };
 
 /// Stripes of the insert lock: inserts of keys hashing to different stripes proceed in
 /// parallel; lookups never lock.
 const INSERT_STRIPES: usize = 64;
+
+/// Stripes of the apply lock: logged writes of records in different stripes are applied
+/// in parallel.
+const APPLY_STRIPES: usize = 64;
 
 /// Times a CPU read retries a torn record before telling its caller to come back later.
 const TORN_RETRIES: u32 = 64;
@@ -76,6 +81,7 @@ pub struct Replica {
     next_record: AtomicU64,
     next_overflow: AtomicU64,
     insert_locks: Vec<Mutex<()>>,
+    apply_locks: Vec<Mutex<()>>,
 }
 
 impl Replica {
@@ -99,6 +105,7 @@ impl Replica {
             next_record: AtomicU64::new(0),
             next_overflow: AtomicU64::new(0),
             insert_locks: (0..INSERT_STRIPES).map(|_| Mutex::new(())).collect(),
+            apply_locks: (0..APPLY_STRIPES).map(|_| Mutex::new(())).collect(),
         }
     }
 
@@ -264,6 +271,23 @@ impl Replica {
         words[3..n].copy_from_slice(payload);
         const _: () = assert!(KEY_WORD == VERSION_WORD + 1 && CHECKSUM_WORD == KEY_WORD + 1);
         self.region.write_words(off + VERSION_WORD * 8, &words[..n]);
+    }
+
+    /// Writes a logged version of a record as [`Replica::write_back`] does, but only if
+    /// it is newer than the record's (or the record is absent and the logged write is
+    /// not): how a backup applies its log (L4). The workers of a node apply different
+    /// coordinators' rings at once, on several threads in real backends, so the
+    /// comparison and the write hold the record's apply stripe: otherwise an older
+    /// version compared before a newer one was written could overwrite it afterwards.
+    pub fn write_back_if_newer(&self, off: u64, version: u64, key: u64, payload: &[u64]) {
+        let stripe = (off / self.geom.record_bytes) as usize % APPLY_STRIPES;
+        let _guard = self.apply_locks[stripe].lock().expect("no applier panicked");
+        let current = self.region.load(off + VERSION_WORD * 8);
+        if version_number(version) > version_number(current)
+            || (current == ABSENT && is_present(version))
+        {
+            self.write_back(off, version, key, payload);
+        }
     }
 
     /// Loads an initial value: inserts the key and writes version 0.

@@ -272,13 +272,7 @@ fn apply_entry(store: &NodeStore, entry: &[u64]) -> Result<(), ()> {
             true => hint,
             false => replica.lookup_or_insert(key).map_err(|_| ())?,
         };
-        let current = replica.header(off).version;
-        if hytra_store::layout::version_number(version)
-            > hytra_store::layout::version_number(current)
-            || (current == hytra_store::layout::ABSENT && hytra_store::layout::is_present(version))
-        {
-            replica.write_back(off, version, key, payload);
-        }
+        replica.write_back_if_newer(off, version, key, payload);
         i += 4 + words;
     }
     (i + 1 == entry.len()).then_some(()).ok_or(())
@@ -308,6 +302,107 @@ mod tests {
         assert_eq!(r.committed_to(), 800);
         r.learn_head(800);
         assert!(r.reserve(400, 1000).is_some());
+    }
+
+    /// Two workers of one backup node apply the rings of two coordinators at the same
+    /// time (each worker owns the rings of the coordinators with its index), and both
+    /// rings log the same records: every round, coordinator 0 logs version `2r + 1` and
+    /// coordinator 1 version `2r + 2` of each. Whatever the interleaving, every record
+    /// must end the round at the newer version (L4), not overwritten by the older one.
+    #[test]
+    fn concurrent_appliers_keep_the_newest_version() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+
+        use hytra_fabric::local::LocalCluster;
+        use hytra_fabric::testing::TestBackend;
+        use hytra_fabric::ClusterShape;
+        use hytra_store::layout::version_number;
+        use hytra_store::{Catalog, IndexLayout, Partitioner, TableSpec};
+
+        const ROUNDS: usize = 2_000;
+        const KEYS: u64 = 40;
+        let shape = ClusterShape { nodes: 2, workers_per_node: 2, lanes_per_peer: 1 };
+        let mut backend = LocalCluster::for_test(shape, 0);
+        let spec = TableSpec {
+            id: TableId(0),
+            name: "t".into(),
+            payload_words: 2,
+            capacity: 2 * KEYS,
+            partitioner: Partitioner::Modulo,
+            index: IndexLayout::Hashed,
+        };
+        let catalog = Catalog::new(vec![spec], 2, 2).unwrap();
+        let (_, stores) = NodeStore::register(&mut backend, catalog, 0).unwrap();
+        // Even keys are partition 0: primary on node 0, backup on node 1.
+        let keys: Vec<u64> = (0..KEYS).map(|i| i * 2).collect();
+        let backup = &*stores[1];
+        let replica = backup.replica_of(TableId(0), 0).unwrap();
+        for &k in &keys {
+            replica.load(k, &[0, 0]).unwrap();
+        }
+        let layout = LogLayout { rkey: Rkey(0), ring_bytes: 64 << 10, rings: 4 };
+        let region = Region::zeroed(layout.region_bytes());
+        // A barrier of the two threads: spins, so that both leave it together and their
+        // applications overlap, and yields when the other thread is not running.
+        let arrived = AtomicUsize::new(0);
+        let barrier = |round: usize, phase: usize| {
+            arrived.fetch_add(1, Ordering::AcqRel);
+            let mut spins = 0u32;
+            while arrived.load(Ordering::Acquire) < 4 * round + 2 * phase {
+                spins = spins.wrapping_add(1);
+                if spins % 1024 == 0 {
+                    std::thread::yield_now();
+                }
+                std::hint::spin_loop();
+            }
+        };
+        let (keys, region, barrier) = (&keys, &region, &barrier);
+        let went_back: Vec<String> = std::thread::scope(|s| {
+            let appliers: Vec<_> = (0..2usize)
+                .map(|c| {
+                    s.spawn(move || {
+                        let (mut b, mut buf, mut tail, mut went_back) =
+                            (EntryBuilder::default(), Vec::new(), 0, Vec::new());
+                        let ring_at = layout.ring_offset(c);
+                        for round in 0..ROUNDS {
+                            let version = 2 * round as u64 + 1 + c as u64;
+                            b.clear();
+                            for &k in keys {
+                                b.record(c as u64, TableId(0), k, version, 0, 0, &[version; 2]);
+                            }
+                            let entry = b.finish().next().expect("one entry");
+                            let (skip, at, end) =
+                                place(tail, entry.len() as u64 * 8, layout.ring_bytes);
+                            if let Some(pos) = skip {
+                                region.store(ring_at + pos, SKIP);
+                            }
+                            region.write_words(ring_at + at, entry);
+                            tail = end;
+                            barrier(round, 1);
+                            apply(backup, region, &layout, c, tail, &mut buf).unwrap();
+                            barrier(round, 2);
+                            if c == 0 {
+                                for &k in keys {
+                                    let off = replica.lookup(k).unwrap();
+                                    let v = version_number(replica.header(off).version);
+                                    if v != version + 1 {
+                                        went_back.push(format!("round {round}: {k} at v{v}"));
+                                    }
+                                }
+                            }
+                        }
+                        went_back
+                    })
+                })
+                .collect();
+            appliers.into_iter().flat_map(|a| a.join().unwrap()).collect()
+        });
+        assert!(
+            went_back.is_empty(),
+            "{} records lost their newest version, first: {:?}",
+            went_back.len(),
+            &went_back[..went_back.len().min(3)]
+        );
     }
 
     #[test]
