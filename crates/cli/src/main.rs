@@ -13,6 +13,7 @@ mod bench;
 mod cluster;
 mod io;
 mod micro;
+mod offload;
 mod reproduce;
 mod table;
 
@@ -51,6 +52,8 @@ enum Command {
     Cluster(cluster::ClusterArgs),
     /// Remote storage I/O: local, fabric-only and remote random reads, trace replay.
     Io(io::IoArgs),
+    /// NIC-offloaded gets (verb programs) vs one-sided and two-sided gets, on sim/cx5.
+    Offload(offload::OffloadArgs),
 }
 
 /// An error that is the user's to fix (exit 2) or a failure of the run (exit 1).
@@ -106,6 +109,7 @@ fn main() -> ExitCode {
         Some(Command::Bench(args)) => bench::run_bench(args),
         Some(Command::Micro(args)) => micro::run(args),
         Some(Command::Io(args)) => io::run(args),
+        Some(Command::Offload(args)) => offload::run(args),
         Some(Command::Reproduce(args)) => reproduce::run_reproduce(args),
         Some(Command::Node(args)) => cluster::run_node(args),
         Some(Command::Cluster(args)) => cluster::run_cluster(args),

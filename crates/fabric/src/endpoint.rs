@@ -9,6 +9,7 @@ use thiserror::Error;
 use crate::ids::{ClusterShape, NodeId, Qp, Rkey, WorkerId, WrId};
 use crate::memory::Region;
 use crate::verbs::{Completion, OpFlags, PostError, WorkRequest};
+use crate::wq::{WqCounters, WqId, WqSpec};
 
 /// Static properties of a fabric, fixed for the life of a cluster.
 #[derive(Copy, Clone, Debug)]
@@ -67,6 +68,29 @@ pub trait Endpoint {
     /// Copies the next received datagram into `buf` (at least `caps().mtu` long) and
     /// returns its sender and length, or `None` if nothing has arrived.
     fn recv(&mut self, buf: &mut [u8]) -> Option<(WorkerId, usize)>;
+
+    /// Verb programs: rings the doorbell of work queue `wq` of this node after the host
+    /// wrote entries and advanced the queue's doorbell record (see [`crate::wq`]).
+    /// Backends without a NIC model refuse with [`PostError::Unsupported`].
+    fn wq_doorbell(&mut self, wq: WqId) -> Result<(), PostError> {
+        let _ = wq;
+        Err(PostError::Unsupported)
+    }
+
+    /// Verb programs: the counters of work queue `wq` of this node, as the host sees them
+    /// (completions reach host memory a little after the NIC counts them).
+    fn wq_counters(&self, wq: WqId) -> Option<WqCounters> {
+        let _ = wq;
+        None
+    }
+
+    /// Verb programs: sends `payload` (a multiple of 8 bytes, at most the MTU) on a
+    /// reliable connection to work queue `wq` of `node`, whose next posted RECV scatters
+    /// it into memory. A message that finds no RECV is dropped and counted.
+    fn trigger(&mut self, node: NodeId, wq: WqId, payload: &[u8]) -> Result<(), PostError> {
+        let _ = (node, wq, payload);
+        Err(PostError::Unsupported)
+    }
 }
 
 /// What a worker runs: the backend calls `step` whenever the worker may make progress.
@@ -194,6 +218,21 @@ pub trait Backend {
     /// node this process does not host, a shadow of the right size that the data path
     /// never touches.
     fn region(&self, node: NodeId, rkey: Rkey) -> Option<Region>;
+
+    /// Creates a work queue for verb programs on `node` (before the run). Only backends
+    /// that model a NIC support it.
+    fn create_wq(&mut self, node: NodeId, spec: WqSpec) -> Result<WqId, BackendError> {
+        let _ = (node, spec);
+        Err(BackendError::Config(
+            "verb programs need a backend with a NIC model (sim with the cx5 profile)".into(),
+        ))
+    }
+
+    /// Counters of a work queue, for inspection after the run.
+    fn wq_counters(&self, node: NodeId, wq: WqId) -> Option<WqCounters> {
+        let _ = (node, wq);
+        None
+    }
 
     /// Whether `node` lives in this process (always, except for a UCX cluster spread
     /// over processes). Setup and checks touch the memory of hosted nodes only.

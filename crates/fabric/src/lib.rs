@@ -7,6 +7,7 @@
 //! - `endpoint`: the [`Endpoint`], [`Program`] and [`Backend`] traits
 //! - `exec`: post-time validation and target-side effects shared by every backend
 //! - `constants`: limits shared by all backends (MTU, inline size, queue depths)
+//! - [`wq`]: work queues in registered memory, for verb programs run by the NIC
 //! - `disk` (Linux): direct-I/O files and an io_uring reader, the storage device of
 //!   remote I/O
 //! - [`heap`]: allocator settings for programs that run many clusters in turn
@@ -38,6 +39,7 @@ pub mod testing;
 #[cfg(feature = "ucx")]
 pub mod ucx;
 mod verbs;
+pub mod wq;
 
 pub use endpoint::{
     Backend, BackendError, Caps, Endpoint, Program, RegionSpec, RunLimits, RunStats, Step,

@@ -216,4 +216,7 @@ pub enum PostError {
     /// Datagram longer than the MTU.
     #[error("datagram of {0} bytes exceeds the MTU")]
     TooLarge(usize),
+    /// This backend does not offer the operation (verb programs need a NIC model).
+    #[error("not supported by this backend")]
+    Unsupported,
 }

@@ -18,6 +18,7 @@ use crate::sim::profile::NicProfile;
 use crate::sim::qp_cache::QpCache;
 use crate::sim::timeline::Timeline;
 use crate::sim::trace::TraceHash;
+use crate::sim::wq::{OffloadModel, SimWq, Trigger, WqEffect};
 use crate::verbs::Completion;
 
 /// Virtual time in picoseconds.
@@ -69,6 +70,14 @@ pub(crate) enum Event {
     NodeFault { index: usize },
     /// A paused node's CPUs run again.
     Resume { node: NodeId },
+    /// A work queue of a verb program runs its next entry.
+    WqRun { node: NodeId, wq: u32 },
+    /// A data verb of a verb program reaches its target.
+    WqEffect(Box<WqEffect>),
+    /// A signaled entry of a verb program completes.
+    WqComplete { node: NodeId, wq: u32 },
+    /// A client's message reaches a work queue's RECV.
+    Trigger(Trigger),
 }
 
 /// A completion waiting to become visible to its worker.
@@ -177,6 +186,8 @@ pub struct SimStats {
     pub unreachable: u64,
     /// Requests refused by a protection check at the target.
     pub access_errors: u64,
+    /// Work queues of verb programs stopped by a failed entry.
+    pub wq_errors: u64,
 }
 
 /// The whole simulated cluster except the programs.
@@ -202,6 +213,12 @@ pub(super) struct Core {
     pub(super) inline_pool: BufPool,
     pub(super) msg_pool: BufPool,
     pub(super) spare_batch: Vec<Queued>,
+    /// Work queues of verb programs, per node.
+    pub(super) wqs: Vec<Vec<SimWq>>,
+    /// Costs of verb programs, if the profile has them.
+    pub(super) offload: Option<OffloadModel>,
+    /// Where atomics of verb programs that discard the old value put it.
+    pub(super) wq_scratch: Region,
 }
 
 impl Core {
@@ -235,6 +252,7 @@ impl Core {
                 atomic_unit: Timeline::default(),
                 tx: Timeline::default(),
                 rx: Timeline::default(),
+                wq_fetch: Timeline::default(),
                 qp_cache: QpCache::new(profile.qp_cache_entries, profile.qp_cache_ways),
                 state: NodeState::Up,
             })
@@ -259,6 +277,9 @@ impl Core {
             inline_pool: BufPool::default(),
             msg_pool: BufPool::default(),
             spare_batch: Vec::new(),
+            wqs: (0..shape.nodes).map(|_| Vec::new()).collect(),
+            offload: profile.offload.as_ref().map(OffloadModel::new),
+            wq_scratch: Region::zeroed(8),
         }
     }
 

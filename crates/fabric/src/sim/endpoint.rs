@@ -8,10 +8,11 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use crate::endpoint::{Caps, Endpoint};
-use crate::ids::{ClusterShape, Qp, Rkey, WorkerId, WrId};
+use crate::ids::{ClusterShape, NodeId, Qp, Rkey, WorkerId, WrId};
 use crate::memory::Region;
 use crate::sim::core::{ps, Core};
 use crate::verbs::{Completion, OpFlags, PostError, WorkRequest};
+use crate::wq::{WqCounters, WqId};
 
 /// A worker's endpoint in the simulator.
 pub struct SimEndpoint {
@@ -76,5 +77,17 @@ impl Endpoint for SimEndpoint {
 
     fn recv(&mut self, buf: &mut [u8]) -> Option<(WorkerId, usize)> {
         self.core.borrow_mut().recv(self.index, buf)
+    }
+
+    fn wq_doorbell(&mut self, wq: WqId) -> Result<(), PostError> {
+        self.core.borrow_mut().wq_doorbell(self.index, wq)
+    }
+
+    fn wq_counters(&self, wq: WqId) -> Option<WqCounters> {
+        self.core.borrow_mut().wq_counters_seen(self.index, wq)
+    }
+
+    fn trigger(&mut self, node: NodeId, wq: WqId, payload: &[u8]) -> Result<(), PostError> {
+        self.core.borrow_mut().trigger(self.index, node, wq, payload)
     }
 }

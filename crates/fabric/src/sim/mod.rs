@@ -22,6 +22,7 @@ pub mod profile;
 mod qp_cache;
 mod timeline;
 mod trace;
+mod wq;
 
 use std::cell::RefCell;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
@@ -42,6 +43,7 @@ use crate::endpoint::{
 use crate::exec::check_region;
 use crate::ids::{ClusterShape, NodeId, Rkey};
 use crate::memory::Region;
+use crate::wq::{WqCounters, WqId, WqSpec};
 
 /// How a worker's CPU time is charged to its virtual clock.
 #[derive(Copy, Clone, Debug, PartialEq)]
@@ -223,6 +225,20 @@ impl Backend for SimCluster {
         self.core.borrow().regions.get(usize::from(node.0))?.get(rkey.0 as usize).cloned()
     }
 
+    fn create_wq(&mut self, node: NodeId, spec: WqSpec) -> Result<WqId, BackendError> {
+        if self.ran {
+            return Err(BackendError::Config("work queues must be created before the run".into()));
+        }
+        self.core
+            .borrow_mut()
+            .create_wq(node, spec)
+            .map_err(|reason| BackendError::Config(format!("work queue on {node}: {reason}")))
+    }
+
+    fn wq_counters(&self, node: NodeId, wq: WqId) -> Option<WqCounters> {
+        self.core.borrow().wq_counters(node, wq)
+    }
+
     fn run<P, R, F, G>(
         &mut self,
         make: F,
@@ -326,6 +342,10 @@ impl SimCluster {
                 Event::Deliver(dg) => self.core.borrow_mut().deliver(dg),
                 Event::NodeFault { index } => self.core.borrow_mut().node_fault(index),
                 Event::Resume { node } => self.core.borrow_mut().resume(node),
+                Event::WqRun { node, wq } => self.core.borrow_mut().wq_run(node, wq),
+                Event::WqEffect(e) => self.core.borrow_mut().wq_effect(*e),
+                Event::WqComplete { node, wq } => self.core.borrow_mut().wq_complete(node, wq),
+                Event::Trigger(t) => self.core.borrow_mut().trigger_arrive(t),
                 Event::Step { worker, token } => {
                     if !self.core.borrow_mut().begin_step(worker, token) {
                         continue;

@@ -56,6 +56,8 @@ pub(super) struct Nic {
     pub(super) atomic_unit: Timeline,
     pub(super) tx: Timeline,
     pub(super) rx: Timeline,
+    /// The unit that fetches entries of managed work queues one at a time.
+    pub(super) wq_fetch: Timeline,
     pub(super) qp_cache: QpCache,
     pub(super) state: NodeState,
 }
@@ -329,6 +331,27 @@ impl Core {
         self.nics[usize::from(node.0)].rx.book(from, ser, self.now).max(at)
     }
 
+    /// Engine occupancy without a connection-context lookup (verb programs).
+    pub(super) fn engine_at(&mut self, node: NodeId, at: Ps, cost: Ps) -> Ps {
+        self.engine(node, at, cost, None)
+    }
+
+    pub(super) fn transmit_at(&mut self, node: NodeId, at: Ps, bytes: u64) -> Ps {
+        self.transmit(node, at, bytes)
+    }
+
+    pub(super) fn receive_at(&mut self, node: NodeId, at: Ps, bytes: u64) -> Ps {
+        self.receive(node, at, bytes)
+    }
+
+    /// Steps the worker that watches region `rkey` of `node`, if any, at `at`.
+    pub(super) fn wake_watcher(&mut self, node: NodeId, rkey: crate::ids::Rkey, at: Ps) {
+        if let Some(Some(watcher)) = self.watchers[usize::from(node.0)].get(rkey.0 as usize) {
+            let w = self.shape.worker_index(WorkerId { node, index: *watcher }) as u32;
+            self.wake(w, at);
+        }
+    }
+
     fn launch(&mut self, op: OneSided, t_post: Ps) {
         let src_node = self.shape.worker_at(op.src as usize).node;
         let k = kind_index(op.flat.kind);
@@ -445,12 +468,7 @@ impl Core {
         }
         self.trace_op(&op, status_code(status), value);
         if status == Status::Success && op.flat.kind != OpKind::Read {
-            if let Some(Some(watcher)) =
-                self.watchers[usize::from(target.0)].get(op.flat.remote.rkey.0 as usize)
-            {
-                let w = self.shape.worker_index(WorkerId { node: target, index: *watcher }) as u32;
-                self.wake(w, t);
-            }
+            self.wake_watcher(target, op.flat.remote.rkey, t);
         }
         let back_bytes = self.model.rc_header
             + match (op.flat.kind, status) {

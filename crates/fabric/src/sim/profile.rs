@@ -86,6 +86,49 @@ pub struct NicProfile {
     pub atomics_coherent: bool,
     /// Host CPU costs.
     pub host: HostCosts,
+    /// Costs of verb programs (work queues in memory, WAIT/ENABLE); `None` for NICs whose
+    /// figures we do not have.
+    pub offload: Option<OffloadCosts>,
+}
+
+/// How a NIC fetches and orders entries of verb programs (RedN §5.1).
+#[derive(Clone, Debug, PartialEq)]
+pub struct OffloadCosts {
+    /// From the doorbell reaching the NIC to the first entry of an idle queue issuing.
+    pub first_fetch_ns: f64,
+    /// Between consecutive prefetched entries of an unmanaged queue (WQ order).
+    pub wq_order_ns: f64,
+    /// From the completion a WAIT holds on to the next entry issuing (completion order).
+    pub completion_order_ns: f64,
+    /// Between consecutive entries of a managed queue, each fetched from memory on its
+    /// own (doorbell order); also from an ENABLE to the first entry it allows.
+    pub doorbell_order_ns: f64,
+    /// Occupancy of the NIC's single unit that fetches managed entries, per entry.
+    pub managed_fetch_unit_ns: f64,
+}
+
+impl OffloadCosts {
+    /// ConnectX-5 (RedN §5.1, Fig. 8 and Table 3).
+    pub fn cx5() -> OffloadCosts {
+        // Fig. 8: one NOOP takes 1.21 us from post to completion; each further entry adds
+        // 0.17 us in WQ order, 0.19 us in completion order, 0.54 us in doorbell order.
+        // The doorbell (350 ns) and completion (250 ns) stages of the profile are part of
+        // the 1.21 us, so the first fetch and issue take the remaining 610 ns.
+        let base = NicProfile::cx4();
+        let first = 1210.0 - base.doorbell_latency_ns - base.completion_ns;
+        OffloadCosts {
+            first_fetch_ns: first,
+            wq_order_ns: 170.0,
+            completion_order_ns: 190.0,
+            doorbell_order_ns: 540.0,
+            // Table 3: a ConnectX-5 runs 0.7 M `if` constructs per second, which RedN
+            // attributes to doorbell ordering. Our `if` fetches four managed entries (the
+            // CAS, the WAIT for it, the ENABLE and the entry it rewrites), so one fetch
+            // unit busy 1/(0.7 M x 4) = 357 ns per managed entry reproduces the rate; it
+            // stays below the 540 ns spacing, so one chain alone is never held by it.
+            managed_fetch_unit_ns: 1e3 / 0.7 / 4.0,
+        }
+    }
 }
 
 /// Machine clock of the paper's testbed (Intel Xeon E5-2650 v4, 2.2 GHz; DrTM+H §4.1),
@@ -177,6 +220,8 @@ impl NicProfile {
                 // memcpy at roughly 25 GB/s.
                 copy_ns_per_kib: 40.0,
             },
+            // RedN's verb-program figures were measured on ConnectX-5 only.
+            offload: None,
         }
     }
 
@@ -217,6 +262,7 @@ impl NicProfile {
             qp_cache_entries: 512,
             // RedN §5.1.1's latencies (WRITE 1.6 us, READ and atomics 1.8 us, network
             // 0.25 us) are what cx4's latency stages were built from: kept as they are.
+            offload: Some(OffloadCosts::cx5()),
             ..base
         }
     }

@@ -1,0 +1,125 @@
+//! `hytra offload`: NIC-offloaded gets (RedN) against one-sided and two-sided gets on the
+//! simulator's cx5 NIC model.
+
+use std::path::PathBuf;
+
+use clap::Args;
+use hytra_offload::bench::{self, Outcome, Path, Scenario};
+use hytra_offload::service::Search;
+use serde_json::json;
+
+use crate::table::{open_output, write_json, Table};
+use crate::{usage, CliError};
+
+/// Arguments of `hytra offload`.
+#[derive(Args, Debug, Clone)]
+pub struct OffloadArgs {
+    /// Value sizes in bytes for the latency sweep (multiples of 8).
+    #[arg(long, value_delimiter = ',', default_value = "64,256,1024,4096,16384,65536")]
+    sizes: Vec<u32>,
+    /// Background writer counts for the isolation run.
+    #[arg(long, value_delimiter = ',', default_value = "0,1,4,16")]
+    writers: Vec<u16>,
+    /// Virtual time per scenario, microseconds.
+    #[arg(long, default_value_t = 2000)]
+    micros: u64,
+    /// Seed.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Also write every scenario and outcome as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+fn row(t: &mut Table, what: &str, s: &Scenario, o: &Outcome) {
+    t.row(vec![
+        what.to_string(),
+        s.path.name().to_string(),
+        s.value_bytes.to_string(),
+        o.gets.to_string(),
+        format!("{:.2}", o.p50_ns as f64 / 1e3),
+        format!("{:.2}", o.p99_ns as f64 / 1e3),
+        format!("{:.0}", o.gets_per_sec / 1e3),
+        o.timeouts.to_string(),
+        o.wrong.to_string(),
+        o.gets_after_pause.to_string(),
+    ]);
+}
+
+/// Runs the scenarios and prints one table.
+pub fn run(a: OffloadArgs) -> Result<(), CliError> {
+    if a.sizes.iter().any(|&s| s == 0 || s % 8 != 0) {
+        return usage("--sizes must be positive multiples of 8");
+    }
+    if a.micros == 0 {
+        return usage("--micros must be positive");
+    }
+    let out = a.json.as_deref().map(open_output).transpose()?;
+    let dur = a.micros * 1000;
+    let mut runs = Vec::new();
+    let paths = [Path::Offload(Search::Sequential), Path::OneSided, Path::TwoSided, Path::Read];
+    for &size in &a.sizes {
+        for path in paths {
+            let mut s = Scenario::latency(path, size);
+            (s.duration_ns, s.seed) = (dur, a.seed);
+            runs.push(("latency", s));
+        }
+    }
+    for path in [
+        Path::Offload(Search::Sequential),
+        Path::Offload(Search::Parallel),
+        Path::OneSided,
+        Path::TwoSided,
+    ] {
+        let mut s = Scenario::latency(path, 64);
+        (s.duration_ns, s.seed, s.second_bucket) = (dur, a.seed, true);
+        runs.push(("second-bucket", s));
+    }
+    for &w in &a.writers {
+        for path in [Path::Offload(Search::Sequential), Path::TwoSided] {
+            let mut s = Scenario::latency(path, 64);
+            (s.duration_ns, s.seed, s.writers) = (dur, a.seed, w);
+            runs.push(("isolation", s));
+        }
+    }
+    for path in [Path::Offload(Search::Sequential), Path::TwoSided] {
+        for size in [1024, 65536] {
+            let mut s = Scenario::latency(path, size);
+            (s.duration_ns, s.seed, s.clients, s.depth) = (dur, a.seed, 4, 4);
+            runs.push(("throughput", s));
+        }
+    }
+    for path in [Path::Offload(Search::Sequential), Path::TwoSided] {
+        let mut s = Scenario::latency(path, 64);
+        (s.duration_ns, s.seed, s.pause_server_at_ns) = (dur, a.seed, Some(dur / 2));
+        runs.push(("resilience", s));
+    }
+    let mut t = Table::new(&[
+        "scenario",
+        "path",
+        "value B",
+        "gets",
+        "p50 µs",
+        "p99 µs",
+        "K gets/s",
+        "timeouts",
+        "wrong",
+        "after pause",
+    ]);
+    let mut json_runs = Vec::new();
+    for (what, s) in &runs {
+        let what = if *what == "isolation" {
+            format!("isolation w={}", s.writers)
+        } else {
+            what.to_string()
+        };
+        let o = bench::run(s).map_err(|e| CliError::Run(e.into()))?;
+        row(&mut t, &what, s, &o);
+        json_runs.push(json!({ "scenario": what, "params": s, "outcome": o }));
+    }
+    print!("{}", t.render());
+    if let (Some(file), Some(path)) = (out, a.json.as_deref()) {
+        write_json(file, path, &json!({ "profile": "cx5", "runs": json_runs }))?;
+    }
+    Ok(())
+}

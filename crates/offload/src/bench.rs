@@ -1,0 +1,341 @@
+//! The `hytra offload` scenarios: get latency and throughput of offloaded, one-sided and
+//! two-sided gets on the simulator (`cx5`), under background writers that keep the
+//! server CPU busy, and with the server's CPUs stopped mid-run.
+//!
+//! Node 0 is the server (worker 0 serves RPCs), node 1 holds the get clients, node 2 (if
+//! there are writers) the background writers. Every answer is checked against the CPU
+//! lookup of the same table: a wrong answer is counted, never hidden.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use hytra_fabric::rng::Rng;
+use hytra_fabric::sim::faults::{NodeFault, NodeFaultKind};
+use hytra_fabric::sim::profile::NicProfile;
+use hytra_fabric::sim::{SimCluster, SimConfig};
+use hytra_fabric::{
+    Backend, BackendError, ClusterShape, LocalAddr, NodeId, Qp, RemoteAddr, RunLimits, WorkRequest,
+    WorkerId,
+};
+use hytra_rt::hist::Histogram;
+use hytra_rt::{run_workers_with, RtConfig};
+
+use crate::hash::{HashTable, ITEM_HEADER};
+use crate::service::{GetMode, GetResult, KvConfig, KvService, Search, Waits, PUT_RPC};
+
+/// How a scenario's clients get.
+#[derive(Copy, Clone, PartialEq, Eq, Debug, serde::Serialize)]
+pub enum Path {
+    /// Offloaded to the server's NIC.
+    Offload(Search),
+    /// Two READ round trips.
+    OneSided,
+    /// RPC to the server CPU.
+    TwoSided,
+    /// One READ of the item at a known address: the one-round-trip ideal.
+    Read,
+}
+
+impl Path {
+    /// Short name for tables and JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            Path::Offload(Search::Sequential) => "offload",
+            Path::Offload(Search::Parallel) => "offload-par",
+            Path::OneSided => "one-sided",
+            Path::TwoSided => "two-sided",
+            Path::Read => "read",
+        }
+    }
+}
+
+/// One scenario.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Scenario {
+    /// How clients get.
+    pub path: Path,
+    /// Value bytes of every item (a multiple of 8).
+    pub value_bytes: u32,
+    /// Keys in the table (1..=keys).
+    pub keys: u64,
+    /// Put every key in its second candidate bucket (the worst case of a lookup).
+    pub second_bucket: bool,
+    /// Client workers, and outstanding gets (slots) per worker.
+    pub clients: u16,
+    /// Outstanding gets per client worker.
+    pub depth: u32,
+    /// Background writers (each keeps one put outstanding to the server CPU).
+    pub writers: u16,
+    /// Measured time, virtual ns.
+    pub duration_ns: u64,
+    /// Stop the server node's CPUs (not its NIC) at this time.
+    pub pause_server_at_ns: Option<u64>,
+    /// One get in this many asks for an absent key (0: never).
+    pub absent_one_in: u64,
+    /// Seed.
+    pub seed: u64,
+}
+
+impl Scenario {
+    /// A latency scenario: one client, one get at a time.
+    pub fn latency(path: Path, value_bytes: u32) -> Scenario {
+        Scenario {
+            path,
+            value_bytes,
+            keys: 256,
+            second_bucket: false,
+            clients: 1,
+            depth: 1,
+            writers: 0,
+            duration_ns: 2_000_000,
+            pause_server_at_ns: None,
+            absent_one_in: 0,
+            seed: 1,
+        }
+    }
+}
+
+/// What a scenario measured.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct Outcome {
+    /// Gets answered (found or absent).
+    pub gets: u64,
+    /// Of them, absent keys.
+    pub absent: u64,
+    /// Gets with no answer before their deadline.
+    pub timeouts: u64,
+    /// Answers that differ from the CPU lookup (must be 0).
+    pub wrong: u64,
+    /// Gets answered after the server's CPUs stopped.
+    pub gets_after_pause: u64,
+    /// Puts the writers completed.
+    pub puts: u64,
+    /// Get latency, ns.
+    pub p50_ns: u64,
+    /// 99th percentile, ns.
+    pub p99_ns: u64,
+    /// Gets per second of virtual time.
+    pub gets_per_sec: f64,
+    /// Work-queue entries the server's NIC executed for offloaded gets.
+    pub nic_entries: u64,
+}
+
+/// The value stored under `key`: its bytes repeated.
+pub fn value_of(key: u64, len: u32) -> Vec<u8> {
+    key.to_le_bytes().iter().cycle().take(len as usize).copied().collect()
+}
+
+/// Runs a scenario on a fresh `cx5` simulated cluster.
+pub fn run(s: &Scenario) -> Result<Outcome, BackendError> {
+    if s.value_bytes == 0 || s.value_bytes % 8 != 0 || s.keys == 0 || s.clients == 0 {
+        return Err(BackendError::Config(format!(
+            "value size {} must be a positive multiple of 8, with keys and clients",
+            s.value_bytes
+        )));
+    }
+    let nodes = if s.writers > 0 { 3 } else { 2 };
+    let per_node = s.clients.max(s.writers).max(1);
+    let shape = ClusterShape { nodes, workers_per_node: per_node, lanes_per_peer: 1 };
+    let mut cfg = SimConfig::new(shape, s.seed);
+    cfg.profile = NicProfile::cx5();
+    if let Some(at) = s.pause_server_at_ns {
+        cfg.faults.node_faults.push(NodeFault {
+            node: NodeId(0),
+            at_ns: at,
+            // Longer than any run: the CPUs never come back.
+            kind: NodeFaultKind::Pause { for_ns: 1_000_000_000_000 },
+        });
+    }
+    let mut sim = SimCluster::new(cfg)?;
+    let search = match s.path {
+        Path::Offload(search) => search,
+        _ => Search::Sequential,
+    };
+    let item = u64::from(s.value_bytes) + ITEM_HEADER;
+    let writer_keys = if s.writers > 0 { 64 } else { 0 };
+    let kv = KvConfig {
+        server: NodeId(0),
+        buckets: (s.keys + writer_keys) * 4,
+        item_bytes: (s.keys + writer_keys) * item.max(64),
+        value_max: s.value_bytes,
+        slots_per_worker: s.depth,
+        search,
+        server_op_ns: 1_000,
+    };
+    let mut items = Vec::new();
+    let svc = KvService::setup(&mut sim, kv, |t: &mut HashTable| {
+        for k in 1..=s.keys + writer_keys {
+            let which = s.second_bucket.then_some(1);
+            t.insert_in(k, &value_of(k, s.value_bytes), which)?;
+        }
+        for k in 1..=s.keys {
+            items.push(item_offset(t, k));
+        }
+        Ok(())
+    })?;
+    if matches!(s.path, Path::Offload(_)) && !svc.offload_available() {
+        return Err(BackendError::Config("this backend cannot run verb programs".into()));
+    }
+    let table_key = svc.table().rkey;
+    let end_ns = s.duration_ns;
+    let limit = end_ns + 2_000_000;
+    type Rec = (Histogram, Outcome);
+    let results: Vec<Rec> = run_workers_with(
+        &mut sim,
+        RtConfig::default(),
+        RunLimits { time_limit_ns: limit },
+        |w| {
+            let me = w.co().me();
+            let out: Rc<RefCell<Rec>> = Rc::default();
+            match me.node.0 {
+                // Serve past the end so that gets started before it are answered.
+                0 if me.index == 0 => svc.serve(w, 4, end_ns + 1_000_000),
+                1 if me.index < s.clients => {
+                    let waits = Waits::default();
+                    w.poll_with(waits.poller());
+                    for slot in 0..s.depth {
+                        let (svc, waits, out, items) =
+                            (svc.clone(), waits.clone(), out.clone(), items.clone());
+                        let s = s.clone();
+                        w.spawn(move |co| async move {
+                            let mut client = svc.client(&co, &waits, slot);
+                            let stream = u64::from(me.index) << 32 | u64::from(slot);
+                            let mut rng = Rng::derive(s.seed, stream);
+                            let scratch = client.slot_buffer();
+                            let region = co.region(scratch.rkey).expect("slots");
+                            while co.now_ns() < end_ns {
+                                let absent = s.absent_one_in > 0 && rng.below(s.absent_one_in) == 0;
+                                let key = if absent {
+                                    s.keys + 1_000 + rng.below(1 << 20)
+                                } else {
+                                    1 + rng.below(s.keys)
+                                };
+                                let t0 = co.now_ns();
+                                let r = match s.path {
+                                    Path::Offload(_) => {
+                                        client.get(&co, GetMode::Offload, key, 200_000).await
+                                    }
+                                    Path::OneSided => {
+                                        client.get(&co, GetMode::OneSided, key, 200_000).await
+                                    }
+                                    Path::TwoSided => {
+                                        client.get(&co, GetMode::TwoSided, key, 200_000).await
+                                    }
+                                    Path::Read => {
+                                        read_item_once(
+                                            &co,
+                                            &region,
+                                            table_key,
+                                            &items,
+                                            key,
+                                            scratch,
+                                            s.value_bytes,
+                                        )
+                                        .await
+                                    }
+                                };
+                                let t1 = co.now_ns();
+                                let answered = !matches!(r, GetResult::TimedOut);
+                                let mut o = out.borrow_mut();
+                                let want =
+                                    if absent { None } else { Some(value_of(key, s.value_bytes)) };
+                                match r {
+                                    GetResult::TimedOut => o.1.timeouts += 1,
+                                    GetResult::Found(v) => {
+                                        o.1.wrong += u64::from(want.as_deref() != Some(&v[..]));
+                                        o.1.gets += 1;
+                                        o.0.record(t1 - t0);
+                                    }
+                                    GetResult::Absent => {
+                                        o.1.wrong += u64::from(want.is_some());
+                                        o.1.gets += 1;
+                                        o.1.absent += 1;
+                                        o.0.record(t1 - t0);
+                                    }
+                                }
+                                if s.pause_server_at_ns.is_some_and(|p| t0 >= p) && answered {
+                                    o.1.gets_after_pause += 1;
+                                }
+                            }
+                        });
+                    }
+                }
+                2 if me.index < s.writers => {
+                    let out = out.clone();
+                    let value = vec![0xAB; 64];
+                    let seed = s.seed;
+                    let keys = s.keys;
+                    w.spawn(move |co| async move {
+                        let mut rng = Rng::derive(seed, 0x5717 + u64::from(me.index));
+                        let server = WorkerId { node: NodeId(0), index: 0 };
+                        while co.now_ns() < end_ns {
+                            let key = keys + 1 + rng.below(writer_keys);
+                            let mut msg = key.to_le_bytes().to_vec();
+                            msg.extend_from_slice(&value);
+                            let Ok(t) = co.call(server, PUT_RPC, &msg) else {
+                                co.yield_now().await;
+                                continue;
+                            };
+                            if co.reply(t, |_| ()).await.is_ok() {
+                                out.borrow_mut().1.puts += 1;
+                            }
+                        }
+                    });
+                }
+                _ => {}
+            }
+            out
+        },
+        |_w, out| Rc::try_unwrap(out).map(RefCell::into_inner).unwrap_or_default(),
+    )?
+    .0;
+    let mut hist = Histogram::new();
+    let mut o = Outcome::default();
+    for (h, r) in &results {
+        hist.merge(h);
+        o.gets += r.gets;
+        o.absent += r.absent;
+        o.timeouts += r.timeouts;
+        o.wrong += r.wrong;
+        o.gets_after_pause += r.gets_after_pause;
+        o.puts += r.puts;
+    }
+    o.p50_ns = hist.quantile(0.5);
+    o.p99_ns = hist.quantile(0.99);
+    o.gets_per_sec = o.gets as f64 / (end_ns as f64 / 1e9);
+    o.nic_entries = svc
+        .queues()
+        .iter()
+        .filter_map(|q| sim.wq_counters(NodeId(0), *q))
+        .map(|c| c.executed)
+        .sum();
+    Ok(o)
+}
+
+fn item_offset(t: &HashTable, key: u64) -> u64 {
+    t.item_of(key).expect("inserted")
+}
+
+/// One READ of the item at its known address (the one-round-trip ideal).
+async fn read_item_once<E: hytra_fabric::Endpoint + 'static>(
+    co: &hytra_rt::Co<E>,
+    region: &hytra_fabric::Region,
+    table: hytra_fabric::Rkey,
+    items: &[u64],
+    key: u64,
+    scratch: LocalAddr,
+    value_bytes: u32,
+) -> GetResult {
+    let Some(&offset) = items.get(key as usize - 1) else { return GetResult::Absent };
+    let len = value_bytes + ITEM_HEADER as u32;
+    let read = WorkRequest::Read {
+        remote: RemoteAddr { node: NodeId(0), rkey: table, offset },
+        local: scratch,
+        len,
+    };
+    let Ok(t) = co.issue(Qp::to(NodeId(0)), &[read]) else { return GetResult::TimedOut };
+    if co.wait(t).await.is_err() {
+        return GetResult::TimedOut;
+    }
+    GetResult::Found(crate::hash::read_item(region, scratch.offset))
+}

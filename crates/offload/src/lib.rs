@@ -1,0 +1,21 @@
+//! Verb programs that the NIC runs without the host CPU (RedN), on the fabric's work
+//! queues in registered memory ([`hytra_fabric::wq`]).
+//!
+//! - [`program`]: a builder for verb programs: `if` (a CAS on an entry's header),
+//!   unrolled loops, recycled rounds that re-arm themselves, `break`; programs are
+//!   checked before they are written to memory
+//! - [`hash`]: a two-choice hash table laid out so the NIC can search it, and the CPU
+//!   lookup every other path must agree with
+//! - [`service`]: a key-value get service built from them, with three ways to get:
+//!   offloaded (one SEND, answered by the server's NIC), one-sided (READs, two round
+//!   trips), two-sided (an RPC served by the server's CPU)
+//! - [`bench`]: the `hytra offload` scenarios
+//!
+//! Only the simulator models a NIC that runs verb programs (profile `cx5`).
+
+#![forbid(unsafe_code)]
+
+pub mod bench;
+pub mod hash;
+pub mod program;
+pub mod service;

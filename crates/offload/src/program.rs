@@ -1,0 +1,550 @@
+//! A builder for verb programs.
+//!
+//! A [`Program`] owns a code area in a registered region of one node and a set of work
+//! queues whose rings it lays out there. Entries are appended per queue; their indices
+//! are absolute (they keep growing across rounds), which is what WAIT and ENABLE counts
+//! refer to. Constructs:
+//!
+//! - [`Program::if_eq`]: a CAS on the header of a managed entry whose id field holds `x`
+//!   turns it from NOOP into its real opcode when `x == y`; a WAIT for the CAS and an
+//!   ENABLE make sure the NIC fetches the entry only after that (doorbell order).
+//! - unrolled loops: the caller emits iterations (each entry is data-independent of how
+//!   many came before); [`Program::brk`] turns the ENABLE that lets the next iteration run
+//!   into a NOOP when `x == y`, so the queue stops where it is.
+//! - recycled rounds: [`Program::begin_round`] / [`Program::end_round`] make a managed
+//!   queue run the same entries forever: the ring holds exactly one round, FAAs add each
+//!   round's growth to every WAIT and ENABLE count and re-post the RECVs, and the queue
+//!   ENABLEs its own next round (RedN §3.4, "WQ recycling").
+//!
+//! [`Program::check`] refuses programs the NIC would run wrongly (see
+//! [`ProgramError`]) before anything is written.
+
+use hytra_fabric::wq::{
+    entry_field, field, header, recv_header, Sge, WqId, WqOpcode, WqSpec, Wqe, ID_MAX,
+    RECV_SGE_MAX, RECV_WQE_BYTES, WQE_BYTES, WQE_SIGNALED,
+};
+use hytra_fabric::{LocalAddr, NodeId, Region, Rkey};
+use thiserror::Error;
+
+/// Entries one queue of a program may hold (a bound on what one client's offload may
+/// make the NIC do per round).
+pub const ENTRIES_MAX: usize = 4096;
+
+/// Why a program was refused.
+#[derive(Clone, PartialEq, Eq, Debug, Error)]
+pub enum ProgramError {
+    /// An operand that shares a word with an opcode exceeds 48 bits.
+    #[error("operand {0:#x} exceeds 48 bits")]
+    OperandTooLarge(u64),
+    /// A queue holds more entries than [`ENTRIES_MAX`].
+    #[error("queue {0} holds {1} entries (at most {ENTRIES_MAX})")]
+    TooManyEntries(usize, usize),
+    /// An `if` body, ENABLE target or `break` target is not on a managed queue, so the
+    /// NIC could have prefetched it before it was rewritten.
+    #[error("entry {0:?} is rewritten at run time but its queue is not managed")]
+    NotManaged(Wr),
+    /// An entry was reserved but never set.
+    #[error("entry {0:?} was reserved but never written")]
+    Unset(Wr),
+    /// A WAIT can never be satisfied: it waits for more completions than the program
+    /// produces.
+    #[error("entry {0:?} waits for {1} completions of a queue that produces {2}")]
+    WaitNeverSatisfied(Wr, u64, u64),
+    /// A RECV names more scatter entries than the NIC allows.
+    #[error("a RECV with {0} scatter entries (at most {RECV_SGE_MAX})")]
+    TooManyScatters(usize),
+    /// A round was begun and not ended, or ended twice.
+    #[error("queue {0}: {1}")]
+    Round(usize, &'static str),
+    /// The program does not fit its code area.
+    #[error("program needs {0} bytes of code area, has {1}")]
+    CodeAreaTooSmall(u64, u64),
+    /// A ring was sized for a different number of entries (see [`Program::build`]).
+    #[error("queue {0}: ring of {1} slots for {2} entries")]
+    RingSize(usize, u32, usize),
+}
+
+/// A queue of a program.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub struct Q(pub usize);
+
+/// An entry of a program: its queue and absolute index.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub struct Wr {
+    /// Queue.
+    pub q: Q,
+    /// Absolute index in the queue.
+    pub index: u64,
+}
+
+#[derive(Clone, Debug)]
+struct Draft {
+    wq: WqId,
+    peer: NodeId,
+    managed: bool,
+    entries: Vec<Option<[u64; 8]>>,
+    signaled: u64,
+    recvs: Vec<Vec<Sge>>,
+    /// Ring, receive ring and doorbell record offsets in the code area.
+    ring: u64,
+    recv_ring: u64,
+    dbr: u64,
+    recv_slots: u32,
+    slots: u32,
+    round: RoundState,
+}
+
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+enum RoundState {
+    None,
+    Open { head: [Wr; 2] },
+    Closed,
+}
+
+/// A verb program under construction (see the module documentation).
+#[derive(Clone, Debug)]
+pub struct Program {
+    node: NodeId,
+    code: LocalAddr,
+    first_wq: u32,
+    queues: Vec<Draft>,
+    /// Ring sizes measured by a first pass of [`Program::build`].
+    sizes: Option<Vec<u32>>,
+    /// Bytes of the code area handed out so far.
+    used: u64,
+}
+
+impl Program {
+    /// A program on `node` whose rings live in `code_len` bytes at `code`; its queues will
+    /// be created in order and get ids from `first_wq` on.
+    fn new(node: NodeId, code: LocalAddr, first_wq: WqId) -> Program {
+        Program { node, code, first_wq: first_wq.0, queues: Vec::new(), sizes: None, used: 0 }
+    }
+
+    /// Builds a program on `node` whose rings live in `code_len` bytes at `code`; its
+    /// queues will be created in order with ids from `first_wq` on. `emit` runs twice
+    /// (it must be deterministic): once to count each queue's entries, then with rings of
+    /// exactly that size, so that a recycled round fills its ring.
+    pub fn build(
+        node: NodeId,
+        code: LocalAddr,
+        code_len: u64,
+        first_wq: WqId,
+        emit: impl Fn(&mut Program) -> Result<(), ProgramError>,
+    ) -> Result<Installed, ProgramError> {
+        let mut dry = Program::new(node, code, first_wq);
+        emit(&mut dry)?;
+        let sizes = dry.queues.iter().map(|d| d.entries.len().max(1) as u32).collect();
+        let mut p = Program::new(node, code, first_wq);
+        p.sizes = Some(sizes);
+        emit(&mut p)?;
+        if p.used > code_len {
+            return Err(ProgramError::CodeAreaTooSmall(p.used, code_len));
+        }
+        p.finish()
+    }
+
+    /// Declares a queue. `peer` is the node its data verbs target (this node for a
+    /// loopback queue); `recv_slots` RECVs may be posted ahead on it.
+    pub fn queue(&mut self, peer: NodeId, managed: bool, recv_slots: u32) -> Q {
+        let q = self.queues.len();
+        let slots = match &self.sizes {
+            Some(s) => s[q],
+            None => ENTRIES_MAX as u32,
+        };
+        let dbr = self.used;
+        let ring = dbr + 16;
+        let recv_ring = ring + u64::from(slots) * WQE_BYTES;
+        self.used = recv_ring + u64::from(recv_slots) * RECV_WQE_BYTES;
+        self.queues.push(Draft {
+            wq: WqId(self.first_wq + q as u32),
+            peer,
+            managed,
+            entries: Vec::new(),
+            signaled: 0,
+            recvs: Vec::new(),
+            ring,
+            recv_ring,
+            dbr,
+            recv_slots,
+            slots,
+            round: RoundState::None,
+        });
+        Q(q)
+    }
+
+    /// The fabric id the queue will have.
+    pub fn wq(&self, q: Q) -> WqId {
+        self.queues[q.0].wq
+    }
+
+    /// Reserves the next entry of `q`, to be written later with [`Program::set`].
+    pub fn reserve(&mut self, q: Q) -> Wr {
+        let d = &mut self.queues[q.0];
+        d.entries.push(None);
+        Wr { q, index: d.entries.len() as u64 - 1 }
+    }
+
+    /// Writes a reserved entry. `id` must fit 48 bits.
+    pub fn set(&mut self, wr: Wr, wqe: Wqe, signaled: bool, id: u64) -> Result<(), ProgramError> {
+        if id > ID_MAX {
+            return Err(ProgramError::OperandTooLarge(id));
+        }
+        let d = &mut self.queues[wr.q.0];
+        assert!(d.entries[wr.index as usize].is_none(), "entry {wr:?} set twice");
+        let flags = if signaled { WQE_SIGNALED } else { 0 };
+        d.entries[wr.index as usize] = Some(wqe.encode(flags, id));
+        d.signaled += u64::from(signaled);
+        Ok(())
+    }
+
+    /// Appends an entry.
+    pub fn push(&mut self, q: Q, wqe: Wqe, signaled: bool) -> Wr {
+        let wr = self.reserve(q);
+        self.set(wr, wqe, signaled, 0).expect("id 0 fits");
+        wr
+    }
+
+    /// Appends the body of an `if`: `then`'s fields under a NOOP header (unsignaled, id
+    /// 0) on managed queue `q`, for [`Program::if_eq`] (or a READ that fills the header)
+    /// to turn into `then`.
+    pub fn body(&mut self, q: Q, then: Wqe) -> Wr {
+        let wr = self.reserve(q);
+        let mut e = then.encode(0, 0);
+        e[field::HEADER as usize] = header(WqOpcode::Noop, 0, 0);
+        self.queues[q.0].entries[wr.index as usize] = Some(e);
+        wr
+    }
+
+    /// Appends a CAS on `target`'s header with operands a RECV will fill (see
+    /// [`Program::field`] of the returned entry's `OPERAND_A`/`OPERAND_B`).
+    pub fn cas_header(&mut self, ctl: Q, target: Wr) -> Result<Wr, ProgramError> {
+        if !self.queues[target.q.0].managed {
+            return Err(ProgramError::NotManaged(target));
+        }
+        Ok(self.cas_on(ctl, target, 0, 0))
+    }
+
+    /// Signaled entries of `q` so far: a WAIT for this count waits for all of them.
+    pub fn completions(&self, q: Q) -> u64 {
+        self.queues[q.0].signaled
+    }
+
+    /// Entries of `q` so far: an ENABLE for this count lets all of them run.
+    pub fn len(&self, q: Q) -> u64 {
+        self.queues[q.0].entries.len() as u64
+    }
+
+    /// Whether no queue has entries.
+    pub fn is_empty(&self) -> bool {
+        self.queues.iter().all(|d| d.entries.is_empty())
+    }
+
+    /// Appends a WAIT for all completions of `target` emitted so far.
+    pub fn wait_all(&mut self, on: Q, target: Q) -> Wr {
+        let count = self.completions(target);
+        let wq = self.wq(target);
+        self.push(on, Wqe::Wait { target: wq, count, recv: false }, false)
+    }
+
+    /// Appends an ENABLE that lets `target` run every entry emitted so far.
+    pub fn enable_all(&mut self, on: Q, target: Q) -> Wr {
+        let count = self.len(target);
+        let wq = self.wq(target);
+        self.push(on, Wqe::Enable { target: wq, count }, false)
+    }
+
+    /// Address of word `word` of entry `wr`.
+    pub fn field(&self, wr: Wr, word: u64) -> LocalAddr {
+        let d = &self.queues[wr.q.0];
+        let ring = LocalAddr { rkey: self.code.rkey, offset: self.code.offset + d.ring };
+        entry_field(ring, self.slots(wr.q), wr.index, word)
+    }
+
+    fn slots(&self, q: Q) -> u32 {
+        self.queues[q.0].slots
+    }
+
+    /// `if (x == y) then body`: `body` (a reserved-and-set NOOP on a managed queue whose
+    /// id field will hold `x` when this runs) becomes `then`. Appends the CAS, a WAIT for
+    /// it and an ENABLE of the body's queue up to the body on `ctl`.
+    ///
+    /// The body's other fields must already hold `then`'s operands.
+    pub fn if_eq(
+        &mut self,
+        ctl: Q,
+        body: Wr,
+        y: u64,
+        then: WqOpcode,
+        body_signaled: bool,
+    ) -> Result<(), ProgramError> {
+        let flags = if body_signaled { WQE_SIGNALED } else { 0 };
+        let (cmp, swap) = self.cas_operands(body, y, WqOpcode::Noop, then, flags)?;
+        self.cas_on(ctl, body, cmp, swap);
+        self.wait_all(ctl, ctl);
+        let wq = self.wq(body.q);
+        self.push(ctl, Wqe::Enable { target: wq, count: body.index + 1 }, false);
+        Ok(())
+    }
+
+    /// `break` out of an unrolled loop when `x == y`: `gate` is the ENABLE that lets the
+    /// next iteration run, on a managed queue, with `x` in its id field; the CAS turns it
+    /// into a NOOP so the queue runs out of enabled entries and stops.
+    pub fn brk(&mut self, ctl: Q, gate: Wr, y: u64) -> Result<(), ProgramError> {
+        let (cmp, swap) = self.cas_operands(gate, y, WqOpcode::Enable, WqOpcode::Noop, 0)?;
+        self.cas_on(ctl, gate, cmp, swap);
+        Ok(())
+    }
+
+    fn cas_operands(
+        &self,
+        target: Wr,
+        y: u64,
+        from: WqOpcode,
+        to: WqOpcode,
+        flags: u8,
+    ) -> Result<(u64, u64), ProgramError> {
+        if y > ID_MAX {
+            return Err(ProgramError::OperandTooLarge(y));
+        }
+        if !self.queues[target.q.0].managed {
+            return Err(ProgramError::NotManaged(target));
+        }
+        Ok((header(from, flags, y), header(to, flags, y)))
+    }
+
+    fn cas_on(&mut self, ctl: Q, target: Wr, compare: u64, swap: u64) -> Wr {
+        let at = self.field(target, field::HEADER);
+        let none = Sge { addr: at, len: 0 };
+        let peer_is_self = self.queues[ctl.0].peer == self.node;
+        assert!(peer_is_self, "a CAS on this node's code runs on a loopback queue");
+        self.push(
+            ctl,
+            Wqe::Cas { local: none, remote_key: at.rkey, remote: at.offset, compare, swap },
+            true,
+        )
+    }
+
+    /// Posts a RECV on `q` that scatters an incoming message over `sges` in order.
+    pub fn post_recv(&mut self, q: Q, sges: &[Sge]) -> Result<(), ProgramError> {
+        if sges.len() > RECV_SGE_MAX {
+            return Err(ProgramError::TooManyScatters(sges.len()));
+        }
+        self.queues[q.0].recvs.push(sges.to_vec());
+        Ok(())
+    }
+
+    /// Starts a recycled round on managed queue `q`: reserves the two head entries that
+    /// will advance the round's closing WAIT and ENABLE.
+    pub fn begin_round(&mut self, q: Q) -> Result<(), ProgramError> {
+        if self.queues[q.0].round != RoundState::None || !self.queues[q.0].managed {
+            return Err(ProgramError::Round(q.0, "a round needs a fresh managed queue"));
+        }
+        let any = self.code;
+        let head = [self.faa(q, any, 0), self.faa(q, any, 0)];
+        self.queues[q.0].round = RoundState::Open { head };
+        Ok(())
+    }
+
+    /// Ends the round of `q`: appends FAAs that add one round's growth to every WAIT and
+    /// ENABLE count of `q` (and re-post `q`'s RECVs), then the closing WAIT for all of
+    /// `q`'s completions and the ENABLE of the next round. Queues that `q`'s counts refer
+    /// to must have all their entries by now; each round consumes one RECV of every queue
+    /// with RECVs that `q` waits on.
+    pub fn end_round(&mut self, q: Q) -> Result<(), ProgramError> {
+        let RoundState::Open { head } = self.queues[q.0].round else {
+            return Err(ProgramError::Round(q.0, "end_round without begin_round"));
+        };
+        let mut control = Vec::new();
+        for (i, e) in self.queues[q.0].entries.iter().enumerate() {
+            let Some(words) = e else { continue };
+            match Wqe::decode(words) {
+                Ok((w @ (Wqe::Wait { .. } | Wqe::Enable { .. }), _)) => control.push((i as u64, w)),
+                _ => continue,
+            }
+        }
+        // A queue with a receive ring consumes one RECV per round and re-posts it.
+        let recvs = u64::from(self.queues[q.0].recv_slots > 0);
+        let n = control.len() as u64;
+        let final_sig = self.completions(q) + n + recvs;
+        let final_len = self.len(q) + n + recvs + 2;
+        for (i, w) in control {
+            let growth = match w {
+                Wqe::Wait { recv: true, .. } => 1,
+                Wqe::Wait { target, .. } => match self.queue_of(target) {
+                    Some(t) if t == q => final_sig,
+                    Some(t) => self.completions(t),
+                    None => 0,
+                },
+                Wqe::Enable { target, .. } => match self.queue_of(target) {
+                    Some(t) if t == q => final_len,
+                    Some(t) => self.len(t),
+                    None => 0,
+                },
+                _ => unreachable!("control entries only"),
+            };
+            let addr = self.field(Wr { q, index: i }, field::OPERAND_A);
+            self.faa(q, addr, growth);
+        }
+        if recvs > 0 {
+            let d = &self.queues[q.0];
+            let dbr = LocalAddr { rkey: self.code.rkey, offset: self.code.offset + d.dbr + 8 };
+            self.faa(q, dbr, 1);
+        }
+        let wq = self.wq(q);
+        // The head FAAs advance the closing pair before each round reaches it, so the
+        // stored counts are one round behind and round 0 sees the right ones.
+        let wait = self.push(q, Wqe::Wait { target: wq, count: 0, recv: false }, false);
+        let enable = self.push(q, Wqe::Enable { target: wq, count: final_len }, false);
+        debug_assert_eq!((self.completions(q), self.len(q)), (final_sig, final_len));
+        let wait_count = self.field(wait, field::OPERAND_A);
+        let enable_count = self.field(enable, field::OPERAND_A);
+        self.patch_faa(head[0], wait_count, final_sig);
+        self.patch_faa(head[1], enable_count, final_len);
+        self.queues[q.0].round = RoundState::Closed;
+        Ok(())
+    }
+
+    fn faa_wqe(addr: LocalAddr, add: u64) -> Wqe {
+        Wqe::Faa { local: Sge { addr, len: 0 }, remote_key: addr.rkey, remote: addr.offset, add }
+    }
+
+    fn faa(&mut self, q: Q, addr: LocalAddr, add: u64) -> Wr {
+        self.push(q, Self::faa_wqe(addr, add), true)
+    }
+
+    fn patch_faa(&mut self, wr: Wr, addr: LocalAddr, add: u64) {
+        let e = &mut self.queues[wr.q.0].entries[wr.index as usize];
+        *e = Some(Self::faa_wqe(addr, add).encode(WQE_SIGNALED, 0));
+    }
+
+    fn queue_of(&self, wq: WqId) -> Option<Q> {
+        self.queues.iter().position(|d| d.wq == wq).map(Q)
+    }
+
+    /// Checks the program and fixes it for installation.
+    fn finish(self) -> Result<Installed, ProgramError> {
+        self.check()?;
+        for (i, d) in self.queues.iter().enumerate() {
+            if u64::from(d.slots) != d.entries.len() as u64 {
+                return Err(ProgramError::RingSize(i, d.slots, d.entries.len()));
+            }
+        }
+        Ok(Installed { program: self })
+    }
+
+    /// Checks the program (also done by [`Program::finish`]).
+    pub fn check(&self) -> Result<(), ProgramError> {
+        for (qi, d) in self.queues.iter().enumerate() {
+            if d.entries.len() > ENTRIES_MAX {
+                return Err(ProgramError::TooManyEntries(qi, d.entries.len()));
+            }
+            if matches!(d.round, RoundState::Open { .. }) {
+                return Err(ProgramError::Round(qi, "round begun but not ended"));
+            }
+            for (i, e) in d.entries.iter().enumerate() {
+                let wr = Wr { q: Q(qi), index: i as u64 };
+                let Some(words) = e else { return Err(ProgramError::Unset(wr)) };
+                let (wqe, _) = Wqe::decode(words).expect("the builder encodes valid entries");
+                match wqe {
+                    Wqe::Enable { target, .. } => {
+                        let t = self.queue_of(target).expect("targets are queues of the program");
+                        if !self.queues[t.0].managed {
+                            return Err(ProgramError::NotManaged(Wr { q: t, index: 0 }));
+                        }
+                    }
+                    Wqe::Wait { target, count, recv: false } if d.round == RoundState::None => {
+                        let t = self.queue_of(target).expect("targets are queues of the program");
+                        let total = self.completions(t);
+                        if count > total {
+                            return Err(ProgramError::WaitNeverSatisfied(wr, count, total));
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A checked, laid-out program: write it to memory and create its queues.
+#[derive(Clone, Debug)]
+pub struct Installed {
+    program: Program,
+}
+
+impl Installed {
+    /// The queues to create, in order (their ids must come out as the program assumed).
+    pub fn specs(&self) -> Vec<WqSpec> {
+        let p = &self.program;
+        let at = |off: u64| LocalAddr { rkey: p.code.rkey, offset: p.code.offset + off };
+        p.queues
+            .iter()
+            .enumerate()
+            .map(|(i, d)| WqSpec {
+                ring: at(d.ring),
+                slots: p.slots(Q(i)),
+                recv_ring: at(d.recv_ring),
+                recv_slots: d.recv_slots,
+                doorbell_record: at(d.dbr),
+                peer: d.peer,
+                managed: d.managed,
+                notify: None,
+            })
+            .collect()
+    }
+
+    /// Fabric id of a queue.
+    pub fn wq(&self, q: Q) -> WqId {
+        self.program.wq(q)
+    }
+
+    /// Address of a field of an entry.
+    pub fn field(&self, wr: Wr, word: u64) -> LocalAddr {
+        self.program.field(wr, word)
+    }
+
+    /// Entries per round (or in all) of `q`.
+    pub fn len(&self, q: Q) -> u64 {
+        self.program.len(q)
+    }
+
+    /// Whether the program has no entries.
+    pub fn is_empty(&self) -> bool {
+        self.program.is_empty()
+    }
+
+    /// Writes rings, RECVs and doorbell records into `code` (the code region of the
+    /// program's node): every entry is posted; the host then rings the doorbell of the
+    /// queues that start the program.
+    pub fn write(&self, code: &Region) {
+        let p = &self.program;
+        for (i, d) in p.queues.iter().enumerate() {
+            let base = p.code.offset;
+            for (k, e) in d.entries.iter().enumerate() {
+                let e = e.expect("checked");
+                let at = p.field(Wr { q: Q(i), index: k as u64 }, 0);
+                code.write_words(at.offset, &e);
+            }
+            for slot in 0..d.recv_slots as usize {
+                let Some(sges) = d.recvs.get(slot % d.recvs.len().max(1)) else { break };
+                let mut w = vec![0u64; (RECV_WQE_BYTES / 8) as usize];
+                w[0] = recv_header(sges.len());
+                for (k, s) in sges.iter().enumerate() {
+                    let [a, b] = s.words();
+                    w[1 + 2 * k] = a;
+                    w[2 + 2 * k] = b;
+                }
+                code.write_words(base + d.recv_ring + slot as u64 * RECV_WQE_BYTES, &w);
+            }
+            let posted_recvs = if d.recvs.is_empty() { 0 } else { u64::from(d.recv_slots) };
+            code.write_words(base + d.dbr, &[d.entries.len() as u64, posted_recvs]);
+        }
+    }
+
+    /// The program's region key.
+    pub fn code_key(&self) -> Rkey {
+        self.program.code.rkey
+    }
+}
