@@ -340,7 +340,7 @@ pub fn entry_field(ring: LocalAddr, slots: u32, index: u64, word: u64) -> LocalA
 /// A work queue's counters as the NIC keeps them.
 #[derive(Copy, Clone, PartialEq, Eq, Debug, Default)]
 pub struct WqCounters {
-    /// Entries executed (fetched and issued), including WAITs once released.
+    /// Entries fetched and run (a WAIT counts when fetched, whether or not it holds).
     pub executed: u64,
     /// Completions of signaled send entries.
     pub completions: u64,

@@ -169,7 +169,7 @@ pub fn run(s: &Scenario) -> Result<Outcome, BackendError> {
             t.insert_in(k, &value_of(k, s.value_bytes), which)?;
         }
         for k in 1..=s.keys {
-            items.push(item_offset(t, k));
+            items.push(t.item_of(k).expect("inserted"));
         }
         Ok(())
     })?;
@@ -310,10 +310,6 @@ pub fn run(s: &Scenario) -> Result<Outcome, BackendError> {
         .map(|c| c.executed)
         .sum();
     Ok(o)
-}
-
-fn item_offset(t: &HashTable, key: u64) -> u64 {
-    t.item_of(key).expect("inserted")
 }
 
 /// One READ of the item at its known address (the one-round-trip ideal).

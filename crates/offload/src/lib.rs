@@ -9,7 +9,7 @@
 //! - [`service`]: a key-value get service built from them, with three ways to get:
 //!   offloaded (one SEND, answered by the server's NIC), one-sided (READs, two round
 //!   trips), two-sided (an RPC served by the server's CPU)
-//! - [`bench`]: the `hytra offload` scenarios
+//! - [`bench`](mod@bench): the `hytra offload` scenarios
 //!
 //! Only the simulator models a NIC that runs verb programs (profile `cx5`).
 

@@ -23,7 +23,7 @@ use hytra_fabric::wq::{
     entry_field, field, header, recv_header, Sge, WqId, WqOpcode, WqSpec, Wqe, ID_MAX,
     RECV_SGE_MAX, RECV_WQE_BYTES, WQE_BYTES, WQE_SIGNALED,
 };
-use hytra_fabric::{LocalAddr, NodeId, Region, Rkey};
+use hytra_fabric::{LocalAddr, NodeId, Region};
 use thiserror::Error;
 
 /// Entries one queue of a program may hold (a bound on what one client's offload may
@@ -235,11 +235,6 @@ impl Program {
         self.queues[q.0].entries.len() as u64
     }
 
-    /// Whether no queue has entries.
-    pub fn is_empty(&self) -> bool {
-        self.queues.iter().all(|d| d.entries.is_empty())
-    }
-
     /// Appends a WAIT for all completions of `target` emitted so far.
     pub fn wait_all(&mut self, on: Q, target: Q) -> Wr {
         let count = self.completions(target);
@@ -433,7 +428,7 @@ impl Program {
         Ok(Installed { program: self })
     }
 
-    /// Checks the program (also done by [`Program::finish`]).
+    /// Checks the program (also done by [`Program::build`]).
     pub fn check(&self) -> Result<(), ProgramError> {
         for (qi, d) in self.queues.iter().enumerate() {
             if d.entries.len() > ENTRIES_MAX {
@@ -505,16 +500,6 @@ impl Installed {
         self.program.field(wr, word)
     }
 
-    /// Entries per round (or in all) of `q`.
-    pub fn len(&self, q: Q) -> u64 {
-        self.program.len(q)
-    }
-
-    /// Whether the program has no entries.
-    pub fn is_empty(&self) -> bool {
-        self.program.is_empty()
-    }
-
     /// Writes rings, RECVs and doorbell records into `code` (the code region of the
     /// program's node): every entry is posted; the host then rings the doorbell of the
     /// queues that start the program.
@@ -541,10 +526,5 @@ impl Installed {
             let posted_recvs = if d.recvs.is_empty() { 0 } else { u64::from(d.recv_slots) };
             code.write_words(base + d.dbr, &[d.entries.len() as u64, posted_recvs]);
         }
-    }
-
-    /// The program's region key.
-    pub fn code_key(&self) -> Rkey {
-        self.program.code.rkey
     }
 }

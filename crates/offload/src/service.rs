@@ -136,8 +136,6 @@ impl KvService {
             fill(&mut t).map_err(|e| bad(format!("filling the table: {e}")))?;
         }
         let slot_bytes = SLOT_HEADER + ITEM_HEADER + u64::from(cfg.value_max);
-        let per_node = u64::from(shape.workers_per_node) * u64::from(cfg.slots_per_worker);
-        let _ = per_node;
         let mut slots_key = None;
         for n in 0..shape.nodes {
             let node = NodeId(n);
@@ -166,7 +164,8 @@ impl KvService {
         let code_key = backend
             .register(cfg.server, RegionSpec::new((n_programs * code_per_program).max(8)))?;
         let mut next_wq = 0u32;
-        let offload = backend.wq_counters(cfg.server, WqId(u32::MAX)).is_none();
+        // Backends without a NIC model refuse the first queue; then only the one- and
+        // two-sided paths exist.
         let mut supported = true;
         for (ci, w) in clients.iter().enumerate() {
             let widx = shape.worker_index(*w);
@@ -177,7 +176,7 @@ impl KvService {
                 let key = Rkey(slots_key.0 + u32::from(w.index));
                 let client_slot = LocalAddr { rkey: key, offset: base };
                 let mut trigger = WqId(u32::MAX);
-                if supported && offload {
+                if supported {
                     let installed =
                         Program::build(cfg.server, code, code_per_program, WqId(next_wq), |p| {
                             hash_get_program(p, cfg, table, w.node, client_slot)
@@ -450,7 +449,6 @@ fn hash_get_program(
             sge(seq_at, 1),
         ],
     )?;
-    let _ = WqOpcode::Write;
     Ok(())
 }
 
@@ -654,18 +652,22 @@ struct WaitWord<'a, E> {
 impl<E: Endpoint + 'static> Future for WaitWord<'_, E> {
     type Output = bool;
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<bool> {
-        if self.region.load(self.at) == self.want {
-            return Poll::Ready(true);
+        let arrived = self.region.load(self.at) == self.want;
+        if arrived || self.co.now_ns() >= self.deadline_ns {
+            if self.armed {
+                // Sequence numbers make (offset, value) unique among a worker's waits.
+                let (at, want) = (self.at, self.want);
+                self.waits.pending.borrow_mut().retain(|e| (e.1, e.2) != (at, want));
+            }
+            return Poll::Ready(arrived);
         }
-        if self.co.now_ns() >= self.deadline_ns {
-            return Poll::Ready(false);
-        }
+        // Registered once: a coroutine's waker does not change while it awaits this.
         if !self.armed {
             self.armed = true;
             self.co.wake_at(self.deadline_ns, cx.waker());
+            let entry = (self.region.clone(), self.at, self.want, cx.waker().clone());
+            self.waits.pending.borrow_mut().push(entry);
         }
-        let entry = (self.region.clone(), self.at, self.want, cx.waker().clone());
-        self.waits.pending.borrow_mut().push(entry);
         Poll::Pending
     }
 }
