@@ -20,6 +20,9 @@ pub struct OffloadArgs {
     /// Background writer counts for the isolation run.
     #[arg(long, value_delimiter = ',', default_value = "0,1,4,16")]
     writers: Vec<u16>,
+    /// Independent chains for the `if`-construct rate (each runs 200 unrolled `if`s).
+    #[arg(long, value_delimiter = ',', default_value = "1,2,8")]
+    if_chains: Vec<u32>,
     /// Virtual time per scenario, microseconds.
     #[arg(long, default_value_t = 2000)]
     micros: u64,
@@ -50,6 +53,9 @@ fn row(t: &mut Table, what: &str, s: &Scenario, o: &Outcome) {
 pub fn run(a: OffloadArgs) -> Result<(), CliError> {
     if a.sizes.iter().any(|&s| s == 0 || s % 8 != 0) {
         return usage("--sizes must be positive multiples of 8");
+    }
+    if a.if_chains.contains(&0) {
+        return usage("--if-chains must be positive");
     }
     if a.micros == 0 {
         return usage("--micros must be positive");
@@ -118,8 +124,23 @@ pub fn run(a: OffloadArgs) -> Result<(), CliError> {
         json_runs.push(json!({ "scenario": what, "params": s, "outcome": o }));
     }
     print!("{}", t.render());
+    let mut ifs = Table::new(&["if chains", "ifs per chain", "elapsed µs", "M ifs/s"]);
+    let mut json_ifs = Vec::new();
+    for &chains in &a.if_chains {
+        let r = bench::if_rate(chains, 200, a.seed).map_err(|e| CliError::Run(e.into()))?;
+        ifs.row(vec![
+            chains.to_string(),
+            r.ifs_per_chain.to_string(),
+            format!("{:.2}", r.elapsed_ns as f64 / 1e3),
+            format!("{:.3}", r.ifs_per_sec / 1e6),
+        ]);
+        json_ifs.push(r);
+    }
+    println!();
+    print!("{}", ifs.render());
     if let (Some(file), Some(path)) = (out, a.json.as_deref()) {
-        write_json(file, path, &json!({ "profile": "cx5", "runs": json_runs }))?;
+        let doc = json!({ "profile": "cx5", "runs": json_runs, "if_rate": json_ifs });
+        write_json(file, path, &doc)?;
     }
     Ok(())
 }

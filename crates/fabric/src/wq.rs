@@ -319,10 +319,12 @@ pub struct WqSpec {
     /// The node the queue's READ/WRITE/CAS/FAA target: the queue's own node for a
     /// loopback queue, a client's node for a queue that answers it.
     pub peer: NodeId,
-    /// Managed: the NIC fetches no entry before an ENABLE (or a host doorbell) allows it,
-    /// and reads each entry from memory just before it runs, so earlier verbs may have
-    /// rewritten it. Unmanaged: the NIC prefetches all posted entries at the doorbell;
-    /// later changes to them in memory are not seen.
+    /// Managed: the NIC fetches no entry before an ENABLE (or a host doorbell) allows it;
+    /// when it runs out of fetched entries it reads every allowed one from memory in one
+    /// fetch, so verbs that completed before that ENABLE may have rewritten them (RedN's
+    /// doorbell order: a WAIT then an ENABLE is the barrier). Unmanaged: the NIC
+    /// prefetches all posted entries at the doorbell. Either way, changes to an entry
+    /// after it was fetched are not seen.
     pub managed: bool,
     /// A worker of the node that the simulator steps when the queue completes a signaled
     /// entry (so a host that polls [`WqCounters`] need not spin); real NICs ignore it.

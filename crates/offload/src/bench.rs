@@ -335,3 +335,104 @@ async fn read_item_once<E: hytra_fabric::Endpoint + 'static>(
     }
     GetResult::Found(crate::hash::read_item(region, scratch.offset))
 }
+
+/// What the `if`-construct benchmark measured.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct IfRate {
+    /// Independent chains (each a control queue and a body queue).
+    pub chains: u32,
+    /// `if` constructs per chain, unrolled.
+    pub ifs_per_chain: u32,
+    /// Virtual time from the doorbells to the last body's completion, ns.
+    pub elapsed_ns: u64,
+    /// Constructs per second over all chains.
+    pub ifs_per_sec: f64,
+}
+
+/// Runs `chains` independent chains of `ifs` unrolled `if` constructs on one `cx5` NIC
+/// (RedN Table 3 reports 0.7 M/s on ConnectX-5). Each `if` is RedN's construct: a CAS on
+/// the body's header, a WAIT for it and an ENABLE of the body (doorbell order); every
+/// condition holds, so every body runs as a WRITE.
+pub fn if_rate(chains: u32, ifs: u32, seed: u64) -> Result<IfRate, BackendError> {
+    use crate::program::{Program, Q};
+    use hytra_fabric::wq::{Sge, WqId, WqOpcode, Wqe};
+    use hytra_fabric::{Endpoint, RegionSpec};
+    if chains == 0 || ifs == 0 {
+        return Err(BackendError::Config("an if-rate run needs chains and constructs".into()));
+    }
+    let shape = ClusterShape { nodes: 1, workers_per_node: 1, lanes_per_peer: 1 };
+    let mut cfg = SimConfig::new(shape, seed);
+    cfg.profile = NicProfile::cx5();
+    let mut sim = SimCluster::new(cfg)?;
+    let node = NodeId(0);
+    let data = sim.register(node, RegionSpec::new(64))?;
+    let code_len = u64::from(ifs) * 4 * 64 + 4096;
+    let code = sim.register(node, RegionSpec::new(code_len * u64::from(chains)))?;
+    let mut starts = Vec::new();
+    let mut bodies = Vec::new();
+    for c in 0..chains {
+        let at = LocalAddr { rkey: code, offset: u64::from(c) * code_len };
+        let first = WqId(2 * c);
+        let installed = Program::build(node, at, code_len, first, |p| {
+            let ctl = p.queue(node, false, 0);
+            let body_q = p.queue(node, true, 0);
+            let word = LocalAddr { rkey: data, offset: 0 };
+            let write =
+                Wqe::Write { local: Sge { addr: word, len: 8 }, remote_key: data, remote: 8 };
+            for _ in 0..ifs {
+                let body = p.body(body_q, write);
+                p.if_eq(ctl, body, 0, WqOpcode::Write, true)?;
+            }
+            Ok(())
+        })
+        .map_err(|e| BackendError::Config(format!("if-rate program: {e}")))?;
+        for spec in installed.specs() {
+            sim.create_wq(node, spec)?;
+        }
+        installed.write(&sim.region(node, code).expect("registered"));
+        starts.push(installed.wq(Q(0)));
+        bodies.push(installed.wq(Q(1)));
+    }
+    let limit = 1_000_000_000;
+    let done: Vec<u64> = run_workers_with(
+        &mut sim,
+        RtConfig::default(),
+        RunLimits { time_limit_ns: limit },
+        |w| {
+            let (starts, bodies) = (starts.clone(), bodies.clone());
+            let out = Rc::new(RefCell::new(0u64));
+            let o = out.clone();
+            w.spawn(move |co| async move {
+                co.with_ep(|ep| {
+                    for &q in &starts {
+                        ep.wq_doorbell(q).expect("queue of this node");
+                    }
+                });
+                let finished = |ep: &mut hytra_fabric::sim::SimEndpoint| {
+                    bodies.iter().all(|&q| {
+                        ep.wq_counters(q).is_some_and(|c| c.completions == u64::from(ifs))
+                    })
+                };
+                // Poll every 100 ns of virtual time: fine enough for runs of tens of us.
+                while !co.with_ep(finished) && co.now_ns() < limit / 2 {
+                    co.sleep_until(co.now_ns() + 100).await;
+                }
+                *o.borrow_mut() = co.now_ns();
+            });
+            out
+        },
+        |_, out| *out.borrow(),
+    )?
+    .0;
+    let elapsed_ns = done[0];
+    if elapsed_ns >= limit / 2 {
+        return Err(BackendError::Config("if-rate chains did not finish".into()));
+    }
+    let total = f64::from(chains) * f64::from(ifs);
+    Ok(IfRate {
+        chains,
+        ifs_per_chain: ifs,
+        elapsed_ns,
+        ifs_per_sec: total / (elapsed_ns as f64 / 1e9),
+    })
+}

@@ -7,14 +7,18 @@
 //!
 //! - [`Program::if_eq`]: a CAS on the header of a managed entry whose id field holds `x`
 //!   turns it from NOOP into its real opcode when `x == y`; a WAIT for the CAS and an
-//!   ENABLE make sure the NIC fetches the entry only after that (doorbell order).
+//!   ENABLE make sure the NIC fetches the entry only after that (doorbell order). A
+//!   managed queue fetches everything it is allowed to run at once, so an entry that a
+//!   verb rewrites must not be enabled before that verb completes.
 //! - unrolled loops: the caller emits iterations (each entry is data-independent of how
 //!   many came before); [`Program::brk`] turns the ENABLE that lets the next iteration run
 //!   into a NOOP when `x == y`, so the queue stops where it is.
 //! - recycled rounds: [`Program::begin_round`] / [`Program::end_round`] make a managed
-//!   queue run the same entries forever: the ring holds exactly one round, FAAs add each
-//!   round's growth to every WAIT and ENABLE count and re-post the RECVs, and the queue
-//!   ENABLEs its own next round (RedN §3.4, "WQ recycling").
+//!   queue run the same entries forever, together with the queues it ENABLEs: each ring
+//!   holds exactly one round, FAAs add each round's growth to every WAIT and ENABLE count
+//!   of those queues and re-post the RECVs, and the queue ENABLEs its own next round
+//!   (RedN §3.4, "WQ recycling"). The FAAs rewrite entries the NIC has already fetched
+//!   for this round, so they take effect at the next round's fetch.
 //!
 //! [`Program::check`] refuses programs the NIC would run wrongly (see
 //! [`ProgramError`]) before anything is written.
@@ -92,12 +96,14 @@ struct Draft {
     recv_slots: u32,
     slots: u32,
     round: RoundState,
+    /// Slots reserved by [`Program::advance_here`]: first index and count.
+    advance: Option<(u64, usize)>,
 }
 
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]
 enum RoundState {
     None,
-    Open { head: [Wr; 2] },
+    Open,
     Closed,
 }
 
@@ -108,8 +114,13 @@ pub struct Program {
     code: LocalAddr,
     first_wq: u32,
     queues: Vec<Draft>,
-    /// Ring sizes measured by a first pass of [`Program::build`].
+    /// Ring sizes measured by the previous pass of [`Program::build`].
     sizes: Option<Vec<u32>>,
+    /// Per queue, the FAAs its round advances its own counts with, as the previous pass
+    /// of [`Program::build`] counted them (for [`Program::advance_here`]).
+    own_faas: Option<Vec<usize>>,
+    /// What this pass counted for `own_faas`.
+    own_faas_seen: Vec<usize>,
     /// Bytes of the code area handed out so far.
     used: u64,
 }
@@ -118,13 +129,23 @@ impl Program {
     /// A program on `node` whose rings live in `code_len` bytes at `code`; its queues will
     /// be created in order and get ids from `first_wq` on.
     fn new(node: NodeId, code: LocalAddr, first_wq: WqId) -> Program {
-        Program { node, code, first_wq: first_wq.0, queues: Vec::new(), sizes: None, used: 0 }
+        Program {
+            node,
+            code,
+            first_wq: first_wq.0,
+            queues: Vec::new(),
+            sizes: None,
+            own_faas: None,
+            own_faas_seen: Vec::new(),
+            used: 0,
+        }
     }
 
     /// Builds a program on `node` whose rings live in `code_len` bytes at `code`; its
-    /// queues will be created in order with ids from `first_wq` on. `emit` runs twice
-    /// (it must be deterministic): once to count each queue's entries, then with rings of
-    /// exactly that size, so that a recycled round fills its ring.
+    /// queues will be created in order with ids from `first_wq` on. `emit` runs a few
+    /// times (it must be deterministic): until each queue's entry count (and the slots
+    /// [`Program::advance_here`] reserves) come out as the pass before assumed, so that
+    /// a recycled round fills its ring exactly.
     pub fn build(
         node: NodeId,
         code: LocalAddr,
@@ -132,12 +153,27 @@ impl Program {
         first_wq: WqId,
         emit: impl Fn(&mut Program) -> Result<(), ProgramError>,
     ) -> Result<Installed, ProgramError> {
-        let mut dry = Program::new(node, code, first_wq);
-        emit(&mut dry)?;
-        let sizes = dry.queues.iter().map(|d| d.entries.len().max(1) as u32).collect();
-        let mut p = Program::new(node, code, first_wq);
-        p.sizes = Some(sizes);
-        emit(&mut p)?;
+        let mut sizes = None;
+        let mut own_faas = None;
+        let mut passes = 0;
+        let p = loop {
+            let mut p = Program::new(node, code, first_wq);
+            p.sizes = sizes.clone();
+            p.own_faas = own_faas.clone();
+            emit(&mut p)?;
+            let seen: Vec<u32> = p.queues.iter().map(|d| d.entries.len().max(1) as u32).collect();
+            let mut faas = p.own_faas_seen.clone();
+            faas.resize(p.queues.len(), 0);
+            if sizes.as_ref() == Some(&seen) && own_faas.as_ref() == Some(&faas) {
+                break p;
+            }
+            passes += 1;
+            // Each pass fixes what the one before measured; the counts depend on nothing
+            // else, so this settles in three passes.
+            assert!(passes < 8, "program layout does not settle (emit is not deterministic)");
+            sizes = Some(seen);
+            own_faas = Some(faas);
+        };
         if p.used > code_len {
             return Err(ProgramError::CodeAreaTooSmall(p.used, code_len));
         }
@@ -169,6 +205,7 @@ impl Program {
             recv_slots,
             slots,
             round: RoundState::None,
+            advance: None,
         });
         Q(q)
     }
@@ -264,7 +301,9 @@ impl Program {
     /// id field will hold `x` when this runs) becomes `then`. Appends the CAS, a WAIT for
     /// it and an ENABLE of the body's queue up to the body on `ctl`.
     ///
-    /// The body's other fields must already hold `then`'s operands.
+    /// The body's other fields must already hold `then`'s operands. With
+    /// `body_signaled`, the body completes only if taken (so the program's completion
+    /// counts, which WAITs rely on, do not include it).
     pub fn if_eq(
         &mut self,
         ctl: Q,
@@ -274,7 +313,7 @@ impl Program {
         body_signaled: bool,
     ) -> Result<(), ProgramError> {
         let flags = if body_signaled { WQE_SIGNALED } else { 0 };
-        let (cmp, swap) = self.cas_operands(body, y, WqOpcode::Noop, then, flags)?;
+        let (cmp, swap) = self.cas_operands(body, y, (WqOpcode::Noop, 0), (then, flags))?;
         self.cas_on(ctl, body, cmp, swap);
         self.wait_all(ctl, ctl);
         let wq = self.wq(body.q);
@@ -282,11 +321,13 @@ impl Program {
         Ok(())
     }
 
-    /// `break` out of an unrolled loop when `x == y`: `gate` is the ENABLE that lets the
-    /// next iteration run, on a managed queue, with `x` in its id field; the CAS turns it
-    /// into a NOOP so the queue runs out of enabled entries and stops.
+    /// `break` out of an unrolled loop when `x == y`: `gate` is the (unsignaled) ENABLE
+    /// that lets the next iteration run, on a managed queue, with `x` in its id field; the
+    /// CAS turns it into a NOOP so the loop's queue runs out of enabled entries and stops.
+    /// The gate's queue must be ENABLEd up to the gate only after this CAS completes (a
+    /// WAIT, then the ENABLE), or the NIC runs the gate it fetched before.
     pub fn brk(&mut self, ctl: Q, gate: Wr, y: u64) -> Result<(), ProgramError> {
-        let (cmp, swap) = self.cas_operands(gate, y, WqOpcode::Enable, WqOpcode::Noop, 0)?;
+        let (cmp, swap) = self.cas_operands(gate, y, (WqOpcode::Enable, 0), (WqOpcode::Noop, 0))?;
         self.cas_on(ctl, gate, cmp, swap);
         Ok(())
     }
@@ -295,9 +336,8 @@ impl Program {
         &self,
         target: Wr,
         y: u64,
-        from: WqOpcode,
-        to: WqOpcode,
-        flags: u8,
+        (from, from_flags): (WqOpcode, u8),
+        (to, to_flags): (WqOpcode, u8),
     ) -> Result<(u64, u64), ProgramError> {
         if y > ID_MAX {
             return Err(ProgramError::OperandTooLarge(y));
@@ -305,7 +345,7 @@ impl Program {
         if !self.queues[target.q.0].managed {
             return Err(ProgramError::NotManaged(target));
         }
-        Ok((header(from, flags, y), header(to, flags, y)))
+        Ok((header(from, from_flags, y), header(to, to_flags, y)))
     }
 
     fn cas_on(&mut self, ctl: Q, target: Wr, compare: u64, swap: u64) -> Wr {
@@ -329,73 +369,155 @@ impl Program {
         Ok(())
     }
 
-    /// Starts a recycled round on managed queue `q`: reserves the two head entries that
-    /// will advance the round's closing WAIT and ENABLE.
+    /// Starts a recycled round on managed queue `q`. Every entry of `q`, also those
+    /// appended before this call, runs once per round.
     pub fn begin_round(&mut self, q: Q) -> Result<(), ProgramError> {
-        if self.queues[q.0].round != RoundState::None || !self.queues[q.0].managed {
-            return Err(ProgramError::Round(q.0, "a round needs a fresh managed queue"));
+        let d = &self.queues[q.0];
+        if d.round != RoundState::None || !d.managed {
+            return Err(ProgramError::Round(q.0, "a round needs a managed queue not yet in one"));
         }
-        let any = self.code;
-        let head = [self.faa(q, any, 0), self.faa(q, any, 0)];
-        self.queues[q.0].round = RoundState::Open { head };
+        self.queues[q.0].round = RoundState::Open;
         Ok(())
     }
 
-    /// Ends the round of `q`: appends FAAs that add one round's growth to every WAIT and
-    /// ENABLE count of `q` (and re-post `q`'s RECVs), then the closing WAIT for all of
-    /// `q`'s completions and the ENABLE of the next round. Queues that `q`'s counts refer
-    /// to must have all their entries by now; each round consumes one RECV of every queue
-    /// with RECVs that `q` waits on.
+    /// Reserves, at this point of `q`'s round, the FAAs that advance `q`'s own WAIT and
+    /// ENABLE counts (and re-post its RECV) for the next round; [`Program::end_round`]
+    /// fills them. They may run any time in the round (the NIC fetched this round's
+    /// entries before they change), so placing them before the round's slow part keeps
+    /// them off its critical path. Without this call they go at the round's end.
+    pub fn advance_here(&mut self, q: Q) -> Result<(), ProgramError> {
+        if self.queues[q.0].round != RoundState::Open {
+            return Err(ProgramError::Round(q.0, "advance_here outside a round"));
+        }
+        let n = self.own_faas.as_ref().map_or(0, |v| v.get(q.0).copied().unwrap_or(0));
+        let start = self.len(q);
+        for _ in 0..n {
+            self.reserve(q);
+        }
+        self.queues[q.0].advance = Some((start, n));
+        Ok(())
+    }
+
+    /// Ends the round of `q`. The round's members are `q` and every queue it ENABLEs;
+    /// their rings must hold all their entries by now, and `q` must already WAIT for
+    /// every member whose WAIT or ENABLE counts it advances (so that member has fetched
+    /// this round's entries before they change). Appends FAAs that add one round's
+    /// growth to every WAIT and ENABLE count of the members (and re-post `q`'s RECV),
+    /// then a WAIT for all of `q`'s completions and the ENABLE of `q`'s next round. Each
+    /// round consumes one RECV of every queue whose RECVs a member waits on.
     pub fn end_round(&mut self, q: Q) -> Result<(), ProgramError> {
-        let RoundState::Open { head } = self.queues[q.0].round else {
+        if self.queues[q.0].round != RoundState::Open {
             return Err(ProgramError::Round(q.0, "end_round without begin_round"));
+        }
+        let control_of = |p: &Program, m: Q| -> Vec<(Wr, Wqe)> {
+            p.queues[m.0]
+                .entries
+                .iter()
+                .enumerate()
+                .filter_map(|(i, e)| match Wqe::decode(e.as_ref()?) {
+                    Ok((w @ (Wqe::Wait { .. } | Wqe::Enable { .. }), _)) => {
+                        Some((Wr { q: m, index: i as u64 }, w))
+                    }
+                    _ => None,
+                })
+                .collect()
         };
-        let mut control = Vec::new();
-        for (i, e) in self.queues[q.0].entries.iter().enumerate() {
-            let Some(words) = e else { continue };
-            match Wqe::decode(words) {
-                Ok((w @ (Wqe::Wait { .. } | Wqe::Enable { .. }), _)) => control.push((i as u64, w)),
-                _ => continue,
+        let own = control_of(self, q);
+        let mut members = vec![q];
+        let mut waited = Vec::new();
+        for (_, w) in &own {
+            match *w {
+                Wqe::Enable { target, .. } => {
+                    let t = self.queue_of(target).expect("targets are queues of the program");
+                    if !members.contains(&t) {
+                        members.push(t);
+                    }
+                }
+                Wqe::Wait { target, recv: false, .. } => {
+                    waited.push(self.queue_of(target).expect("targets are queues of the program"))
+                }
+                _ => {}
             }
         }
-        // A queue with a receive ring consumes one RECV per round and re-posts it.
+        let mut theirs = Vec::new();
+        for &m in &members[1..] {
+            let c = control_of(self, m);
+            if !c.is_empty() && !waited.contains(&m) {
+                return Err(ProgramError::Round(
+                    q.0,
+                    "a member's counts change before the round waited for it",
+                ));
+            }
+            theirs.extend(c);
+        }
+        // FAAs: one per control entry, one for the RECV doorbell, two for the closing
+        // WAIT and ENABLE; all signaled, so the closing WAIT covers them. The ones on
+        // `q`'s own entries go into the slots `advance_here` reserved if they fit.
         let recvs = u64::from(self.queues[q.0].recv_slots > 0);
-        let n = control.len() as u64;
-        let final_sig = self.completions(q) + n + recvs;
-        let final_len = self.len(q) + n + recvs + 2;
-        for (i, w) in control {
-            let growth = match w {
+        let own_faas = own.len() + recvs as usize + 2;
+        if self.own_faas_seen.len() <= q.0 {
+            self.own_faas_seen.resize(q.0 + 1, 0);
+        }
+        self.own_faas_seen[q.0] = own_faas;
+        let early = self.queues[q.0].advance.filter(|&(_, n)| n == own_faas);
+        let tail = theirs.len() as u64 + if early.is_some() { 0 } else { own_faas as u64 };
+        let final_sig = self.completions(q) + (theirs.len() + own_faas) as u64;
+        let final_len = self.len(q) + tail + 2;
+        let growth = |p: &Program, w: Wqe| -> u64 {
+            match w {
                 Wqe::Wait { recv: true, .. } => 1,
-                Wqe::Wait { target, .. } => match self.queue_of(target) {
+                Wqe::Wait { target, .. } => match p.queue_of(target) {
                     Some(t) if t == q => final_sig,
-                    Some(t) => self.completions(t),
+                    Some(t) => p.completions(t),
                     None => 0,
                 },
-                Wqe::Enable { target, .. } => match self.queue_of(target) {
+                Wqe::Enable { target, .. } => match p.queue_of(target) {
                     Some(t) if t == q => final_len,
-                    Some(t) => self.len(t),
+                    Some(t) => p.len(t),
                     None => 0,
                 },
                 _ => unreachable!("control entries only"),
-            };
-            let addr = self.field(Wr { q, index: i }, field::OPERAND_A);
-            self.faa(q, addr, growth);
+            }
+        };
+        let wait_at = Wr { q, index: self.len(q) + tail };
+        let enable_at = Wr { q, index: self.len(q) + tail + 1 };
+        let mut own_adds = Vec::with_capacity(own_faas);
+        for (wr, w) in own {
+            own_adds.push((self.field(wr, field::OPERAND_A), growth(self, w)));
         }
         if recvs > 0 {
             let d = &self.queues[q.0];
             let dbr = LocalAddr { rkey: self.code.rkey, offset: self.code.offset + d.dbr + 8 };
-            self.faa(q, dbr, 1);
+            own_adds.push((dbr, 1));
+        }
+        own_adds.push((self.field(wait_at, field::OPERAND_A), final_sig));
+        own_adds.push((self.field(enable_at, field::OPERAND_A), final_len));
+        let their_adds: Vec<_> = theirs
+            .iter()
+            .map(|&(wr, w)| (self.field(wr, field::OPERAND_A), growth(self, w)))
+            .collect();
+        match early {
+            Some((start, _)) => {
+                for (i, (addr, add)) in own_adds.into_iter().enumerate() {
+                    let wr = Wr { q, index: start + i as u64 };
+                    self.set(wr, Self::faa_wqe(addr, add), true, 0).expect("id 0 fits");
+                }
+            }
+            None => {
+                for (addr, add) in own_adds {
+                    self.faa(q, addr, add);
+                }
+            }
+        }
+        for (addr, add) in their_adds {
+            self.faa(q, addr, add);
         }
         let wq = self.wq(q);
-        // The head FAAs advance the closing pair before each round reaches it, so the
-        // stored counts are one round behind and round 0 sees the right ones.
-        let wait = self.push(q, Wqe::Wait { target: wq, count: 0, recv: false }, false);
-        let enable = self.push(q, Wqe::Enable { target: wq, count: final_len }, false);
+        let wait = self.push(q, Wqe::Wait { target: wq, count: final_sig, recv: false }, false);
+        // The closing ENABLE lets the next round run: one round ahead of the others.
+        let enable = self.push(q, Wqe::Enable { target: wq, count: 2 * final_len }, false);
+        debug_assert_eq!((wait, enable), (wait_at, enable_at));
         debug_assert_eq!((self.completions(q), self.len(q)), (final_sig, final_len));
-        let wait_count = self.field(wait, field::OPERAND_A);
-        let enable_count = self.field(enable, field::OPERAND_A);
-        self.patch_faa(head[0], wait_count, final_sig);
-        self.patch_faa(head[1], enable_count, final_len);
         self.queues[q.0].round = RoundState::Closed;
         Ok(())
     }
@@ -406,11 +528,6 @@ impl Program {
 
     fn faa(&mut self, q: Q, addr: LocalAddr, add: u64) -> Wr {
         self.push(q, Self::faa_wqe(addr, add), true)
-    }
-
-    fn patch_faa(&mut self, wr: Wr, addr: LocalAddr, add: u64) {
-        let e = &mut self.queues[wr.q.0].entries[wr.index as usize];
-        *e = Some(Self::faa_wqe(addr, add).encode(WQE_SIGNALED, 0));
     }
 
     fn queue_of(&self, wq: WqId) -> Option<Q> {
@@ -434,7 +551,7 @@ impl Program {
             if d.entries.len() > ENTRIES_MAX {
                 return Err(ProgramError::TooManyEntries(qi, d.entries.len()));
             }
-            if matches!(d.round, RoundState::Open { .. }) {
+            if d.round == RoundState::Open {
                 return Err(ProgramError::Round(qi, "round begun but not ended"));
             }
             for (i, e) in d.entries.iter().enumerate() {

@@ -78,7 +78,7 @@ pub struct KvConfig {
 /// Per client slot: where its answers land and which program serves it.
 #[derive(Copy, Clone, Debug)]
 struct SlotInfo {
-    /// Completion words (one per search queue), then the item buffer.
+    /// The completion word, then the item buffer.
     base: u64,
     /// Region of the client worker's slots.
     key: Rkey,
@@ -107,8 +107,8 @@ type GetRequest = (WorkerId, [u64; 3]);
 /// A coroutine waiting for a word: region, offset, wanted value, waker.
 type WordWait = (Region, u64, u64, Waker);
 
-/// Bytes of a slot's completion words.
-const SLOT_HEADER: u64 = 16;
+/// Bytes of a slot's completion word.
+const SLOT_HEADER: u64 = 8;
 
 impl KvService {
     /// Registers the table on the server, slots on every other node, and builds one
@@ -202,9 +202,6 @@ impl KvService {
                         }
                         trigger = installed.wq(Q(0));
                         starters.push(trigger);
-                        if cfg.search == Search::Parallel {
-                            starters.push(installed.wq(Q(1)));
-                        }
                     }
                 }
                 slots[widx].push(SlotInfo { base, key, trigger });
@@ -362,7 +359,21 @@ async fn serve_get<E: Endpoint + 'static>(
 /// Words of the offload request, in scatter order.
 const REQUEST_WORDS: usize = 7;
 
-/// Emits the recycled hash-get program of one client slot (see the module docs).
+/// Emits the recycled hash-get program of one client slot, in three kinds of queue
+/// (RedN §5.2, Fig. 9, with recycling):
+///
+/// - control `K` (recycled, holds the RECV): WAIT for the request, ENABLE the lookup
+///   queue(s), the FAAs that advance K's own counts, WAIT for the lookups' CASes, ENABLE
+///   the response queue, then the FAAs on the lookups' WAIT counts and K's next round;
+/// - lookup `W` (or `W1` and `W2` for [`Search::Parallel`]): per bucket a READ of the
+///   bucket into a response entry's header and item scatter/gather entry, a WAIT for it,
+///   and a CAS that turns the response into a WRITE if the bucket holds the key;
+/// - response `R` (connected to the client): the two response entries, then a WRITE of
+///   the request's sequence number into the client's completion word.
+///
+/// Each ENABLE comes after the verbs that rewrote what it enables completed (doorbell
+/// order): the lookups after the RECV scattered the request into them, the responses
+/// after the CASes.
 fn hash_get_program(
     p: &mut Program,
     cfg: KvConfig,
@@ -373,74 +384,64 @@ fn hash_get_program(
     let server = cfg.server;
     let parallel = cfg.search == Search::Parallel;
     // Two RECVs: the next request may arrive before this round re-posts its RECV.
-    let l1 = p.queue(server, true, 2);
-    let l2 = if parallel { p.queue(server, true, 0) } else { l1 };
-    let c1 = p.queue(client, true, 0);
-    let c2 = if parallel { p.queue(client, true, 0) } else { c1 };
-    let answer = |lcl: LocalAddr| Wqe::Write {
-        local: Sge { addr: lcl, len: 0 },
+    let k = p.queue(server, true, 2);
+    let w1 = p.queue(server, true, 0);
+    let w2 = if parallel { p.queue(server, true, 0) } else { w1 };
+    let r = p.queue(client, true, 0);
+    let answer = Wqe::Write {
+        local: Sge { addr: slot, len: 0 },
         remote_key: slot.rkey,
         remote: slot.offset + SLOT_HEADER,
     };
-    // Response entries: a READ of a bucket fills their header (key word) and local
-    // scatter/gather entry (the item); a CAS makes the one with the client's key a WRITE.
-    let resp1 = p.body(c1, answer(slot));
-    let resp2 = p.body(c2, answer(slot));
-    // The completion word: the request's sequence number, scattered into the server's
-    // copy by the RECV, written after the responses (the queue runs in order).
-    let seq_word = p.reserve(l1);
+    // A READ of a bucket fills a response's header (key word, NOOP) and its local
+    // scatter/gather entry (the item).
+    let resp1 = p.body(r, answer);
+    let resp2 = p.body(r, answer);
+    // The request's sequence number, scattered by the RECV into the LOCAL_ADDR field of
+    // a NOOP of K that only serves as storage; R's last WRITE sends it back.
+    let seq_word = p.reserve(k);
+    p.set(seq_word, Wqe::Noop, false, 0)?;
     let seq_at = p.field(seq_word, field::LOCAL_ADDR);
-    let done = |p: &mut Program, c: Q, k: u64| {
-        let w = Wqe::Write {
+    p.push(
+        r,
+        Wqe::Write {
             local: Sge { addr: seq_at, len: 8 },
             remote_key: slot.rkey,
-            remote: slot.offset + 8 * k,
-        };
-        p.push(c, w, false)
-    };
-    done(p, c1, 0);
-    if parallel {
-        done(p, c2, 1);
-    }
-    let lookup = |p: &mut Program, l: Q, resp: crate::program::Wr| -> Result<_, ProgramError> {
+            remote: slot.offset,
+        },
+        false,
+    );
+    let lookup = |p: &mut Program, w: Q, resp: crate::program::Wr| -> Result<_, ProgramError> {
         let dest = p.field(resp, field::HEADER);
         let read = p.push(
-            l,
+            w,
             Wqe::Read { local: Sge { addr: dest, len: 24 }, remote_key: table.rkey, remote: 0 },
             true,
         );
-        Ok(read)
+        p.wait_all(w, w);
+        let cas = p.cas_header(w, resp)?;
+        Ok((read, cas))
     };
-    // The seq word is a NOOP slot of L1 used only as storage (its LOCAL_ADDR field).
-    p.set(seq_word, Wqe::Noop, false, 0)?;
-    p.begin_round(l1)?;
-    let wq1 = p.wq(l1);
-    p.push(l1, Wqe::Wait { target: wq1, count: 1, recv: true }, false);
-    let read1 = lookup(p, l1, resp1)?;
-    let read2 = if parallel { None } else { Some(lookup(p, l1, resp2)?) };
-    p.wait_all(l1, l1);
-    let cas1 = p.cas_header(l1, resp1)?;
-    let cas2 = if parallel { None } else { Some(p.cas_header(l1, resp2)?) };
-    p.wait_all(l1, l1);
-    p.enable_all(l1, c1);
-    p.end_round(l1)?;
-    let (read2, cas2) = match (read2, cas2) {
-        (Some(r), Some(c)) => (r, c),
-        _ => {
-            p.begin_round(l2)?;
-            p.push(l2, Wqe::Wait { target: wq1, count: 1, recv: true }, false);
-            let r = lookup(p, l2, resp2)?;
-            p.wait_all(l2, l2);
-            let c = p.cas_header(l2, resp2)?;
-            p.wait_all(l2, l2);
-            p.enable_all(l2, c2);
-            p.end_round(l2)?;
-            (r, c)
-        }
-    };
+    let (read1, cas1) = lookup(p, w1, resp1)?;
+    let (read2, cas2) = lookup(p, w2, resp2)?;
+    p.begin_round(k)?;
+    let kq = p.wq(k);
+    p.push(k, Wqe::Wait { target: kq, count: 1, recv: true }, false);
+    p.enable_all(k, w1);
+    if parallel {
+        p.enable_all(k, w2);
+    }
+    // K's own FAAs run while the lookups do.
+    p.advance_here(k)?;
+    p.wait_all(k, w1);
+    if parallel {
+        p.wait_all(k, w2);
+    }
+    p.enable_all(k, r);
+    p.end_round(k)?;
     let sge = |addr: LocalAddr, words: u32| Sge { addr, len: words * 8 };
     p.post_recv(
-        l1,
+        k,
         &[
             sge(p.field(cas1, field::OPERAND_A), 2),
             sge(p.field(cas2, field::OPERAND_A), 2),
@@ -503,10 +504,7 @@ impl Client {
                 if co.with_ep(|ep| ep.trigger(server, trigger, &bytes)).is_err() {
                     return GetResult::TimedOut;
                 }
-                match self.svc.cfg.search {
-                    Search::Sequential => &[0],
-                    Search::Parallel => &[0, 1],
-                }
+                &[0]
             }
             GetMode::TwoSided => {
                 let req = [key, seq, base];

@@ -1,14 +1,16 @@
 //! The simulated NIC's executor of verb programs: work queues whose entries live in
 //! registered memory (see [`crate::wq`]), run by the NIC without any worker.
 //!
-//! A queue runs one entry per `WqRun` event. Its next entry is fetched after an issue
-//! interval that depends on how it is ordered (RedN §5.1, Fig. 8): a prefetched entry of
-//! an unmanaged queue follows 0.17 us after its predecessor (WQ order), an entry after a
-//! released WAIT 0.19 us after the completion (completion order), and every entry of a
-//! managed queue is fetched from memory on its own, 0.54 us apart (doorbell order), which
-//! also occupies the NIC's one fetch unit for managed queues. Data verbs take effect at
-//! their modelled target time in a `WqEffect` event and complete later in a
-//! `WqComplete` event, so memory changes happen in event order like every other verb.
+//! A queue runs one entry per `WqRun` event. Entries issue from a buffer of fetched
+//! copies, with intervals that depend on how they are ordered (RedN §5.1, Fig. 8): an
+//! entry follows 0.17 us after its predecessor (WQ order) and 0.19 us after the
+//! completion that released a WAIT before it (completion order). An unmanaged queue
+//! copies its entries at the doorbell. A managed queue copies every entry it is allowed
+//! to run when its buffer runs dry (after an ENABLE raised its limit): that fetch reads
+//! memory as it is then, holds the NIC's one fetch unit, and its first entry issues
+//! 0.54 us later (doorbell order). Data verbs take effect at their modelled target time
+//! in a `WqEffect` event and complete later in a `WqComplete` event, so memory changes
+//! happen in event order like every other verb.
 
 use crate::constants::DATAGRAM_MTU;
 use crate::exec::{execute, TargetOp};
@@ -64,8 +66,12 @@ pub(super) struct SimWq {
     limit: u64,
     /// Next entry to run.
     head: u64,
-    /// Unmanaged queues: entries copied at the doorbell, by index from `head`.
+    /// Fetched copies of the entries from `head` on (at the doorbell for unmanaged
+    /// queues, at each fetch for managed ones).
     prefetched: std::collections::VecDeque<[u64; 8]>,
+    /// Managed queues: from a fetch's start to its first entry issuing (a host doorbell
+    /// costs the first-fetch latency, an ENABLE the doorbell-order one).
+    fetch_delay: Ps,
     run: Run,
     counters: WqCounters,
     /// Completions are counted in order.
@@ -132,6 +138,7 @@ impl Core {
             limit: 0,
             head: 0,
             prefetched: Default::default(),
+            fetch_delay: 0,
             run: Run::Idle,
             counters: WqCounters::default(),
             last_complete: 0,
@@ -197,10 +204,16 @@ impl Core {
             }
         }
         q.limit = limit;
+        let managed = q.spec.managed;
+        let m = self.offload_model();
+        let delay = if by_host { m.first_fetch } else { m.doorbell_order };
+        if managed {
+            // The fetch itself happens when the queue runs dry (now, if it is idle).
+            self.wqs[n][wq as usize].fetch_delay = delay;
+        }
+        let q = &self.wqs[n][wq as usize];
         if q.run == Run::Idle && q.head < q.limit {
-            let m = self.offload_model();
-            let delay = if by_host { m.first_fetch } else { m.doorbell_order };
-            self.schedule_wq(node, wq, at + delay);
+            self.schedule_wq(node, wq, if managed { at } else { at + delay });
         }
     }
 
@@ -223,33 +236,33 @@ impl Core {
             q.run = Run::Idle;
             return;
         }
-        let managed = q.spec.managed;
-        let words = if managed {
-            let mut e = [0u64; 8];
-            let slot = q.head % u64::from(q.spec.slots);
-            self.regions[n][q.spec.ring.rkey.0 as usize]
-                .read_words(q.spec.ring.offset + slot * WQE_BYTES, &mut e);
-            e
-        } else {
-            q.prefetched.pop_front().expect("prefetched up to the limit")
-        };
+        if q.prefetched.is_empty() {
+            debug_assert!(q.spec.managed, "unmanaged queues prefetch up to the limit");
+            // Doorbell order: one fetch copies every allowed entry (at most a ring's
+            // worth) as memory holds it now; they issue after the fetch latency.
+            let end = q.limit.min(q.head + u64::from(q.spec.slots));
+            let region = &self.regions[n][q.spec.ring.rkey.0 as usize];
+            for i in q.head..end {
+                let mut e = [0u64; 8];
+                let slot = i % u64::from(q.spec.slots);
+                region.read_words(q.spec.ring.offset + slot * WQE_BYTES, &mut e);
+                q.prefetched.push_back(e);
+            }
+            let delay = q.fetch_delay;
+            let unit = self.offload_model().fetch_unit;
+            let start = self.nics[n].wq_fetch.book(now, unit, now).saturating_sub(unit).max(now);
+            self.schedule_wq(node, wq, start + delay);
+            return;
+        }
+        let words = q.prefetched.pop_front().expect("checked non-empty");
         self.trace.add(u64::from(node.0) << 48 ^ u64::from(wq) << 32 ^ words[0]);
         let (wqe, flags) = match Wqe::decode(&words) {
             Ok(x) => x,
             Err(e) => return self.wq_fail(node, wq, e),
         };
         let signaled = flags & WQE_SIGNALED != 0;
-        let m = self.offload_model();
-        let step = if managed { m.doorbell_order } else { m.wq_order };
-        let fetch_unit = m.fetch_unit;
-        // Managed entries are fetched one by one through the NIC's single fetch unit: an
-        // entry issues when its fetch starts, which waits only if the unit is busy.
-        let issue = if managed {
-            let end = self.nics[n].wq_fetch.book(now, fetch_unit, now);
-            end.saturating_sub(fetch_unit).max(now)
-        } else {
-            now
-        };
+        let step = self.offload_model().wq_order;
+        let issue = now;
         let q = &mut self.wqs[n][wq as usize];
         match wqe {
             Wqe::Wait { target, count, recv } => {

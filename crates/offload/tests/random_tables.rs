@@ -1,0 +1,109 @@
+//! Offloaded gets on random tables return exactly what the server CPU's lookup returns:
+//! present keys in either candidate bucket, values of many lengths, and absent keys.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use hytra_fabric::sim::profile::NicProfile;
+use hytra_fabric::sim::{SimCluster, SimConfig};
+use hytra_fabric::{ClusterShape, NodeId, RunLimits};
+use hytra_offload::hash::HashTable;
+use hytra_offload::service::{cpu_get, GetMode, GetResult, KvConfig, KvService, Search, Waits};
+use hytra_rt::{run_workers_with, RtConfig};
+use proptest::prelude::*;
+
+/// Inserts `entries` into a fresh table, gets every key in `asks` through the offload
+/// (one slot, one get at a time) and returns each answer next to the CPU's lookup.
+fn offloaded_vs_cpu(
+    seed: u64,
+    search: Search,
+    entries: &[(u64, Vec<u8>)],
+    asks: &[u64],
+) -> Vec<(u64, GetResult, Option<Vec<u8>>)> {
+    let shape = ClusterShape { nodes: 2, workers_per_node: 1, lanes_per_peer: 1 };
+    let mut cfg = SimConfig::new(shape, seed);
+    cfg.profile = NicProfile::cx5();
+    let mut sim = SimCluster::new(cfg).unwrap();
+    let n = entries.len() as u64;
+    let kv = KvConfig {
+        server: NodeId(0),
+        buckets: 4 * n + 4,
+        item_bytes: n * (16 + 256),
+        value_max: 256,
+        slots_per_worker: 1,
+        search,
+        server_op_ns: 1_000,
+    };
+    let svc = KvService::setup(&mut sim, kv, |t: &mut HashTable| {
+        for (k, v) in entries {
+            // A key that finds no bucket is simply not in the table: the CPU lookup
+            // below is the oracle either way.
+            let _ = t.insert(*k, v);
+        }
+        Ok(())
+    })
+    .unwrap();
+    let end_ns = 50_000 * (asks.len() as u64 + 1);
+    let per_worker = run_workers_with(
+        &mut sim,
+        RtConfig::default(),
+        RunLimits { time_limit_ns: end_ns + 1_000_000 },
+        |w| {
+            let answers: Rc<RefCell<Vec<(u64, GetResult)>>> = Rc::default();
+            if w.co().me().node == NodeId(0) {
+                svc.serve(w, 1, end_ns);
+            } else {
+                let waits = Waits::default();
+                w.poll_with(waits.poller());
+                let (svc, answers, asks) = (svc.clone(), answers.clone(), asks.to_vec());
+                w.spawn(move |co| async move {
+                    let mut client = svc.client(&co, &waits, 0);
+                    for key in asks {
+                        let r = client.get(&co, GetMode::Offload, key, 40_000).await;
+                        answers.borrow_mut().push((key, r));
+                    }
+                });
+            }
+            answers
+        },
+        |_, a| a.take(),
+    )
+    .unwrap()
+    .0;
+    let answers: Vec<_> = per_worker.into_iter().flatten().collect();
+    answers.into_iter().map(|(k, r)| (k, r, cpu_get(&sim, &svc, k))).collect()
+}
+
+fn table() -> impl Strategy<Value = (Vec<(u64, Vec<u8>)>, Vec<u64>)> {
+    // Keys from a small range so that buckets collide and displacements happen.
+    let entry = (1u64..4096, 1usize..=32, any::<u8>())
+        .prop_map(|(k, words, b)| (k, (0..words * 8).map(|i| b ^ i as u8).collect()));
+    (prop::collection::vec(entry, 1..40), prop::collection::vec(1u64..6000, 1..24))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    #[test]
+    fn offloaded_gets_match_the_cpu_lookup(
+        (entries, extra) in table(),
+        seed in any::<u64>(),
+        parallel in any::<bool>(),
+    ) {
+        let search = if parallel { Search::Parallel } else { Search::Sequential };
+        // Ask for every inserted key and for random others (mostly absent).
+        let mut asks: Vec<u64> = entries.iter().map(|e| e.0).collect();
+        asks.extend(extra);
+        let got = offloaded_vs_cpu(seed, search, &entries, &asks);
+        prop_assert_eq!(got.len(), asks.len(), "every get answered");
+        let mut present = 0;
+        for (key, r, cpu) in got {
+            match (&r, &cpu) {
+                (GetResult::Found(v), Some(c)) => { prop_assert_eq!(v, c, "key {}", key); present += 1; }
+                (GetResult::Absent, None) => {}
+                _ => prop_assert!(false, "key {key}: offload {r:?}, CPU {cpu:?}"),
+            }
+        }
+        prop_assert!(present > 0, "some key was present");
+    }
+}
