@@ -342,3 +342,51 @@ fn io_json_has_every_mode_ratios_and_replays() {
         assert_eq!(r["reads"].as_u64(), Some(traced), "every read of the trace completes: {r}");
     }
 }
+
+#[test]
+fn offload_bad_input_gets_one_line_and_exit_2() {
+    assert_usage_errors(&[
+        &["offload", "--sizes", "12"],
+        &["offload", "--sizes", "0"],
+        &["offload", "--micros", "0"],
+        &["offload", "--if-chains", "0"],
+    ]);
+}
+
+#[test]
+fn offload_json_has_every_scenario_checked_and_replays() {
+    let args = |json: &str| -> Vec<String> {
+        ["offload", "--micros", "100", "--sizes", "64", "--writers", "0,2", "--if-chains", "1"]
+            .iter()
+            .map(|s| s.to_string())
+            .chain(["--json".to_string(), json.to_string()])
+            .collect()
+    };
+    let read = |name: &str| -> serde_json::Value {
+        let json = temp(name);
+        let a = args(json.to_str().unwrap());
+        let a: Vec<&str> = a.iter().map(String::as_str).collect();
+        let out = hytra(&a);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap()
+    };
+    let v = read("offload-a.json");
+    let runs = v["runs"].as_array().unwrap();
+    let scenarios: std::collections::BTreeSet<&str> =
+        runs.iter().map(|r| r["scenario"].as_str().unwrap()).collect();
+    for want in
+        ["latency", "second-bucket", "isolation w=0", "isolation w=2", "throughput", "resilience"]
+    {
+        assert!(scenarios.contains(want), "missing {want}: {scenarios:?}");
+    }
+    for r in runs {
+        let o = &r["outcome"];
+        assert_eq!(o["wrong"], 0, "{r}");
+        assert!(o["gets"].as_u64().unwrap() > 0, "{r}");
+    }
+    let ifs = v["if_rate"].as_array().unwrap();
+    assert_eq!(ifs.len(), 1);
+    assert!(ifs[0]["ifs_per_sec"].as_f64().unwrap() > 0.0);
+    // Virtual time and a fixed seed: a second run writes the same numbers.
+    assert_eq!(v, read("offload-b.json"));
+}
