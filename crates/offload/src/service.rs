@@ -492,7 +492,7 @@ impl Client {
         let deadline = co.now_ns() + timeout_ns;
         let table = self.svc.table;
         let server = self.svc.cfg.server;
-        let words: &[u64] = match mode {
+        match mode {
             GetMode::Offload => {
                 assert!(self.svc.offload_available(), "offload needs a backend with verb programs");
                 let [b1, b2] = table.candidates(key).map(|b| table.bucket(b));
@@ -504,7 +504,6 @@ impl Client {
                 if co.with_ep(|ep| ep.trigger(server, trigger, &bytes)).is_err() {
                     return GetResult::TimedOut;
                 }
-                &[0]
             }
             GetMode::TwoSided => {
                 let req = [key, seq, base];
@@ -512,15 +511,12 @@ impl Client {
                 if co.send_oneway(self.server, GET_RPC, &bytes).is_err() {
                     return GetResult::TimedOut;
                 }
-                &[0]
             }
             GetMode::OneSided => return self.get_one_sided(co, key, deadline).await,
-        };
-        for &k in words {
-            let at = base + 8 * k;
-            if !self.waits.wait(co, &self.region, at, seq, deadline).await {
-                return GetResult::TimedOut;
-            }
+        }
+        // Both answer with the item, then the sequence number in the completion word.
+        if !self.waits.wait(co, &self.region, base, seq, deadline).await {
+            return GetResult::TimedOut;
         }
         self.answer(key)
     }

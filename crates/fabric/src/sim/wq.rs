@@ -195,14 +195,10 @@ impl Core {
         }
         if !q.spec.managed {
             // Prefetch: the NIC copies the entries now; later changes are not seen.
-            let region = &self.regions[n][q.spec.ring.rkey.0 as usize];
-            for i in q.limit.max(q.head)..limit {
-                let mut e = [0u64; 8];
-                let slot = i % u64::from(q.spec.slots);
-                region.read_words(q.spec.ring.offset + slot * WQE_BYTES, &mut e);
-                q.prefetched.push_back(e);
-            }
+            let from = q.limit.max(q.head);
+            self.copy_entries(n, wq, from, limit);
         }
+        let q = &mut self.wqs[n][wq as usize];
         q.limit = limit;
         let managed = q.spec.managed;
         let m = self.offload_model();
@@ -214,6 +210,19 @@ impl Core {
         let q = &self.wqs[n][wq as usize];
         if q.run == Run::Idle && q.head < q.limit {
             self.schedule_wq(node, wq, if managed { at } else { at + delay });
+        }
+    }
+
+    /// Appends copies of entries `from..to` of a queue's ring, as memory holds them now,
+    /// to the entries the queue has fetched.
+    fn copy_entries(&mut self, n: usize, wq: u32, from: u64, to: u64) {
+        let q = &mut self.wqs[n][wq as usize];
+        let region = &self.regions[n][q.spec.ring.rkey.0 as usize];
+        for i in from..to {
+            let mut e = [0u64; 8];
+            let slot = i % u64::from(q.spec.slots);
+            region.read_words(q.spec.ring.offset + slot * WQE_BYTES, &mut e);
+            q.prefetched.push_back(e);
         }
     }
 
@@ -240,15 +249,9 @@ impl Core {
             debug_assert!(q.spec.managed, "unmanaged queues prefetch up to the limit");
             // Doorbell order: one fetch copies every allowed entry (at most a ring's
             // worth) as memory holds it now; they issue after the fetch latency.
-            let end = q.limit.min(q.head + u64::from(q.spec.slots));
-            let region = &self.regions[n][q.spec.ring.rkey.0 as usize];
-            for i in q.head..end {
-                let mut e = [0u64; 8];
-                let slot = i % u64::from(q.spec.slots);
-                region.read_words(q.spec.ring.offset + slot * WQE_BYTES, &mut e);
-                q.prefetched.push_back(e);
-            }
+            let (from, to) = (q.head, q.limit.min(q.head + u64::from(q.spec.slots)));
             let delay = q.fetch_delay;
+            self.copy_entries(n, wq, from, to);
             let unit = self.offload_model().fetch_unit;
             let start = self.nics[n].wq_fetch.book(now, unit, now).saturating_sub(unit).max(now);
             self.schedule_wq(node, wq, start + delay);
