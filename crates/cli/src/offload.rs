@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 use hytra_offload::bench::{self, Outcome, Path, Scenario};
-use hytra_offload::service::Search;
+use hytra_offload::service::{Search, LIST_LEN_MAX};
 use serde_json::json;
 
 use crate::table::{open_output, write_json, Table};
@@ -20,6 +20,13 @@ pub struct OffloadArgs {
     /// Background writer counts for the isolation run.
     #[arg(long, value_delimiter = ',', default_value = "0,1,4,16")]
     writers: Vec<u16>,
+    /// Nodes per list of the list-traversal runs (1..=13; RedN uses 8).
+    #[arg(long, default_value_t = 8)]
+    list_len: u32,
+    /// Ranges of the list-traversal runs: a get's key sits at a uniform position below
+    /// the range (each at most --list-len; empty: no list runs).
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
+    list_ranges: Vec<u32>,
     /// Independent chains for the `if`-construct rate (each runs 200 unrolled `if`s).
     #[arg(long, value_delimiter = ',', default_value = "1,2,8")]
     if_chains: Vec<u32>,
@@ -39,7 +46,9 @@ fn row(t: &mut Table, what: &str, s: &Scenario, o: &Outcome) {
         what.to_string(),
         s.path.name().to_string(),
         s.value_bytes.to_string(),
+        s.list.map_or("-".to_string(), |l| format!("{}/{}", l.range, l.len)),
         o.gets.to_string(),
+        format!("{:.2}", o.mean_ns as f64 / 1e3),
         format!("{:.2}", o.p50_ns as f64 / 1e3),
         format!("{:.2}", o.p99_ns as f64 / 1e3),
         format!("{:.0}", o.gets_per_sec / 1e3),
@@ -59,6 +68,12 @@ pub fn run(a: OffloadArgs) -> Result<(), CliError> {
     }
     if a.micros == 0 {
         return usage("--micros must be positive");
+    }
+    if !(1..=LIST_LEN_MAX).contains(&a.list_len) {
+        return usage(format!("--list-len must be 1..={LIST_LEN_MAX}"));
+    }
+    if a.list_ranges.iter().any(|&r| r == 0 || r > a.list_len) {
+        return usage("--list-ranges must be 1..=--list-len");
     }
     let out = a.json.as_deref().map(open_output).transpose()?;
     let dur = a.micros * 1000;
@@ -100,11 +115,22 @@ pub fn run(a: OffloadArgs) -> Result<(), CliError> {
         (s.duration_ns, s.seed, s.pause_server_at_ns) = (dur, a.seed, Some(dur / 2));
         runs.push(("resilience", s));
     }
+    for &range in &a.list_ranges {
+        for path in
+            [Path::Offload(Search::Sequential), Path::OffloadBreak, Path::OneSided, Path::TwoSided]
+        {
+            let mut s = Scenario::list_latency(path, a.list_len, range);
+            (s.duration_ns, s.seed) = (dur, a.seed);
+            runs.push(("list", s));
+        }
+    }
     let mut t = Table::new(&[
         "scenario",
         "path",
         "value B",
+        "list range",
         "gets",
+        "mean µs",
         "p50 µs",
         "p99 µs",
         "K gets/s",
@@ -121,7 +147,12 @@ pub fn run(a: OffloadArgs) -> Result<(), CliError> {
         };
         let o = bench::run(s).map_err(|e| CliError::Run(e.into()))?;
         row(&mut t, &what, s, &o);
-        json_runs.push(json!({ "scenario": what, "params": s, "outcome": o }));
+        json_runs.push(json!({
+            "scenario": what,
+            "path": s.path.name(),
+            "params": s,
+            "outcome": o,
+        }));
     }
     print!("{}", t.render());
     let mut ifs = Table::new(&["if chains", "ifs per chain", "elapsed µs", "M ifs/s"]);

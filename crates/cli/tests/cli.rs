@@ -350,17 +350,34 @@ fn offload_bad_input_gets_one_line_and_exit_2() {
         &["offload", "--sizes", "0"],
         &["offload", "--micros", "0"],
         &["offload", "--if-chains", "0"],
+        &["offload", "--list-len", "14"],
+        &["offload", "--list-len", "4", "--list-ranges", "5"],
+        &["offload", "--list-ranges", "0"],
     ]);
 }
 
 #[test]
 fn offload_json_has_every_scenario_checked_and_replays() {
     let args = |json: &str| -> Vec<String> {
-        ["offload", "--micros", "100", "--sizes", "64", "--writers", "0,2", "--if-chains", "1"]
-            .iter()
-            .map(|s| s.to_string())
-            .chain(["--json".to_string(), json.to_string()])
-            .collect()
+        [
+            "offload",
+            "--micros",
+            "100",
+            "--sizes",
+            "64",
+            "--writers",
+            "0,2",
+            "--if-chains",
+            "1",
+            "--list-len",
+            "4",
+            "--list-ranges",
+            "1,4",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .chain(["--json".to_string(), json.to_string()])
+        .collect()
     };
     let read = |name: &str| -> serde_json::Value {
         let json = temp(name);
@@ -374,11 +391,24 @@ fn offload_json_has_every_scenario_checked_and_replays() {
     let runs = v["runs"].as_array().unwrap();
     let scenarios: std::collections::BTreeSet<&str> =
         runs.iter().map(|r| r["scenario"].as_str().unwrap()).collect();
-    for want in
-        ["latency", "second-bucket", "isolation w=0", "isolation w=2", "throughput", "resilience"]
-    {
+    for want in [
+        "latency",
+        "second-bucket",
+        "isolation w=0",
+        "isolation w=2",
+        "throughput",
+        "resilience",
+        "list",
+    ] {
         assert!(scenarios.contains(want), "missing {want}: {scenarios:?}");
     }
+    let list_paths: std::collections::BTreeSet<(&str, u64)> = runs
+        .iter()
+        .filter(|r| r["scenario"] == "list")
+        .map(|r| (r["path"].as_str().unwrap(), r["params"]["list"]["range"].as_u64().unwrap()))
+        .collect();
+    // offload, offload+break, one-sided and two-sided, at ranges 1 and 4.
+    assert_eq!(list_paths.len(), 4 * 2, "{list_paths:?}");
     for r in runs {
         let o = &r["outcome"];
         assert_eq!(o["wrong"], 0, "{r}");

@@ -45,6 +45,10 @@ pub mod field {
     /// CAS swap value; WAIT/ENABLE target queue (low 32 bits) and, for WAIT, bit 32 set
     /// to count the target's receive completions instead of its send completions.
     pub const OPERAND_B: u64 = 6;
+    /// Not read by the NIC for any opcode: a program may keep a word of data here (a
+    /// READ that fills an entry's first words can drop its leading word into the spare
+    /// word of the entry before).
+    pub const SPARE: u64 = 7;
 }
 
 /// Byte offset of word `word` of an entry.

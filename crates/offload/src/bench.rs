@@ -5,6 +5,9 @@
 //! Node 0 is the server (worker 0 serves RPCs), node 1 holds the get clients, node 2 (if
 //! there are writers) the background writers. Every answer is checked against the CPU
 //! lookup of the same table: a wrong answer is counted, never hidden.
+//!
+//! With [`Scenario::list`], the keys live in linked lists instead of a hash table, and a
+//! get names a list and a key at a random position below the scenario's range.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -21,13 +24,17 @@ use hytra_rt::hist::Histogram;
 use hytra_rt::{run_workers_with, RtConfig};
 
 use crate::hash::{HashTable, ITEM_HEADER};
-use crate::service::{GetMode, GetResult, KvConfig, KvService, Search, Waits, PUT_RPC};
+use crate::list::ListStore;
+use crate::service::{GetMode, GetResult, KvConfig, KvService, Search, Structure, Waits, PUT_RPC};
 
 /// How a scenario's clients get.
 #[derive(Copy, Clone, PartialEq, Eq, Debug, serde::Serialize)]
 pub enum Path {
-    /// Offloaded to the server's NIC.
+    /// Offloaded to the server's NIC (in a list: the loop without `break`; the search
+    /// must be sequential).
     Offload(Search),
+    /// Offloaded list traversal whose loop ends at the match (lists only).
+    OffloadBreak,
     /// Two READ round trips.
     OneSided,
     /// RPC to the server CPU.
@@ -42,6 +49,7 @@ impl Path {
         match self {
             Path::Offload(Search::Sequential) => "offload",
             Path::Offload(Search::Parallel) => "offload-par",
+            Path::OffloadBreak => "offload+break",
             Path::OneSided => "one-sided",
             Path::TwoSided => "two-sided",
             Path::Read => "read",
@@ -72,8 +80,19 @@ pub struct Scenario {
     pub pause_server_at_ns: Option<u64>,
     /// One get in this many asks for an absent key (0: never).
     pub absent_one_in: u64,
+    /// Keys in linked lists instead of a hash table.
+    pub list: Option<ListShape>,
     /// Seed.
     pub seed: u64,
+}
+
+/// Lists of a list scenario: keys `1..=keys` in lists of `len` nodes, in order.
+#[derive(Copy, Clone, PartialEq, Eq, Debug, serde::Serialize)]
+pub struct ListShape {
+    /// Nodes per list (also the iterations of the offloaded loop).
+    pub len: u32,
+    /// A get asks for the key at a uniform position below this (RedN's "range").
+    pub range: u32,
 }
 
 impl Scenario {
@@ -90,8 +109,18 @@ impl Scenario {
             duration_ns: 2_000_000,
             pause_server_at_ns: None,
             absent_one_in: 0,
+            list: None,
             seed: 1,
         }
+    }
+
+    /// A list latency scenario: one client, 64 B values, lists of `len` nodes, keys at
+    /// positions below `range`.
+    pub fn list_latency(path: Path, len: u32, range: u32) -> Scenario {
+        let mut s = Scenario::latency(path, 64);
+        s.list = Some(ListShape { len, range });
+        s.keys = u64::from(len) * 32;
+        s
     }
 }
 
@@ -110,7 +139,9 @@ pub struct Outcome {
     pub gets_after_pause: u64,
     /// Puts the writers completed.
     pub puts: u64,
-    /// Get latency, ns.
+    /// Mean get latency, ns.
+    pub mean_ns: u64,
+    /// Median get latency, ns.
     pub p50_ns: u64,
     /// 99th percentile, ns.
     pub p99_ns: u64,
@@ -133,6 +164,18 @@ pub fn run(s: &Scenario) -> Result<Outcome, BackendError> {
             s.value_bytes
         )));
     }
+    let bad = |m: &str| Err(BackendError::Config(m.into()));
+    match (s.path, s.list) {
+        (Path::OffloadBreak, None) => return bad("offload+break traverses lists"),
+        (Path::Offload(Search::Parallel), Some(_)) => return bad("a list has no parallel search"),
+        (_, Some(l)) if l.len == 0 || l.range == 0 || l.range > l.len => {
+            return bad("a list scenario needs 0 < range <= len")
+        }
+        (_, Some(l)) if s.keys % u64::from(l.len) != 0 => {
+            return bad("list scenario keys must fill whole lists")
+        }
+        _ => {}
+    }
     let nodes = if s.writers > 0 { 3 } else { 2 };
     let per_node = s.clients.max(s.writers).max(1);
     let shape = ClusterShape { nodes, workers_per_node: per_node, lanes_per_peer: 1 };
@@ -153,30 +196,54 @@ pub fn run(s: &Scenario) -> Result<Outcome, BackendError> {
     };
     let item = u64::from(s.value_bytes) + ITEM_HEADER;
     let writer_keys = if s.writers > 0 { 64 } else { 0 };
+    let structure = match s.list {
+        None => Structure::Hash { buckets: (s.keys + writer_keys) * 4, search },
+        Some(l) => Structure::List {
+            nodes: s.keys + writer_keys + 1,
+            max_len: l.len,
+            brk: s.path == Path::OffloadBreak,
+        },
+    };
     let kv = KvConfig {
         server: NodeId(0),
-        buckets: (s.keys + writer_keys) * 4,
+        structure,
         item_bytes: (s.keys + writer_keys) * item.max(64),
         value_max: s.value_bytes,
         slots_per_worker: s.depth,
-        search,
         server_op_ns: 1_000,
     };
+    // Per key (1-based), its item's offset; per list, its head.
     let mut items = Vec::new();
-    let svc = KvService::setup(&mut sim, kv, |t: &mut HashTable| {
-        for k in 1..=s.keys + writer_keys {
-            let which = s.second_bucket.then_some(1);
-            t.insert_in(k, &value_of(k, s.value_bytes), which)?;
-        }
-        for k in 1..=s.keys {
-            items.push(t.item_of(k).expect("inserted"));
-        }
-        Ok(())
-    })?;
-    if matches!(s.path, Path::Offload(_)) && !svc.offload_available() {
+    let mut heads = Vec::new();
+    let svc = match s.list {
+        None => KvService::setup(&mut sim, kv, |t: &mut HashTable| {
+            for k in 1..=s.keys + writer_keys {
+                let which = s.second_bucket.then_some(1);
+                t.insert_in(k, &value_of(k, s.value_bytes), which)?;
+            }
+            for k in 1..=s.keys {
+                items.push(t.item_of(k).expect("inserted"));
+            }
+            Ok(())
+        })?,
+        Some(l) => KvService::setup_list(&mut sim, kv, |store: &mut ListStore| {
+            let len = u64::from(l.len);
+            for first in (1..=s.keys).step_by(len as usize) {
+                let list: Vec<_> =
+                    (first..first + len).map(|k| (k, value_of(k, s.value_bytes))).collect();
+                let head = store.push_list(&list)?;
+                for pos in 0..l.len as usize {
+                    items.push(store.item_at(head, pos).expect("stored"));
+                }
+                heads.push(head);
+            }
+            Ok(())
+        })?,
+    };
+    if matches!(s.path, Path::Offload(_) | Path::OffloadBreak) && !svc.offload_available() {
         return Err(BackendError::Config("this backend cannot run verb programs".into()));
     }
-    let table_key = svc.table().rkey;
+    let table_key = svc.data_key();
     let end_ns = s.duration_ns;
     let limit = end_ns + 2_000_000;
     type Rec = (Histogram, Outcome);
@@ -194,8 +261,8 @@ pub fn run(s: &Scenario) -> Result<Outcome, BackendError> {
                     let waits = Waits::default();
                     w.poll_with(waits.poller());
                     for slot in 0..s.depth {
-                        let (svc, waits, out, items) =
-                            (svc.clone(), waits.clone(), out.clone(), items.clone());
+                        let (svc, waits, out, items, heads) =
+                            (svc.clone(), waits.clone(), out.clone(), items.clone(), heads.clone());
                         let s = s.clone();
                         w.spawn(move |co| async move {
                             let mut client = svc.client(&co, &waits, slot);
@@ -205,23 +272,15 @@ pub fn run(s: &Scenario) -> Result<Outcome, BackendError> {
                             let region = co.region(scratch.rkey).expect("slots");
                             while co.now_ns() < end_ns {
                                 let absent = s.absent_one_in > 0 && rng.below(s.absent_one_in) == 0;
-                                let key = if absent {
-                                    s.keys + 1_000 + rng.below(1 << 20)
-                                } else {
-                                    1 + rng.below(s.keys)
-                                };
+                                let (key, head) = pick_key(&s, &heads, &mut rng, absent);
                                 let t0 = co.now_ns();
-                                let r = match s.path {
-                                    Path::Offload(_) => {
-                                        client.get(&co, GetMode::Offload, key, 200_000).await
-                                    }
-                                    Path::OneSided => {
-                                        client.get(&co, GetMode::OneSided, key, 200_000).await
-                                    }
-                                    Path::TwoSided => {
-                                        client.get(&co, GetMode::TwoSided, key, 200_000).await
-                                    }
-                                    Path::Read => {
+                                let mode = match s.path {
+                                    Path::Offload(_) | Path::OffloadBreak => GetMode::Offload,
+                                    Path::OneSided => GetMode::OneSided,
+                                    _ => GetMode::TwoSided,
+                                };
+                                let r = match (s.path, head) {
+                                    (Path::Read, _) => {
                                         read_item_once(
                                             &co,
                                             &region,
@@ -232,6 +291,10 @@ pub fn run(s: &Scenario) -> Result<Outcome, BackendError> {
                                             s.value_bytes,
                                         )
                                         .await
+                                    }
+                                    (_, None) => client.get(&co, mode, key, 200_000).await,
+                                    (_, Some(head)) => {
+                                        client.get_in_list(&co, mode, head, key, 200_000).await
                                     }
                                 };
                                 let t1 = co.now_ns();
@@ -245,12 +308,14 @@ pub fn run(s: &Scenario) -> Result<Outcome, BackendError> {
                                         o.1.wrong += u64::from(want.as_deref() != Some(&v[..]));
                                         o.1.gets += 1;
                                         o.0.record(t1 - t0);
+                                        o.1.mean_ns += t1 - t0;
                                     }
                                     GetResult::Absent => {
                                         o.1.wrong += u64::from(want.is_some());
                                         o.1.gets += 1;
                                         o.1.absent += 1;
                                         o.0.record(t1 - t0);
+                                        o.1.mean_ns += t1 - t0;
                                     }
                                 }
                                 if s.pause_server_at_ns.is_some_and(|p| t0 >= p) && answered {
@@ -300,6 +365,9 @@ pub fn run(s: &Scenario) -> Result<Outcome, BackendError> {
         o.gets_after_pause += r.gets_after_pause;
         o.puts += r.puts;
     }
+    // Per worker `mean_ns` held the sum of its latencies.
+    let sum: u64 = results.iter().map(|(_, r)| r.mean_ns).sum();
+    o.mean_ns = sum.checked_div(o.gets).unwrap_or(0);
     o.p50_ns = hist.quantile(0.5);
     o.p99_ns = hist.quantile(0.99);
     o.gets_per_sec = o.gets as f64 / (end_ns as f64 / 1e9);
@@ -310,6 +378,21 @@ pub fn run(s: &Scenario) -> Result<Outcome, BackendError> {
         .map(|c| c.executed)
         .sum();
     Ok(o)
+}
+
+/// The key of a get, and the head of its list in a list scenario: an absent key is one
+/// no list holds.
+fn pick_key(s: &Scenario, heads: &[u64], rng: &mut Rng, absent: bool) -> (u64, Option<u64>) {
+    let far = s.keys + 1_000 + rng.below(1 << 20);
+    match s.list {
+        None => (if absent { far } else { 1 + rng.below(s.keys) }, None),
+        Some(l) => {
+            let list = rng.below(heads.len() as u64);
+            let pos = rng.below(u64::from(l.range));
+            let key = if absent { far } else { 1 + list * u64::from(l.len) + pos };
+            (key, Some(heads[list as usize]))
+        }
+    }
 }
 
 /// One READ of the item at its known address (the one-round-trip ideal).

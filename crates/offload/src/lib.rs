@@ -17,5 +17,6 @@
 
 pub mod bench;
 pub mod hash;
+pub mod list;
 pub mod program;
 pub mod service;

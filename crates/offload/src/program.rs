@@ -98,6 +98,8 @@ struct Draft {
     round: RoundState,
     /// Slots reserved by [`Program::advance_here`]: first index and count.
     advance: Option<(u64, usize)>,
+    /// A run queue ([`Program::begin_run`]): it advances its own counts.
+    run: bool,
 }
 
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]
@@ -189,7 +191,8 @@ impl Program {
             None => ENTRIES_MAX as u32,
         };
         let dbr = self.used;
-        let ring = dbr + 16;
+        // Doorbell record (two words), then a spare word (see `word_before`), then the ring.
+        let ring = dbr + 24;
         let recv_ring = ring + u64::from(slots) * WQE_BYTES;
         self.used = recv_ring + u64::from(recv_slots) * RECV_WQE_BYTES;
         self.queues.push(Draft {
@@ -205,6 +208,7 @@ impl Program {
             recv_slots,
             slots,
             round: RoundState::None,
+            run: false,
             advance: None,
         });
         Q(q)
@@ -240,6 +244,15 @@ impl Program {
         let wr = self.reserve(q);
         self.set(wr, wqe, signaled, 0).expect("id 0 fits");
         wr
+    }
+
+    /// Changes word `word` (not the header) of an entry already emitted: for an operand
+    /// known only after later entries exist (an ENABLE count, the address of a later
+    /// entry's field).
+    pub fn patch(&mut self, wr: Wr, word: u64, value: u64) {
+        assert!(word != field::HEADER && word < 8, "patch changes operands, not headers");
+        let e = self.queues[wr.q.0].entries[wr.index as usize].as_mut();
+        e.expect("patch an entry that was emitted")[word as usize] = value;
     }
 
     /// Appends the body of an `if`: `then`'s fields under a NOOP header (unsignaled, id
@@ -291,6 +304,20 @@ impl Program {
         let d = &self.queues[wr.q.0];
         let ring = LocalAddr { rkey: self.code.rkey, offset: self.code.offset + d.ring };
         entry_field(ring, self.slots(wr.q), wr.index, word)
+    }
+
+    /// Address of the word just before entry `wr`'s header: the [`field::SPARE`] word of
+    /// the slot before it, or the spare word in front of the ring for slot 0. A READ of
+    /// `n + 1` words into this address fills the entry's first `n` words and leaves the
+    /// leading word where no opcode reads it.
+    pub fn word_before(&self, wr: Wr) -> LocalAddr {
+        let slots = u64::from(self.slots(wr.q));
+        if wr.index % slots == 0 {
+            let ring = self.code.offset + self.queues[wr.q.0].ring;
+            LocalAddr { rkey: self.code.rkey, offset: ring - 8 }
+        } else {
+            self.field(Wr { q: wr.q, index: wr.index - 1 }, field::SPARE)
+        }
     }
 
     fn slots(&self, q: Q) -> u32 {
@@ -394,7 +421,11 @@ impl Program {
         for _ in 0..n {
             self.reserve(q);
         }
-        self.queues[q.0].advance = Some((start, n));
+        // The FAAs are signaled: WAITs for all of `q`'s completions emitted from here on
+        // cover them.
+        let d = &mut self.queues[q.0];
+        d.signaled += n as u64;
+        d.advance = Some((start, n));
         Ok(())
     }
 
@@ -409,19 +440,7 @@ impl Program {
         if self.queues[q.0].round != RoundState::Open {
             return Err(ProgramError::Round(q.0, "end_round without begin_round"));
         }
-        let control_of = |p: &Program, m: Q| -> Vec<(Wr, Wqe)> {
-            p.queues[m.0]
-                .entries
-                .iter()
-                .enumerate()
-                .filter_map(|(i, e)| match Wqe::decode(e.as_ref()?) {
-                    Ok((w @ (Wqe::Wait { .. } | Wqe::Enable { .. }), _)) => {
-                        Some((Wr { q: m, index: i as u64 }, w))
-                    }
-                    _ => None,
-                })
-                .collect()
-        };
+        let control_of = |p: &Program, m: Q| p.control_entries(m);
         let own = control_of(self, q);
         let mut members = vec![q];
         let mut waited = Vec::new();
@@ -441,6 +460,9 @@ impl Program {
         }
         let mut theirs = Vec::new();
         for &m in &members[1..] {
+            if self.queues[m.0].run {
+                return Err(ProgramError::Round(q.0, "a run queue is no round's member"));
+            }
             let c = control_of(self, m);
             if !c.is_empty() && !waited.contains(&m) {
                 return Err(ProgramError::Round(
@@ -461,7 +483,8 @@ impl Program {
         self.own_faas_seen[q.0] = own_faas;
         let early = self.queues[q.0].advance.filter(|&(_, n)| n == own_faas);
         let tail = theirs.len() as u64 + if early.is_some() { 0 } else { own_faas as u64 };
-        let final_sig = self.completions(q) + (theirs.len() + own_faas) as u64;
+        let unreserved = if early.is_some() { 0 } else { own_faas };
+        let final_sig = self.completions(q) + (theirs.len() + unreserved) as u64;
         let final_len = self.len(q) + tail + 2;
         let growth = |p: &Program, w: Wqe| -> u64 {
             match w {
@@ -499,8 +522,7 @@ impl Program {
         match early {
             Some((start, _)) => {
                 for (i, (addr, add)) in own_adds.into_iter().enumerate() {
-                    let wr = Wr { q, index: start + i as u64 };
-                    self.set(wr, Self::faa_wqe(addr, add), true, 0).expect("id 0 fits");
+                    self.fill_reserved_faa(Wr { q, index: start + i as u64 }, addr, add);
                 }
             }
             None => {
@@ -520,6 +542,96 @@ impl Program {
         debug_assert_eq!((self.completions(q), self.len(q)), (final_sig, final_len));
         self.queues[q.0].round = RoundState::Closed;
         Ok(())
+    }
+
+    /// The WAIT and ENABLE entries of `q` as emitted so far.
+    fn control_entries(&self, q: Q) -> Vec<(Wr, Wqe)> {
+        self.queues[q.0]
+            .entries
+            .iter()
+            .enumerate()
+            .filter_map(|(i, e)| match Wqe::decode(e.as_ref()?) {
+                Ok((w @ (Wqe::Wait { .. } | Wqe::Enable { .. }), _)) => {
+                    Some((Wr { q, index: i as u64 }, w))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Makes managed queue `q` a run queue: its ring holds one run, which happens each
+    /// time some ENABLE lets it, and perhaps not in every round of the program (the body
+    /// of a loop iteration that a `break` may skip). Since no round knows how often it
+    /// ran, the run advances its own counts: reserve the FAAs with
+    /// [`Program::advance_here`] and close it with [`Program::end_run`].
+    pub fn begin_run(&mut self, q: Q) -> Result<(), ProgramError> {
+        let d = &mut self.queues[q.0];
+        if d.round != RoundState::None || !d.managed {
+            return Err(ProgramError::Round(q.0, "a run needs a managed queue not yet in one"));
+        }
+        d.round = RoundState::Open;
+        d.run = true;
+        Ok(())
+    }
+
+    /// Ends the run of `q`: fills the FAAs [`Program::advance_here`] reserved so that the
+    /// next run finds its counts one run ahead: every WAIT and ENABLE of `q` (a queue
+    /// that `q` waits for or ENABLEs must run exactly once per run of `q`) and each entry
+    /// of `enabled_by`, the ENABLEs of `q` elsewhere in the program. Those must run
+    /// before `q` does and not again before `q`'s next run fetched them anew.
+    pub fn end_run(&mut self, q: Q, enabled_by: &[Wr]) -> Result<(), ProgramError> {
+        let d = &self.queues[q.0];
+        if d.round != RoundState::Open || !d.run {
+            return Err(ProgramError::Round(q.0, "end_run without begin_run"));
+        }
+        let Some((start, reserved)) = d.advance else {
+            return Err(ProgramError::Round(q.0, "a run reserves its FAAs with advance_here"));
+        };
+        let wq = self.wq(q);
+        let mut adds = Vec::new();
+        for (wr, w) in self.control_entries(q) {
+            let add = match w {
+                Wqe::Wait { recv: true, .. } => 1,
+                Wqe::Wait { target, .. } => {
+                    self.queue_of(target).map_or(0, |t| self.completions(t))
+                }
+                Wqe::Enable { target, .. } => self.queue_of(target).map_or(0, |t| self.len(t)),
+                _ => unreachable!("control entries only"),
+            };
+            adds.push((self.field(wr, field::OPERAND_A), add));
+        }
+        for &wr in enabled_by {
+            let words = self.queues[wr.q.0].entries[wr.index as usize];
+            let target = words.map(|w| w[field::OPERAND_B as usize] as u32);
+            if wr.q == q || target != Some(wq.0) {
+                return Err(ProgramError::Round(
+                    q.0,
+                    "enabled_by names an entry that is not an ENABLE of it elsewhere",
+                ));
+            }
+            adds.push((self.field(wr, field::OPERAND_A), self.len(q)));
+        }
+        if self.own_faas_seen.len() <= q.0 {
+            self.own_faas_seen.resize(q.0 + 1, 0);
+        }
+        self.own_faas_seen[q.0] = adds.len();
+        // A pass whose reservation missed the count is redone by `build` with the count
+        // this pass saw; its entries are thrown away.
+        if reserved == adds.len() {
+            for (i, (addr, add)) in adds.into_iter().enumerate() {
+                self.fill_reserved_faa(Wr { q, index: start + i as u64 }, addr, add);
+            }
+        }
+        self.queues[q.0].round = RoundState::Closed;
+        Ok(())
+    }
+
+    /// Writes a signaled FAA into a slot [`Program::advance_here`] reserved (and already
+    /// counted as signaled).
+    fn fill_reserved_faa(&mut self, wr: Wr, addr: LocalAddr, add: u64) {
+        let e = &mut self.queues[wr.q.0].entries[wr.index as usize];
+        assert!(e.is_none(), "reserved slot {wr:?} filled twice");
+        *e = Some(Self::faa_wqe(addr, add).encode(WQE_SIGNALED, 0));
     }
 
     fn faa_wqe(addr: LocalAddr, add: u64) -> Wqe {

@@ -380,6 +380,38 @@ fn malformed_programs_are_refused_before_posting() {
         p.end_round(k)
     });
     assert!(matches!(e, ProgramError::Round(0, _)), "{e:?}");
+    // A run that did not reserve the FAAs that advance it.
+    let e = refuse(&|p| {
+        let w = p.queue(SERVER, true, 0);
+        p.begin_run(w)?;
+        p.push(w, write, true);
+        p.wait_all(w, w);
+        p.end_run(w, &[])
+    });
+    assert!(matches!(e, ProgramError::Round(0, m) if m.contains("advance_here")), "{e:?}");
+    // A run advanced through an entry that does not enable it.
+    let e = refuse(&|p| {
+        let (k, w) = (p.queue(SERVER, true, 0), p.queue(SERVER, true, 0));
+        let not_an_enable = p.push(k, write, false);
+        p.begin_run(w)?;
+        p.push(w, write, true);
+        p.advance_here(w)?;
+        p.end_run(w, &[not_an_enable])
+    });
+    assert!(matches!(e, ProgramError::Round(1, m) if m.contains("enabled_by")), "{e:?}");
+    // A run queue as a member of a round (the round would advance it a second time).
+    let e = refuse(&|p| {
+        let (k, w) = (p.queue(SERVER, true, 0), p.queue(SERVER, true, 0));
+        p.begin_run(w)?;
+        p.push(w, write, true);
+        p.advance_here(w)?;
+        p.begin_round(k)?;
+        let enable = p.enable_all(k, w);
+        p.wait_all(k, w);
+        p.end_run(w, &[enable])?;
+        p.end_round(k)
+    });
+    assert!(matches!(e, ProgramError::Round(0, m) if m.contains("run queue")), "{e:?}");
     // A program larger than its code area.
     let e = refuse(&|p| {
         let q = p.queue(SERVER, false, 0);

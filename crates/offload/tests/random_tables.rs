@@ -8,7 +8,9 @@ use hytra_fabric::sim::profile::NicProfile;
 use hytra_fabric::sim::{SimCluster, SimConfig};
 use hytra_fabric::{ClusterShape, NodeId, RunLimits};
 use hytra_offload::hash::HashTable;
-use hytra_offload::service::{cpu_get, GetMode, GetResult, KvConfig, KvService, Search, Waits};
+use hytra_offload::service::{
+    cpu_get, GetMode, GetResult, KvConfig, KvService, Search, Structure, Waits,
+};
 use hytra_rt::{run_workers_with, RtConfig};
 use proptest::prelude::*;
 
@@ -27,11 +29,10 @@ fn offloaded_vs_cpu(
     let n = entries.len() as u64;
     let kv = KvConfig {
         server: NodeId(0),
-        buckets: 4 * n + 4,
+        structure: Structure::Hash { buckets: 4 * n + 4, search },
         item_bytes: n * (16 + 256),
         value_max: 256,
         slots_per_worker: 1,
-        search,
         server_op_ns: 1_000,
     };
     let svc = KvService::setup(&mut sim, kv, |t: &mut HashTable| {

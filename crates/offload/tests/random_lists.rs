@@ -1,0 +1,143 @@
+//! Offloaded list gets, with and without `break`, on random lists return exactly what
+//! the server CPU's traversal returns: keys at every position, lists shorter than the
+//! loop (the null node's iterations), values of many lengths, absent keys, and keys of
+//! another list.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use hytra_fabric::sim::profile::NicProfile;
+use hytra_fabric::sim::{SimCluster, SimConfig};
+use hytra_fabric::{ClusterShape, NodeId, RunLimits};
+use hytra_offload::list::ListStore;
+use hytra_offload::service::{
+    cpu_get_in_list, GetMode, GetResult, KvConfig, KvService, Structure, Waits,
+};
+use hytra_rt::{run_workers_with, RtConfig};
+use proptest::prelude::*;
+
+type Lists = Vec<Vec<(u64, Vec<u8>)>>;
+
+/// Stores `lists`, gets every (list, key) of `asks` through the offload (one slot, one
+/// get at a time) and returns each answer next to the CPU's traversal.
+fn offloaded_vs_cpu(
+    seed: u64,
+    max_len: u32,
+    brk: bool,
+    lists: &Lists,
+    asks: &[(usize, u64)],
+) -> Vec<(u64, GetResult, Option<Vec<u8>>)> {
+    let shape = ClusterShape { nodes: 2, workers_per_node: 1, lanes_per_peer: 1 };
+    let mut cfg = SimConfig::new(shape, seed);
+    cfg.profile = NicProfile::cx5();
+    let mut sim = SimCluster::new(cfg).unwrap();
+    let n: u64 = lists.iter().map(|l| l.len() as u64).sum();
+    let kv = KvConfig {
+        server: NodeId(0),
+        structure: Structure::List { nodes: n + 1, max_len, brk },
+        item_bytes: n * (16 + 256),
+        value_max: 256,
+        slots_per_worker: 1,
+        server_op_ns: 1_000,
+    };
+    let mut heads = Vec::new();
+    let svc = KvService::setup_list(&mut sim, kv, |s: &mut ListStore| {
+        for l in lists {
+            heads.push(s.push_list(l)?);
+        }
+        Ok(())
+    })
+    .unwrap();
+    let end_ns = 100_000 * (asks.len() as u64 + 1);
+    let asks: Vec<(u64, u64)> = asks.iter().map(|&(l, k)| (heads[l], k)).collect();
+    let per_worker = run_workers_with(
+        &mut sim,
+        RtConfig::default(),
+        RunLimits { time_limit_ns: end_ns + 1_000_000 },
+        |w| {
+            let answers: Rc<RefCell<Vec<(u64, u64, GetResult)>>> = Rc::default();
+            if w.co().me().node == NodeId(0) {
+                svc.serve(w, 1, end_ns);
+            } else {
+                let waits = Waits::default();
+                w.poll_with(waits.poller());
+                let (svc, answers, asks) = (svc.clone(), answers.clone(), asks.clone());
+                w.spawn(move |co| async move {
+                    let mut client = svc.client(&co, &waits, 0);
+                    for (head, key) in asks {
+                        let r = client.get_in_list(&co, GetMode::Offload, head, key, 80_000).await;
+                        answers.borrow_mut().push((head, key, r));
+                    }
+                });
+            }
+            answers
+        },
+        |_, a| a.take(),
+    )
+    .unwrap()
+    .0;
+    let answers: Vec<_> = per_worker.into_iter().flatten().collect();
+    answers.into_iter().map(|(h, k, r)| (k, r, cpu_get_in_list(&sim, &svc, h, k))).collect()
+}
+
+/// Lists of distinct keys, 1..=`max_len` nodes each (some shorter than the loop), and
+/// asks: every stored key in its own list, then random (list, key) pairs.
+fn lists(max_len: usize) -> impl Strategy<Value = (Lists, Vec<(usize, u64)>)> {
+    let value =
+        (1usize..=32, any::<u8>()).prop_map(|(w, b)| (0..w * 8).map(|i| b ^ i as u8).collect());
+    let list = prop::collection::btree_map(1u64..200, value, 1..=max_len)
+        .prop_map(|m| m.into_iter().collect::<Vec<_>>())
+        .prop_shuffle();
+    prop::collection::vec(list, 1..4).prop_flat_map(|ls: Lists| {
+        let count = ls.len();
+        let extra = prop::collection::vec((0..count, 1u64..220), 0..8);
+        (Just(ls), extra).prop_map(|(ls, extra)| {
+            let mut asks: Vec<(usize, u64)> =
+                ls.iter().enumerate().flat_map(|(i, l)| l.iter().map(move |e| (i, e.0))).collect();
+            asks.extend(extra);
+            (ls, asks)
+        })
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
+
+    #[test]
+    fn offloaded_list_gets_match_the_cpu_traversal(
+        (ls, asks) in lists(6),
+        seed in any::<u64>(),
+        brk in any::<bool>(),
+        slack in 0u32..3,
+    ) {
+        // The loop runs at least as many iterations as the longest list has nodes.
+        let longest = ls.iter().map(Vec::len).max().unwrap_or(1) as u32;
+        let max_len = longest + slack;
+        let got = offloaded_vs_cpu(seed, max_len, brk, &ls, &asks);
+        prop_assert_eq!(got.len(), asks.len(), "every get answered");
+        let mut present = 0;
+        for (key, r, cpu) in got {
+            match (&r, &cpu) {
+                (GetResult::Found(v), Some(c)) => { prop_assert_eq!(v, c, "key {}", key); present += 1; }
+                (GetResult::Absent, None) => {}
+                _ => prop_assert!(false, "key {key} (break {brk}): offload {r:?}, CPU {cpu:?}"),
+            }
+        }
+        prop_assert!(present > 0, "some key was present");
+    }
+}
+
+#[test]
+fn a_list_longer_than_the_loop_answers_only_its_first_nodes() {
+    let list: Vec<_> = (1..=6u64).map(|k| (k, vec![k as u8; 8])).collect();
+    let asks: Vec<_> = (1..=6u64).map(|k| (0, k)).collect();
+    for brk in [false, true] {
+        let got = offloaded_vs_cpu(3, 4, brk, &vec![list.clone()], &asks);
+        for (key, r, cpu) in got {
+            let want =
+                if key <= 4 { GetResult::Found(vec![key as u8; 8]) } else { GetResult::Absent };
+            assert_eq!(r, want, "key {key} break {brk}");
+            assert_eq!(cpu.is_some(), key <= 4);
+        }
+    }
+}
