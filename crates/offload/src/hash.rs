@@ -143,21 +143,13 @@ impl HashTable {
     }
 
     fn alloc_item(&mut self, key: u64, value: &[u8]) -> Result<Sge, TableError> {
-        let padded = (value.len() as u64).div_ceil(8) * 8;
-        let len = ITEM_HEADER + padded;
+        let len = item_bytes(value.len());
         if self.next_item + len > self.layout.region_bytes() {
             return Err(TableError::Full);
         }
         let at = self.next_item;
         self.next_item += len;
-        self.region.write_words(at, &[key_word(key), value.len() as u64]);
-        let mut bytes = value.to_vec();
-        bytes.resize(padded as usize, 0);
-        if !bytes.is_empty() {
-            self.region.write_bytes(at + ITEM_HEADER, &bytes);
-        }
-        let addr = LocalAddr { rkey: self.layout.rkey, offset: at };
-        Ok(Sge { addr, len: len as u32 })
+        Ok(write_item(&self.region, LocalAddr { rkey: self.layout.rkey, offset: at }, key, value))
     }
 
     fn bucket_key(&self, b: u64) -> u64 {
@@ -204,6 +196,24 @@ pub fn lookup(region: &Region, layout: TableLayout, key: u64) -> Option<Vec<u8>>
         }
     }
     None
+}
+
+/// Bytes an item of a `value_len`-byte value takes.
+pub fn item_bytes(value_len: usize) -> u64 {
+    ITEM_HEADER + (value_len as u64).div_ceil(8) * 8
+}
+
+/// Writes an item (key word, value length, value padded to 8) at `at` of `region` and
+/// returns its scatter/gather entry.
+pub(crate) fn write_item(region: &Region, at: LocalAddr, key: u64, value: &[u8]) -> Sge {
+    let len = item_bytes(value.len());
+    region.write_words(at.offset, &[key_word(key), value.len() as u64]);
+    let mut bytes = value.to_vec();
+    bytes.resize((len - ITEM_HEADER) as usize, 0);
+    if !bytes.is_empty() {
+        region.write_bytes(at.offset + ITEM_HEADER, &bytes);
+    }
+    Sge { addr: at, len: len as u32 }
 }
 
 /// The value of the item at `offset` of `region`.

@@ -6,6 +6,7 @@
 //!   checked before they are written to memory
 //! - [`hash`]: a two-choice hash table laid out so the NIC can search it, and the CPU
 //!   lookup every other path must agree with
+//! - [`list`]: linked lists laid out the same way, and the CPU traversal
 //! - [`service`]: a key-value get service built from them, with three ways to get:
 //!   offloaded (one SEND, answered by the server's NIC), one-sided (READs, two round
 //!   trips), two-sided (an RPC served by the server's CPU)

@@ -12,7 +12,7 @@ use hytra_fabric::wq::{header, Sge, WqOpcode, ID_MAX};
 use hytra_fabric::{LocalAddr, Region, Rkey};
 use thiserror::Error;
 
-use crate::hash::{key_word, read_item, ITEM_HEADER};
+use crate::hash::{item_bytes, read_item, write_item};
 
 /// Bytes of a node.
 pub const NODE_BYTES: u64 = 32;
@@ -99,8 +99,7 @@ impl ListStore {
         if let Some(w) = keys.windows(2).find(|w| w[0] == w[1]) {
             return Err(ListError::Duplicate(w[0]));
         }
-        let item_need: u64 =
-            items.iter().map(|(_, v)| ITEM_HEADER + (v.len() as u64).div_ceil(8) * 8).sum();
+        let item_need: u64 = items.iter().map(|(_, v)| item_bytes(v.len())).sum();
         let item_end = self.layout.region_bytes();
         if self.next_node + items.len() as u64 > self.layout.nodes
             || self.next_item + item_need > item_end
@@ -120,17 +119,9 @@ impl ListStore {
     }
 
     fn alloc_item(&mut self, key: u64, value: &[u8]) -> Sge {
-        let padded = (value.len() as u64).div_ceil(8) * 8;
-        let at = self.next_item;
-        self.next_item += ITEM_HEADER + padded;
-        self.region.write_words(at, &[key_word(key), value.len() as u64]);
-        let mut bytes = value.to_vec();
-        bytes.resize(padded as usize, 0);
-        if !bytes.is_empty() {
-            self.region.write_bytes(at + ITEM_HEADER, &bytes);
-        }
-        let addr = LocalAddr { rkey: self.layout.rkey, offset: at };
-        Sge { addr, len: (ITEM_HEADER + padded) as u32 }
+        let at = LocalAddr { rkey: self.layout.rkey, offset: self.next_item };
+        self.next_item += item_bytes(value.len());
+        write_item(&self.region, at, key, value)
     }
 
     /// Offset of the item of the node at `position` (0-based) of the list at `head`.

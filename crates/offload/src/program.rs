@@ -19,6 +19,9 @@
 //!   of those queues and re-post the RECVs, and the queue ENABLEs its own next round
 //!   (RedN §3.4, "WQ recycling"). The FAAs rewrite entries the NIC has already fetched
 //!   for this round, so they take effect at the next round's fetch.
+//! - run queues: [`Program::begin_run`] / [`Program::end_run`] make a managed queue whose
+//!   ring holds one loop iteration advance its own counts (and those of the ENABLEs that
+//!   start it) each time it runs, so that a `break` may skip it in some rounds.
 //!
 //! [`Program::check`] refuses programs the NIC would run wrongly (see
 //! [`ProgramError`]) before anything is written.
