@@ -769,7 +769,9 @@ impl Client {
         key: u64,
         timeout_ns: u64,
     ) -> GetResult {
-        let Data::Hash(table) = self.svc.data else { panic!("get is a hash table's") };
+        let Data::Hash(table) = self.svc.data else {
+            panic!("Client::get on a list service: use get_in_list")
+        };
         let seq = self.begin();
         let deadline = co.now_ns() + timeout_ns;
         let sent = match mode {
@@ -800,7 +802,7 @@ impl Client {
         timeout_ns: u64,
     ) -> GetResult {
         let Structure::List { max_len, brk, .. } = self.svc.cfg.structure else {
-            panic!("get_in_list is a list's")
+            panic!("Client::get_in_list on a hash-table service: use get")
         };
         let seq = self.begin();
         let deadline = co.now_ns() + timeout_ns;
