@@ -130,8 +130,11 @@ pub struct Target {
     pub file: FileId,
 }
 
-/// What one worker measured: latencies and counts of the reads inside the window
-/// (all reads when there is none), and the first start and last end among them.
+/// What one worker measured: latencies and counts of the reads that completed inside
+/// the window (all reads when there is none), and the first start and last end among
+/// them. Counting by completion keeps the rate unbiased however long a read takes: a
+/// count of reads both issued and completed in the window would miss one latency's
+/// worth of reads at its end.
 struct Recorder {
     window: Option<(u64, u64)>,
     hist: RefCell<Histogram>,
@@ -163,7 +166,7 @@ impl Recorder {
             return;
         }
         let inside = match self.window {
-            Some((from, end)) => t - start >= from && done - start <= end,
+            Some((from, end)) => (from..=end).contains(&(done - start)),
             None => true,
         };
         if inside {
