@@ -224,7 +224,8 @@ pub trait Backend {
     fn create_wq(&mut self, node: NodeId, spec: WqSpec) -> Result<WqId, BackendError> {
         let _ = (node, spec);
         Err(BackendError::Config(
-            "verb programs need a backend with a NIC model (sim with the cx5 profile)".into(),
+            "verb programs need a backend that runs them (sim with the cx5 profile, or local)"
+                .into(),
         ))
     }
 

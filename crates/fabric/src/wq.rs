@@ -10,12 +10,17 @@
 //! an index). Entry indices grow without bound while slots wrap around the ring, so a
 //! chain that ENABLEs its own next round runs again (queue recycling).
 //!
-//! Not for: timing or execution, which belong to the backend that models a NIC (the
-//! simulator); or building programs, which is the `offload` crate's job.
+//! Not for: timing and scheduling, which belong to the backends that run programs (the
+//! simulator's NIC model, the `local` backend's NIC thread); or building programs, which
+//! is the `offload` crate's job. The effects both backends share (checking a queue,
+//! scattering a message into a RECV, applying a data verb) are here, crate-private.
 
 use thiserror::Error;
 
-use crate::ids::{LocalAddr, NodeId, Rkey};
+use crate::exec::{execute, TargetOp};
+use crate::ids::{ClusterShape, LocalAddr, NodeId, Rkey};
+use crate::memory::Region;
+use crate::verbs::Status;
 
 /// Bytes of one send-queue entry: eight words.
 pub const WQE_BYTES: u64 = 64;
@@ -357,6 +362,155 @@ pub struct WqCounters {
     /// Set when an entry failed: the queue stopped (as a real queue enters the error
     /// state).
     pub error: Option<WqeError>,
+}
+
+/// Checks a queue about to be created on `node`, whose registered regions are `regions`.
+pub(crate) fn check_spec(
+    shape: ClusterShape,
+    node: NodeId,
+    spec: &WqSpec,
+    regions: &[Region],
+) -> Result<(), String> {
+    if node.0 >= shape.nodes || spec.peer.0 >= shape.nodes {
+        return Err("no such node".into());
+    }
+    let check = |a: LocalAddr, len: u64, what: &str| -> Result<(), String> {
+        let r = regions.get(a.rkey.0 as usize).ok_or(format!("{what}: unknown region"))?;
+        r.check(a.offset, len).map_err(|e| format!("{what}: {e}"))
+    };
+    if spec.slots == 0 {
+        return Err("a queue needs at least one send slot".into());
+    }
+    check(spec.ring, u64::from(spec.slots) * WQE_BYTES, "send ring")?;
+    if spec.recv_slots > 0 {
+        check(spec.recv_ring, u64::from(spec.recv_slots) * RECV_WQE_BYTES, "receive ring")?;
+    }
+    check(spec.doorbell_record, 16, "doorbell record")?;
+    if spec.notify.is_some_and(|w| w >= shape.workers_per_node) {
+        return Err("notified worker is not a worker of the node".into());
+    }
+    Ok(())
+}
+
+/// Checks a message for a queue's RECV: whole words, at least one, at most the MTU.
+pub(crate) fn check_message(payload: &[u8]) -> Result<(), crate::verbs::PostError> {
+    use crate::verbs::PostError;
+    if payload.len() > crate::constants::DATAGRAM_MTU {
+        return Err(PostError::TooLarge(payload.len()));
+    }
+    if payload.is_empty() || payload.len() % 8 != 0 {
+        return Err(PostError::BadLength(payload.len() as u64));
+    }
+    Ok(())
+}
+
+/// Whether a message may consume a RECV of a queue now: the queue runs, has a receive
+/// ring, and the host (or the program) posted more RECVs than were consumed.
+pub(crate) fn recv_posted(spec: &WqSpec, counters: &WqCounters, regions: &[Region]) -> bool {
+    let dbr = &regions[spec.doorbell_record.rkey.0 as usize];
+    let posted = dbr.load(spec.doorbell_record.offset + 8);
+    counters.error.is_none() && spec.recv_slots > 0 && counters.recv_completions < posted
+}
+
+/// Scatters `bytes` into the memory named by the queue's next RECV entry (the one after
+/// `consumed` entries), in order. A message longer than the entries' total is a length
+/// error; a scatter entry outside registered memory or not a whole number of words an
+/// access error.
+pub(crate) fn scatter_recv(
+    spec: &WqSpec,
+    consumed: u64,
+    regions: &[Region],
+    bytes: &[u8],
+) -> Result<(), WqeError> {
+    let slot = consumed % u64::from(spec.recv_slots);
+    let mut e = [0u64; 1 + 2 * RECV_SGE_MAX];
+    regions[spec.recv_ring.rkey.0 as usize]
+        .read_words(spec.recv_ring.offset + slot * RECV_WQE_BYTES, &mut e);
+    let sges = (e[0] >> 16) as usize;
+    if e[0] & 0xFF != RECV_OPCODE || sges > RECV_SGE_MAX {
+        return Err(WqeError::BadRecv);
+    }
+    let mut rest = bytes;
+    for k in 0..sges {
+        if rest.is_empty() {
+            break;
+        }
+        let sge = Sge::from_words(e[1 + 2 * k], e[2 + 2 * k]);
+        let take = rest.len().min(sge.len as usize);
+        let Some(region) = regions.get(sge.addr.rkey.0 as usize) else {
+            return Err(WqeError::Access);
+        };
+        if take % 8 != 0 || region.check(sge.addr.offset, take as u64).is_err() {
+            return Err(WqeError::Access);
+        }
+        region.write_bytes(sge.addr.offset, &rest[..take]);
+        rest = &rest[take..];
+    }
+    if !rest.is_empty() {
+        return Err(WqeError::BadLength(bytes.len() as u32));
+    }
+    Ok(())
+}
+
+/// The local buffer of a data verb, which must lie in registered memory of the queue's
+/// node when the verb issues (an atomic's zero-length buffer names none).
+pub(crate) fn local_buffer(wqe: &Wqe) -> Option<Sge> {
+    match *wqe {
+        Wqe::Write { local, .. } | Wqe::Read { local, .. } => Some(local),
+        Wqe::Cas { local, .. } | Wqe::Faa { local, .. } if local.len > 0 => Some(local),
+        _ => None,
+    }
+}
+
+/// Applies a data verb of a queue on a node with regions `own` to its peer's regions
+/// `peer` (`scratch` takes an atomic's discarded old value). Returns the status, the
+/// old value of an atomic, and the peer region the verb targeted.
+pub(crate) fn apply_data_verb(
+    wqe: &Wqe,
+    own: &[Region],
+    peer: &[Region],
+    scratch: &Region,
+) -> (Status, u64, Rkey) {
+    let dst = |l: Sge| -> (&Region, u64) {
+        if l.len == 0 {
+            (scratch, 0)
+        } else {
+            (&own[l.addr.rkey.0 as usize], l.addr.offset)
+        }
+    };
+    let (rkey, op) = match *wqe {
+        Wqe::Write { local, remote_key, remote } => (
+            remote_key,
+            TargetOp::WriteFrom {
+                offset: remote,
+                len: u64::from(local.len),
+                src: &own[local.addr.rkey.0 as usize],
+                src_offset: local.addr.offset,
+            },
+        ),
+        Wqe::Read { local, remote_key, remote } => (
+            remote_key,
+            TargetOp::Read {
+                offset: remote,
+                len: u64::from(local.len),
+                dst: &own[local.addr.rkey.0 as usize],
+                dst_offset: local.addr.offset,
+            },
+        ),
+        Wqe::Cas { local, remote_key, remote, compare, swap } => {
+            let (d, o) = dst(local);
+            (remote_key, TargetOp::Cas { offset: remote, compare, swap, dst: d, dst_offset: o })
+        }
+        Wqe::Faa { local, remote_key, remote, add } => {
+            let (d, o) = dst(local);
+            (remote_key, TargetOp::Faa { offset: remote, add, dst: d, dst_offset: o })
+        }
+        Wqe::Noop | Wqe::Wait { .. } | Wqe::Enable { .. } => {
+            unreachable!("only data verbs touch memory")
+        }
+    };
+    let (status, value) = execute(peer.get(rkey.0 as usize), op);
+    (status, value, rkey)
 }
 
 #[cfg(test)]

@@ -1,14 +1,15 @@
 //! Offloaded list gets, with and without `break`, on random lists return exactly what
 //! the server CPU's traversal returns: keys at every position, lists shorter than the
 //! loop (the null node's iterations), values of many lengths, absent keys, and keys of
-//! another list.
+//! another list; on the simulated cx5 NIC and on the `local` backend's NIC thread.
 
 use std::cell::RefCell;
 use std::rc::Rc;
 
+use hytra_fabric::local::{LocalCluster, LocalConfig};
 use hytra_fabric::sim::profile::NicProfile;
 use hytra_fabric::sim::{SimCluster, SimConfig};
-use hytra_fabric::{ClusterShape, NodeId, RunLimits};
+use hytra_fabric::{Backend, ClusterShape, NodeId, RunLimits};
 use hytra_offload::list::ListStore;
 use hytra_offload::service::{
     cpu_get_in_list, GetMode, GetResult, KvConfig, KvService, Structure, Waits,
@@ -18,19 +19,33 @@ use proptest::prelude::*;
 
 type Lists = Vec<Vec<(u64, Vec<u8>)>>;
 
+const SHAPE: ClusterShape = ClusterShape { nodes: 2, workers_per_node: 1, lanes_per_peer: 1 };
+
+fn sim(seed: u64) -> SimCluster {
+    let mut cfg = SimConfig::new(SHAPE, seed);
+    cfg.profile = NicProfile::cx5();
+    SimCluster::new(cfg).unwrap()
+}
+
+fn local() -> LocalCluster {
+    LocalCluster::new(LocalConfig::new(SHAPE)).unwrap()
+}
+
+/// Per-get timeout: virtual time on the simulator; real time, on a shared machine, on
+/// threads.
+const SIM_TIMEOUT_NS: u64 = 80_000;
+const LOCAL_TIMEOUT_NS: u64 = 2_000_000_000;
+
 /// Stores `lists`, gets every (list, key) of `asks` through the offload (one slot, one
 /// get at a time) and returns each answer next to the CPU's traversal.
-fn offloaded_vs_cpu(
-    seed: u64,
+fn offloaded_vs_cpu<B: Backend>(
+    mut sim: B,
+    timeout_ns: u64,
     max_len: u32,
     brk: bool,
     lists: &Lists,
     asks: &[(usize, u64)],
 ) -> Vec<(u64, GetResult, Option<Vec<u8>>)> {
-    let shape = ClusterShape { nodes: 2, workers_per_node: 1, lanes_per_peer: 1 };
-    let mut cfg = SimConfig::new(shape, seed);
-    cfg.profile = NicProfile::cx5();
-    let mut sim = SimCluster::new(cfg).unwrap();
     let n: u64 = lists.iter().map(|l| l.len() as u64).sum();
     let kv = KvConfig {
         server: NodeId(0),
@@ -48,16 +63,17 @@ fn offloaded_vs_cpu(
         Ok(())
     })
     .unwrap();
-    let end_ns = 100_000 * (asks.len() as u64 + 1);
+    let limit_ns = (timeout_ns + 20_000) * (asks.len() as u64 + 1) + 1_000_000;
     let asks: Vec<(u64, u64)> = asks.iter().map(|&(l, k)| (heads[l], k)).collect();
     let per_worker = run_workers_with(
         &mut sim,
         RtConfig::default(),
-        RunLimits { time_limit_ns: end_ns + 1_000_000 },
+        RunLimits { time_limit_ns: limit_ns },
         |w| {
             let answers: Rc<RefCell<Vec<(u64, u64, GetResult)>>> = Rc::default();
             if w.co().me().node == NodeId(0) {
-                svc.serve(w, 1, end_ns);
+                // Start the programs; the server's CPU serves nothing.
+                svc.serve(w, 0, 0);
             } else {
                 let waits = Waits::default();
                 w.poll_with(waits.poller());
@@ -65,7 +81,8 @@ fn offloaded_vs_cpu(
                 w.spawn(move |co| async move {
                     let mut client = svc.client(&co, &waits, 0);
                     for (head, key) in asks {
-                        let r = client.get_in_list(&co, GetMode::Offload, head, key, 80_000).await;
+                        let mode = GetMode::Offload;
+                        let r = client.get_in_list(&co, mode, head, key, timeout_ns).await;
                         answers.borrow_mut().push((head, key, r));
                     }
                 });
@@ -100,6 +117,34 @@ fn lists(max_len: usize) -> impl Strategy<Value = (Lists, Vec<(usize, u64)>)> {
     })
 }
 
+/// Checks every answer against the CPU's traversal. The loop runs at least as many
+/// iterations as the longest list has nodes, plus `slack`.
+fn check<B: Backend>(
+    backend: B,
+    timeout_ns: u64,
+    ls: &Lists,
+    asks: &[(usize, u64)],
+    brk: bool,
+    slack: u32,
+) -> Result<(), TestCaseError> {
+    let longest = ls.iter().map(Vec::len).max().unwrap_or(1) as u32;
+    let got = offloaded_vs_cpu(backend, timeout_ns, longest + slack, brk, ls, asks);
+    prop_assert_eq!(got.len(), asks.len(), "every get answered");
+    let mut present = 0;
+    for (key, r, cpu) in got {
+        match (&r, &cpu) {
+            (GetResult::Found(v), Some(c)) => {
+                prop_assert_eq!(v, c, "key {}", key);
+                present += 1;
+            }
+            (GetResult::Absent, None) => {}
+            _ => prop_assert!(false, "key {key} (break {brk}): offload {r:?}, CPU {cpu:?}"),
+        }
+    }
+    prop_assert!(present > 0, "some key was present");
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
 
@@ -110,20 +155,21 @@ proptest! {
         brk in any::<bool>(),
         slack in 0u32..3,
     ) {
-        // The loop runs at least as many iterations as the longest list has nodes.
-        let longest = ls.iter().map(Vec::len).max().unwrap_or(1) as u32;
-        let max_len = longest + slack;
-        let got = offloaded_vs_cpu(seed, max_len, brk, &ls, &asks);
-        prop_assert_eq!(got.len(), asks.len(), "every get answered");
-        let mut present = 0;
-        for (key, r, cpu) in got {
-            match (&r, &cpu) {
-                (GetResult::Found(v), Some(c)) => { prop_assert_eq!(v, c, "key {}", key); present += 1; }
-                (GetResult::Absent, None) => {}
-                _ => prop_assert!(false, "key {key} (break {brk}): offload {r:?}, CPU {cpu:?}"),
-            }
-        }
-        prop_assert!(present > 0, "some key was present");
+        check(sim(seed), SIM_TIMEOUT_NS, &ls, &asks, brk, slack)?;
+    }
+}
+
+proptest! {
+    // Real threads: fewer cases, each a run of its own.
+    #![proptest_config(ProptestConfig { cases: 8, ..ProptestConfig::default() })]
+
+    #[test]
+    fn offloaded_list_gets_on_the_nic_thread_match_the_cpu_traversal(
+        (ls, asks) in lists(6),
+        brk in any::<bool>(),
+        slack in 0u32..3,
+    ) {
+        check(local(), LOCAL_TIMEOUT_NS, &ls, &asks, brk, slack)?;
     }
 }
 
@@ -132,8 +178,10 @@ fn a_list_longer_than_the_loop_answers_only_its_first_nodes() {
     let list: Vec<_> = (1..=6u64).map(|k| (k, vec![k as u8; 8])).collect();
     let asks: Vec<_> = (1..=6u64).map(|k| (0, k)).collect();
     for brk in [false, true] {
-        let got = offloaded_vs_cpu(3, 4, brk, &vec![list.clone()], &asks);
-        for (key, r, cpu) in got {
+        let lists = vec![list.clone()];
+        let on_sim = offloaded_vs_cpu(sim(3), SIM_TIMEOUT_NS, 4, brk, &lists, &asks);
+        let on_threads = offloaded_vs_cpu(local(), LOCAL_TIMEOUT_NS, 4, brk, &lists, &asks);
+        for (key, r, cpu) in on_sim.into_iter().chain(on_threads) {
             let want =
                 if key <= 4 { GetResult::Found(vec![key as u8; 8]) } else { GetResult::Absent };
             assert_eq!(r, want, "key {key} break {brk}");

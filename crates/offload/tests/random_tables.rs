@@ -1,12 +1,14 @@
 //! Offloaded gets on random tables return exactly what the server CPU's lookup returns:
-//! present keys in either candidate bucket, values of many lengths, and absent keys.
+//! present keys in either candidate bucket, values of many lengths, and absent keys; on
+//! the simulated cx5 NIC and on the `local` backend's NIC thread.
 
 use std::cell::RefCell;
 use std::rc::Rc;
 
+use hytra_fabric::local::{LocalCluster, LocalConfig};
 use hytra_fabric::sim::profile::NicProfile;
 use hytra_fabric::sim::{SimCluster, SimConfig};
-use hytra_fabric::{ClusterShape, NodeId, RunLimits};
+use hytra_fabric::{Backend, ClusterShape, NodeId, RunLimits};
 use hytra_offload::hash::HashTable;
 use hytra_offload::service::{
     cpu_get, GetMode, GetResult, KvConfig, KvService, Search, Structure, Waits,
@@ -14,18 +16,28 @@ use hytra_offload::service::{
 use hytra_rt::{run_workers_with, RtConfig};
 use proptest::prelude::*;
 
+const SHAPE: ClusterShape = ClusterShape { nodes: 2, workers_per_node: 1, lanes_per_peer: 1 };
+
+fn sim(seed: u64) -> SimCluster {
+    let mut cfg = SimConfig::new(SHAPE, seed);
+    cfg.profile = NicProfile::cx5();
+    SimCluster::new(cfg).unwrap()
+}
+
+/// Per-get timeout: virtual time on the simulator; real time, on a shared machine, on
+/// threads.
+const SIM_TIMEOUT_NS: u64 = 40_000;
+const LOCAL_TIMEOUT_NS: u64 = 2_000_000_000;
+
 /// Inserts `entries` into a fresh table, gets every key in `asks` through the offload
 /// (one slot, one get at a time) and returns each answer next to the CPU's lookup.
-fn offloaded_vs_cpu(
-    seed: u64,
+fn offloaded_vs_cpu<B: Backend>(
+    mut sim: B,
+    timeout_ns: u64,
     search: Search,
     entries: &[(u64, Vec<u8>)],
     asks: &[u64],
 ) -> Vec<(u64, GetResult, Option<Vec<u8>>)> {
-    let shape = ClusterShape { nodes: 2, workers_per_node: 1, lanes_per_peer: 1 };
-    let mut cfg = SimConfig::new(shape, seed);
-    cfg.profile = NicProfile::cx5();
-    let mut sim = SimCluster::new(cfg).unwrap();
     let n = entries.len() as u64;
     let kv = KvConfig {
         server: NodeId(0),
@@ -44,15 +56,16 @@ fn offloaded_vs_cpu(
         Ok(())
     })
     .unwrap();
-    let end_ns = 50_000 * (asks.len() as u64 + 1);
+    let limit_ns = (timeout_ns + 10_000) * (asks.len() as u64 + 1) + 1_000_000;
     let per_worker = run_workers_with(
         &mut sim,
         RtConfig::default(),
-        RunLimits { time_limit_ns: end_ns + 1_000_000 },
+        RunLimits { time_limit_ns: limit_ns },
         |w| {
             let answers: Rc<RefCell<Vec<(u64, GetResult)>>> = Rc::default();
             if w.co().me().node == NodeId(0) {
-                svc.serve(w, 1, end_ns);
+                // Start the programs; the server's CPU serves nothing.
+                svc.serve(w, 0, 0);
             } else {
                 let waits = Waits::default();
                 w.poll_with(waits.poller());
@@ -60,7 +73,7 @@ fn offloaded_vs_cpu(
                 w.spawn(move |co| async move {
                     let mut client = svc.client(&co, &waits, 0);
                     for key in asks {
-                        let r = client.get(&co, GetMode::Offload, key, 40_000).await;
+                        let r = client.get(&co, GetMode::Offload, key, timeout_ns).await;
                         answers.borrow_mut().push((key, r));
                     }
                 });
@@ -82,6 +95,35 @@ fn table() -> impl Strategy<Value = (Vec<(u64, Vec<u8>)>, Vec<u64>)> {
     (prop::collection::vec(entry, 1..40), prop::collection::vec(1u64..6000, 1..24))
 }
 
+/// Checks every answer against the CPU's; asks for every inserted key and for random
+/// others (mostly absent).
+fn check<B: Backend>(
+    backend: B,
+    timeout_ns: u64,
+    entries: &[(u64, Vec<u8>)],
+    extra: Vec<u64>,
+    parallel: bool,
+) -> Result<(), TestCaseError> {
+    let search = if parallel { Search::Parallel } else { Search::Sequential };
+    let mut asks: Vec<u64> = entries.iter().map(|e| e.0).collect();
+    asks.extend(extra);
+    let got = offloaded_vs_cpu(backend, timeout_ns, search, entries, &asks);
+    prop_assert_eq!(got.len(), asks.len(), "every get answered");
+    let mut present = 0;
+    for (key, r, cpu) in got {
+        match (&r, &cpu) {
+            (GetResult::Found(v), Some(c)) => {
+                prop_assert_eq!(v, c, "key {}", key);
+                present += 1;
+            }
+            (GetResult::Absent, None) => {}
+            _ => prop_assert!(false, "key {key}: offload {r:?}, CPU {cpu:?}"),
+        }
+    }
+    prop_assert!(present > 0, "some key was present");
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
 
@@ -91,20 +133,20 @@ proptest! {
         seed in any::<u64>(),
         parallel in any::<bool>(),
     ) {
-        let search = if parallel { Search::Parallel } else { Search::Sequential };
-        // Ask for every inserted key and for random others (mostly absent).
-        let mut asks: Vec<u64> = entries.iter().map(|e| e.0).collect();
-        asks.extend(extra);
-        let got = offloaded_vs_cpu(seed, search, &entries, &asks);
-        prop_assert_eq!(got.len(), asks.len(), "every get answered");
-        let mut present = 0;
-        for (key, r, cpu) in got {
-            match (&r, &cpu) {
-                (GetResult::Found(v), Some(c)) => { prop_assert_eq!(v, c, "key {}", key); present += 1; }
-                (GetResult::Absent, None) => {}
-                _ => prop_assert!(false, "key {key}: offload {r:?}, CPU {cpu:?}"),
-            }
-        }
-        prop_assert!(present > 0, "some key was present");
+        check(sim(seed), SIM_TIMEOUT_NS, &entries, extra, parallel)?;
+    }
+}
+
+proptest! {
+    // Real threads: fewer cases, each a run of its own.
+    #![proptest_config(ProptestConfig { cases: 8, ..ProptestConfig::default() })]
+
+    #[test]
+    fn offloaded_gets_on_the_nic_thread_match_the_cpu_lookup(
+        (entries, extra) in table(),
+        parallel in any::<bool>(),
+    ) {
+        let local = LocalCluster::new(LocalConfig::new(SHAPE)).unwrap();
+        check(local, LOCAL_TIMEOUT_NS, &entries, extra, parallel)?;
     }
 }

@@ -13,10 +13,11 @@ use std::sync::Arc;
 use crate::constants::{CQ_DEPTH, DATAGRAM_MTU, INLINE_MAX, SQ_DEPTH};
 use crate::endpoint::{Caps, Endpoint};
 use crate::exec::{execute, validate_post, Flat};
-use crate::ids::{ClusterShape, Qp, Rkey, WorkerId, WrId};
+use crate::ids::{ClusterShape, NodeId, Qp, Rkey, WorkerId, WrId};
 use crate::local::Shared;
 use crate::memory::Region;
 use crate::verbs::{Completion, OpFlags, PostError, Status, WorkRequest};
+use crate::wq::{WqCounters, WqId};
 
 /// A large datagram's buffer; it always returns to the pool of the worker that sent it.
 pub(crate) struct Msg {
@@ -229,6 +230,19 @@ impl Endpoint for LocalEndpoint {
             self.flush_datagrams();
         }
         Ok(())
+    }
+
+    fn wq_doorbell(&mut self, wq: WqId) -> Result<(), PostError> {
+        self.shared.nic.doorbell(self.me.node, wq, &self.regions)
+    }
+
+    fn wq_counters(&self, wq: WqId) -> Option<WqCounters> {
+        self.shared.nic.counters(self.me.node, wq)
+    }
+
+    fn trigger(&mut self, node: NodeId, wq: WqId, payload: &[u8]) -> Result<(), PostError> {
+        let regions = self.shared.regions.get(usize::from(node.0)).ok_or(PostError::NoSuchPeer)?;
+        self.shared.nic.deliver(node, wq, regions, payload)
     }
 
     fn recv(&mut self, buf: &mut [u8]) -> Option<(WorkerId, usize)> {

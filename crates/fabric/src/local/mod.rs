@@ -4,9 +4,11 @@
 //! its workers round robin, so a cluster of many workers runs on two cores without a
 //! spinning thread waiting for a descheduled peer. One-sided requests are executed by the
 //! posting thread on the target's memory (see `endpoint.rs`); real parallelism, real
-//! races. NIC atomics are CPU atomics here, hence coherent with them.
+//! races. NIC atomics are CPU atomics here, hence coherent with them. Verb programs run
+//! on a NIC thread of their own while the workers run (see `nic.rs`).
 
 mod endpoint;
+mod nic;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -17,6 +19,7 @@ use crossbeam_queue::ArrayQueue;
 
 pub use self::endpoint::LocalEndpoint;
 use self::endpoint::{Msg, SmallMsg};
+use self::nic::LocalNic;
 use crate::constants::{DATAGRAM_MTU, INLINE_MAX, RECV_DEPTH, SQ_DEPTH};
 use crate::endpoint::{Backend, BackendError, Caps, Program, RegionSpec, RunLimits, RunStats};
 use crate::exec::check_region;
@@ -24,6 +27,7 @@ use crate::ids::{ClusterShape, NodeId, Rkey};
 use crate::memory::Region;
 use crate::sim::validate_shape;
 use crate::stepper::Stepper;
+use crate::wq::{WqCounters, WqId, WqSpec};
 
 /// Buffers for datagrams larger than 120 bytes each worker owns by default (4 KiB each).
 /// A sender with every buffer in flight gets `QueueFull` until receivers hand some back;
@@ -65,6 +69,7 @@ pub(crate) struct Shared {
     pub(crate) pools: Vec<ArrayQueue<Box<Msg>>>,
     pub(crate) start: Instant,
     pub(crate) dropped: AtomicU64,
+    pub(crate) nic: Arc<LocalNic>,
     done: AtomicUsize,
     abort: AtomicBool,
 }
@@ -73,6 +78,7 @@ pub(crate) struct Shared {
 pub struct LocalCluster {
     config: LocalConfig,
     regions: Vec<Vec<Region>>,
+    nic: Arc<LocalNic>,
 }
 
 impl LocalCluster {
@@ -83,7 +89,8 @@ impl LocalCluster {
             return Err(BackendError::Config("send_buffers must be positive".into()));
         }
         let regions = vec![Vec::new(); usize::from(config.shape.nodes)];
-        Ok(LocalCluster { config, regions })
+        let nic = Arc::new(LocalNic::new(config.shape.nodes));
+        Ok(LocalCluster { config, regions, nic })
     }
 
     /// The configuration.
@@ -118,6 +125,7 @@ impl LocalCluster {
             pools,
             start: Instant::now(),
             dropped: AtomicU64::new(0),
+            nic: self.nic.clone(),
             done: AtomicUsize::new(0),
             abort: AtomicBool::new(false),
         })
@@ -142,6 +150,17 @@ impl Backend for LocalCluster {
         self.regions.get(usize::from(node.0))?.get(rkey.0 as usize).cloned()
     }
 
+    fn create_wq(&mut self, node: NodeId, spec: WqSpec) -> Result<WqId, BackendError> {
+        let regions = self.regions.get(usize::from(node.0)).map_or(&[][..], |r| &r[..]);
+        self.nic
+            .create_wq(self.config.shape, node, spec, regions)
+            .map_err(|e| BackendError::Config(format!("work queue on node {}: {e}", node.0)))
+    }
+
+    fn wq_counters(&self, node: NodeId, wq: WqId) -> Option<WqCounters> {
+        self.nic.counters(node, wq)
+    }
+
     fn run<P, R, F, G>(
         &mut self,
         make: F,
@@ -158,6 +177,11 @@ impl Backend for LocalCluster {
         let threads = self.config.thread_count();
         let total = self.config.shape.workers_total();
         let outputs: Vec<Result<Vec<(usize, R)>, BackendError>> = std::thread::scope(|s| {
+            if shared.nic.has_queues() {
+                shared.nic.arm();
+                let shared = shared.clone();
+                s.spawn(move || shared.nic.serve(&shared.regions));
+            }
             let handles: Vec<_> = (0..threads)
                 .map(|t| {
                     let (shared, make, finish) = (shared.clone(), &make, &finish);
@@ -176,7 +200,10 @@ impl Backend for LocalCluster {
                     })
                 })
                 .collect();
-            handles.into_iter().map(|h| h.join().expect("thread result is caught")).collect()
+            let outputs =
+                handles.into_iter().map(|h| h.join().expect("thread result is caught")).collect();
+            shared.nic.stop();
+            outputs
         });
         let mut results: Vec<Option<R>> = (0..total).map(|_| None).collect();
         for out in outputs {

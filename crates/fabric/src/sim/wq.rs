@@ -12,8 +12,6 @@
 //! in a `WqEffect` event and complete later in a `WqComplete` event, so memory changes
 //! happen in event order like every other verb.
 
-use crate::constants::DATAGRAM_MTU;
-use crate::exec::{execute, TargetOp};
 use crate::ids::{LocalAddr, NodeId, WorkerId};
 use crate::memory::Region;
 use crate::sim::core::{ps, Core, Event, Ps};
@@ -21,8 +19,8 @@ use crate::sim::nic::NodeState;
 use crate::sim::profile::OffloadCosts;
 use crate::verbs::{PostError, Status};
 use crate::wq::{
-    Sge, WqCounters, WqId, WqSpec, Wqe, WqeError, RECV_OPCODE, RECV_SGE_MAX, RECV_WQE_BYTES,
-    WQE_BYTES, WQE_SIGNALED,
+    apply_data_verb, check_message, check_spec, local_buffer, recv_posted, scatter_recv,
+    WqCounters, WqId, WqSpec, Wqe, WqeError, WQE_BYTES, WQE_SIGNALED,
 };
 
 /// Offload costs in picoseconds.
@@ -53,8 +51,8 @@ enum Run {
     Idle,
     /// A `WqRun` event is pending.
     Scheduled,
-    /// Held by a WAIT.
-    Blocked { target: u32, count: u64, recv: bool },
+    /// Held by a WAIT (which completes when released, if signaled).
+    Blocked { target: u32, count: u64, recv: bool, signaled: bool },
     /// Stopped by an error.
     Failed,
 }
@@ -110,25 +108,10 @@ impl Core {
         if self.offload.is_none() {
             return Err("this NIC profile has no verb-program costs (use cx5)".into());
         }
-        if node.0 >= self.shape.nodes || spec.peer.0 >= self.shape.nodes {
+        if node.0 >= self.shape.nodes {
             return Err("no such node".into());
         }
-        let regions = &self.regions[usize::from(node.0)];
-        let check = |a: LocalAddr, len: u64, what: &str| -> Result<(), String> {
-            let r = regions.get(a.rkey.0 as usize).ok_or(format!("{what}: unknown region"))?;
-            r.check(a.offset, len).map_err(|e| format!("{what}: {e}"))
-        };
-        if spec.slots == 0 {
-            return Err("a queue needs at least one send slot".into());
-        }
-        check(spec.ring, u64::from(spec.slots) * WQE_BYTES, "send ring")?;
-        if spec.recv_slots > 0 {
-            check(spec.recv_ring, u64::from(spec.recv_slots) * RECV_WQE_BYTES, "receive ring")?;
-        }
-        check(spec.doorbell_record, 16, "doorbell record")?;
-        if spec.notify.is_some_and(|w| w >= self.shape.workers_per_node) {
-            return Err("notified worker is not a worker of the node".into());
-        }
+        check_spec(self.shape, node, &spec, &self.regions[usize::from(node.0)])?;
         let list = &mut self.wqs[usize::from(node.0)];
         let id = WqId(u32::try_from(list.len()).map_err(|_| "too many queues")?);
         let notify =
@@ -281,7 +264,7 @@ impl Core {
                     let next = issue + self.offload_model().completion_order;
                     self.after_issue(node, wq, issue, signaled, next);
                 } else {
-                    q.run = Run::Blocked { target: target.0, count, recv };
+                    q.run = Run::Blocked { target: target.0, count, recv, signaled };
                 }
                 return;
             }
@@ -306,12 +289,7 @@ impl Core {
             _ => {}
         }
         // A data verb: local checks now, remote checks at the target.
-        let local = match wqe {
-            Wqe::Write { local, .. } | Wqe::Read { local, .. } => Some(local),
-            Wqe::Cas { local, .. } | Wqe::Faa { local, .. } if local.len > 0 => Some(local),
-            _ => None,
-        };
-        if let Some(l) = local {
+        if let Some(l) = local_buffer(&wqe) {
             let ok = self
                 .region_of(node, l.addr)
                 .is_some_and(|r| r.check(l.addr.offset, u64::from(l.len)).is_ok());
@@ -381,46 +359,8 @@ impl Core {
         if self.nics[usize::from(peer.0)].state == NodeState::Crashed {
             return self.wq_fail(e.node, e.wq, WqeError::Access);
         }
-        let own = &self.regions[n];
-        let scratch = &self.wq_scratch;
-        let dst = |l: Sge| -> (&Region, u64) {
-            if l.len == 0 {
-                (scratch, 0)
-            } else {
-                (&own[l.addr.rkey.0 as usize], l.addr.offset)
-            }
-        };
-        let (rkey, op) = match e.wqe {
-            Wqe::Write { local, remote_key, remote } => (
-                remote_key,
-                TargetOp::WriteFrom {
-                    offset: remote,
-                    len: u64::from(local.len),
-                    src: &own[local.addr.rkey.0 as usize],
-                    src_offset: local.addr.offset,
-                },
-            ),
-            Wqe::Read { local, remote_key, remote } => (
-                remote_key,
-                TargetOp::Read {
-                    offset: remote,
-                    len: u64::from(local.len),
-                    dst: &own[local.addr.rkey.0 as usize],
-                    dst_offset: local.addr.offset,
-                },
-            ),
-            Wqe::Cas { local, remote_key, remote, compare, swap } => {
-                let (d, o) = dst(local);
-                (remote_key, TargetOp::Cas { offset: remote, compare, swap, dst: d, dst_offset: o })
-            }
-            Wqe::Faa { local, remote_key, remote, add } => {
-                let (d, o) = dst(local);
-                (remote_key, TargetOp::Faa { offset: remote, add, dst: d, dst_offset: o })
-            }
-            _ => unreachable!("only data verbs take effect"),
-        };
-        let target = self.regions[usize::from(peer.0)].get(rkey.0 as usize);
-        let (status, value) = execute(target, op);
+        let (own, far) = (&self.regions[n], &self.regions[usize::from(peer.0)]);
+        let (status, value, rkey) = apply_data_verb(&e.wqe, own, far, &self.wq_scratch);
         self.stats.one_sided += 1;
         self.trace.add(u64::from(e.wq) << 40 ^ value);
         if status != Status::Success {
@@ -457,10 +397,10 @@ impl Core {
         let have = if recv { t.recv_completions } else { t.completions };
         let resume = at + self.offload_model().completion_order;
         for i in 0..self.wqs[n].len() {
-            if let Run::Blocked { target: tq, count, recv: r } = self.wqs[n][i].run {
+            if let Run::Blocked { target: tq, count, recv: r, signaled } = self.wqs[n][i].run {
                 if tq == target && r == recv && have >= count {
                     self.wqs[n][i].run = Run::Idle;
-                    self.continue_at(node, i as u32, resume);
+                    self.after_issue(node, i as u32, at, signaled, resume);
                 }
             }
         }
@@ -502,12 +442,7 @@ impl Core {
         {
             return Err(PostError::NoSuchPeer);
         }
-        if payload.len() > DATAGRAM_MTU {
-            return Err(PostError::TooLarge(payload.len()));
-        }
-        if payload.is_empty() || payload.len() % 8 != 0 {
-            return Err(PostError::BadLength(payload.len() as u64));
-        }
+        check_message(payload)?;
         let src = self.shape.worker_at(w as usize).node;
         let cost =
             self.model.wqe_cpu + self.model.copy_cpu(payload.len()) + self.model.doorbell_cpu;
@@ -536,40 +471,13 @@ impl Core {
         let resp = self.model.resp[4];
         let done = self.engine_at(t.node, t_in, resp) + self.model.target_write;
         let q = &self.wqs[n][t.wq as usize];
-        let spec = q.spec;
-        let dbr = &self.regions[n][spec.doorbell_record.rkey.0 as usize];
-        let posted = dbr.load(spec.doorbell_record.offset + 8);
-        if q.run == Run::Failed || spec.recv_slots == 0 || q.counters.recv_completions >= posted {
+        if !recv_posted(&q.spec, &q.counters, &self.regions[n]) {
             self.wqs[n][t.wq as usize].counters.rnr_drops += 1;
             return;
         }
-        let slot = q.counters.recv_completions % u64::from(spec.recv_slots);
-        let mut e = [0u64; 1 + 2 * RECV_SGE_MAX];
-        self.regions[n][spec.recv_ring.rkey.0 as usize]
-            .read_words(spec.recv_ring.offset + slot * RECV_WQE_BYTES, &mut e);
-        let sges = (e[0] >> 16) as usize;
-        if e[0] & 0xFF != RECV_OPCODE || sges > RECV_SGE_MAX {
-            return self.wq_fail(t.node, t.wq, WqeError::BadRecv);
-        }
-        // Scatter in order; a message longer than the entries is a local length error.
-        let mut rest: &[u8] = &bytes;
-        for k in 0..sges {
-            if rest.is_empty() {
-                break;
-            }
-            let sge = Sge::from_words(e[1 + 2 * k], e[2 + 2 * k]);
-            let take = rest.len().min(sge.len as usize);
-            let Some(region) = self.region_of(t.node, sge.addr) else {
-                return self.wq_fail(t.node, t.wq, WqeError::Access);
-            };
-            if take % 8 != 0 || region.check(sge.addr.offset, take as u64).is_err() {
-                return self.wq_fail(t.node, t.wq, WqeError::Access);
-            }
-            region.write_bytes(sge.addr.offset, &rest[..take]);
-            rest = &rest[take..];
-        }
-        if !rest.is_empty() {
-            return self.wq_fail(t.node, t.wq, WqeError::BadLength(t.len));
+        if let Err(e) = scatter_recv(&q.spec, q.counters.recv_completions, &self.regions[n], &bytes)
+        {
+            return self.wq_fail(t.node, t.wq, e);
         }
         self.trace.add(0x7EC << 48 ^ u64::from(t.wq) << 32 ^ u64::from(t.len));
         let q = &mut self.wqs[n][t.wq as usize];
