@@ -485,6 +485,34 @@ fn reports_atomics_coherence<B: TestBackend>() {
     });
 }
 
+/// Fire-and-forget WRITEs (passive ACK) posted just before a worker finishes still land:
+/// a run ends only after every request its workers posted reached its target, even on
+/// transports where the target's progress carries them (UCX over TCP).
+fn unsignaled_writes_land_before_the_run_ends<B: TestBackend>() {
+    const WRITES: u64 = 64;
+    let mut b = B::for_test(shape(2, 1), 9);
+    let r = regions(&mut b);
+    run_scripts(&mut b, |ep| {
+        let active = first_worker(ep);
+        let data = r.data;
+        move |ep: &mut B::Ep| {
+            if active {
+                for k in 0..WRITES {
+                    let wr = WorkRequest::Write {
+                        remote: remote(1, data, 8 * k),
+                        src: WriteSrc::Bytes(&(k + 1).to_le_bytes()),
+                    };
+                    ep.post(Qp::to(NodeId(1)), k, &wr, OpFlags::INLINE).unwrap();
+                }
+            }
+            true
+        }
+    });
+    let target = b.region(NodeId(1), r.data).unwrap();
+    let landed: Vec<u64> = (0..WRITES).map(|k| target.load(8 * k)).collect();
+    assert_eq!(landed, (1..=WRITES).collect::<Vec<_>>(), "{}: lost WRITEs", B::NAME);
+}
+
 macro_rules! conformance {
     ($($test:ident),* $(,)?) => {
         mod sim {
@@ -512,6 +540,7 @@ conformance!(
     datagrams_arrive_intact,
     send_queue_depth_is_enforced,
     reports_atomics_coherence,
+    unsignaled_writes_land_before_the_run_ends,
 );
 
 /// Stands for the UCX rows of this suite in a build without the `ucx` feature, so that

@@ -128,6 +128,12 @@ pub(crate) fn validate_shape(shape: ClusterShape) -> Result<(), BackendError> {
 /// Events between two calls of a progress callback.
 const PROGRESS_EVERY_EVENTS: u64 = 1 << 16;
 
+/// After every worker is done, the simulation goes on for at most this long (virtual
+/// time) so that requests still in flight reach their targets (fire-and-forget WRITEs of
+/// passive ACK, unlocks, datagrams that done workers still handle), as they would on
+/// real NICs. The run's elapsed time is taken when the last worker finished.
+const DRAIN_PS: u64 = 1_000_000_000;
+
 /// A simulated cluster: register regions, then [`Backend::run`] programs on it.
 pub struct SimCluster {
     config: SimConfig,
@@ -286,8 +292,15 @@ impl Backend for SimCluster {
         let mut done: Vec<bool> = programs.iter().map(|p| p.is_done()).collect();
         let mut remaining = done.iter().filter(|d| !**d).count();
         let mut progress = self.progress.take();
+        let mut finished_at = 0;
         let outcome = catch_unwind(AssertUnwindSafe(|| {
             self.event_loop(&mut programs, &mut done, &mut remaining, limit_ps, &mut progress);
+            finished_at = self.core.borrow().now;
+            if remaining == 0 {
+                let until = finished_at.saturating_add(DRAIN_PS).min(limit_ps);
+                let mut never = usize::MAX;
+                self.event_loop(&mut programs, &mut done, &mut never, until, &mut progress);
+            }
         }));
         if let Err(panic) = outcome {
             let now_ns = self.core.try_borrow().map_or(0, |c| c.now / 1000);
@@ -299,7 +312,7 @@ impl Backend for SimCluster {
         }
         let core = self.core.borrow();
         let stats = RunStats {
-            elapsed_ns: core.now / 1000,
+            elapsed_ns: finished_at / 1000,
             wall_ns: wall.elapsed().as_nanos() as u64,
             all_done: remaining == 0,
             events: core.stats.events,
@@ -317,7 +330,8 @@ impl Backend for SimCluster {
 }
 
 impl SimCluster {
-    /// Processes events until every program is done or the next event is past the limit.
+    /// Processes events until every program is done or the next event is past the limit
+    /// (with `remaining` at `usize::MAX`: until no event is left before the limit).
     fn event_loop<P: Program>(
         &self,
         programs: &mut [P],
@@ -337,6 +351,18 @@ impl SimCluster {
                 }
             }
             let Some(event) = self.core.borrow_mut().pop(limit_ps) else { break };
+            self.dispatch(event, programs, done, remaining);
+        }
+    }
+
+    fn dispatch<P: Program>(
+        &self,
+        event: Event,
+        programs: &mut [P],
+        done: &mut [bool],
+        remaining: &mut usize,
+    ) {
+        {
             match event {
                 Event::Arrive(op) => self.core.borrow_mut().arrive(op),
                 Event::Deliver(dg) => self.core.borrow_mut().deliver(dg),
@@ -348,7 +374,7 @@ impl SimCluster {
                 Event::Trigger(t) => self.core.borrow_mut().trigger_arrive(t),
                 Event::Step { worker, token } => {
                     if !self.core.borrow_mut().begin_step(worker, token) {
-                        continue;
+                        return;
                     }
                     let w = worker as usize;
                     let outcome = self.step_one(&mut programs[w], worker);

@@ -254,6 +254,13 @@ impl Progress {
             ffi::hx_progress(self.0.as_ptr());
         }
     }
+
+    /// Whether everything this worker posted so far is complete at its target; starts
+    /// or polls a worker flush (call again after [`Progress::run`] until true).
+    pub(crate) fn flushed(self) -> bool {
+        // SAFETY: as for `run`: the running thread, between steps, worker alive.
+        unsafe { ffi::hx_worker_flush_poll(self.0.as_ptr()) != 0 }
+    }
 }
 
 /// Bits of a completion tag that hold the sequence number; the lane is above them.

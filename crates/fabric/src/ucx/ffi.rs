@@ -72,6 +72,7 @@ extern "C" {
     pub(crate) fn hx_worker_address_release(w: *mut Worker, addr: *mut c_void);
     pub(crate) fn hx_worker_destroy(w: *mut Worker);
     pub(crate) fn hx_progress(w: *mut Worker) -> u32;
+    pub(crate) fn hx_worker_flush_poll(w: *mut Worker) -> i32;
     pub(crate) fn hx_poll(w: *mut Worker, out: *mut Cqe, max: usize) -> usize;
     pub(crate) fn hx_recv(w: *mut Worker, from: *mut u32, buf: *mut u8, buf_len: usize) -> i64;
     pub(crate) fn hx_dropped(w: *const Worker) -> u64;

@@ -358,22 +358,24 @@ impl Backend for UcxCluster {
         workers.connect(&peers, self.config.peer_errors())?;
         // Everyone is connected: start the clocks together.
         self.exchange.allgather(Vec::new())?;
+        let threads = self
+            .config
+            .threads
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        let threads = threads.clamp(1, hosted.len());
         let run_shared = Arc::new(RunShared {
             shape,
             caps: self.config.caps(),
             start: Instant::now(),
             done: AtomicUsize::new(0),
+            threads,
+            flushed: AtomicUsize::new(0),
             stop: AtomicBool::new(false),
             abort: AtomicBool::new(false),
             dropped: AtomicU64::new(0),
         });
         let own_regions: Vec<Vec<Region>> =
             self.regions.iter().map(|l| l.iter().map(|s| s.region().clone()).collect()).collect();
-        let threads = self
-            .config
-            .threads
-            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-        let threads = threads.clamp(1, hosted.len());
         let setups = workers.setups(&own_regions);
         let mut per_thread: Vec<Vec<endpoint::Setup>> = (0..threads).map(|_| Vec::new()).collect();
         for (i, s) in setups.into_iter().enumerate() {
@@ -449,6 +451,12 @@ pub(crate) struct RunShared {
     pub(crate) caps: Caps,
     pub(crate) start: Instant,
     done: AtomicUsize,
+    /// Threads of this run, and how many have all their workers done with everything
+    /// they posted complete at its target. Only then is this process done: a request
+    /// still in flight (an unsignaled WRITE of passive ACK, which over TCP lands only
+    /// while its target progresses) must land before any process stops progressing.
+    threads: usize,
+    flushed: AtomicUsize,
     /// Every worker of the cluster is done (or the run ends): leave the loop.
     stop: AtomicBool,
     abort: AtomicBool,
@@ -478,15 +486,26 @@ where
     let mut stepper = Stepper::new(programs.len());
     let mut last_poll = Instant::now();
     let mut failure = None;
+    let mut flushed = false;
     loop {
         if !stepper.round(&mut programs, &shared.done, |i| progress[i].run()) {
             continue;
+        }
+        if !flushed && programs.iter().all(P::is_done) {
+            // Poll every worker's flush (not only up to the first unfinished one), so
+            // that they all run at once.
+            let pending = progress.iter().filter(|p| !p.flushed()).count();
+            if pending == 0 {
+                flushed = true;
+                shared.flushed.fetch_add(1, Ordering::AcqRel);
+            }
         }
         let elapsed = shared.start.elapsed().as_nanos() as u64;
         if let Some(ex) = coordinator {
             if last_poll.elapsed() >= Duration::from_micros(500) {
                 last_poll = Instant::now();
-                let local_done = shared.done.load(Ordering::Acquire) == total_local;
+                let local_done = shared.done.load(Ordering::Acquire) == total_local
+                    && shared.flushed.load(Ordering::Acquire) == shared.threads;
                 let mut ex = ex.lock().expect("exchange lock");
                 match ex.poll_done(local_done) {
                     Ok(true) => shared.stop.store(true, Ordering::Release),

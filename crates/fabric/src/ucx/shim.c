@@ -60,6 +60,10 @@ typedef struct hx_worker {
     uint64_t dropped;
     hx_op *free_ops;
     uint64_t ops_live;
+    uint64_t posted;    /* operations posted so far */
+    void *flush_req;    /* a worker flush in progress (polled, no callback) */
+    uint64_t flush_from; /* `posted` when it started */
+    uint64_t clean_at;  /* `posted` when the last finished flush started */
 } hx_worker;
 
 static void cq_push(hx_worker *w, uint64_t wr_id, uint64_t tag, int32_t status, uint64_t value)
@@ -101,6 +105,7 @@ static hx_op *op_get(hx_worker *w)
     memset(op, 0, sizeof *op);
     op->w = w;
     w->ops_live++;
+    w->posted++;
     return op;
 }
 
@@ -350,6 +355,10 @@ void hx_worker_address_release(hx_worker *w, void *addr)
 
 void hx_worker_destroy(hx_worker *w)
 {
+    if (w->flush_req != NULL) {
+        ucp_request_free(w->flush_req);
+        w->flush_req = NULL;
+    }
     /* Operations still in flight hold pooled contexts; let them finish or fail first. */
     for (int i = 0; i < 100000 && w->ops_live > 0; i++) {
         ucp_worker_progress(w->worker);
@@ -368,6 +377,35 @@ void hx_worker_destroy(hx_worker *w)
 unsigned hx_progress(hx_worker *w)
 {
     return ucp_worker_progress(w->worker);
+}
+
+/* 1 once every operation posted on the worker so far is complete at its target (a
+ * worker flush that started after the last post finished), else 0: call again after
+ * progress. A flush that fails (a peer is gone) counts as finished: nothing more of it
+ * will land, and the failed endpoint reports the error. */
+int hx_worker_flush_poll(hx_worker *w)
+{
+    if (w->flush_req != NULL) {
+        if (ucp_request_check_status(w->flush_req) == UCS_INPROGRESS) {
+            return 0;
+        }
+        ucp_request_free(w->flush_req);
+        w->flush_req = NULL;
+        w->clean_at = w->flush_from;
+    }
+    if (w->clean_at == w->posted) {
+        return 1;
+    }
+    ucp_request_param_t p;
+    memset(&p, 0, sizeof p);
+    w->flush_from = w->posted;
+    ucs_status_ptr_t sp = ucp_worker_flush_nbx(w->worker, &p);
+    if (sp == NULL || UCS_PTR_IS_ERR(sp)) {
+        w->clean_at = w->flush_from;
+        return 1;
+    }
+    w->flush_req = sp;
+    return 0;
 }
 
 size_t hx_poll(hx_worker *w, hx_cqe *out, size_t max)
