@@ -42,8 +42,8 @@ enum Command {
     /// Raw-primitive throughput and latency (DrTM+H §4.2, Fig. 5), or the multi-object
     /// benchmark (Fig. 6).
     Micro(micro::MicroArgs),
-    /// The experiment matrix behind DrTM+H's figures 5-21 on the simulator, written as
-    /// an HTML report with SVG charts and a JSON file.
+    /// The experiment matrix behind DrTM+H's figures 5-21 and RedN's offloaded gets on
+    /// the simulator, written as an HTML report with SVG charts and a JSON file.
     Reproduce(reproduce::ReproduceArgs),
     /// One node of a cluster of processes over UCX (see `hytra cluster`).
     Node(cluster::NodeArgs),

@@ -223,6 +223,29 @@ fn reproduce_writes_a_report_and_json() {
 }
 
 #[test]
+fn reproduce_charts_redn_offloaded_gets() {
+    let dir = temp("reproduce-redn");
+    let out =
+        hytra(&["reproduce", "--quick", "--only", "redn-list", "--out", dir.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let html = std::fs::read_to_string(dir.join("index.html")).unwrap();
+    assert!(html.contains("<svg") && html.contains("RedN: list traversal"), "chart in the report");
+    let j: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("results.json")).unwrap()).unwrap();
+    let runs = j["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 16, "four paths at four ranges");
+    for r in runs {
+        assert_eq!(
+            (r["kind"].as_str(), r["invariant_ok"].as_bool()),
+            (Some("offload"), Some(true))
+        );
+        assert!(r["error"].is_null() && r["mean_us"].as_f64().unwrap() > 0.0, "{r}");
+    }
+    let claims = j["claims"].as_array().unwrap();
+    assert!(claims.iter().any(|c| c["figure"] == "redn-list"), "{claims:?}");
+}
+
+#[test]
 fn reproduce_bad_input_gets_one_line_and_exit_2() {
     assert_usage_errors(&[
         &["reproduce", "--only", "fig99"],

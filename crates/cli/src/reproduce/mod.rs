@@ -1,11 +1,12 @@
-//! `hytra reproduce`: the experiment matrix behind DrTM+H's figures 5-21, run on the
-//! simulator, written as `index.html` (SVG charts, tables, and what the paper reports
+//! `hytra reproduce`: the experiment matrix behind DrTM+H's figures 5-21 and RedN's
+//! offloaded gets (`redn.rs`), run on the simulator, written as `index.html` (SVG charts, tables, and what the paper reports
 //! next to what we measure) and `results.json` (every run's configuration and figures).
 //!
 //! Every point is an independent simulated cluster; points run in parallel on the
 //! machine's cores. Every transactional run also checks its workload's invariants; a
 //! run that breaks one fails the command after the report is written.
 
+mod redn;
 mod svg;
 
 use std::fmt::Write as _;
@@ -41,7 +42,7 @@ pub struct ReproduceArgs {
     /// Directory for index.html and results.json (created if needed).
     #[arg(long, default_value = "reproduce")]
     out: PathBuf,
-    /// Only these figures (e.g. fig7,fig12).
+    /// Only these figures (e.g. fig7,fig12; RedN's: redn-get, redn-list, redn-isolation).
     #[arg(long, value_delimiter = ',')]
     only: Option<Vec<String>>,
     /// Simulated clusters run at once [default: one per core].
@@ -105,6 +106,7 @@ struct MicroJob {
 enum Job {
     Bench(BenchJob),
     Micro(MicroJob),
+    Offload(redn::OffloadJob),
 }
 
 /// What one run measured.
@@ -114,6 +116,8 @@ struct Res {
     rate: f64,
     p50_us: f64,
     p99_us: f64,
+    /// Mean latency, where a run reports it (offloaded gets).
+    mean_us: f64,
     abort_rate: f64,
     phases_us: [f64; 4],
     invariant_ok: bool,
@@ -134,6 +138,8 @@ struct Scale {
     measure_ns: u64,
     payloads: Vec<u32>,
     micro_primitives: Vec<Primitive>,
+    /// Virtual time of each offloaded-get scenario.
+    offload_ns: u64,
 }
 
 impl Scale {
@@ -163,6 +169,7 @@ impl Scale {
             } else {
                 Primitive::FIG5.to_vec()
             },
+            offload_ns: if a.quick { 300_000 } else { 1_000_000 },
         }
     }
 
@@ -178,6 +185,7 @@ enum Metric {
     Mrate,
     P50,
     P99,
+    Mean,
 }
 
 impl Metric {
@@ -186,6 +194,7 @@ impl Metric {
             Metric::Mrate => r.rate / 1e6,
             Metric::P50 => r.p50_us,
             Metric::P99 => r.p99_us,
+            Metric::Mean => r.mean_us,
         }
     }
 }
@@ -884,6 +893,7 @@ fn plan(a: &ReproduceArgs) -> Result<Plan, CliError> {
     phase_figures(&mut p, &s);
     design_figures(&mut p, &s);
     other_nics(&mut p, &s);
+    redn::redn_figures(&mut p, &s);
     if let Some(only) = &a.only {
         let known: Vec<&str> = p.figures.iter().map(|f| f.id).collect();
         if let Some(bad) = only.iter().find(|o| !known.contains(&o.as_str())) {
@@ -901,7 +911,9 @@ fn plan(a: &ReproduceArgs) -> Result<Plan, CliError> {
 }
 
 fn figures_sorted(p: &mut Plan) {
-    let num = |id: &str| id.trim_start_matches("fig").parse::<u32>().unwrap_or(0);
+    // DrTM+H's figures by number, then the others (RedN's) in the order they were added.
+    let num = |id: &str| id.strip_prefix("fig").and_then(|n| n.parse::<u32>().ok());
+    let num = move |id: &str| num(id).unwrap_or(u32::MAX);
     p.figures.sort_by_key(|f| num(f.id));
 }
 
@@ -991,6 +1003,7 @@ fn summarize<R>(r: BenchResult<R>, s: &Scale) -> Res {
         invariant_ok: r.invariant.ok,
         error: (!r.invariant.ok).then(|| r.invariant.details.join("; ")),
         wall_s: r.run.wall_ns as f64 / 1e9,
+        ..Res::default()
     }
 }
 
@@ -1040,6 +1053,7 @@ pub fn run_reproduce(a: ReproduceArgs) -> Result<(), CliError> {
                 let r = match &p.jobs[i] {
                     Job::Bench(j) => run_bench_job(j, &s, a.seed),
                     Job::Micro(j) => run_micro_job(j, a.seed),
+                    Job::Offload(j) => redn::run_offload_job(j, a.seed),
                 };
                 let r =
                     r.unwrap_or_else(|e| Res { error: Some(format!("{e:#}")), ..Res::default() });
@@ -1113,7 +1127,7 @@ fn runs_alone(j: &Job, s: &Scale) -> bool {
         Job::Bench(b) => {
             workers(b.shape.nodes, b.shape.workers_per_node) > workers(s.nodes, s.workers)
         }
-        Job::Micro(_) => false,
+        Job::Micro(_) | Job::Offload(_) => false,
     }
 }
 
@@ -1198,6 +1212,7 @@ fn describe(j: &Job) -> String {
             b.coroutines
         ),
         Job::Micro(m) => format!("micro {} {} B on {}", m.label, m.payload, m.profile),
+        Job::Offload(o) => redn::describe(o),
     }
 }
 
@@ -1292,6 +1307,18 @@ fn write_json(
                     v["doorbell_batching"] = json!(m.params.doorbell);
                     v["passive_ack"] = json!(m.params.passive_ack);
                 }
+                Job::Offload(o) => {
+                    let sc = &o.scenario;
+                    v["kind"] = json!("offload");
+                    v["label"] = json!(o.label);
+                    v["profile"] = json!("cx5");
+                    v["value_bytes"] = json!(sc.value_bytes);
+                    v["writers"] = json!(sc.writers);
+                    v["list"] = json!(sc.list.map(|l| json!({ "len": l.len, "range": l.range })));
+                    v["duration_ns"] = json!(sc.duration_ns);
+                    v["mean_us"] = json!(x.mean_us);
+                    v["invariant_ok"] = json!(x.invariant_ok);
+                }
             }
             v
         })
@@ -1369,6 +1396,7 @@ fn chart_table(c: &Chart, r: &[Res], jobs: &[Job]) -> String {
                 "{} B, {} coroutines, batch {}",
                 m.payload, m.params.coroutines, m.params.batch
             ),
+            Job::Offload(o) => format!("{}, mean {:.2} µs", redn::describe(o), x.mean_us),
         };
         let _ = write!(
             rows,
