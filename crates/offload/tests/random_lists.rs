@@ -6,10 +6,10 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use hytra_fabric::local::{LocalCluster, LocalConfig};
-use hytra_fabric::sim::profile::NicProfile;
-use hytra_fabric::sim::{SimCluster, SimConfig};
-use hytra_fabric::{Backend, ClusterShape, NodeId, RunLimits};
+mod common;
+
+use common::{check_answers, local, sim, LOCAL_TIMEOUT_NS};
+use hytra_fabric::{Backend, NodeId, RunLimits};
 use hytra_offload::list::ListStore;
 use hytra_offload::service::{
     cpu_get_in_list, GetMode, GetResult, KvConfig, KvService, Structure, Waits,
@@ -19,22 +19,8 @@ use proptest::prelude::*;
 
 type Lists = Vec<Vec<(u64, Vec<u8>)>>;
 
-const SHAPE: ClusterShape = ClusterShape { nodes: 2, workers_per_node: 1, lanes_per_peer: 1 };
-
-fn sim(seed: u64) -> SimCluster {
-    let mut cfg = SimConfig::new(SHAPE, seed);
-    cfg.profile = NicProfile::cx5();
-    SimCluster::new(cfg).unwrap()
-}
-
-fn local() -> LocalCluster {
-    LocalCluster::new(LocalConfig::new(SHAPE)).unwrap()
-}
-
-/// Per-get timeout: virtual time on the simulator; real time, on a shared machine, on
-/// threads.
+/// Per-get timeout on the simulator (virtual time).
 const SIM_TIMEOUT_NS: u64 = 80_000;
-const LOCAL_TIMEOUT_NS: u64 = 2_000_000_000;
 
 /// Stores `lists`, gets every (list, key) of `asks` through the offload (one slot, one
 /// get at a time) and returns each answer next to the CPU's traversal.
@@ -129,20 +115,7 @@ fn check<B: Backend>(
 ) -> Result<(), TestCaseError> {
     let longest = ls.iter().map(Vec::len).max().unwrap_or(1) as u32;
     let got = offloaded_vs_cpu(backend, timeout_ns, longest + slack, brk, ls, asks);
-    prop_assert_eq!(got.len(), asks.len(), "every get answered");
-    let mut present = 0;
-    for (key, r, cpu) in got {
-        match (&r, &cpu) {
-            (GetResult::Found(v), Some(c)) => {
-                prop_assert_eq!(v, c, "key {}", key);
-                present += 1;
-            }
-            (GetResult::Absent, None) => {}
-            _ => prop_assert!(false, "key {key} (break {brk}): offload {r:?}, CPU {cpu:?}"),
-        }
-    }
-    prop_assert!(present > 0, "some key was present");
-    Ok(())
+    check_answers(got, asks.len(), &format!("break {brk}"))
 }
 
 proptest! {

@@ -5,10 +5,10 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use hytra_fabric::local::{LocalCluster, LocalConfig};
-use hytra_fabric::sim::profile::NicProfile;
-use hytra_fabric::sim::{SimCluster, SimConfig};
-use hytra_fabric::{Backend, ClusterShape, NodeId, RunLimits};
+mod common;
+
+use common::{check_answers, local, sim, LOCAL_TIMEOUT_NS};
+use hytra_fabric::{Backend, NodeId, RunLimits};
 use hytra_offload::hash::HashTable;
 use hytra_offload::service::{
     cpu_get, GetMode, GetResult, KvConfig, KvService, Search, Structure, Waits,
@@ -16,18 +16,8 @@ use hytra_offload::service::{
 use hytra_rt::{run_workers_with, RtConfig};
 use proptest::prelude::*;
 
-const SHAPE: ClusterShape = ClusterShape { nodes: 2, workers_per_node: 1, lanes_per_peer: 1 };
-
-fn sim(seed: u64) -> SimCluster {
-    let mut cfg = SimConfig::new(SHAPE, seed);
-    cfg.profile = NicProfile::cx5();
-    SimCluster::new(cfg).unwrap()
-}
-
-/// Per-get timeout: virtual time on the simulator; real time, on a shared machine, on
-/// threads.
+/// Per-get timeout on the simulator (virtual time).
 const SIM_TIMEOUT_NS: u64 = 40_000;
-const LOCAL_TIMEOUT_NS: u64 = 2_000_000_000;
 
 /// Inserts `entries` into a fresh table, gets every key in `asks` through the offload
 /// (one slot, one get at a time) and returns each answer next to the CPU's lookup.
@@ -108,20 +98,7 @@ fn check<B: Backend>(
     let mut asks: Vec<u64> = entries.iter().map(|e| e.0).collect();
     asks.extend(extra);
     let got = offloaded_vs_cpu(backend, timeout_ns, search, entries, &asks);
-    prop_assert_eq!(got.len(), asks.len(), "every get answered");
-    let mut present = 0;
-    for (key, r, cpu) in got {
-        match (&r, &cpu) {
-            (GetResult::Found(v), Some(c)) => {
-                prop_assert_eq!(v, c, "key {}", key);
-                present += 1;
-            }
-            (GetResult::Absent, None) => {}
-            _ => prop_assert!(false, "key {key}: offload {r:?}, CPU {cpu:?}"),
-        }
-    }
-    prop_assert!(present > 0, "some key was present");
-    Ok(())
+    check_answers(got, asks.len(), &format!("{search:?}"))
 }
 
 proptest! {
@@ -146,7 +123,6 @@ proptest! {
         (entries, extra) in table(),
         parallel in any::<bool>(),
     ) {
-        let local = LocalCluster::new(LocalConfig::new(SHAPE)).unwrap();
-        check(local, LOCAL_TIMEOUT_NS, &entries, extra, parallel)?;
+        check(local(), LOCAL_TIMEOUT_NS, &entries, extra, parallel)?;
     }
 }
