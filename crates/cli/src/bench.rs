@@ -25,7 +25,7 @@ use hytra_workloads::ycsb::{KeyDist, Mix as YcsbMix, Ycsb, YcsbParams};
 use serde_json::json;
 
 use crate::table::{open_output, write_json, Table};
-use crate::{usage, CliError};
+use crate::{usage, BackendKind, CliError};
 
 /// Options of `hytra bench`.
 #[derive(Args, Debug, Clone)]
@@ -264,15 +264,7 @@ fn available_memory() -> Option<u64> {
 
 /// Runs `hytra bench`.
 pub fn run_bench(a: BenchArgs) -> Result<(), CliError> {
-    let sim = match a.backend.as_str() {
-        "sim" => true,
-        "local" => false,
-        "ucx" if cfg!(feature = "ucx") => false,
-        "ucx" => return usage(
-            "backend 'ucx' is not in this build: install libucx-dev and build with --features ucx",
-        ),
-        other => return usage(format!("unknown backend '{other}' (expected sim, local or ucx)")),
-    };
+    let sim = BackendKind::parse(&a.backend)? == BackendKind::Sim;
     let Some(profile) = NicProfile::by_name(&a.profile) else {
         return usage(format!(
             "unknown NIC profile '{}' (expected one of: {})",

@@ -16,7 +16,7 @@ use hytra_io::{DeviceModel, EngineKind, Exports, FileId, Timing};
 use serde_json::json;
 
 use crate::table::{open_output, write_json, Table};
-use crate::{usage, CliError};
+use crate::{usage, BackendKind, CliError};
 
 /// Options of `hytra io`.
 #[derive(Args, Debug, Clone)]
@@ -100,14 +100,6 @@ pub struct IoArgs {
     calibrate: bool,
 }
 
-#[derive(Copy, Clone, PartialEq, Eq)]
-enum BackendKind {
-    Sim,
-    Local,
-    #[cfg_attr(not(feature = "ucx"), allow(dead_code))]
-    Ucx,
-}
-
 struct Plan {
     backend: BackendKind,
     profile: NicProfile,
@@ -117,15 +109,7 @@ struct Plan {
 }
 
 fn plan(a: &IoArgs) -> Result<Plan, CliError> {
-    let backend = match a.backend.as_str() {
-        "sim" => BackendKind::Sim,
-        "local" => BackendKind::Local,
-        "ucx" if cfg!(feature = "ucx") => BackendKind::Ucx,
-        "ucx" => return usage(
-            "backend 'ucx' is not in this build: install libucx-dev and build with --features ucx",
-        ),
-        other => return usage(format!("unknown backend '{other}' (expected local, sim or ucx)")),
-    };
+    let backend = BackendKind::parse(&a.backend)?;
     let Some(profile) = NicProfile::by_name(&a.profile) else {
         return usage(format!("unknown NIC profile '{}'", a.profile));
     };

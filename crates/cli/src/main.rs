@@ -75,6 +75,33 @@ pub fn usage<T>(msg: impl Into<String>) -> Result<T, CliError> {
     Err(CliError::Usage(msg.into()))
 }
 
+/// A backend named by `--backend`.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub enum BackendKind {
+    /// The simulator (virtual time).
+    Sim,
+    /// Threads of this process (real time).
+    Local,
+    /// UCX (only in a build with the `ucx` feature).
+    #[cfg_attr(not(feature = "ucx"), allow(dead_code))]
+    Ucx,
+}
+
+impl BackendKind {
+    /// Parses `--backend`; `ucx` is refused with the way to get it in a build without it.
+    pub fn parse(name: &str) -> Result<BackendKind, CliError> {
+        match name {
+            "sim" => Ok(BackendKind::Sim),
+            "local" => Ok(BackendKind::Local),
+            "ucx" if cfg!(feature = "ucx") => Ok(BackendKind::Ucx),
+            "ucx" => usage(
+                "backend 'ucx' is not in this build: install libucx-dev and build with --features ucx",
+            ),
+            other => usage(format!("unknown backend '{other}' (expected sim, local or ucx)")),
+        }
+    }
+}
+
 /// Collapses clap's multi-line message into one line.
 fn one_line(e: &clap::Error) -> String {
     let text = e.to_string();

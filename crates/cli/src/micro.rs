@@ -18,7 +18,7 @@ use hytra_workloads::micro::{
 use serde_json::json;
 
 use crate::table::{mops, open_output, us, write_json, Table};
-use crate::{usage, CliError};
+use crate::{usage, BackendKind, CliError};
 
 /// Options of `hytra micro`.
 #[derive(Args, Debug, Clone)]
@@ -98,13 +98,6 @@ pub struct MicroArgs {
     ucp_baseline: bool,
 }
 
-#[derive(Copy, Clone, PartialEq, Eq, Debug)]
-enum BackendKind {
-    Sim,
-    Local,
-    Ucx,
-}
-
 /// Everything validated, ready to run.
 #[derive(Clone)]
 struct Plan {
@@ -124,15 +117,7 @@ struct Plan {
 }
 
 fn plan(a: &MicroArgs) -> Result<Plan, CliError> {
-    let backend = match a.backend.as_str() {
-        "sim" => BackendKind::Sim,
-        "local" => BackendKind::Local,
-        "ucx" if cfg!(feature = "ucx") => BackendKind::Ucx,
-        "ucx" => return usage(
-            "backend 'ucx' is not in this build: install libucx-dev and build with --features ucx",
-        ),
-        other => return usage(format!("unknown backend '{other}' (expected sim, local or ucx)")),
-    };
+    let backend = BackendKind::parse(&a.backend)?;
     let Some(profile) = NicProfile::by_name(&a.profile) else {
         return usage(format!(
             "unknown NIC profile '{}' (expected one of: {})",
