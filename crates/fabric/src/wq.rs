@@ -17,10 +17,11 @@
 
 use thiserror::Error;
 
+use crate::constants::DATAGRAM_MTU;
 use crate::exec::{execute, TargetOp};
 use crate::ids::{ClusterShape, LocalAddr, NodeId, Rkey};
 use crate::memory::Region;
-use crate::verbs::Status;
+use crate::verbs::{PostError, Status};
 
 /// Bytes of one send-queue entry: eight words.
 pub const WQE_BYTES: u64 = 64;
@@ -393,9 +394,8 @@ pub(crate) fn check_spec(
 }
 
 /// Checks a message for a queue's RECV: whole words, at least one, at most the MTU.
-pub(crate) fn check_message(payload: &[u8]) -> Result<(), crate::verbs::PostError> {
-    use crate::verbs::PostError;
-    if payload.len() > crate::constants::DATAGRAM_MTU {
+pub(crate) fn check_message(payload: &[u8]) -> Result<(), PostError> {
+    if payload.len() > DATAGRAM_MTU {
         return Err(PostError::TooLarge(payload.len()));
     }
     if payload.is_empty() || payload.len() % 8 != 0 {
@@ -452,14 +452,16 @@ pub(crate) fn scatter_recv(
     Ok(())
 }
 
-/// The local buffer of a data verb, which must lie in registered memory of the queue's
-/// node when the verb issues (an atomic's zero-length buffer names none).
-pub(crate) fn local_buffer(wqe: &Wqe) -> Option<Sge> {
-    match *wqe {
-        Wqe::Write { local, .. } | Wqe::Read { local, .. } => Some(local),
-        Wqe::Cas { local, .. } | Wqe::Faa { local, .. } if local.len > 0 => Some(local),
-        _ => None,
-    }
+/// Whether a data verb's local buffer lies in registered memory of the queue's node
+/// (`own`), checked when the verb issues; an atomic's zero-length buffer names none.
+pub(crate) fn local_buffer_ok(wqe: &Wqe, own: &[Region]) -> bool {
+    let local = match *wqe {
+        Wqe::Write { local, .. } | Wqe::Read { local, .. } => local,
+        Wqe::Cas { local, .. } | Wqe::Faa { local, .. } if local.len > 0 => local,
+        _ => return true,
+    };
+    own.get(local.addr.rkey.0 as usize)
+        .is_some_and(|r| r.check(local.addr.offset, u64::from(local.len)).is_ok())
 }
 
 /// Applies a data verb of a queue on a node with regions `own` to its peer's regions

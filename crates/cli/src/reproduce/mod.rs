@@ -140,6 +140,10 @@ struct Scale {
     micro_primitives: Vec<Primitive>,
     /// Virtual time of each offloaded-get scenario.
     offload_ns: u64,
+    /// Value sizes of the offloaded-get latency figure.
+    offload_sizes: Vec<u32>,
+    /// Background writer counts of the isolation figure.
+    offload_writers: Vec<u16>,
 }
 
 impl Scale {
@@ -170,6 +174,8 @@ impl Scale {
                 Primitive::FIG5.to_vec()
             },
             offload_ns: if a.quick { 300_000 } else { 1_000_000 },
+            offload_sizes: if a.quick { vec![64, 4096] } else { vec![64, 1024, 16384, 65536] },
+            offload_writers: if a.quick { vec![0, 4, 16] } else { vec![0, 1, 2, 4, 8, 16] },
         }
     }
 

@@ -62,12 +62,11 @@ pub(super) fn redn_figures(plan: &mut Plan, s: &Scale) {
 
 /// RedN Fig. 11 and 13: one get at a time against the value size.
 fn get_latency(plan: &mut Plan, s: &Scale) {
-    let sizes: &[u32] =
-        if s.offload_ns < 1_000_000 { &[64, 4096] } else { &[64, 1024, 16384, 65536] };
     let mut series = Vec::new();
     let mut at64 = Vec::new();
     for path in [GET, Path::OneSided, Path::TwoSided, Path::Read] {
-        let pts: Vec<(f64, usize)> = sizes
+        let pts: Vec<(f64, usize)> = s
+            .offload_sizes
             .iter()
             .map(|&b| {
                 let j = job(plan, Scenario::latency(path, b), s);
@@ -154,11 +153,11 @@ fn list_traversal(plan: &mut Plan, s: &Scale) {
 
 /// RedN Fig. 14: gets while background writers keep the server's CPU busy.
 fn isolation(plan: &mut Plan, s: &Scale) {
-    let writers: &[u16] = if s.offload_ns < 1_000_000 { &[0, 4, 16] } else { &[0, 1, 2, 4, 8, 16] };
     let mut series = Vec::new();
     let mut at16 = Vec::new();
     for path in [GET, Path::TwoSided] {
-        let pts: Vec<(f64, usize)> = writers
+        let pts: Vec<(f64, usize)> = s
+            .offload_writers
             .iter()
             .map(|&w| {
                 let j = job(plan, Scenario { writers: w, ..Scenario::latency(path, 64) }, s);

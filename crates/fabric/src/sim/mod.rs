@@ -362,28 +362,26 @@ impl SimCluster {
         done: &mut [bool],
         remaining: &mut usize,
     ) {
-        {
-            match event {
-                Event::Arrive(op) => self.core.borrow_mut().arrive(op),
-                Event::Deliver(dg) => self.core.borrow_mut().deliver(dg),
-                Event::NodeFault { index } => self.core.borrow_mut().node_fault(index),
-                Event::Resume { node } => self.core.borrow_mut().resume(node),
-                Event::WqRun { node, wq } => self.core.borrow_mut().wq_run(node, wq),
-                Event::WqEffect(e) => self.core.borrow_mut().wq_effect(*e),
-                Event::WqComplete { node, wq } => self.core.borrow_mut().wq_complete(node, wq),
-                Event::Trigger(t) => self.core.borrow_mut().trigger_arrive(t),
-                Event::Step { worker, token } => {
-                    if !self.core.borrow_mut().begin_step(worker, token) {
-                        return;
-                    }
-                    let w = worker as usize;
-                    let outcome = self.step_one(&mut programs[w], worker);
-                    if !done[w] && programs[w].is_done() {
-                        done[w] = true;
-                        *remaining -= 1;
-                    }
-                    self.schedule_next(worker, outcome);
+        match event {
+            Event::Arrive(op) => self.core.borrow_mut().arrive(op),
+            Event::Deliver(dg) => self.core.borrow_mut().deliver(dg),
+            Event::NodeFault { index } => self.core.borrow_mut().node_fault(index),
+            Event::Resume { node } => self.core.borrow_mut().resume(node),
+            Event::WqRun { node, wq } => self.core.borrow_mut().wq_run(node, wq),
+            Event::WqEffect(e) => self.core.borrow_mut().wq_effect(*e),
+            Event::WqComplete { node, wq } => self.core.borrow_mut().wq_complete(node, wq),
+            Event::Trigger(t) => self.core.borrow_mut().trigger_arrive(t),
+            Event::Step { worker, token } => {
+                if !self.core.borrow_mut().begin_step(worker, token) {
+                    return;
                 }
+                let w = worker as usize;
+                let outcome = self.step_one(&mut programs[w], worker);
+                if !done[w] && programs[w].is_done() {
+                    done[w] = true;
+                    *remaining -= 1;
+                }
+                self.schedule_next(worker, outcome);
             }
         }
     }

@@ -19,7 +19,7 @@ use crate::sim::nic::NodeState;
 use crate::sim::profile::OffloadCosts;
 use crate::verbs::{PostError, Status};
 use crate::wq::{
-    apply_data_verb, check_message, check_spec, local_buffer, recv_posted, scatter_recv,
+    apply_data_verb, check_message, check_spec, local_buffer_ok, recv_posted, scatter_recv,
     WqCounters, WqId, WqSpec, Wqe, WqeError, WQE_BYTES, WQE_SIGNALED,
 };
 
@@ -289,13 +289,8 @@ impl Core {
             _ => {}
         }
         // A data verb: local checks now, remote checks at the target.
-        if let Some(l) = local_buffer(&wqe) {
-            let ok = self
-                .region_of(node, l.addr)
-                .is_some_and(|r| r.check(l.addr.offset, u64::from(l.len)).is_ok());
-            if !ok {
-                return self.wq_fail(node, wq, WqeError::Access);
-            }
+        if !local_buffer_ok(&wqe, &self.regions[n]) {
+            return self.wq_fail(node, wq, WqeError::Access);
         }
         let peer = self.wqs[n][wq as usize].spec.peer;
         let (effect_at, complete_at) = self.data_verb_times(node, peer, &wqe, issue);
