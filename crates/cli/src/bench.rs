@@ -15,7 +15,9 @@ use hytra_fabric::sim::{SimCluster, SimConfig};
 use hytra_fabric::ClusterShape;
 use hytra_rt::RtConfig;
 use hytra_store::{Catalog, NodeStore};
-use hytra_txn::{AbortReason, Design, ExecStrategy, LockStrategy, Primitive, TxnConfig, PHASES};
+use hytra_txn::{
+    AbortReason, Design, ExecStrategy, LockStrategy, NicLookups, Primitive, TxnConfig, PHASES,
+};
 use hytra_workloads::bench::{run, BenchError, BenchParams, BenchResult, Workload};
 use hytra_workloads::smallbank::SmallBank;
 use hytra_workloads::tatp::{Tatp, TatpParams};
@@ -133,7 +135,9 @@ pub struct BenchArgs {
     /// OS threads (local only) [default: one per core].
     #[arg(long)]
     threads: Option<usize>,
-    /// Override the execution strategy: one-sided, one-sided-cached, two-sided, hybrid.
+    /// Override the execution strategy: one-sided, one-sided-cached, two-sided, hybrid,
+    /// offload (cache misses answered by the primary's NIC; sim with --profile cx5, or
+    /// local).
     #[arg(long)]
     exec: Option<String>,
     /// Override locking: one-sided, two-sided, at-execution.
@@ -252,7 +256,13 @@ fn memory_needed<W: Workload>(w: &W, shape: ClusterShape, cfg: &TxnConfig, corou
     let log = shape.workers_total() as u64 * cfg.log_ring_bytes;
     let scratch = u64::from(shape.workers_per_node) * u64::from(coroutines) * (64 << 10);
     let cache = NodeStore::cache_bytes(&catalog, cfg.cache_bytes);
-    (store + log + scratch + cache) * u64::from(shape.nodes)
+    let nic = match cfg.exec {
+        ExecStrategy::Offload => {
+            NicLookups::bytes_per_node(&catalog, shape.workers_per_node, coroutines)
+        }
+        _ => 0,
+    };
+    (store + log + scratch + cache + nic) * u64::from(shape.nodes)
 }
 
 fn available_memory() -> Option<u64> {
@@ -610,6 +620,12 @@ fn print_report<R>(
     if !reasons.is_empty() {
         println!("aborts       {}", reasons.join(", "));
     }
+    if s.nic_lookups + s.nic_busy > 0 {
+        println!(
+            "nic lookups  {} sent: {} found the record, {} fell back to RPC, {} timed out; {} cache misses went by RPC (slot busy)",
+            s.nic_lookups, s.nic_found, s.nic_fallbacks, s.nic_timeouts, s.nic_busy
+        );
+    }
     let mut t = Table::new(&["type", "commits", "aborts"]);
     for (i, name) in types.iter().enumerate() {
         t.row(vec![name.to_string(), s.per_type[i].0.to_string(), s.per_type[i].1.to_string()]);
@@ -711,6 +727,13 @@ fn json_report<R>(
         "invariant_ok": r.invariant.ok,
         "invariant": r.invariant.details,
         "location_cache": { "hits": r.cache_hits, "misses": r.cache_misses },
+        "nic_lookups": {
+            "sent": s.nic_lookups,
+            "found": s.nic_found,
+            "fell_back": s.nic_fallbacks,
+            "slot_busy": s.nic_busy,
+            "timed_out": s.nic_timeouts,
+        },
         "wall_s": wall.as_secs_f64(),
     });
     if sim {

@@ -6,6 +6,10 @@
 //! Item: `key << 16`, value length, value bytes padded to 8. Key 0 is reserved (empty).
 //! Every key lives in one of its two candidate buckets (cuckoo insertion), so a lookup
 //! reads at most two buckets (RedN §5.2 uses two hashes).
+//!
+//! The bucket array ([`Buckets`], [`place`], [`find`]) also stands alone: an index
+//! whose entries name items kept elsewhere (the transaction engine's records, found by
+//! the 48-bit [`tag`] of their key).
 
 use hytra_fabric::wq::{header, Sge, WqOpcode, ID_MAX};
 use hytra_fabric::{LocalAddr, Region, Rkey};
@@ -27,9 +31,124 @@ pub enum TableError {
     /// No room for the item.
     #[error("item area full")]
     Full,
-    /// Both candidate buckets stayed taken after the displacements.
+    /// Both candidate buckets stayed taken after the displacements; the entry displaced
+    /// last (key in the payload) is no longer in the array.
     #[error("no bucket for key {0:#x}")]
     NoBucket(u64),
+}
+
+/// An array of `count` buckets from byte `base` of region `rkey`.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub struct Buckets {
+    /// Region.
+    pub rkey: Rkey,
+    /// Offset of bucket 0.
+    pub base: u64,
+    /// Number of buckets (at least one).
+    pub count: u64,
+}
+
+impl Buckets {
+    /// Bytes the array takes.
+    pub fn bytes(&self) -> u64 {
+        self.count * BUCKET_BYTES
+    }
+
+    /// Offset of bucket `b`.
+    pub fn bucket(&self, b: u64) -> u64 {
+        debug_assert!(b < self.count, "bucket {b} of {}", self.count);
+        self.base + b * BUCKET_BYTES
+    }
+
+    /// The two candidate buckets of `key` (distinct when there are at least two).
+    pub fn candidates(&self, key: u64) -> [u64; 2] {
+        let h1 = mix(key) % self.count;
+        let mut h2 = mix(key ^ 0x9E37_79B9_7F4A_7C15) % self.count;
+        if h2 == h1 && self.count > 1 {
+            h2 = (h1 + 1) % self.count;
+        }
+        [h1, h2]
+    }
+
+    /// Offsets of the two candidate buckets of `key`.
+    pub fn candidate_offsets(&self, key: u64) -> [u64; 2] {
+        self.candidates(key).map(|b| self.bucket(b))
+    }
+}
+
+/// The 48-bit key a record of any 64-bit key is filed under in a bucket array (never 0).
+/// Different keys may share a tag: whoever follows an entry checks the key it finds.
+pub fn tag(key: u64) -> u64 {
+    (mix(key ^ 0x5851_F42D_4C95_7F2D) & ID_MAX).max(1)
+}
+
+/// Files `key` (1..=[`ID_MAX`]) with `entry` in one of its candidate buckets of `b`
+/// (replacing its entry if it is there): in `which` (0 or 1) if given, moving what was
+/// there to its other candidate, else in a free one, displacing entries cuckoo-style.
+/// Not safe against concurrent calls on one array; NIC READs may run meanwhile and see a
+/// bucket whose key word names an entry it does not hold yet, or no longer.
+pub fn place(
+    region: &Region,
+    b: Buckets,
+    key: u64,
+    entry: Sge,
+    which: Option<usize>,
+) -> Result<(), TableError> {
+    if key == 0 || key > ID_MAX {
+        return Err(TableError::BadKey(key));
+    }
+    let c = b.candidates(key);
+    for at in c {
+        if load_bucket(region, b, at).0 == key_word(key) {
+            store_bucket(region, b, at, key, entry);
+            return Ok(());
+        }
+    }
+    let mut at = match which {
+        Some(w) => c[w],
+        None => *c.iter().find(|&&x| load_bucket(region, b, x).0 == 0).unwrap_or(&c[0]),
+    };
+    let (mut k, mut e) = (key, entry);
+    for _ in 0..KICKS_MAX {
+        let old = load_bucket(region, b, at);
+        store_bucket(region, b, at, k, e);
+        if old.0 == 0 {
+            return Ok(());
+        }
+        // Move the evicted entry to its other candidate.
+        let (ok, oe) = (old.0 >> 16, old.1);
+        let oc = b.candidates(ok);
+        at = if oc[0] == at { oc[1] } else { oc[0] };
+        (k, e) = (ok, oe);
+    }
+    Err(TableError::NoBucket(k))
+}
+
+/// The entry filed under `key` in `b`, if any (the CPU lookup).
+pub fn find(region: &Region, b: Buckets, key: u64) -> Option<Sge> {
+    if key == 0 || key > ID_MAX {
+        return None;
+    }
+    b.candidates(key).into_iter().find_map(|at| {
+        let (k, e) = load_bucket(region, b, at);
+        (k == key_word(key)).then_some(e)
+    })
+}
+
+fn load_bucket(region: &Region, b: Buckets, at: u64) -> (u64, Sge) {
+    let mut w = [0u64; 3];
+    region.read_words(b.bucket(at), &mut w);
+    (w[0], Sge::from_words(w[1], w[2]))
+}
+
+fn store_bucket(region: &Region, b: Buckets, at: u64, key: u64, entry: Sge) {
+    let off = b.bucket(at);
+    let [a, l] = entry.words();
+    // Key word last (a release store): a reader that sees the new key sees its entry.
+    // Clearing it first keeps a reader from pairing the old key with the new entry.
+    region.store(off, 0);
+    region.write_words(off + 8, &[a, l]);
+    region.store(off, key_word(key));
 }
 
 /// Where a table lives in its node's registered memory.
@@ -49,19 +168,19 @@ impl TableLayout {
         self.buckets * BUCKET_BYTES + self.item_bytes
     }
 
+    /// The table's bucket array (at the start of its region).
+    pub fn index(&self) -> Buckets {
+        Buckets { rkey: self.rkey, base: 0, count: self.buckets }
+    }
+
     /// Offset of bucket `b`.
     pub fn bucket(&self, b: u64) -> u64 {
-        b * BUCKET_BYTES
+        self.index().bucket(b)
     }
 
     /// The two candidate buckets of `key` (distinct when there are at least two).
     pub fn candidates(&self, key: u64) -> [u64; 2] {
-        let h1 = mix(key) % self.buckets;
-        let mut h2 = mix(key ^ 0x9E37_79B9_7F4A_7C15) % self.buckets;
-        if h2 == h1 && self.buckets > 1 {
-            h2 = (h1 + 1) % self.buckets;
-        }
-        [h1, h2]
+        self.index().candidates(key)
     }
 }
 
@@ -115,31 +234,7 @@ impl HashTable {
             return Err(TableError::BadKey(key));
         }
         let item = self.alloc_item(key, value)?;
-        let c = self.layout.candidates(key);
-        for b in c {
-            if self.bucket_key(b) == key_word(key) {
-                self.store_bucket(b, key, item);
-                return Ok(());
-            }
-        }
-        let mut b = match which {
-            Some(w) => c[w],
-            None => *c.iter().find(|&&b| self.bucket_key(b) == 0).unwrap_or(&c[0]),
-        };
-        let (mut k, mut it) = (key, item);
-        for _ in 0..KICKS_MAX {
-            let old = self.load_bucket(b);
-            self.store_bucket(b, k, it);
-            if old.0 == 0 {
-                return Ok(());
-            }
-            // Move the evicted entry to its other candidate.
-            let (ok, oitem) = (old.0 >> 16, old.1);
-            let oc = self.layout.candidates(ok);
-            b = if oc[0] == b { oc[1] } else { oc[0] };
-            (k, it) = (ok, oitem);
-        }
-        Err(TableError::NoBucket(key))
+        place(&self.region, self.layout.index(), key, item, which)
     }
 
     fn alloc_item(&mut self, key: u64, value: &[u8]) -> Result<Sge, TableError> {
@@ -152,27 +247,9 @@ impl HashTable {
         Ok(write_item(&self.region, LocalAddr { rkey: self.layout.rkey, offset: at }, key, value))
     }
 
-    fn bucket_key(&self, b: u64) -> u64 {
-        self.region.load(self.layout.bucket(b))
-    }
-
-    fn load_bucket(&self, b: u64) -> (u64, Sge) {
-        let mut w = [0u64; 3];
-        self.region.read_words(self.layout.bucket(b), &mut w);
-        (w[0], Sge::from_words(w[1], w[2]))
-    }
-
-    fn store_bucket(&self, b: u64, key: u64, item: Sge) {
-        let [a, l] = item.words();
-        self.region.write_words(self.layout.bucket(b), &[key_word(key), a, l]);
-    }
-
     /// Offset of `key`'s item, if present.
     pub fn item_of(&self, key: u64) -> Option<u64> {
-        self.layout.candidates(key).into_iter().find_map(|b| {
-            let (k, sge) = self.load_bucket(b);
-            (k == key_word(key)).then_some(sge.addr.offset)
-        })
+        find(&self.region, self.layout.index(), key).map(|sge| sge.addr.offset)
     }
 
     /// The CPU lookup: the value of `key`, if present.
@@ -184,18 +261,7 @@ impl HashTable {
 /// The CPU lookup over a table's region (the server's two-sided path and the reference
 /// the other paths are checked against).
 pub fn lookup(region: &Region, layout: TableLayout, key: u64) -> Option<Vec<u8>> {
-    if key == 0 || key > ID_MAX {
-        return None;
-    }
-    for b in layout.candidates(key) {
-        let mut w = [0u64; 3];
-        region.read_words(layout.bucket(b), &mut w);
-        if w[0] == key_word(key) {
-            let sge = Sge::from_words(w[1], w[2]);
-            return Some(read_item(region, sge.addr.offset));
-        }
-    }
-    None
+    find(region, layout.index(), key).map(|sge| read_item(region, sge.addr.offset))
 }
 
 /// Bytes an item of a `value_len`-byte value takes.
@@ -246,5 +312,58 @@ mod tests {
         t.insert_in(5000, b"second", Some(1)).unwrap();
         let b = layout.candidates(5000)[1];
         assert_eq!(t.region.load(layout.bucket(b)), key_word(5000));
+    }
+
+    #[test]
+    fn arrays_share_a_region_and_keep_their_entries() {
+        let region = Region::zeroed(64 * BUCKET_BYTES);
+        let a = Buckets { rkey: Rkey(3), base: 0, count: 24 };
+        let b = Buckets { rkey: Rkey(3), base: a.bytes(), count: 40 };
+        let entry = |k: u64| Sge { addr: LocalAddr { rkey: Rkey(9), offset: k * 64 }, len: 48 };
+        for k in 1..=9u64 {
+            place(&region, a, tag(k), entry(k), None).unwrap();
+            place(&region, b, tag(k), entry(k + 100), None).unwrap();
+        }
+        for k in 1..=9u64 {
+            assert_eq!(find(&region, a, tag(k)), Some(entry(k)));
+            assert_eq!(find(&region, b, tag(k)), Some(entry(k + 100)));
+            for at in b.candidate_offsets(tag(k)) {
+                assert!((a.bytes()..a.bytes() + b.bytes()).contains(&at));
+            }
+        }
+        // Filing a key again replaces its entry in place.
+        place(&region, a, tag(4), entry(44), None).unwrap();
+        assert_eq!(find(&region, a, tag(4)), Some(entry(44)));
+        assert_eq!(find(&region, a, tag(10)), None);
+    }
+
+    #[test]
+    fn tags_fit_an_entry_id_and_are_never_empty() {
+        for k in (0..10_000u64).chain([u64::MAX, u64::MAX - 2, 1 << 48, ID_MAX]) {
+            let t = tag(k);
+            assert!((1..=ID_MAX).contains(&t), "{k}: {t}");
+        }
+        assert_ne!(tag(1), tag(2));
+    }
+
+    #[test]
+    fn a_full_array_reports_the_entry_it_dropped() {
+        let region = Region::zeroed(4 * BUCKET_BYTES);
+        let b = Buckets { rkey: Rkey(0), base: 0, count: 4 };
+        let e = Sge { addr: LocalAddr { rkey: Rkey(0), offset: 0 }, len: 8 };
+        let results: Vec<_> = (1..=6u64).map(|k| place(&region, b, k, e, None)).collect();
+        let dropped: Vec<u64> = results
+            .iter()
+            .filter_map(|r| match r {
+                Err(TableError::NoBucket(k)) => Some(*k),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(dropped.len(), 2, "{results:?}");
+        let kept = (1..=6u64).filter(|&k| find(&region, b, k).is_some()).count();
+        assert_eq!(kept, 4);
+        for k in dropped {
+            assert_eq!(find(&region, b, k), None);
+        }
     }
 }

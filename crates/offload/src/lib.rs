@@ -7,17 +7,21 @@
 //! - [`hash`]: a two-choice hash table laid out so the NIC can search it, and the CPU
 //!   lookup every other path must agree with
 //! - [`list`]: linked lists laid out the same way, and the CPU traversal
+//! - [`lookup`]: the offloaded lookup in a bucket array (program, request, answer), which
+//!   the get service and the transaction engine's `offload` execution strategy use
 //! - [`service`]: a key-value get service built from them, with three ways to get:
 //!   offloaded (one SEND, answered by the server's NIC), one-sided (READs, two round
 //!   trips), two-sided (an RPC served by the server's CPU)
 //! - [`bench`](mod@bench): the `hytra offload` scenarios
 //!
-//! Only the simulator models a NIC that runs verb programs (profile `cx5`).
+//! Two backends run verb programs: the simulator (profile `cx5`, with RedN's costs) and
+//! `local` (a NIC thread, real time).
 
 #![forbid(unsafe_code)]
 
 pub mod bench;
 pub mod hash;
 pub mod list;
+pub mod lookup;
 pub mod program;
 pub mod service;

@@ -727,6 +727,11 @@ impl Installed {
         self.program.wq(q)
     }
 
+    /// Bytes of the code area the program takes (rings, RECVs and doorbell records).
+    pub fn code_bytes(&self) -> u64 {
+        self.program.used
+    }
+
     /// Address of a field of an entry.
     pub fn field(&self, wr: Wr, word: u64) -> LocalAddr {
         self.program.field(wr, word)

@@ -35,6 +35,8 @@ use hytra_rt::{Co, RpcType, Worker};
 
 use crate::hash::{key_word, lookup, read_item, HashTable, TableLayout, BUCKET_BYTES, ITEM_HEADER};
 use crate::list::{node_key_word, ListLayout, ListStore, NODE_BYTES, NULL};
+pub use crate::lookup::Search;
+use crate::lookup::{lookup_program, request, Answer};
 use crate::program::{Program, ProgramError, Q};
 
 /// RPC type of a two-sided get.
@@ -51,15 +53,6 @@ pub enum GetMode {
     OneSided,
     /// RPC to the server's CPU.
     TwoSided,
-}
-
-/// How the offload searches the two candidate buckets.
-#[derive(Copy, Clone, PartialEq, Eq, Debug, serde::Serialize)]
-pub enum Search {
-    /// One queue, one bucket after the other.
-    Sequential,
-    /// Two queues, both buckets at once.
-    Parallel,
 }
 
 /// What the service stores, and how the offload searches it.
@@ -271,7 +264,13 @@ impl KvService {
                         WqId(next_wq),
                         |p| match (data, cfg.structure) {
                             (Data::Hash(table), Structure::Hash { search, .. }) => {
-                                hash_get_program(p, cfg.server, search, table, w.node, client_slot)
+                                let answer = Answer {
+                                    rkey: key,
+                                    done: base,
+                                    item: base + SLOT_HEADER,
+                                    entries: None,
+                                };
+                                lookup_program(p, cfg.server, search, table.rkey, w.node, answer)
                             }
                             (Data::List(lists), Structure::List { max_len, brk, .. }) => {
                                 let (n, node) = (max_len as usize, w.node);
@@ -488,100 +487,6 @@ async fn serve_get<E: Endpoint + 'static>(
     }
 }
 
-/// Emits the recycled hash-get program of one client slot, in three kinds of queue
-/// (RedN §5.2, Fig. 9, with recycling):
-///
-/// - control `K` (recycled, holds the RECV): WAIT for the request, ENABLE the lookup
-///   queue(s), the FAAs that advance K's own counts, WAIT for the lookups' CASes, ENABLE
-///   the response queue, then the FAAs on the lookups' WAIT counts and K's next round;
-/// - lookup `W` (or `W1` and `W2` for [`Search::Parallel`]): per bucket a READ of the
-///   bucket into a response entry's header and item scatter/gather entry, a WAIT for it,
-///   and a CAS that turns the response into a WRITE if the bucket holds the key;
-/// - response `R` (connected to the client): the two response entries, then a WRITE of
-///   the request's sequence number into the client's completion word.
-///
-/// Each ENABLE comes after the verbs that rewrote what it enables completed (doorbell
-/// order): the lookups after the RECV scattered the request into them, the responses
-/// after the CASes.
-fn hash_get_program(
-    p: &mut Program,
-    server: NodeId,
-    search: Search,
-    table: TableLayout,
-    client: NodeId,
-    slot: LocalAddr,
-) -> Result<(), ProgramError> {
-    let parallel = search == Search::Parallel;
-    // Two RECVs: the next request may arrive before this round re-posts its RECV.
-    let k = p.queue(server, true, 2);
-    let w1 = p.queue(server, true, 0);
-    let w2 = if parallel { p.queue(server, true, 0) } else { w1 };
-    let r = p.queue(client, true, 0);
-    let answer = Wqe::Write {
-        local: Sge { addr: slot, len: 0 },
-        remote_key: slot.rkey,
-        remote: slot.offset + SLOT_HEADER,
-    };
-    // A READ of a bucket fills a response's header (key word, NOOP) and its local
-    // scatter/gather entry (the item).
-    let resp1 = p.body(r, answer);
-    let resp2 = p.body(r, answer);
-    // The request's sequence number, scattered by the RECV into the LOCAL_ADDR field of
-    // a NOOP of K that only serves as storage; R's last WRITE sends it back.
-    let seq_word = p.reserve(k);
-    p.set(seq_word, Wqe::Noop, false, 0)?;
-    let seq_at = p.field(seq_word, field::LOCAL_ADDR);
-    p.push(
-        r,
-        Wqe::Write {
-            local: Sge { addr: seq_at, len: 8 },
-            remote_key: slot.rkey,
-            remote: slot.offset,
-        },
-        false,
-    );
-    let lookup = |p: &mut Program, w: Q, resp: crate::program::Wr| -> Result<_, ProgramError> {
-        let dest = p.field(resp, field::HEADER);
-        let read = p.push(
-            w,
-            Wqe::Read { local: Sge { addr: dest, len: 24 }, remote_key: table.rkey, remote: 0 },
-            true,
-        );
-        p.wait_all(w, w);
-        let cas = p.cas_header(w, resp)?;
-        Ok((read, cas))
-    };
-    let (read1, cas1) = lookup(p, w1, resp1)?;
-    let (read2, cas2) = lookup(p, w2, resp2)?;
-    p.begin_round(k)?;
-    let kq = p.wq(k);
-    p.push(k, Wqe::Wait { target: kq, count: 1, recv: true }, false);
-    p.enable_all(k, w1);
-    if parallel {
-        p.enable_all(k, w2);
-    }
-    // K's own FAAs run while the lookups do.
-    p.advance_here(k)?;
-    p.wait_all(k, w1);
-    if parallel {
-        p.wait_all(k, w2);
-    }
-    p.enable_all(k, r);
-    p.end_round(k)?;
-    let sge = |addr: LocalAddr, words: u32| Sge { addr, len: words * 8 };
-    p.post_recv(
-        k,
-        &[
-            sge(p.field(cas1, field::OPERAND_A), 2),
-            sge(p.field(cas2, field::OPERAND_A), 2),
-            sge(p.field(read1, field::REMOTE_ADDR), 1),
-            sge(p.field(read2, field::REMOTE_ADDR), 1),
-            sge(seq_at, 1),
-        ],
-    )?;
-    Ok(())
-}
-
 /// Longest list an offloaded get traverses: the RECV scatters the head, the sequence
 /// number and one CAS operand pair per iteration, at most 15 entries.
 pub const LIST_LEN_MAX: u32 = 13;
@@ -775,12 +680,7 @@ impl Client {
         let seq = self.begin();
         let deadline = co.now_ns() + timeout_ns;
         let sent = match mode {
-            GetMode::Offload => {
-                let [b1, b2] = table.candidates(key).map(|b| table.bucket(b));
-                let kw = key_word(key);
-                let swap = kw | WqOpcode::Write as u64;
-                self.trigger(co, &[kw, swap, kw, swap, b1, b2, seq])
-            }
+            GetMode::Offload => self.trigger(co, &request(table.index(), key, seq)),
             GetMode::TwoSided => self.rpc(co, key, seq, 0),
             GetMode::OneSided => return self.get_one_sided(co, table, key, deadline).await,
         };
@@ -1030,7 +930,7 @@ impl Waits {
 
     /// Waits until the word at `at` of `region` equals `want` or the clock passes
     /// `deadline_ns`; returns whether the word arrived.
-    pub fn wait<'a, E: Endpoint + 'static>(
+    pub fn wait<'a, E: Endpoint>(
         &'a self,
         co: &'a Co<E>,
         region: &'a Region,
@@ -1043,7 +943,7 @@ impl Waits {
 
     /// Waits until either word `(offset, value)` of `words` arrived in `region` or the
     /// clock passes `deadline_ns`; returns whether one arrived.
-    pub fn wait_any<'a, E: Endpoint + 'static>(
+    pub fn wait_any<'a, E: Endpoint>(
         &'a self,
         co: &'a Co<E>,
         region: &'a Region,
@@ -1067,7 +967,7 @@ struct WaitWord<'a, E> {
     armed: bool,
 }
 
-impl<E: Endpoint + 'static> Future for WaitWord<'_, E> {
+impl<E: Endpoint> Future for WaitWord<'_, E> {
     type Output = bool;
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<bool> {
         let arrived = arrived(self.region, &self.words);

@@ -17,6 +17,11 @@ pub enum ExecStrategy {
     /// One READ on a cache hit; on a miss an RPC that also returns the record's address
     /// and fills the cache (DrTM+H §6.1).
     Hybrid,
+    /// One READ on a cache hit (if there is a cache); on a miss one request that the
+    /// primary's NIC answers with the record and its address, by a verb program (RedN);
+    /// the RPC of `Hybrid` where the NIC does not find it. Needs a NIC that runs verb
+    /// programs.
+    Offload,
 }
 
 /// How the write set is locked.
@@ -105,6 +110,7 @@ named_choices!(ExecStrategy {
     OneSidedCached => "one-sided-cached",
     TwoSided => "two-sided",
     Hybrid => "hybrid",
+    Offload => "offload",
 });
 named_choices!(LockStrategy {
     OneSided => "one-sided",

@@ -22,8 +22,12 @@ use thiserror::Error;
 
 use crate::config::{ConfigError, ExecStrategy, TxnConfig};
 use crate::log::{LogLayout, RingOut};
+use crate::offload::{NicLookups, NodeIndex};
 use crate::stats::TxnStats;
 use crate::{handlers, wire};
+use hytra_offload::hash::tag;
+use hytra_offload::service::Waits;
+use hytra_store::layout::KEY_WORD;
 
 /// Scratch memory of one coroutine: destinations of READs and atomics, log entries and
 /// commit payloads staged for one-sided WRITEs.
@@ -41,6 +45,9 @@ pub enum EngineError {
     /// The backend refused a region.
     #[error(transparent)]
     Backend(#[from] BackendError),
+    /// The offload execution strategy cannot run here.
+    #[error("offload execution strategy: {0}")]
+    Offload(String),
 }
 
 /// Where each coroutine's scratch memory is.
@@ -81,6 +88,31 @@ pub struct NodeEngine {
     pub log_region: Region,
     /// Scratch layout.
     pub scratch: ScratchLayout,
+    /// The offload strategy's lookups, and this node's index of its primary records.
+    pub(crate) offload: Option<(Arc<NicLookups>, NodeIndex)>,
+}
+
+impl NodeEngine {
+    /// The offset of `key`'s record in this node's primary replica of `table`, inserting
+    /// an absent record if there is none (and filing it in the NIC index).
+    pub(crate) fn insert_primary(&self, table: TableId, key: u64) -> Result<u64, StoreError> {
+        let off = self.store.primary(table).lookup_or_insert(key)?;
+        self.file(table, key, off);
+        Ok(off)
+    }
+
+    /// Files a primary record in the NIC index, if the offload strategy keeps one.
+    fn file(&self, table: TableId, key: u64, off: u64) {
+        if let Some((lookups, index)) = &self.offload {
+            let len = self.catalog.geometry(table).record_bytes;
+            index.file(table, lookups.table(table), key, self.catalog.rkey(table, 0), off, len);
+        }
+    }
+
+    /// Records the NIC index could not hold (they are found by RPC instead).
+    pub fn nic_index_lost(&self) -> u64 {
+        self.offload.as_ref().map_or(0, |(_, index)| index.lost())
+    }
 }
 
 /// The engine on a cluster: one [`NodeEngine`] per node.
@@ -137,12 +169,24 @@ impl Engine {
             rkey: backend.register_all(RegionSpec::new(scratch_bytes))?,
             coroutines: coroutines.max(1),
         };
+        let lookups = match cfg.exec {
+            ExecStrategy::Offload => {
+                Some(Arc::new(NicLookups::setup(backend, &catalog, coroutines.max(1))?))
+            }
+            _ => None,
+        };
         let nodes = stores
             .into_iter()
             .map(|store| {
                 let node = store.node;
                 let log_region =
                     backend.region(node, log.rkey).expect("log region just registered");
+                let offload = lookups.as_ref().map(|l| {
+                    let region = backend
+                        .region(node, l.table(TableId(0)).rkey)
+                        .expect("index region just registered");
+                    (l.clone(), NodeIndex::new(region, catalog.tables().count()))
+                });
                 Arc::new(NodeEngine {
                     node,
                     cfg,
@@ -151,6 +195,7 @@ impl Engine {
                     log,
                     log_region,
                     scratch,
+                    offload,
                 })
             })
             .collect();
@@ -168,7 +213,11 @@ impl Engine {
             if !self.hosted[usize::from(node)] {
                 continue;
             }
-            self.nodes[usize::from(node)].store.replica(table, slot).load(key, payload)?;
+            let here = &self.nodes[usize::from(node)];
+            let off = here.store.replica(table, slot).load(key, payload)?;
+            if slot == 0 {
+                here.file(table, key, off);
+            }
         }
         Ok(())
     }
@@ -178,7 +227,10 @@ impl Engine {
     /// SmallBank index, DrTM+H §5.1), which a short simulated window would spend its
     /// whole length approaching. Does nothing for designs without a cache.
     pub fn warm_caches(&self) {
-        if !matches!(self.cfg.exec, ExecStrategy::Hybrid | ExecStrategy::OneSidedCached) {
+        if !matches!(
+            self.cfg.exec,
+            ExecStrategy::Hybrid | ExecStrategy::OneSidedCached | ExecStrategy::Offload
+        ) {
             return;
         }
         // Only records of this process's nodes are known here: in a cluster spread over
@@ -198,6 +250,43 @@ impl Engine {
         }
     }
 
+    /// With the offload strategy, checks that the NIC index of every node this process
+    /// hosts finds each primary record: `Some(Ok(summary))` if so, `Some(Err(what))`
+    /// naming a record it misses. A record is excused only if the array lost entries or
+    /// another key shares its tag. `None` without the offload strategy.
+    pub fn check_nic_index(&self) -> Option<Result<String, String>> {
+        let (mut records, mut shared, mut lost) = (0u64, 0u64, 0u64);
+        for here in self.nodes.iter().filter(|n| self.hosts(n.node)) {
+            let (lookups, index) = here.offload.as_ref()?;
+            lost += index.lost();
+            for spec in self.catalog.tables() {
+                let replica = here.store.primary(spec.id);
+                let b = lookups.table(spec.id);
+                for (off, key) in replica.records() {
+                    records += 1;
+                    let entry = index.find(b, key);
+                    if entry.is_some_and(|e| e.addr.offset == off) {
+                        continue;
+                    }
+                    let other = entry.map(|e| replica.region().load(e.addr.offset + KEY_WORD * 8));
+                    if other.is_some_and(|k| k != key && tag(k) == tag(key)) {
+                        shared += 1;
+                        continue;
+                    }
+                    if index.lost() == 0 {
+                        return Some(Err(format!(
+                            "{}: table {} key {key} (record at {off}) is not in the NIC index of {} (it names {entry:?})",
+                            "nic index", spec.name, here.node
+                        )));
+                    }
+                }
+            }
+        }
+        Some(Ok(format!(
+            "nic index: {records} primary records filed ({shared} share a tag with another key, {lost} entries lost to full arrays)"
+        )))
+    }
+
     /// Makes `w` a transaction worker: registers the engine's RPC handlers and starts its
     /// background task. `record_history` keeps every committed transaction for the checker.
     pub fn install<E: Endpoint + 'static>(
@@ -209,6 +298,19 @@ impl Engine {
         let me = co.me();
         let node = self.nodes[usize::from(me.node.0)].clone();
         handlers::register(w, &node);
+        let waits = node.offload.as_ref().map(|(lookups, _)| {
+            if me.index == 0 {
+                // Start this node's lookup programs (each waits for its first request).
+                co.with_ep(|ep| {
+                    for &q in lookups.starters(me.node) {
+                        ep.wq_doorbell(q).expect("lookup queue of this node");
+                    }
+                });
+            }
+            let waits = Waits::default();
+            w.poll_with(waits.poller());
+            waits
+        });
         let wt = Rc::new(WorkerTxn {
             node,
             me,
@@ -223,6 +325,7 @@ impl Engine {
             window: Cell::new((0, u64::MAX)),
             commits_total: Cell::new(0),
             buffers: RefCell::new(Vec::new()),
+            waits,
         });
         let bg = wt.clone();
         w.spawn(move |co| async move { crate::commit::background(co, bg).await });
@@ -263,6 +366,8 @@ pub struct WorkerTxn {
     pub(crate) commits_total: Cell<u64>,
     /// Request buffers that outlive a coroutine's step (queued for acknowledgement).
     buffers: RefCell<Vec<Vec<u8>>>,
+    /// Coroutines waiting for the answers of offloaded lookups (offload strategy only).
+    pub(crate) waits: Option<Waits>,
 }
 
 impl WorkerTxn {

@@ -94,7 +94,7 @@ fn lock<E: Endpoint>(node: &NodeEngine, ctx: &mut HandlerCtx<'_, E>, req: &[u8])
     let Some(r) = RecordReq::decode(req) else { return refuse(ctx.reply) };
     let Some(replica) = primary(node, r.table, r.key) else { return refuse(ctx.reply) };
     let found = if r.flags & CREATE != 0 {
-        replica.lookup_or_insert(r.key).map(Some)
+        node.insert_primary(TableId(r.table), r.key).map(Some)
     } else {
         Ok(replica.lookup(r.key))
     };

@@ -5,6 +5,7 @@
 //!   (`drtmh`, `fasst`, `farm`, `drtmr`)
 //! - `engine`: setting the engine up on a backend; per-node and per-worker state
 //! - `txn`: the transaction API ([`TxnCtx`], [`Txn`]) and the execution phase
+//! - `offload`: the `offload` execution strategy's NIC index and lookup programs
 //! - `validate`: locking the write set and validating the read set
 //! - `commit`: logging, write-back, abort, the background task, history
 //! - `log`: log rings on backups, entries, lazy application
@@ -40,6 +41,7 @@ pub mod config;
 mod engine;
 mod handlers;
 pub mod log;
+mod offload;
 mod outcome;
 mod stats;
 mod txn;
@@ -50,6 +52,7 @@ pub use config::{
     Design, ExecStrategy, LockStrategy, PlantedFaults, Primitive, TxnConfig, TxnCosts,
 };
 pub use engine::{Engine, EngineError, NodeEngine, WorkerTxn};
+pub use offload::NicLookups;
 pub use outcome::{Abort, AbortReason, Outcome};
 pub use stats::{TxnStats, PHASES, TXN_TYPES_MAX};
 pub use txn::{Rec, Txn, TxnCtx};

@@ -33,6 +33,17 @@ pub struct TxnStats {
     pub cache_hits: u64,
     /// Remote reads that did not (only counted when a cache is in use).
     pub cache_misses: u64,
+    /// Lookups sent to a primary's NIC (offload strategy).
+    pub nic_lookups: u64,
+    /// Of those, answered with the record.
+    pub nic_found: u64,
+    /// Of those, answered without it (absent, or not in the NIC's index): read by RPC.
+    pub nic_fallbacks: u64,
+    /// Lookups not answered within the RPC timeout (read by RPC instead).
+    pub nic_timeouts: u64,
+    /// Cache misses read by RPC because the coroutine's lookup slot at the node was
+    /// taken (parallel reads of one transaction at one node).
+    pub nic_busy: u64,
 }
 
 impl Default for TxnStats {
@@ -48,6 +59,11 @@ impl Default for TxnStats {
             stale_cache: 0,
             cache_hits: 0,
             cache_misses: 0,
+            nic_lookups: 0,
+            nic_found: 0,
+            nic_fallbacks: 0,
+            nic_busy: 0,
+            nic_timeouts: 0,
         }
     }
 }
@@ -72,6 +88,11 @@ impl TxnStats {
         self.stale_cache += o.stale_cache;
         self.cache_hits += o.cache_hits;
         self.cache_misses += o.cache_misses;
+        self.nic_lookups += o.nic_lookups;
+        self.nic_found += o.nic_found;
+        self.nic_fallbacks += o.nic_fallbacks;
+        self.nic_busy += o.nic_busy;
+        self.nic_timeouts += o.nic_timeouts;
     }
 
     /// Aborted attempts of every reason.

@@ -35,8 +35,11 @@ use hytra_store::{Owner, TableId};
 use crate::config::{ExecStrategy, LockStrategy};
 use crate::engine::{NodeEngine, WorkerTxn, SCRATCH_ATTEMPT_BYTES, SCRATCH_CO_BYTES};
 use crate::log::EntryBuilder;
+use crate::offload::{self, Slot};
 use crate::outcome::{Abort, AbortReason, Outcome};
 use crate::wire::{self, RecordReply, RecordReq, Status, LOCK_IT, WANT_OFFSET};
+use hytra_offload::hash::tag;
+use hytra_offload::lookup::{fired, request, ENTRIES_BYTES, REQUEST_WORDS};
 
 /// Times a read is retried after finding its record torn before the attempt aborts.
 const TORN_RETRIES_MAX: u32 = 16;
@@ -88,6 +91,27 @@ pub(crate) enum Pending {
     Call(CallTicket),
     /// A one-sided READ of `bytes` into scratch at `buf`.
     Op { ticket: OpTicket, buf: u64, stage: Stage },
+    /// A lookup that the primary's NIC answers into slot `k` of this coroutine's slots
+    /// for `node`.
+    Nic { node: NodeId, k: usize, seq: u64 },
+}
+
+/// This coroutine's lookup slot at one node (offload strategy).
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct NicSlot {
+    slot: Slot,
+    /// Sequence number of the last request.
+    seq: u64,
+    state: NicState,
+}
+
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+enum NicState {
+    Idle,
+    /// A request is out: the program answers one at a time into one slot.
+    Busy,
+    /// A request got no answer in time: the slot is unused until its answer arrives.
+    Late,
 }
 
 /// What to request next for a read.
@@ -148,6 +172,11 @@ pub struct TxnCtx<E: Endpoint> {
     pub(crate) attempt_start: u64,
     pub(crate) attempts: u32,
     pub(crate) phase_ns: [u64; 4],
+    /// Per node, this coroutine's lookup slots (offload strategy; empty otherwise, and
+    /// for its own node).
+    nic: Vec<Vec<NicSlot>>,
+    /// The region of this worker's lookup slots.
+    nic_region: Option<Region>,
 }
 
 impl<E: Endpoint> Drop for TxnCtx<E> {
@@ -162,6 +191,26 @@ impl<E: Endpoint> TxnCtx<E> {
         let scratch = node.scratch.base(co.me().index, co_index);
         let scratch_region = co.region(scratch.rkey).expect("scratch region");
         let nodes = usize::from(co.shape().nodes);
+        let me = co.me();
+        let (nic, nic_region) = match &node.offload {
+            Some((lookups, _)) => {
+                let slots = |n: u16| {
+                    let node = NodeId(n);
+                    let slot = |k| NicSlot {
+                        slot: lookups.slot(node, wt.me_idx, co_index, k),
+                        seq: 0,
+                        state: NicState::Idle,
+                    };
+                    match node == me.node {
+                        true => Vec::new(),
+                        false => (0..offload::SLOTS_PER_NODE).map(slot).collect(),
+                    }
+                };
+                let region = co.region(lookups.answers(me.index)).expect("lookup slot region");
+                ((0..nodes as u16).map(slots).collect(), Some(region))
+            }
+            None => (Vec::new(), None),
+        };
         TxnCtx {
             co,
             wt,
@@ -190,6 +239,8 @@ impl<E: Endpoint> TxnCtx<E> {
             attempt_start: 0,
             attempts: 0,
             phase_ns: [0; 4],
+            nic,
+            nic_region,
         }
     }
 
@@ -539,7 +590,7 @@ impl<E: Endpoint> TxnCtx<E> {
         }
         let lock_now = for_update && self.node.cfg.lock == LockStrategy::AtExecution;
         let cached = match self.node.cfg.exec {
-            ExecStrategy::Hybrid | ExecStrategy::OneSidedCached => {
+            ExecStrategy::Hybrid | ExecStrategy::OneSidedCached | ExecStrategy::Offload => {
                 let hit = self.node.store.cache().get(a.table, a.key);
                 let mut s = self.wt.stats.borrow_mut();
                 if hit.is_some() {
@@ -564,8 +615,80 @@ impl<E: Endpoint> TxnCtx<E> {
             (ExecStrategy::OneSidedCached | ExecStrategy::OneSided, _) => {
                 self.read_bucket(i, home).await?
             }
+            (ExecStrategy::Offload, Some(off)) => self.read_record(i, Stage::Cached(off)).await?,
+            (ExecStrategy::Offload, None) => match self.nic_lookup(i) {
+                Some(p) => p,
+                None => self.call_read(i, false, true).await,
+            },
         };
         Ok(Some(pending))
+    }
+
+    /// Sends the lookup of access `i` to its primary's NIC: `None` if this coroutine's
+    /// slot there is taken (or still waiting for a late answer), or the request cannot be
+    /// sent.
+    fn nic_lookup(&mut self, i: usize) -> Option<Pending> {
+        let a = self.acc[i];
+        let n = usize::from(a.node.0);
+        let region = self.nic_region.as_ref().expect("offload strategy");
+        for s in self.nic[n].iter_mut().filter(|s| s.state == NicState::Late) {
+            if region.load(s.slot.base + offload::DONE) == s.seq {
+                s.state = NicState::Idle;
+            }
+        }
+        let Some(k) = self.nic[n].iter().position(|s| s.state == NicState::Idle) else {
+            self.wt.stats.borrow_mut().nic_busy += 1;
+            return None;
+        };
+        let s = &mut self.nic[n][k];
+        let (lookups, _) = self.node.offload.as_ref().expect("offload strategy");
+        let req = request(lookups.table(a.table), tag(a.key), s.seq + 1);
+        let mut bytes = [0u8; REQUEST_WORDS * 8];
+        for (b, w) in bytes.chunks_exact_mut(8).zip(req) {
+            b.copy_from_slice(&w.to_le_bytes());
+        }
+        let trigger = s.slot.trigger;
+        if self.co.with_ep(|ep| ep.trigger(a.node, trigger, &bytes)).is_err() {
+            self.wt.stats.borrow_mut().nic_busy += 1;
+            return None;
+        }
+        s.seq += 1;
+        s.state = NicState::Busy;
+        self.wt.stats.borrow_mut().nic_lookups += 1;
+        Some(Pending::Nic { node: a.node, k, seq: s.seq })
+    }
+
+    /// Handles the answer of a lookup: the record if the NIC found it, else the RPC.
+    fn on_nic_answer(&mut self, i: usize, base: u64) -> Result<Next, Abort> {
+        let a = self.acc[i];
+        let region = self.nic_region.as_ref().expect("offload strategy");
+        let mut entries = [0u64; (ENTRIES_BYTES / 8) as usize];
+        region.read_words(base + offload::ENTRIES, &mut entries);
+        let record_bytes = (RECORD_HEADER_WORDS + u64::from(a.len)) * 8;
+        let rkey = self.node.catalog.rkey(a.table, 0);
+        // Both responses write the item, the second last: the second's record is there
+        // if both buckets matched the tag.
+        let sent = match fired(&entries) {
+            [_, Some(e)] | [Some(e), None] => Some(e),
+            [None, None] => None,
+        };
+        let n = (RECORD_HEADER_WORDS + u64::from(a.len)) as usize;
+        self.words.resize(n, 0);
+        region.read_words(base + offload::ITEM, &mut self.words);
+        let h = RecordHeader::parse(&self.words);
+        match sent {
+            Some(e)
+                if e.addr.rkey == rkey && u64::from(e.len) == record_bytes && h.key == a.key =>
+            {
+                self.wt.stats.borrow_mut().nic_found += 1;
+                self.accept_record(i, Stage::Record(e.addr.offset))
+            }
+            // Absent, not filed yet, displaced, or a neighbour with the same tag.
+            _ => {
+                self.wt.stats.borrow_mut().nic_fallbacks += 1;
+                Ok(Next::Call { lock_now: false, want_offset: true })
+            }
+        }
     }
 
     fn read_local(&mut self, i: usize, for_update: bool) -> Result<(), Abort> {
@@ -691,6 +814,26 @@ impl<E: Endpoint> TxnCtx<E> {
                 self.co.wait(ticket).await.map_err(op_error_abort)?;
                 self.on_read_op(i, buf, stage)
             }
+            Pending::Nic { node, k, seq } => {
+                let n = usize::from(node.0);
+                let base = self.nic[n][k].slot.base;
+                let region = self.nic_region.clone().expect("offload strategy");
+                let waits = self.wt.waits.clone().expect("offload strategy");
+                let deadline = self.co.now_ns() + self.co.config().rpc_timeout_ns;
+                let answered =
+                    waits.wait(&self.co, &region, base + offload::DONE, seq, deadline).await;
+                let s = &mut self.nic[n][k];
+                if !answered {
+                    // Not an abort: the primary's CPU may still answer. The program
+                    // answers in order, so its slot is usable again once this request's
+                    // answer shows up (see `nic_lookup`).
+                    s.state = NicState::Late;
+                    self.wt.stats.borrow_mut().nic_timeouts += 1;
+                    return Ok(Next::Call { lock_now: false, want_offset: true });
+                }
+                s.state = NicState::Idle;
+                self.on_nic_answer(i, base)
+            }
         }
     }
 
@@ -736,7 +879,9 @@ impl<E: Endpoint> TxnCtx<E> {
                     a.locked = Locked::No;
                 }
                 self.wt.stats.borrow_mut().torn_reads += 1;
-                Ok(Next::Call { lock_now, want_offset: self.node.cfg.exec == ExecStrategy::Hybrid })
+                let want_offset =
+                    matches!(self.node.cfg.exec, ExecStrategy::Hybrid | ExecStrategy::Offload);
+                Ok(Next::Call { lock_now, want_offset })
             }
             Status::Refused | Status::Full => {
                 panic!("READ refused for {:?}: a routing bug", self.acc[i])
@@ -767,10 +912,23 @@ impl<E: Endpoint> TxnCtx<E> {
                     }
                 }
             }
-            Stage::Cached(off) | Stage::Record(off) => {
+            Stage::Cached(_) | Stage::Record(_) => {
                 let n = (RECORD_HEADER_WORDS + u64::from(a.len)) as usize;
                 self.words.resize(n, 0);
                 self.scratch_region.read_words(buf, &mut self.words);
+                self.accept_record(i, stage)
+            }
+        }
+    }
+
+    /// Takes the record in `self.words`, read at the offset of `stage`: into the access
+    /// if it is intact and `a`'s, else what to do next.
+    fn accept_record(&mut self, i: usize, stage: Stage) -> Result<Next, Abort> {
+        let a = self.acc[i];
+        match stage {
+            Stage::Bucket(_) => unreachable!("a record stage"),
+            Stage::Cached(off) | Stage::Record(off) => {
+                let n = self.words.len();
                 let h = RecordHeader::parse(&self.words);
                 if h.key != a.key && h.intact {
                     // Another key's record: a stale cache entry, or an offset read from a
@@ -806,7 +964,7 @@ impl<E: Endpoint> TxnCtx<E> {
     fn refetch(&self, i: usize) -> Next {
         let a = self.acc[i];
         match self.node.cfg.exec {
-            ExecStrategy::Hybrid | ExecStrategy::TwoSided => {
+            ExecStrategy::Hybrid | ExecStrategy::TwoSided | ExecStrategy::Offload => {
                 Next::Call { lock_now: false, want_offset: true }
             }
             ExecStrategy::OneSided | ExecStrategy::OneSidedCached => {

@@ -96,7 +96,7 @@ impl<E: Endpoint> TxnCtx<E> {
         if local && !nic {
             let replica = self.node.store.primary(a.table);
             let off = if a.insert {
-                replica.lookup_or_insert(a.key)
+                self.node.insert_primary(a.table, a.key)
             } else {
                 replica.lookup(a.key).ok_or(hytra_store::StoreError::Full(a.table))
             };
@@ -154,12 +154,7 @@ impl<E: Endpoint> TxnCtx<E> {
     async fn create_for_nic_lock(&mut self, i: usize) -> Result<u64, Abort> {
         let a = self.acc[i];
         if a.node == self.co.me().node {
-            return self
-                .node
-                .store
-                .primary(a.table)
-                .lookup_or_insert(a.key)
-                .map_err(|_| Abort(AbortReason::Full));
+            return self.node.insert_primary(a.table, a.key).map_err(|_| Abort(AbortReason::Full));
         }
         RecordReq { table: a.table.0, flags: CREATE, key: a.key, owner: self.owner.0 }
             .encode(&mut self.req);

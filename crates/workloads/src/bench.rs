@@ -362,7 +362,15 @@ pub fn run_partial<B: Backend, W: Workload>(
     reports.sort_by_key(|(i, _)| *i);
     let reports: Vec<W::Report> = reports.into_iter().map(|(_, r)| r).collect();
     let checker = params.check.then(|| hytra_check::check(&history));
-    let invariant = workload.check(&engine, &reports);
+    let mut invariant = workload.check(&engine, &reports);
+    match engine.check_nic_index() {
+        Some(Ok(summary)) => invariant.details.push(summary),
+        Some(Err(what)) => {
+            invariant.ok = false;
+            invariant.details.push(what);
+        }
+        None => {}
+    }
     let (cache_hits, cache_misses) = (stats.cache_hits, stats.cache_misses);
     Ok(Some(BenchResult {
         stats,

@@ -1,0 +1,303 @@
+//! The `offload` execution strategy (RedN's lookup in the engine): a location-cache miss
+//! becomes one request that the primary's NIC answers with the record, without its CPU.
+//!
+//! Every node keeps a second index of its primary records, laid out for verb programs
+//! (`hytra_offload::hash`): per table a two-choice bucket array whose entries name a
+//! record (its offset and length in the table's region) under a 48-bit tag of its key.
+//! Every node runs [`SLOTS_PER_NODE`] recycled lookup programs (`hytra_offload::lookup`)
+//! per coroutine of every other node, so that the parallel reads of one transaction at
+//! one node each get one (SmallBank reads an account's savings and checking records
+//! together). A program answers into its own slot of the coroutine:
+//! the record if a bucket's tag matched, a copy of the two response entries (which one
+//! fired, naming which record), and the request's sequence number last.
+//!
+//! The index is a hint, like the location cache: the client checks the record it gets
+//! exactly as it checks a READ at a cached address. A key the NIC does not find (absent,
+//! displaced by a full array, inserted a moment ago, or sharing its tag with a neighbour)
+//! goes the hybrid way instead: an RPC that also returns the record's address. The index
+//! is filed by the primary's CPU when a record is loaded or inserted; records never move,
+//! so an entry stays right once written.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use hytra_fabric::wq::{Sge, WqId};
+use hytra_fabric::{Backend, LocalAddr, NodeId, Region, RegionSpec, Rkey, WorkerId};
+use hytra_offload::hash::{self, Buckets};
+use hytra_offload::lookup::{lookup_program, Answer, Search, ENTRIES_BYTES};
+use hytra_offload::program::Program;
+use hytra_store::{Catalog, TableId};
+
+use crate::engine::EngineError;
+
+/// Lookups one coroutine may have in flight at one node; more go by RPC.
+pub(crate) const SLOTS_PER_NODE: u16 = 2;
+
+/// Offset in a slot of the completion word.
+pub(crate) const DONE: u64 = 0;
+/// Offset in a slot of the copy of the response entries.
+pub(crate) const ENTRIES: u64 = 8;
+/// Offset in a slot of the record sent back.
+pub(crate) const ITEM: u64 = ENTRIES + ENTRIES_BYTES;
+
+/// Buckets per record a partition may hold (numerator, denominator): a two-choice array
+/// with one entry per bucket fills up near half full, where cuckoo insertion starts to
+/// fail; at 40% it rarely does.
+const BUCKETS_PER_RECORD: (u64, u64) = (5, 2);
+
+/// Buckets of a table's array.
+fn buckets(capacity: u64) -> u64 {
+    (capacity * BUCKETS_PER_RECORD.0 / BUCKETS_PER_RECORD.1).max(1)
+}
+
+/// The lookup programs of a cluster and where they answer: the same on every node.
+pub struct NicLookups {
+    /// Per table (by id), its bucket array in the index region.
+    tables: Vec<Buckets>,
+    /// Per worker index, the region its coroutines' slots live in (watched by it).
+    answers: Vec<Rkey>,
+    slot_bytes: u64,
+    nodes: u16,
+    workers: u16,
+    /// Slots per worker and node: coroutines times [`SLOTS_PER_NODE`].
+    lanes: u16,
+    /// Queue that starts the program of (server, client worker's dense index, lane).
+    triggers: Vec<WqId>,
+    /// Per node, the queues its programs start from (rung once at the start).
+    starters: Vec<Vec<WqId>>,
+    /// Bytes of one program's code.
+    code_bytes: u64,
+}
+
+/// One coroutine's slot for its lookups at one node.
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct Slot {
+    /// The program's queue on the server that the request goes to.
+    pub(crate) trigger: WqId,
+    /// Offset of the slot in the worker's answer region.
+    pub(crate) base: u64,
+}
+
+impl NicLookups {
+    /// Registers the index, answer and code regions, builds and creates the lookup
+    /// programs of every (server node, coroutine of another node). Fails with a clear error on
+    /// a backend whose NIC runs no verb programs.
+    pub(crate) fn setup<B: Backend>(
+        backend: &mut B,
+        catalog: &Catalog,
+        coroutines: u16,
+    ) -> Result<NicLookups, EngineError> {
+        let shape = backend.shape();
+        let lanes = coroutines.checked_mul(SLOTS_PER_NODE).ok_or_else(|| {
+            EngineError::Offload(format!("{coroutines} coroutines need too many lookup slots"))
+        })?;
+        let mut at = 0;
+        let mut tables = Vec::new();
+        for spec in catalog.tables() {
+            assert_eq!(usize::from(spec.id.0), tables.len(), "table ids are dense");
+            let count = buckets(spec.capacity);
+            let b = Buckets { rkey: Rkey(0), base: at, count };
+            at += b.bytes();
+            tables.push(b);
+        }
+        let index_rkey = backend.register_all(RegionSpec::new(at.max(8)))?;
+        for t in &mut tables {
+            t.rkey = index_rkey;
+        }
+        let record_max =
+            catalog.tables().map(|s| catalog.geometry(s.id).record_bytes).max().unwrap_or(8);
+        let slot_bytes = ITEM + record_max;
+        let answers = (0..shape.workers_per_node)
+            .map(|i| {
+                let len_bytes = u64::from(lanes) * u64::from(shape.nodes) * slot_bytes;
+                backend.register_all(RegionSpec { len_bytes, watcher: Some(i) })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut lookups = NicLookups {
+            tables,
+            answers,
+            slot_bytes,
+            nodes: shape.nodes,
+            workers: shape.workers_per_node,
+            lanes,
+            triggers: vec![WqId(u32::MAX); shape.workers_total() * usize::from(lanes)]
+                .repeat(usize::from(shape.nodes)),
+            starters: vec![Vec::new(); usize::from(shape.nodes)],
+            code_bytes: 0,
+        };
+        lookups.code_bytes = code_bytes()?;
+        for s in 0..shape.nodes {
+            let server = NodeId(s);
+            let clients: Vec<WorkerId> = shape.workers().filter(|w| w.node != server).collect();
+            let programs = clients.len() as u64 * u64::from(lanes);
+            let code_key = backend
+                .register(server, RegionSpec::new((programs * lookups.code_bytes).max(8)))?;
+            let code = backend.hosts(server).then(|| backend.region(server, code_key));
+            let mut next_wq = 0u32;
+            let mut k = 0;
+            for w in clients {
+                for lane in 0..lanes {
+                    let at = LocalAddr { rkey: code_key, offset: k * lookups.code_bytes };
+                    k += 1;
+                    let installed =
+                        Program::build(server, at, lookups.code_bytes, WqId(next_wq), |p| {
+                            lookups.emit(p, server, index_rkey, w, lane)
+                        })
+                        .map_err(|e| EngineError::Offload(format!("lookup program: {e}")))?;
+                    for spec in installed.specs() {
+                        let id = backend.create_wq(server, spec).map_err(|e| {
+                            EngineError::Offload(format!(
+                                "the backend runs no verb programs on {server} ({e}); the offload \
+                                 execution strategy needs the sim backend with a profile that \
+                                 models them (cx5) or the local backend"
+                            ))
+                        })?;
+                        assert_eq!(id, WqId(next_wq), "queue ids are dense");
+                        next_wq += 1;
+                    }
+                    if let Some(Some(region)) = &code {
+                        installed.write(region);
+                    }
+                    let trigger = installed.wq(hytra_offload::program::Q(0));
+                    lookups.starters[usize::from(s)].push(trigger);
+                    let i = lookups.trigger_index(server, shape.worker_index(w), lane);
+                    lookups.triggers[i] = trigger;
+                }
+            }
+        }
+        Ok(lookups)
+    }
+
+    fn emit(
+        &self,
+        p: &mut Program,
+        server: NodeId,
+        index: Rkey,
+        client: WorkerId,
+        lane: u16,
+    ) -> Result<(), hytra_offload::program::ProgramError> {
+        let base = self.slot_base(lane, server);
+        let answer = Answer {
+            rkey: self.answers[usize::from(client.index)],
+            done: base + DONE,
+            item: base + ITEM,
+            entries: Some(base + ENTRIES),
+        };
+        // Sequential: the two buckets cost one fetch of the lookup queue on the NIC's
+        // fetch unit, where a parallel search costs two (RedN §5.2; PERFORMANCE §14).
+        lookup_program(p, server, Search::Sequential, index, client.node, answer)
+    }
+
+    fn slot_base(&self, lane: u16, server: NodeId) -> u64 {
+        (u64::from(lane) * u64::from(self.nodes) + u64::from(server.0)) * self.slot_bytes
+    }
+
+    fn trigger_index(&self, server: NodeId, client: usize, lane: u16) -> usize {
+        let per_server = usize::from(self.nodes) * usize::from(self.workers);
+        (usize::from(server.0) * per_server + client) * usize::from(self.lanes) + usize::from(lane)
+    }
+
+    /// Slot `k` (below [`SLOTS_PER_NODE`]) of coroutine `co` of the worker with dense
+    /// index `me_idx`, for lookups at `server`.
+    pub(crate) fn slot(&self, server: NodeId, me_idx: usize, co: u16, k: u16) -> Slot {
+        assert!(k < SLOTS_PER_NODE, "slot {k} of {SLOTS_PER_NODE}");
+        let lane = co * SLOTS_PER_NODE + k;
+        assert!(lane < self.lanes, "coroutine {co} has no lookup slot");
+        let trigger = self.triggers[self.trigger_index(server, me_idx, lane)];
+        assert_ne!(trigger, WqId(u32::MAX), "no lookup program serves a node's own records");
+        Slot { trigger, base: self.slot_base(lane, server) }
+    }
+
+    /// The region of worker `index`'s slots.
+    pub(crate) fn answers(&self, index: u16) -> Rkey {
+        self.answers[usize::from(index)]
+    }
+
+    /// The bucket array of `table`.
+    pub(crate) fn table(&self, table: TableId) -> Buckets {
+        self.tables[usize::from(table.0)]
+    }
+
+    /// The queues node `node`'s programs start from.
+    pub(crate) fn starters(&self, node: NodeId) -> &[WqId] {
+        &self.starters[usize::from(node.0)]
+    }
+
+    /// Bytes of memory the lookups take on every node (index, answers, programs), for
+    /// sizing a run before it is set up.
+    pub fn bytes_per_node(catalog: &Catalog, workers: u16, coroutines: u16) -> u64 {
+        let index: u64 = catalog.tables().map(|s| buckets(s.capacity) * hash::BUCKET_BYTES).sum();
+        let record_max =
+            catalog.tables().map(|s| catalog.geometry(s.id).record_bytes).max().unwrap_or(8);
+        let lanes = u64::from(coroutines) * u64::from(SLOTS_PER_NODE);
+        let slots = u64::from(workers) * lanes * u64::from(catalog.nodes()) * (ITEM + record_max);
+        // One program per slot of every other node's workers.
+        let code = u64::from(catalog.nodes())
+            * u64::from(workers)
+            * lanes
+            * code_bytes().expect("the lookup program builds");
+        index + 2 * slots + code
+    }
+}
+
+/// Bytes of one lookup program's code (every program has the same shape), rounded to
+/// whole entries.
+fn code_bytes() -> Result<u64, EngineError> {
+    let at = LocalAddr { rkey: Rkey(0), offset: 0 };
+    let answer = Answer { rkey: Rkey(0), done: 0, item: 0, entries: Some(0) };
+    let sample = Program::build(NodeId(0), at, u64::MAX, WqId(0), |p| {
+        lookup_program(p, NodeId(0), Search::Sequential, Rkey(0), NodeId(1), answer)
+    })
+    .map_err(|e| EngineError::Offload(format!("lookup program: {e}")))?;
+    Ok(sample.code_bytes().div_ceil(64) * 64)
+}
+
+/// A node's own index: its CPU files records in it.
+pub(crate) struct NodeIndex {
+    region: Region,
+    /// One filer per table at a time (displacement moves entries between buckets).
+    filers: Vec<Mutex<()>>,
+    /// Entries displaced out of a full array (their keys fall back to RPC).
+    lost: AtomicU64,
+}
+
+impl NodeIndex {
+    pub(crate) fn new(region: Region, tables: usize) -> NodeIndex {
+        NodeIndex {
+            region,
+            filers: (0..tables).map(|_| Mutex::new(())).collect(),
+            lost: AtomicU64::new(0),
+        }
+    }
+
+    /// Files `key`'s record (at `off`, `len` bytes, in region `rkey`) in `b`.
+    pub(crate) fn file(
+        &self,
+        table: TableId,
+        b: Buckets,
+        key: u64,
+        rkey: Rkey,
+        off: u64,
+        len: u64,
+    ) {
+        let entry = Sge { addr: LocalAddr { rkey, offset: off }, len: len as u32 };
+        let _one = self.filers[usize::from(table.0)].lock().expect("no filer panicked");
+        match hash::place(&self.region, b, hash::tag(key), entry, None) {
+            Ok(()) => {}
+            Err(hash::TableError::NoBucket(_)) => {
+                self.lost.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) => unreachable!("a tag is a valid key: {e}"),
+        }
+    }
+
+    /// The entry filed under `key`'s tag in `b` (the CPU's lookup).
+    pub(crate) fn find(&self, b: Buckets, key: u64) -> Option<Sge> {
+        hash::find(&self.region, b, hash::tag(key))
+    }
+
+    /// Entries lost to a full array so far.
+    pub(crate) fn lost(&self) -> u64 {
+        self.lost.load(Ordering::Relaxed)
+    }
+}
