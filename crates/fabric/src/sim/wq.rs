@@ -80,6 +80,9 @@ pub(super) struct SimWq {
     host_visible: std::collections::VecDeque<(Ps, u64)>,
     host_completions: u64,
     notify: Option<u32>,
+    /// Queues of the node held by a WAIT on this one (a completion looks only at them,
+    /// not at every queue of the node: a node may run thousands).
+    waiters: Vec<u32>,
 }
 
 /// A data verb between issue and effect.
@@ -129,6 +132,7 @@ impl Core {
             host_visible: Default::default(),
             host_completions: 0,
             notify,
+            waiters: Vec::new(),
         });
         Ok(id)
     }
@@ -265,6 +269,7 @@ impl Core {
                     self.after_issue(node, wq, issue, signaled, next);
                 } else {
                     q.run = Run::Blocked { target: target.0, count, recv, signaled };
+                    self.wqs[n][target.0 as usize].waiters.push(wq);
                 }
                 return;
             }
@@ -391,14 +396,27 @@ impl Core {
         let t = &self.wqs[n][target as usize].counters;
         let have = if recv { t.recv_completions } else { t.completions };
         let resume = at + self.offload_model().completion_order;
-        for i in 0..self.wqs[n].len() {
-            if let Run::Blocked { target: tq, count, recv: r, signaled } = self.wqs[n][i].run {
-                if tq == target && r == recv && have >= count {
-                    self.wqs[n][i].run = Run::Idle;
-                    self.after_issue(node, i as u32, at, signaled, resume);
-                }
+        let mut waiting = std::mem::take(&mut self.wqs[n][target as usize].waiters);
+        // In queue order, so that same-time releases are scheduled in a fixed order.
+        waiting.sort_unstable();
+        let mut still = Vec::new();
+        for i in waiting {
+            let Run::Blocked { target: tq, count, recv: r, signaled } = self.wqs[n][i as usize].run
+            else {
+                continue;
+            };
+            debug_assert_eq!(tq, target, "a waiter is listed at the queue it waits on");
+            if r == recv && have >= count {
+                self.wqs[n][i as usize].run = Run::Idle;
+                self.after_issue(node, i, at, signaled, resume);
+            } else {
+                still.push(i);
             }
         }
+        // Releasing only schedules: nothing blocked on `target` meanwhile.
+        let w = &mut self.wqs[n][target as usize].waiters;
+        debug_assert!(w.is_empty());
+        *w = still;
     }
 
     /// Bookkeeping after a control entry issued at `t`: its completion, then the next.
