@@ -1,5 +1,6 @@
 //! Remote reads return exactly the file's bytes, on every engine and backend; bad
-//! requests get errors and the server carries on; exports expose nothing else.
+//! requests get errors and the server carries on; a requester that crashes with reads
+//! in flight leaves nothing behind on the owner; exports expose nothing else.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -291,4 +292,120 @@ fn directory_exports_refuse_escapes() {
     assert!(ex.add_file("a", &dir.join("a"), false).is_err(), "duplicate name accepted");
     std::fs::remove_dir_all(dir).unwrap();
     std::fs::remove_dir_all(outside).unwrap();
+}
+
+/// What a worker of the crash test ends with: node, whether its coroutines all ended,
+/// tickets or calls leaked, and the owner's counters.
+type Ending = (NodeId, bool, usize, Option<ServiceStats>);
+
+#[test]
+fn a_requester_that_crashes_mid_run_leaks_nothing_on_the_owner() {
+    // Node 1 owns the file; nodes 0 and 2 read it with four reads in flight each. Node 2
+    // crashes (CPUs and NIC) at 2 ms with reads outstanding; node 0 reads until 8 ms,
+    // then says bye and the owner stops.
+    use hytra_fabric::rng::Rng;
+    use hytra_fabric::sim::faults::{FaultConfig, NodeFault, NodeFaultKind};
+    use hytra_fabric::sim::SimConfig;
+    use hytra_fabric::Program;
+    const CRASH_NS: u64 = 2_000_000;
+    const END_NS: u64 = 8_000_000;
+    let dir = temp_dir("crash");
+    let (path, bytes) = data_file(&dir, 300_000);
+    let mut ex = Exports::new();
+    ex.add_file("data", &path, false).unwrap();
+    let (exports, bytes) = (Arc::new(ex), Arc::new(bytes));
+    for kind in ENGINES {
+        let shape = ClusterShape { nodes: 3, workers_per_node: 1, lanes_per_peer: 1 };
+        let mut cfg = SimConfig::new(shape, 11);
+        cfg.faults = FaultConfig {
+            node_faults: vec![NodeFault {
+                node: NodeId(2),
+                at_ns: CRASH_NS,
+                kind: NodeFaultKind::Crash,
+            }],
+            ..FaultConfig::none()
+        };
+        let mut b = SimCluster::new(cfg).unwrap();
+        let layout = IoLayout { workers: 1, server_slots: 4, client_slots: 4, max_len: MAX_LEN };
+        let rkey = layout.register(&mut b).unwrap();
+        let node_io = NodeIo::new(kind, timings::<SimCluster>()).unwrap();
+        // Above the transport timeout (0.5 ms on cx4): until the owner's WRITEs to the dead
+        // node fail, its reads hold the owner's slots and node 0's reads wait behind them.
+        let timeout_ns = 5_000_000;
+        let rt = RtConfig { rpc_timeout_ns: timeout_ns, ..RtConfig::default() };
+        let failures: Failures = Arc::default();
+        // Reads node 0 completed after the crash.
+        let after_crash = Arc::new(Mutex::new(0u64));
+        let (endings, _) = run_workers_with(
+            &mut b,
+            rt,
+            RunLimits { time_limit_ns: 1_000_000_000 },
+            |w| {
+                let me = w.co().me();
+                if me.node == NodeId(1) {
+                    let engine = Engine::install(w, &node_io, MAX_LEN).unwrap();
+                    let cfg = ServiceConfig {
+                        layout,
+                        rkey,
+                        inline_max: 0,
+                        queue_max: 16,
+                        byes_expected: Some(1),
+                    };
+                    return Some(serve(w, exports.clone(), engine, cfg));
+                }
+                let client = IoClient::install(w, ClientConfig { layout, rkey, timeout_ns });
+                let finished = std::rc::Rc::new(std::cell::Cell::new(0u16));
+                for c in 0..4u64 {
+                    let (client, finished) = (client.clone(), finished.clone());
+                    let (f, bytes, after) = (failures.clone(), bytes.clone(), after_crash.clone());
+                    w.spawn(move |co| async move {
+                        let mut rng = Rng::new(u64::from(me.node.0) << 8 | c);
+                        while co.now_ns() < END_NS {
+                            let o = rng.below(bytes.len() as u64 - u64::from(MAX_LEN));
+                            let l = 1 + rng.below(u64::from(MAX_LEN)) as u32;
+                            let got = client.read(NodeId(1), FileId(0), o, l).await;
+                            match got {
+                                Ok(v) if v == bytes[o as usize..(o + u64::from(l)) as usize] => {
+                                    if co.now_ns() > CRASH_NS {
+                                        *after.lock().unwrap() += 1;
+                                    }
+                                }
+                                Ok(_) => f.lock().unwrap().push(format!("wrong bytes {o}+{l}")),
+                                Err(e) => f.lock().unwrap().push(format!("{o}+{l}: {e}")),
+                            }
+                        }
+                        finished.set(finished.get() + 1);
+                        if finished.get() == 4 {
+                            client.bye(NodeId(1)).unwrap();
+                        }
+                    });
+                }
+                None
+            },
+            |w, service| -> Ending {
+                let stats = service.map(|s| s.borrow().clone());
+                (w.co().me().node, w.is_done(), w.leaked(), stats)
+            },
+        )
+        .unwrap();
+        let what = kind.name();
+        let failures = failures.lock().unwrap();
+        assert!(failures.is_empty(), "{what}: {:?}", &failures[..failures.len().min(5)]);
+        for (node, done, leaked, _) in &endings {
+            match node.0 {
+                2 => assert!(!done, "{what}: node 2 crashed with reads in flight"),
+                _ => {
+                    assert!(done, "{what}: {node} did not finish");
+                    assert_eq!(*leaked, 0, "{what}: {node} leaked tickets or calls");
+                }
+            }
+        }
+        let served = endings.iter().find_map(|e| e.3.clone()).expect("the owner's counters");
+        // The reads node 2 left behind: the owner's WRITEs (or DONEs) to it failed, and
+        // freed their slots, since node 0 kept being served.
+        assert!(served.write_failures + served.done_lost > 0, "{what}: {served:?}");
+        assert!(*after_crash.lock().unwrap() > 20, "{what}: node 0 starved after the crash");
+        assert_eq!(served.malformed + served.dropped + served.io_failures, 0, "{what}");
+    }
+    std::fs::remove_dir_all(dir).unwrap();
 }
