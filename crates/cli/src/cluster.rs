@@ -5,6 +5,9 @@
 //! others through node 0's bootstrap port, runs its workers, and sends its results to
 //! node 0, which prints the cluster's report. `hytra cluster` starts every node of a
 //! one-machine file as a child process and stops them all on exit, error or Ctrl-C.
+//!
+//! `workload = "io"` runs one point of `hytra io` on two nodes instead (node 0 reads
+//! node 1's file; `bench_args` are `hytra io` options, `workers` its connections).
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
@@ -16,6 +19,7 @@ use clap::{Args, Parser};
 use serde::Deserialize;
 
 use crate::bench::{run_bench, BenchArgs};
+use crate::io::IoArgs;
 use crate::{usage, CliError};
 
 /// This process's place in a cluster of processes.
@@ -104,6 +108,22 @@ fn read_file(path: &Path) -> Result<ClusterFile, CliError> {
     if f.token.is_empty() {
         return usage(format!("{}: the token must not be empty", path.display()));
     }
+    if f.workload == "io" {
+        if f.nodes.len() != 2 {
+            return usage(format!(
+                "{}: workload 'io' runs on two nodes (node 0 reads node 1's file), not {}",
+                path.display(),
+                f.nodes.len()
+            ));
+        }
+        if f.coroutines.is_some() || f.replication.is_some() {
+            return usage(format!(
+                "{}: coroutines and replication are not io settings (use --depths in bench_args)",
+                path.display()
+            ));
+        }
+        return Ok(f);
+    }
     if !SPREADABLE.contains(&f.workload.as_str()) {
         return usage(format!(
             "{}: workload '{}' cannot run spread over processes yet (its checks need state outside the tables); use one of {}",
@@ -113,6 +133,46 @@ fn read_file(path: &Path) -> Result<ClusterFile, CliError> {
         ));
     }
     Ok(f)
+}
+
+/// What a cluster file runs.
+enum Job {
+    Bench(Box<BenchArgs>),
+    Io(Box<IoArgs>),
+}
+
+fn job(f: &ClusterFile, json: Option<&Path>) -> Result<Job, CliError> {
+    match f.workload.as_str() {
+        "io" => io_args(f, json).map(|a| Job::Io(Box::new(a))),
+        _ => bench_args(f, json).map(|a| Job::Bench(Box::new(a))),
+    }
+}
+
+/// The `hytra io` arguments of a cluster file whose workload is `io`.
+fn io_args(f: &ClusterFile, json: Option<&Path>) -> Result<IoArgs, CliError> {
+    let mut argv: Vec<String> = vec!["io".into()];
+    let mut push = |k: &str, v: String| {
+        argv.push(format!("--{k}"));
+        argv.push(v);
+    };
+    push("backend", "ucx".into());
+    push("transports", f.transports.clone());
+    push("connections", f.workers.to_string());
+    if let Some(s) = f.seconds {
+        push("seconds", s.to_string());
+    }
+    if let Some(j) = json {
+        push("json", j.display().to_string());
+    }
+    argv.extend(f.bench_args.iter().cloned());
+    #[derive(Parser)]
+    struct Wrapper {
+        #[command(flatten)]
+        io: IoArgs,
+    }
+    Wrapper::try_parse_from(&argv)
+        .map(|w| w.io)
+        .map_err(|e| CliError::Usage(format!("cluster file: {}", crate::one_line(&e))))
 }
 
 /// The `hytra bench` arguments a cluster file stands for.
@@ -184,14 +244,22 @@ pub fn run_node(a: NodeArgs) -> Result<(), CliError> {
             a.config.display()
         ));
     }
-    let mut args = bench_args(&f, if a.id == 0 { a.json.as_deref() } else { None })?;
-    args.placement = Some(Placement {
+    let placement = Placement {
         me: a.id,
         root: resolve(&f.nodes[0])?,
         token: f.token.clone(),
         timeout: Duration::from_secs(f.timeout_s),
-    });
-    run_bench(args)
+    };
+    match job(&f, if a.id == 0 { a.json.as_deref() } else { None })? {
+        Job::Bench(mut args) => {
+            args.placement = Some(placement);
+            run_bench(*args)
+        }
+        Job::Io(mut args) => {
+            args.placement = Some(placement);
+            crate::io::run(*args)
+        }
+    }
 }
 
 /// Options of `hytra cluster`.
@@ -227,7 +295,15 @@ impl Drop for Children {
 pub fn run_cluster(a: ClusterArgs) -> Result<(), CliError> {
     let f = read_file(&a.config)?;
     // Check the benchmark options here once, not in every child.
-    bench_args(&f, a.json.as_deref())?;
+    if let Job::Io(mut args) = job(&f, a.json.as_deref())? {
+        args.placement = Some(Placement {
+            me: 0,
+            root: resolve(&f.nodes[0])?,
+            token: f.token.clone(),
+            timeout: Duration::from_secs(f.timeout_s),
+        });
+        crate::io::check(&args)?;
+    }
     for n in &f.nodes {
         let addr = resolve(n)?;
         if !addr.ip().is_loopback() {

@@ -98,6 +98,10 @@ pub struct IoArgs {
     /// modelled runs) and exit.
     #[arg(long)]
     calibrate: bool,
+    /// This process's place in a cluster spread over processes (set by `hytra node`):
+    /// node 0 requests, node 1 owns the file.
+    #[arg(skip)]
+    pub(crate) placement: Option<crate::cluster::Placement>,
 }
 
 struct Plan {
@@ -106,6 +110,12 @@ struct Plan {
     device: DeviceModel,
     modes: Vec<Mode>,
     engines: Vec<&'static str>,
+}
+
+/// Checks the options without running anything (for `hytra cluster`, before it starts
+/// the nodes).
+pub(crate) fn check(a: &IoArgs) -> Result<(), CliError> {
+    plan(a).map(|_| ())
 }
 
 fn plan(a: &IoArgs) -> Result<Plan, CliError> {
@@ -149,6 +159,20 @@ fn plan(a: &IoArgs) -> Result<Plan, CliError> {
     }
     if !(a.seconds > 0.0 && a.seconds <= 600.0 && a.warmup >= 0.0 && a.warmup <= 60.0) {
         return usage("--seconds must be in (0, 600] and --warmup in [0, 60]");
+    }
+    if a.placement.is_some() {
+        // The processes join once, for one run: one point of the matrix.
+        let points = modes.len() * engines.len() * a.sizes.len() * a.connections.len();
+        if points * a.depths.len() * a.io_threads.len() != 1 || modes[0] == Mode::Local {
+            return usage(
+                "spread over processes, hytra io measures one point: give one of --modes \
+                 (fabric or remote), --engines, --sizes, --connections (the cluster file's \
+                 workers), --depths and --io-threads",
+            );
+        }
+        if backend != BackendKind::Ucx {
+            return usage("a cluster spread over processes runs on the ucx backend");
+        }
     }
     Ok(Plan { backend, profile, device, modes, engines })
 }
@@ -238,9 +262,18 @@ fn measure(
         }
         #[cfg(feature = "ucx")]
         BackendKind::Ucx => {
-            let mut cfg = hytra_fabric::ucx::UcxConfig::new(shape);
+            use hytra_fabric::ucx::{TcpExchange, UcxCluster, UcxConfig};
+            let mut cfg = UcxConfig::new(shape);
             cfg.transports = Some(a.transports.clone());
-            let mut b = hytra_fabric::ucx::UcxCluster::new(cfg).context("starting UCX")?;
+            let mut b = match &a.placement {
+                None => UcxCluster::new(cfg).context("starting UCX")?,
+                Some(p) => {
+                    cfg.hosted = Some(vec![hytra_fabric::NodeId(p.me)]);
+                    let ex = TcpExchange::join(p.me, shape.nodes, p.root, &p.token, p.timeout)
+                        .map_err(|e| CliError::Run(anyhow::anyhow!("{e}")))?;
+                    UcxCluster::with_exchange(cfg, Box::new(ex)).context("starting UCX")?
+                }
+            };
             match &trace {
                 Some(tr) => bench::replay(&mut b, target, p, t, tr.clone()),
                 None => bench::run(&mut b, target, p, t),
@@ -346,19 +379,26 @@ pub fn run(a: IoArgs) -> Result<(), CliError> {
                             let p = base(mode, kind, size, connections, depth);
                             let r = measure(&plan, &a, &target, &p, None)?;
                             row(&mut table, &r, mode.name());
-                            eprintln!(
-                                "  {} {} {} B: {:.0} IOPS",
-                                mode.name(),
-                                r.engine,
-                                size,
-                                r.iops
-                            );
+                            // The owner of a spread run has no reads to tell.
+                            if a.placement.as_ref().is_none_or(|p| p.me == 0) {
+                                eprintln!(
+                                    "  {} {} {} B: {:.0} IOPS",
+                                    mode.name(),
+                                    r.engine,
+                                    size,
+                                    r.iops
+                                );
+                            }
                             reports.push(r);
                         }
                     }
                 }
             }
         }
+    }
+    // Spread over processes, node 0 (the requester) reports; the owner only served.
+    if a.placement.as_ref().is_some_and(|p| p.me != 0) {
+        return Ok(());
     }
     println!("{}", table.render());
     let ratios = summarise(&reports);
@@ -367,7 +407,8 @@ pub fn run(a: IoArgs) -> Result<(), CliError> {
     }
     let mut replays = Vec::new();
     let mut trace_reads = 0;
-    if !a.no_trace {
+    // A replay is two more runs (local and remote): not for processes that join once.
+    if !a.no_trace && a.placement.is_none() {
         let ops: Vec<TraceOp> = match &a.trace {
             Some(p) => {
                 let text = std::fs::read_to_string(p)
@@ -398,6 +439,8 @@ pub fn run(a: IoArgs) -> Result<(), CliError> {
     if let (Some(f), Some(path)) = (out, a.json.as_deref()) {
         let v = json!({
             "backend": a.backend,
+            // One process per node (`hytra node`/`hytra cluster`), or all in this one.
+            "processes": if a.placement.is_some() { 2 } else { 1 },
             "file": { "path": file.path.display().to_string(), "bytes": file_len, "direct": direct },
             "device": if plan.backend == BackendKind::Sim { json!(plan.device) } else { json!(null) },
             "runs": reports,

@@ -1,6 +1,6 @@
 //! `hytra cluster` and `hytra node`: SmallBank on three processes over UCX (shared
-//! memory and TCP on 127.0.0.1), refused nodes, and a node killed mid-run. Built only
-//! with the `ucx` feature.
+//! memory and TCP on 127.0.0.1), refused nodes, and a node killed mid-run; `hytra io` on
+//! two processes, and its requester killed mid-run. Built only with the `ucx` feature.
 #![cfg(feature = "ucx")]
 
 use std::net::TcpListener;
@@ -149,4 +149,87 @@ fn killing_a_node_stops_the_others_with_an_error() {
         assert!(!out.status.success(), "node {id} succeeded without node 2");
         assert!(msg.contains("closed its connection"), "node {id}: {msg}");
     }
+}
+
+/// A two-node `hytra io` cluster file: node 0 reads node 1's file (a 4 MiB file of the
+/// test's, so that a killed process leaves no generated file behind).
+fn io_file(name: &str, transports: &str, seconds: f64) -> (PathBuf, PathBuf) {
+    let data = dir().join(format!("{name}.dat"));
+    std::fs::write(&data, (0..4u32 << 20).map(|i| (i % 251) as u8).collect::<Vec<u8>>()).unwrap();
+    let port = free_port();
+    let mut text = format!(
+        "token = \"io\"\ntransports = \"{transports}\"\nworkload = \"io\"\nworkers = 2\n\
+         seconds = {seconds}\ntimeout_s = 30\n\
+         bench_args = [\"--modes\", \"remote\", \"--engines\", \"pool\", \"--sizes\", \"4096\", \
+         \"--depths\", \"8\", \"--file\", \"{}\", \"--warmup\", \"0.1\", \"--buffered\"]\n",
+        data.display()
+    );
+    for i in 0..2 {
+        text += &format!("[[nodes]]\nhost = \"127.0.0.1\"\nport = {}\n", port + i);
+    }
+    let path = dir().join(name);
+    std::fs::write(&path, text).unwrap();
+    (path, data)
+}
+
+#[test]
+fn two_processes_read_a_file_over_shared_memory() {
+    let (file, data) = io_file("io.toml", "sm", 0.5);
+    let json = dir().join("io.json");
+    let c = hytra()
+        .args(["cluster", "--config"])
+        .arg(&file)
+        .arg("--json")
+        .arg(&json)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = wait_bounded(c, Duration::from_secs(60));
+    let msg = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{msg}");
+    let v = json_of(&json);
+    assert_eq!(v["processes"], 2);
+    let run = &v["runs"][0];
+    assert_eq!(run["mode"], "Remote");
+    assert_eq!(run["errors"], 0, "{run}");
+    assert!(run["reads"].as_u64().unwrap() > 100, "{run}");
+    assert!(run["iops"].as_f64().unwrap() > 0.0, "{run}");
+    std::fs::remove_file(data).unwrap();
+}
+
+#[test]
+fn an_io_cluster_asks_for_one_point() {
+    let (file, data) = io_file("io-many.toml", "sm", 0.5);
+    let text = std::fs::read_to_string(&file).unwrap().replace("\"4096\"", "\"512,4096\"");
+    std::fs::write(&file, text).unwrap();
+    let out = hytra().args(["cluster", "--config"]).arg(&file).output().unwrap();
+    let msg = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{msg}");
+    assert!(msg.contains("one point"), "{msg}");
+    std::fs::remove_file(data).unwrap();
+}
+
+#[test]
+fn killing_the_requester_stops_the_owner_with_an_error() {
+    let (file, data) = io_file("io-kill.toml", "sm", 60.0);
+    let spawn = |id: u16| {
+        hytra()
+            .args(["node", "--config"])
+            .arg(&file)
+            .args(["--id", &id.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let (mut requester, owner) = (spawn(0), spawn(1));
+    std::thread::sleep(Duration::from_secs(2));
+    requester.kill().unwrap();
+    requester.wait().unwrap();
+    let out = wait_bounded(owner, Duration::from_secs(20));
+    let msg = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the owner succeeded without its requester");
+    assert!(msg.contains("closed its connection"), "{msg}");
+    std::fs::remove_file(data).unwrap();
 }
