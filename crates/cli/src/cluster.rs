@@ -150,49 +150,41 @@ fn job(f: &ClusterFile, json: Option<&Path>) -> Result<Job, CliError> {
 
 /// The `hytra io` arguments of a cluster file whose workload is `io`.
 fn io_args(f: &ClusterFile, json: Option<&Path>) -> Result<IoArgs, CliError> {
-    let mut argv: Vec<String> = vec!["io".into()];
-    let mut push = |k: &str, v: String| {
-        argv.push(format!("--{k}"));
-        argv.push(v);
-    };
-    push("backend", "ucx".into());
-    push("transports", f.transports.clone());
-    push("connections", f.workers.to_string());
-    if let Some(s) = f.seconds {
-        push("seconds", s.to_string());
-    }
-    if let Some(j) = json {
-        push("json", j.display().to_string());
-    }
-    argv.extend(f.bench_args.iter().cloned());
-    #[derive(Parser)]
-    struct Wrapper {
-        #[command(flatten)]
-        io: IoArgs,
-    }
-    Wrapper::try_parse_from(&argv)
-        .map(|w| w.io)
-        .map_err(|e| CliError::Usage(format!("cluster file: {}", crate::one_line(&e))))
+    let connections = ("connections", f.workers.to_string());
+    parse_args("io", f, json, vec![connections])
 }
 
 /// The `hytra bench` arguments a cluster file stands for.
 fn bench_args(f: &ClusterFile, json: Option<&Path>) -> Result<BenchArgs, CliError> {
-    let mut argv: Vec<String> = vec!["bench".into()];
+    let mut own = vec![
+        ("workload", f.workload.clone()),
+        ("design", f.design.clone()),
+        ("nodes", f.nodes.len().to_string()),
+        ("workers", f.workers.to_string()),
+    ];
+    own.extend(f.coroutines.map(|c| ("coroutines", c.to_string())));
+    own.extend(f.replication.map(|r| ("replication", r.to_string())));
+    parse_args("bench", f, json, own)
+}
+
+/// Parses the options of `hytra <command>` that a cluster file stands for: the backend
+/// and transports, `own` (the command's own settings from the file), the measured
+/// seconds, the JSON output, then the file's further options.
+fn parse_args<T: clap::Args + clap::FromArgMatches>(
+    command: &str,
+    f: &ClusterFile,
+    json: Option<&Path>,
+    own: Vec<(&str, String)>,
+) -> Result<T, CliError> {
+    let mut argv: Vec<String> = vec![command.into()];
     let mut push = |k: &str, v: String| {
         argv.push(format!("--{k}"));
         argv.push(v);
     };
     push("backend", "ucx".into());
     push("transports", f.transports.clone());
-    push("workload", f.workload.clone());
-    push("design", f.design.clone());
-    push("nodes", f.nodes.len().to_string());
-    push("workers", f.workers.to_string());
-    if let Some(c) = f.coroutines {
-        push("coroutines", c.to_string());
-    }
-    if let Some(r) = f.replication {
-        push("replication", r.to_string());
+    for (k, v) in own {
+        push(k, v);
     }
     if let Some(s) = f.seconds {
         push("seconds", s.to_string());
@@ -202,12 +194,12 @@ fn bench_args(f: &ClusterFile, json: Option<&Path>) -> Result<BenchArgs, CliErro
     }
     argv.extend(f.bench_args.iter().cloned());
     #[derive(Parser)]
-    struct Wrapper {
+    struct Wrapper<A: clap::Args> {
         #[command(flatten)]
-        bench: BenchArgs,
+        args: A,
     }
-    Wrapper::try_parse_from(&argv)
-        .map(|w| w.bench)
+    Wrapper::<T>::try_parse_from(&argv)
+        .map(|w| w.args)
         .map_err(|e| CliError::Usage(format!("cluster file: {}", crate::one_line(&e))))
 }
 

@@ -56,6 +56,32 @@ fn wait_bounded(mut c: Child, limit: Duration) -> Output {
     c.wait_with_output().unwrap()
 }
 
+/// Runs `hytra cluster` on `file` (JSON report to `json`) for at most `limit`.
+fn run_cluster(file: &Path, json: &Path, limit: Duration) -> Output {
+    let c = hytra()
+        .args(["cluster", "--config"])
+        .arg(file)
+        .arg("--json")
+        .arg(json)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_bounded(c, limit)
+}
+
+/// Starts `hytra node --id id` of `file`, its errors piped.
+fn node(file: &Path, id: u16) -> Child {
+    hytra()
+        .args(["node", "--config"])
+        .arg(file)
+        .args(["--id", &id.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 fn json_of(path: &Path) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
@@ -63,16 +89,7 @@ fn json_of(path: &Path) -> serde_json::Value {
 fn three_processes_run_smallbank_correctly(transports: &str) {
     let file = cluster_file(&format!("ok-{transports}.toml"), "t0k", transports, 0.5, 30);
     let json = dir().join(format!("out-{transports}.json"));
-    let c = hytra()
-        .args(["cluster", "--config"])
-        .arg(&file)
-        .arg("--json")
-        .arg(&json)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let out = wait_bounded(c, Duration::from_secs(120));
+    let out = run_cluster(&file, &json, Duration::from_secs(120));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("smallbank on ucx"), "{stdout}");
@@ -129,16 +146,7 @@ fn a_node_with_a_wrong_token_is_refused() {
 #[test]
 fn killing_a_node_stops_the_others_with_an_error() {
     let file = cluster_file("kill.toml", "k", "sm", 60.0, 30);
-    let spawn = |id: u16| {
-        hytra()
-            .args(["node", "--config"])
-            .arg(&file)
-            .args(["--id", &id.to_string()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap()
-    };
+    let spawn = |id: u16| node(&file, id);
     let (n0, n1, mut n2) = (spawn(0), spawn(1), spawn(2));
     std::thread::sleep(Duration::from_secs(2));
     n2.kill().unwrap();
@@ -176,16 +184,7 @@ fn io_file(name: &str, transports: &str, seconds: f64) -> (PathBuf, PathBuf) {
 fn two_processes_read_a_file_over_shared_memory() {
     let (file, data) = io_file("io.toml", "sm", 0.5);
     let json = dir().join("io.json");
-    let c = hytra()
-        .args(["cluster", "--config"])
-        .arg(&file)
-        .arg("--json")
-        .arg(&json)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let out = wait_bounded(c, Duration::from_secs(60));
+    let out = run_cluster(&file, &json, Duration::from_secs(60));
     let msg = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{msg}");
     let v = json_of(&json);
@@ -213,16 +212,7 @@ fn an_io_cluster_asks_for_one_point() {
 #[test]
 fn killing_the_requester_stops_the_owner_with_an_error() {
     let (file, data) = io_file("io-kill.toml", "sm", 60.0);
-    let spawn = |id: u16| {
-        hytra()
-            .args(["node", "--config"])
-            .arg(&file)
-            .args(["--id", &id.to_string()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap()
-    };
+    let spawn = |id: u16| node(&file, id);
     let (mut requester, owner) = (spawn(0), spawn(1));
     std::thread::sleep(Duration::from_secs(2));
     requester.kill().unwrap();

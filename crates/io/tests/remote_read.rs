@@ -64,15 +64,7 @@ where
         |w| {
             let me = w.co().me();
             if me.node == NodeId(1) {
-                let engine = Engine::install(w, &node_io, MAX_LEN).unwrap();
-                let cfg = ServiceConfig {
-                    layout,
-                    rkey,
-                    inline_max: 0,
-                    queue_max: 16,
-                    byes_expected: Some(1),
-                };
-                Some(serve(w, exports.clone(), engine, cfg))
+                Some(owner(w, &exports, &node_io, layout, rkey))
             } else {
                 let client = IoClient::install(w, ClientConfig { layout, rkey, timeout_ns });
                 let fut = body(client.clone(), w.co());
@@ -95,6 +87,19 @@ where
     assert!(reports.iter().all(|&leaked| leaked == 0), "tickets or calls leaked");
     let s = served.lock().unwrap().take();
     s.expect("node 1 served")
+}
+
+/// Makes `w` the owner's serving worker: it stops after one requester's goodbye.
+fn owner<E: hytra_fabric::Endpoint + 'static>(
+    w: &mut hytra_rt::Worker<E>,
+    exports: &Arc<Exports>,
+    node_io: &NodeIo,
+    layout: IoLayout,
+    rkey: Rkey,
+) -> std::rc::Rc<std::cell::RefCell<ServiceStats>> {
+    let engine = Engine::install(w, node_io, MAX_LEN).unwrap();
+    let cfg = ServiceConfig { layout, rkey, inline_max: 0, queue_max: 16, byes_expected: Some(1) };
+    serve(w, exports.clone(), engine, cfg)
 }
 
 fn timings<B: TestBackend>() -> Timing {
@@ -343,15 +348,7 @@ fn a_requester_that_crashes_mid_run_leaks_nothing_on_the_owner() {
             |w| {
                 let me = w.co().me();
                 if me.node == NodeId(1) {
-                    let engine = Engine::install(w, &node_io, MAX_LEN).unwrap();
-                    let cfg = ServiceConfig {
-                        layout,
-                        rkey,
-                        inline_max: 0,
-                        queue_max: 16,
-                        byes_expected: Some(1),
-                    };
-                    return Some(serve(w, exports.clone(), engine, cfg));
+                    return Some(owner(w, &exports, &node_io, layout, rkey));
                 }
                 let client = IoClient::install(w, ClientConfig { layout, rkey, timeout_ns });
                 let finished = std::rc::Rc::new(std::cell::Cell::new(0u16));
