@@ -233,8 +233,6 @@ impl Engine {
         ) {
             return;
         }
-        // Only records of this process's nodes are known here: in a cluster spread over
-        // processes, caches start with the addresses of local records only.
         for here in self.nodes.iter().filter(|n| self.hosts(n.node)) {
             let cache = here.store.cache();
             if !cache.enabled() {
@@ -245,6 +243,19 @@ impl Engine {
                     for (off, key) in there.store.primary(spec.id).records() {
                         cache.put(spec.id, key, off);
                     }
+                }
+            }
+            // The primaries of other processes: a backup replica here was loaded as its
+            // primary was (the same keys in the same order), so its offsets are the
+            // primary's. An entry that is not would be caught like any stale one (S4).
+            // With fewer copies than nodes, only the partitions backed up here are known.
+            for r in here.store.replicas().filter(|r| r.slot > 0) {
+                let primary = self.catalog.primary(r.partition);
+                if primary == here.node || self.hosts(primary) {
+                    continue;
+                }
+                for (off, key) in r.records() {
+                    cache.put(r.table, key, off);
                 }
             }
         }
