@@ -182,9 +182,8 @@ impl Engine {
                 let log_region =
                     backend.region(node, log.rkey).expect("log region just registered");
                 let offload = lookups.as_ref().map(|l| {
-                    let region = backend
-                        .region(node, l.table(TableId(0)).rkey)
-                        .expect("index region just registered");
+                    let region =
+                        backend.region(node, l.index_rkey()).expect("index region just registered");
                     (l.clone(), NodeIndex::new(region, catalog.tables().count()))
                 });
                 Arc::new(NodeEngine {
@@ -286,8 +285,8 @@ impl Engine {
                     }
                     if index.lost() == 0 {
                         return Some(Err(format!(
-                            "{}: table {} key {key} (record at {off}) is not in the NIC index of {} (it names {entry:?})",
-                            "nic index", spec.name, here.node
+                            "nic index: table {} key {key} (record at {off}) is not in the NIC index of {} (it names {entry:?})",
+                            spec.name, here.node
                         )));
                     }
                 }

@@ -52,6 +52,8 @@ fn buckets(capacity: u64) -> u64 {
 
 /// The lookup programs of a cluster and where they answer: the same on every node.
 pub struct NicLookups {
+    /// The region of every node's index.
+    index_rkey: Rkey,
     /// Per table (by id), its bucket array in the index region.
     tables: Vec<Buckets>,
     /// Per worker index, the region its coroutines' slots live in (watched by it).
@@ -114,14 +116,17 @@ impl NicLookups {
             })
             .collect::<Result<Vec<_>, _>>()?;
         let mut lookups = NicLookups {
+            index_rkey,
             tables,
             answers,
             slot_bytes,
             nodes: shape.nodes,
             workers: shape.workers_per_node,
             lanes,
-            triggers: vec![WqId(u32::MAX); shape.workers_total() * usize::from(lanes)]
-                .repeat(usize::from(shape.nodes)),
+            triggers: vec![
+                WqId(u32::MAX);
+                usize::from(shape.nodes) * shape.workers_total() * usize::from(lanes)
+            ],
             starters: vec![Vec::new(); usize::from(shape.nodes)],
             code_bytes: 0,
         };
@@ -211,6 +216,11 @@ impl NicLookups {
     /// The region of worker `index`'s slots.
     pub(crate) fn answers(&self, index: u16) -> Rkey {
         self.answers[usize::from(index)]
+    }
+
+    /// The region of every node's index.
+    pub(crate) fn index_rkey(&self) -> Rkey {
+        self.index_rkey
     }
 
     /// The bucket array of `table`.

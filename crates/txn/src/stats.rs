@@ -29,7 +29,8 @@ pub struct TxnStats {
     pub torn_reads: u64,
     /// Reads of records that a location-cache entry pointed to wrongly.
     pub stale_cache: u64,
-    /// Remote reads that found their record in the location cache.
+    /// Remote reads that found their record in the location cache. This counter and
+    /// the ones below it count the whole run, warm-up and drain included.
     pub cache_hits: u64,
     /// Remote reads that did not (only counted when a cache is in use).
     pub cache_misses: u64,

@@ -664,7 +664,7 @@ impl<E: Endpoint> TxnCtx<E> {
         let region = self.nic_region.as_ref().expect("offload strategy");
         let mut entries = [0u64; (ENTRIES_BYTES / 8) as usize];
         region.read_words(base + offload::ENTRIES, &mut entries);
-        let record_bytes = (RECORD_HEADER_WORDS + u64::from(a.len)) * 8;
+        let words = (RECORD_HEADER_WORDS + u64::from(a.len)) as usize;
         let rkey = self.node.catalog.rkey(a.table, 0);
         // Both responses write the item, the second last: the second's record is there
         // if both buckets matched the tag.
@@ -672,14 +672,11 @@ impl<E: Endpoint> TxnCtx<E> {
             [_, Some(e)] | [Some(e), None] => Some(e),
             [None, None] => None,
         };
-        let n = (RECORD_HEADER_WORDS + u64::from(a.len)) as usize;
-        self.words.resize(n, 0);
+        self.words.resize(words, 0);
         region.read_words(base + offload::ITEM, &mut self.words);
         let h = RecordHeader::parse(&self.words);
         match sent {
-            Some(e)
-                if e.addr.rkey == rkey && u64::from(e.len) == record_bytes && h.key == a.key =>
-            {
+            Some(e) if e.addr.rkey == rkey && e.len as usize == words * 8 && h.key == a.key => {
                 self.wt.stats.borrow_mut().nic_found += 1;
                 self.accept_record(i, Stage::Record(e.addr.offset))
             }
