@@ -111,6 +111,11 @@ pub enum Step {
     Idle {
         /// A time at which the program wants to be stepped even if nothing arrives.
         wake_at_ns: Option<u64>,
+        /// Whether this step did work before it ran out (took a completion or datagram,
+        /// resumed a coroutine). Real-time backends give their core away only after a
+        /// run of steps that did none: a worker whose requests complete within its own
+        /// post calls (UCX shared memory) ends every step idle yet never waits.
+        progressed: bool,
     },
 }
 

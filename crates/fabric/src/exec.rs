@@ -121,6 +121,7 @@ impl Flat {
 
 /// Checks a one-sided post against the cluster and the poster's own regions (everything
 /// that can be known without the target). Remote checks happen at the target.
+#[inline]
 pub(crate) fn validate_post(
     shape: &ClusterShape,
     own_regions: &[Region],

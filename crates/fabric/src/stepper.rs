@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::endpoint::{Program, Step};
 
-/// Idle rounds a thread spins before it yields its core to other threads.
+/// Rounds without progress a thread spins before it yields its core to other threads.
 const IDLE_SPINS_MAX: u32 = 64;
 
 /// Rounds between two checks of the stop conditions.
@@ -26,30 +26,32 @@ impl Stepper {
         Stepper { done: vec![false; programs], idle_rounds: 0, rounds: 0 }
     }
 
-    /// Steps every program once; `on_idle(i)` runs after program `i` reports no work.
-    /// Programs that became done are added to `done_total`. When none was busy, spins or
-    /// (after a while) yields: on two cores, a thread that only spins would hold the core
-    /// a descheduled peer needs to answer. Returns true when the caller should check
-    /// whether to stop.
+    /// Steps every program once; `on_idle(i)` runs after program `i` reports no work
+    /// left. Programs that became done are added to `done_total`. When none made
+    /// progress, spins or (after a while) yields: on two cores, a thread that only spins
+    /// would hold the core a descheduled peer needs to answer. Returns true when the
+    /// caller should check whether to stop.
     pub(crate) fn round<P: Program>(
         &mut self,
         programs: &mut [P],
         done_total: &AtomicUsize,
         mut on_idle: impl FnMut(usize),
     ) -> bool {
-        let mut busy = false;
+        let mut progressed = false;
         for (i, p) in programs.iter_mut().enumerate() {
-            if p.step() == Step::Busy {
-                busy = true;
-            } else {
-                on_idle(i);
+            match p.step() {
+                Step::Busy => progressed = true,
+                Step::Idle { progressed: worked, .. } => {
+                    progressed |= worked;
+                    on_idle(i);
+                }
             }
             if !self.done[i] && p.is_done() {
                 self.done[i] = true;
                 done_total.fetch_add(1, Ordering::AcqRel);
             }
         }
-        if busy {
+        if progressed {
             self.idle_rounds = 0;
         } else {
             self.idle_rounds += 1;
@@ -61,5 +63,46 @@ impl Stepper {
         }
         self.rounds += 1;
         self.rounds % CHECK_EVERY_ROUNDS == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Ends every step idle, having done work or not.
+    struct Idle {
+        progressed: bool,
+    }
+
+    impl Program for Idle {
+        fn step(&mut self) -> Step {
+            Step::Idle { wake_at_ns: None, progressed: self.progressed }
+        }
+
+        fn is_done(&self) -> bool {
+            false
+        }
+    }
+
+    #[test]
+    fn only_rounds_without_progress_count_towards_yielding() {
+        let done = AtomicUsize::new(0);
+        let mut programs = [Idle { progressed: true }, Idle { progressed: false }];
+        let mut s = Stepper::new(programs.len());
+        let mut idled = 0;
+        for _ in 0..3 * IDLE_SPINS_MAX {
+            s.round(&mut programs, &done, |_| idled += 1);
+        }
+        // One program ended each step with work done: the thread kept its core.
+        assert_eq!(s.idle_rounds, 0);
+        // Both still count as out of work (the backend progresses their workers).
+        assert_eq!(idled, 2 * 3 * IDLE_SPINS_MAX);
+        programs[0].progressed = false;
+        for _ in 0..3 * IDLE_SPINS_MAX {
+            s.round(&mut programs, &done, |_| {});
+        }
+        assert_eq!(s.idle_rounds, 3 * IDLE_SPINS_MAX);
+        assert_eq!(done.load(Ordering::Relaxed), 0);
     }
 }

@@ -73,11 +73,11 @@ impl<E, F: FnMut(&mut E) -> bool> Script<E, F> {
 impl<E, F: FnMut(&mut E) -> bool> Program for Script<E, F> {
     fn step(&mut self) -> Step {
         if self.done {
-            return Step::Idle { wake_at_ns: None };
+            return Step::Idle { wake_at_ns: None, progressed: false };
         }
         self.done = (self.f)(&mut self.ep);
         if self.done {
-            Step::Idle { wake_at_ns: None }
+            Step::Idle { wake_at_ns: None, progressed: true }
         } else {
             Step::Busy
         }

@@ -47,7 +47,12 @@ struct OpSlot {
     covers: u32,
     /// Signaled by the runtime to drain the send queue; nobody waits for it.
     internal: bool,
+    /// The waker of the last coroutine that waited on this slot. Kept after the slot is
+    /// freed, so that the next wait, usually by the same coroutine, need not clone it.
     waker: Option<Waker>,
+    /// Whether the current batch's owner waits on `waker` (set by `poll`): a kept waker
+    /// may belong to an earlier owner, which must not be woken.
+    armed: bool,
 }
 
 /// Send-queue bookkeeping of one connection.
@@ -59,16 +64,36 @@ struct QpAccount {
     unsignaled_run: u32,
 }
 
-/// How the next batch on a connection must be posted.
+/// How the next batch on a connection must be posted. Two words, so that it comes back
+/// from [`OpTable::plan`] in registers: returned through memory and read back in other
+/// pieces than it was written, it stalled every post on store forwarding.
+#[derive(Copy, Clone, Debug)]
 pub(crate) struct Plan {
-    /// `wr_id` of every member but the last.
+    /// `wr_id` of every member but the last: the slot's id, or `UNSIGNALED`.
     pub(crate) wr_id: WrId,
-    /// `wr_id` of the last member.
-    pub(crate) last_wr_id: WrId,
+    /// Whether the caller gets a ticket for the batch.
+    ticketed: bool,
+}
+
+impl Plan {
     /// Whether the last member is signaled.
-    pub(crate) signal_last: bool,
+    pub(crate) fn signal_last(&self) -> bool {
+        self.wr_id != UNSIGNALED
+    }
+
+    /// `wr_id` of the last member.
+    pub(crate) fn last_wr_id(&self) -> WrId {
+        if self.signal_last() {
+            self.wr_id | LAST
+        } else {
+            UNSIGNALED
+        }
+    }
+
     /// The ticket, if the caller asked for one.
-    pub(crate) ticket: Option<OpTicket>,
+    pub(crate) fn ticket(&self) -> Option<OpTicket> {
+        self.ticketed.then_some(OpTicket { idx: self.wr_id as u32, gen: (self.wr_id >> 32) as u32 })
+    }
 }
 
 /// Counters of one-sided traffic.
@@ -122,6 +147,7 @@ impl OpTable {
                     covers: 0,
                     internal: false,
                     waker: None,
+                    armed: false,
                 });
                 u32::try_from(self.slots.len() - 1).expect("op slots fit u32")
             }
@@ -131,6 +157,7 @@ impl OpTable {
         s.gen = s.gen.wrapping_add(1) & 0x7FFF_FFFF;
         s.state = SlotState::Pending;
         s.first_error = None;
+        s.armed = false;
         (s.qp, s.covers, s.internal) = (qp, covers, internal);
         (idx, s.gen)
     }
@@ -150,12 +177,10 @@ impl OpTable {
             if force {
                 self.stats.internal_signals += 1;
             }
-            let ticket = want_ticket.then_some(OpTicket { idx, gen });
-            let id = wr_id(idx, gen);
-            Plan { wr_id: id, last_wr_id: id | LAST, signal_last: true, ticket }
+            Plan { wr_id: wr_id(idx, gen), ticketed: want_ticket }
         } else {
             self.qps[qp as usize].unsignaled_run += n;
-            Plan { wr_id: UNSIGNALED, last_wr_id: UNSIGNALED, signal_last: false, ticket: None }
+            Plan { wr_id: UNSIGNALED, ticketed: false }
         };
         self.qps[qp as usize].outstanding += n;
         Some(plan)
@@ -166,8 +191,8 @@ impl OpTable {
     pub(crate) fn abandon(&mut self, qp: u32, plan: &Plan, n: u32, posted: u32) {
         let acct = &mut self.qps[qp as usize];
         acct.outstanding -= n - posted;
-        if plan.signal_last {
-            let idx = (plan.last_wr_id & 0xFFFF_FFFF) as usize;
+        if plan.signal_last() {
+            let idx = (plan.wr_id & 0xFFFF_FFFF) as usize;
             let covers = self.slots[idx].covers;
             // The signal never went out: its run of unsignaled requests is still open.
             self.qps[qp as usize].unsignaled_run += covers - n + posted;
@@ -178,8 +203,10 @@ impl OpTable {
         }
     }
 
-    /// Routes one completion; returns the waker to wake, if any.
-    pub(crate) fn complete(&mut self, c: &Completion) -> Option<Waker> {
+    /// Routes one completion; returns the waker to wake, if any. The slot keeps its
+    /// waker: the next wait on the slot, usually by the same coroutine, then needs no
+    /// clone.
+    pub(crate) fn complete(&mut self, c: &Completion) -> Option<&Waker> {
         self.stats.completions += 1;
         if c.wr_id == UNSIGNALED {
             debug_assert_ne!(c.status, Status::Success, "unsignaled success never completes");
@@ -217,7 +244,11 @@ impl OpTable {
             return None;
         }
         slot.state = SlotState::Done { status, value: c.value };
-        slot.waker.take()
+        if slot.armed {
+            slot.waker.as_ref()
+        } else {
+            None
+        }
     }
 
     /// The result of a ticket if it is done (freeing its slot), else records `waker`.
@@ -237,6 +268,7 @@ impl OpTable {
                 if !slot.waker.as_ref().is_some_and(|w| w.will_wake(waker)) {
                     slot.waker = Some(waker.clone());
                 }
+                slot.armed = true;
                 None
             }
             SlotState::Free => unreachable!("ticket of a free slot"),
@@ -263,13 +295,13 @@ mod tests {
     fn a_batch_settles_on_its_last_completion_with_the_first_error() {
         let mut t = OpTable::new(2, 256);
         let plan = t.plan(1, 3, true).unwrap();
-        let ticket = plan.ticket.unwrap();
-        assert!(plan.signal_last && plan.last_wr_id == plan.wr_id | LAST);
+        let ticket = plan.ticket().unwrap();
+        assert!(plan.signal_last() && plan.last_wr_id() == plan.wr_id | LAST);
         // An unsignaled member fails first; the batch is not settled yet.
         let bad = Status::RemoteAccess(AccessError::OutOfBounds);
         assert!(t.complete(&cqe(plan.wr_id, bad, 0)).is_none());
         assert!(t.poll(ticket, Waker::noop()).is_none(), "still pending");
-        t.complete(&cqe(plan.last_wr_id, Status::Success, 7));
+        t.complete(&cqe(plan.last_wr_id(), Status::Success, 7));
         assert_eq!(t.poll(ticket, Waker::noop()), Some((bad, 7)));
         assert_eq!(t.qps[1].outstanding, 0, "the completion retired all three requests");
         assert_eq!(t.live(), 0);
@@ -281,10 +313,10 @@ mod tests {
         let mut forced = None;
         for i in 0..SIGNAL_EVERY {
             let plan = t.plan(0, 1, false).unwrap();
-            assert!(plan.ticket.is_none());
-            if plan.signal_last {
+            assert!(plan.ticket().is_none());
+            if plan.signal_last() {
                 assert_eq!(i, SIGNAL_EVERY - 1, "the 64th request is signaled");
-                forced = Some(plan.last_wr_id);
+                forced = Some(plan.last_wr_id());
             } else {
                 assert_eq!(plan.wr_id, UNSIGNALED);
             }
@@ -309,8 +341,40 @@ mod tests {
         assert_eq!(t.qps[0].unsignaled_run, 2, "the posted two wait for a later signal");
         assert_eq!(t.live(), 0, "the batch's slot is free again");
         let next = t.plan(0, 1, true).unwrap();
-        t.complete(&cqe(next.last_wr_id, Status::Success, 0));
+        t.complete(&cqe(next.last_wr_id(), Status::Success, 0));
         assert_eq!(t.qps[0].outstanding, 0, "the next signal retired the abandoned two");
-        let _ = t.poll(next.ticket.unwrap(), Waker::noop());
+        let _ = t.poll(next.ticket().unwrap(), Waker::noop());
+    }
+
+    /// Counts its wakes.
+    struct CountWakes(std::sync::atomic::AtomicUsize);
+
+    impl std::task::Wake for CountWakes {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    #[test]
+    fn a_kept_waker_wakes_only_the_owner_that_waits() {
+        use std::sync::atomic::Ordering;
+        use std::sync::Arc;
+        let mut t = OpTable::new(1, 8);
+        let first = Arc::new(CountWakes(0.into()));
+        let first_waker = Waker::from(first.clone());
+        let a = t.plan(0, 1, true).unwrap();
+        let ticket = a.ticket().unwrap();
+        assert!(t.poll(ticket, &first_waker).is_none());
+        t.complete(&cqe(a.last_wr_id(), Status::Success, 1)).expect("the waiter").wake_by_ref();
+        assert_eq!(t.poll(ticket, &first_waker), Some((Status::Success, 1)));
+        assert_eq!(first.0.load(Ordering::Relaxed), 1);
+        // The slot is reused, its waker kept; the new batch completes before its owner
+        // waits, so nobody is woken (least of all the first owner).
+        let b = t.plan(0, 1, true).unwrap();
+        assert_eq!(b.ticket().unwrap().idx, ticket.idx, "the same slot");
+        assert!(t.complete(&cqe(b.last_wr_id(), Status::Success, 2)).is_none());
+        let second = Waker::from(Arc::new(CountWakes(0.into())));
+        assert_eq!(t.poll(b.ticket().unwrap(), &second), Some((Status::Success, 2)));
+        assert_eq!(first.0.load(Ordering::Relaxed), 1);
     }
 }

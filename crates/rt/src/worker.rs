@@ -192,29 +192,32 @@ impl<E: Endpoint + 'static> Worker<E> {
         self.inner.ops.borrow().live() + self.inner.calls.borrow().live()
     }
 
-    fn reap_completions(&mut self) {
+    /// Takes every completion; returns how many.
+    fn reap_completions(&mut self) -> usize {
+        let mut total = 0;
         loop {
             let n = self.inner.ep.borrow_mut().poll_cq(&mut self.cqes);
+            total += n;
             let mut ops = self.inner.ops.borrow_mut();
             for c in &self.cqes[..n] {
                 if let Some(w) = ops.complete(c) {
-                    w.wake();
+                    w.wake_by_ref();
                 }
             }
             if n < self.cqes.len() {
-                break;
+                return total;
             }
         }
     }
 
-    /// Receives datagrams; returns whether the per-step limit cut it short.
-    fn receive(&mut self) -> bool {
-        for _ in 0..RECV_PER_STEP_MAX {
-            let got = self.inner.ep.borrow_mut().recv(&mut self.rx);
-            let Some((src, len)) = got else { return false };
+    /// Receives datagrams; returns how many, and whether the per-step limit cut it short.
+    fn receive(&mut self) -> (usize, bool) {
+        for got in 0..RECV_PER_STEP_MAX {
+            let next = self.inner.ep.borrow_mut().recv(&mut self.rx);
+            let Some((src, len)) = next else { return (got, false) };
             self.dispatch(src, len);
         }
-        true
+        (RECV_PER_STEP_MAX, true)
     }
 
     /// Handles every frame of the datagram in `self.rx[..len]`.
@@ -301,16 +304,16 @@ impl<E: Endpoint + 'static> Program for Worker<E> {
         self.steps += 1;
         let costs = self.inner.cfg.costs;
         self.inner.ep.borrow_mut().charge_cpu(costs.step_ns);
-        self.reap_completions();
-        let more_rx = self.receive();
+        let reaped = self.reap_completions();
+        let (received, more_rx) = self.receive();
         let now = self.inner.ep.borrow().now_ns();
         self.inner.step_now_ns.set(now);
         self.inner.calls.borrow_mut().expire(now, |w| w.wake());
         self.inner.timers.borrow_mut().expire(now);
         let polled = self.run_pollers();
         let inner = &self.inner;
-        self.resumes +=
-            self.executor.run_ready(|| inner.ep.borrow_mut().charge_cpu(costs.switch_ns)) as u64;
+        let resumed = self.executor.run_ready(|| inner.ep.borrow_mut().charge_cpu(costs.switch_ns));
+        self.resumes += resumed as u64;
         let mut ep = self.inner.ep.borrow_mut();
         let mut outbox = self.inner.outbox.borrow_mut();
         outbox.flush(&mut *ep);
@@ -327,7 +330,7 @@ impl<E: Endpoint + 'static> Program for Worker<E> {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        Step::Idle { wake_at_ns }
+        Step::Idle { wake_at_ns, progressed: reaped + received + resumed > 0 }
     }
 
     fn is_done(&self) -> bool {
@@ -431,10 +434,10 @@ impl<E: Endpoint> Co<E> {
             if (!last || defer) && db {
                 flags = flags | OpFlags::MORE;
             }
-            if last && plan.signal_last {
+            if last && plan.signal_last() {
                 flags = flags | OpFlags::SIGNALED;
             }
-            let wr_id = if last { plan.last_wr_id } else { plan.wr_id };
+            let wr_id = if last { plan.last_wr_id() } else { plan.wr_id };
             if let Err(e) = ep.post(qp, wr_id, wr, flags) {
                 ep.ring_doorbells();
                 drop(ep);
@@ -442,7 +445,7 @@ impl<E: Endpoint> Co<E> {
                 return Err(OpError::Post(e));
             }
         }
-        Ok(plan.ticket)
+        Ok(plan.ticket())
     }
 
     /// Posts `wrs` on `qp` as one batch (one doorbell when doorbell batching is on) with

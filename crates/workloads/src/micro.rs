@@ -391,16 +391,25 @@ fn setup_worker<E: Endpoint + 'static>(
         let waiters = waiters.clone();
         w.spawn(move |co| async move {
             let n = usize::from(params.batch);
+            let shape = co.shape();
+            let targets = Targets {
+                rng,
+                me: u64::from(co.me().node.0),
+                nodes: u64::from(shape.nodes),
+                lanes: u64::from(shape.lanes_per_peer),
+                payload: u64::from(payload),
+            };
             let mut c = Client {
                 co,
-                rng,
+                targets,
                 k,
                 primitive,
                 payload,
                 params,
                 layout,
                 mine: Tally::default(),
-                reqs: Vec::with_capacity(n),
+                qps: Vec::with_capacity(n),
+                wrs: Vec::with_capacity(n),
                 group: Vec::with_capacity(n),
                 tickets: Vec::with_capacity(n),
             };
@@ -414,34 +423,55 @@ fn setup_worker<E: Endpoint + 'static>(
     served
 }
 
+/// Where a coroutine's requests go, drawn at random. A batch works on a copy in locals,
+/// so that the generator's state stays in registers (kept in the coroutine, its loads and
+/// stores showed as a tenth of the benchmark's own time over UCX shared memory).
+#[derive(Clone)]
+struct Targets {
+    rng: Rng,
+    me: u64,
+    nodes: u64,
+    lanes: u64,
+    payload: u64,
+}
+
+impl Targets {
+    /// Any node but this one.
+    fn peer(&mut self) -> NodeId {
+        // A wrap-around instead of `%`, whose division also showed.
+        let pick = self.me + 1 + self.rng.below(self.nodes - 1);
+        NodeId((if pick >= self.nodes { pick - self.nodes } else { pick }) as u16)
+    }
+
+    fn lane(&mut self) -> u16 {
+        self.rng.below(self.lanes) as u16
+    }
+
+    /// A payload-aligned offset into the data region.
+    fn offset(&mut self) -> u64 {
+        self.rng.below(DATA_SLOTS) * self.payload
+    }
+}
+
 /// One benchmark coroutine.
 struct Client<E> {
     co: Co<E>,
-    rng: Rng,
+    targets: Targets,
     k: u16,
     primitive: Primitive,
     payload: u32,
     params: MicroParams,
     layout: Layout,
     mine: Tally,
-    /// Buffers reused across batches (the data path allocates nothing after warm-up).
-    reqs: Vec<(Qp, WorkRequest<'static>)>,
+    /// Buffers reused across batches (the data path allocates nothing after warm-up):
+    /// a batch's connections and requests, and one connection's share of them.
+    qps: Vec<Qp>,
+    wrs: Vec<WorkRequest<'static>>,
     group: Vec<WorkRequest<'static>>,
     tickets: Vec<OpTicket>,
 }
 
 impl<E: Endpoint> Client<E> {
-    fn random_peer_node(&mut self) -> NodeId {
-        let nodes = u64::from(self.co.shape().nodes);
-        let me = u64::from(self.co.me().node.0);
-        let pick = (me + 1 + self.rng.below(nodes - 1)) % nodes;
-        NodeId(pick as u16)
-    }
-
-    fn random_offset(&mut self) -> u64 {
-        self.rng.below(DATA_SLOTS) * u64::from(self.payload)
-    }
-
     fn scratch(&self, i: u16) -> LocalAddr {
         let me = self.co.me().index;
         let stride = u64::from(self.payload) + 8;
@@ -481,14 +511,15 @@ impl<E: Endpoint> Client<E> {
     /// that drew the same connection share a doorbell (outstanding requests plus doorbell
     /// batching); on a large cluster nearly every request gets its own.
     async fn one_sided_batch(&mut self) -> bool {
-        let lanes = u64::from(self.co.shape().lanes_per_peer);
         let n = self.params.batch;
-        let mut reqs = std::mem::take(&mut self.reqs);
-        reqs.clear();
+        let (mut qps, mut wrs) = (std::mem::take(&mut self.qps), std::mem::take(&mut self.wrs));
+        qps.clear();
+        wrs.clear();
+        let mut targets = self.targets.clone();
         for i in 0..n {
-            let node = self.random_peer_node();
-            let qp = Qp { node, lane: self.rng.below(lanes) as u16 };
-            let remote = RemoteAddr { node, rkey: self.layout.data, offset: self.random_offset() };
+            let node = targets.peer();
+            let qp = Qp { node, lane: targets.lane() };
+            let remote = RemoteAddr { node, rkey: self.layout.data, offset: targets.offset() };
             let local = self.scratch(i);
             let wr = match self.primitive {
                 Primitive::Read => WorkRequest::Read { remote, local, len: self.payload },
@@ -497,12 +528,14 @@ impl<E: Endpoint> Client<E> {
                     src: WriteSrc::Local { addr: local, len: self.payload },
                 },
                 Primitive::Cas => {
-                    WorkRequest::Cas { remote, local, compare: 0, swap: self.rng.next_u64() }
+                    WorkRequest::Cas { remote, local, compare: 0, swap: targets.rng.next_u64() }
                 }
                 _ => WorkRequest::Faa { remote, local, add: 1 },
             };
-            reqs.push((qp, wr));
+            qps.push(qp);
+            wrs.push(wr);
         }
+        self.targets = targets;
         // Inline small WRITEs, as the paper does below 64 bytes (§3.1).
         let small_write = self.primitive == Primitive::Write && self.payload <= 64;
         let flags = if small_write { OpFlags::INLINE } else { OpFlags::NONE };
@@ -510,16 +543,34 @@ impl<E: Endpoint> Client<E> {
         let mut group = std::mem::take(&mut self.group);
         tickets.clear();
         if !(self.params.doorbell && self.params.passive_ack) {
-            self.post_one_by_one(&reqs, flags, &mut tickets).await;
-            reqs.clear();
+            self.post_one_by_one(&qps, &wrs, flags, &mut tickets).await;
+            qps.clear();
         }
-        // Group by connection, keeping each connection's requests in order.
-        while let Some(&(qp, _)) = reqs.first() {
-            group.clear();
-            group.extend(reqs.iter().filter(|r| r.0 == qp).map(|r| r.1));
-            reqs.retain(|r| r.0 != qp);
+        // Group by connection, connections in order of first appearance and each
+        // connection's requests in order. A batch to one connection (every batch on two
+        // nodes with one lane) is posted as it is, without the copy.
+        let single = qps.first().filter(|&&q| qps.iter().all(|&p| p == q)).copied();
+        let mut grouped = [false; BATCH_MAX];
+        for first in 0..qps.len() {
+            if grouped[first] {
+                continue;
+            }
+            let qp = qps[first];
+            let batch: &[WorkRequest<'static>] = if single.is_some() {
+                grouped[..qps.len()].fill(true);
+                &wrs
+            } else {
+                group.clear();
+                for (j, wr) in wrs.iter().enumerate().skip(first) {
+                    if qps[j] == qp {
+                        grouped[j] = true;
+                        group.push(*wr);
+                    }
+                }
+                &group
+            };
             let t = loop {
-                match self.co.issue_with(qp, &group, flags) {
+                match self.co.issue_with(qp, batch, flags) {
                     Ok(t) => break t,
                     Err(OpError::Post(PostError::QueueFull)) => self.co.yield_now().await,
                     Err(e) => panic!("micro benchmark post failed: {e}"),
@@ -531,7 +582,7 @@ impl<E: Endpoint> Client<E> {
         for &t in &tickets {
             ok &= self.co.wait(t).await.is_ok();
         }
-        (self.reqs, self.tickets, self.group) = (reqs, tickets, group);
+        (self.qps, self.wrs, self.tickets, self.group) = (qps, wrs, tickets, group);
         ok
     }
 
@@ -540,13 +591,14 @@ impl<E: Endpoint> Client<E> {
     /// leaves all but each connection's last unsignaled.
     async fn post_one_by_one(
         &mut self,
-        reqs: &[(Qp, WorkRequest<'static>)],
+        qps: &[Qp],
+        wrs: &[WorkRequest<'static>],
         flags: OpFlags,
         tickets: &mut Vec<OpTicket>,
     ) {
         let (db, pa) = (self.params.doorbell, self.params.passive_ack);
-        for (idx, &(qp, wr)) in reqs.iter().enumerate() {
-            let last_on_qp = !reqs[idx + 1..].iter().any(|r| r.0 == qp);
+        for (idx, (&qp, &wr)) in qps.iter().zip(wrs).enumerate() {
+            let last_on_qp = !qps[idx + 1..].contains(&qp);
             let signaled = !pa || last_on_qp;
             loop {
                 let r = match (signaled, db) {
@@ -578,9 +630,9 @@ impl<E: Endpoint> Client<E> {
         let n = usize::from(self.params.batch);
         let mut tickets = [None; BATCH_MAX];
         for t in tickets.iter_mut().take(n) {
-            let dest = WorkerId { node: self.random_peer_node(), index: me.index };
+            let dest = WorkerId { node: self.targets.peer(), index: me.index };
             let mut req = [0u8; 10];
-            req[..8].copy_from_slice(&self.random_offset().to_le_bytes());
+            req[..8].copy_from_slice(&self.targets.offset().to_le_bytes());
             req[8..].copy_from_slice(&(self.payload as u16).to_le_bytes());
             *t = self.co.call(dest, GET, &req).ok();
         }
@@ -609,8 +661,8 @@ impl<E: Endpoint> Client<E> {
         let mut req = [0u8; 8 + RPC_PAYLOAD_MAX];
         let len = 8 + self.payload as usize;
         for t in tickets.iter_mut().take(n) {
-            let dest = WorkerId { node: self.random_peer_node(), index: me.index };
-            req[..8].copy_from_slice(&self.random_offset().to_le_bytes());
+            let dest = WorkerId { node: self.targets.peer(), index: me.index };
+            req[..8].copy_from_slice(&self.targets.offset().to_le_bytes());
             if self.params.passive_ack {
                 // A full send queue is waited out: the NIC, not the coroutine, sets the
                 // rate.
@@ -643,7 +695,7 @@ impl<E: Endpoint> Client<E> {
         let me = self.co.me();
         let n = self.params.batch;
         for i in 0..n {
-            let node = self.random_peer_node();
+            let node = self.targets.peer();
             let seq = mailboxes.borrow_mut().next_seq(self.k, i, node);
             // Request: payload then the sequence word, in one WRITE into our slot of the
             // callee's inbox; a WRITE lands in address order, so the word comes last.

@@ -414,7 +414,7 @@ impl SimCluster {
                 }
                 Some(ws.clock)
             }
-            Step::Idle { wake_at_ns } => {
+            Step::Idle { wake_at_ns, .. } => {
                 let timer = wake_at_ns.map(|t| t.saturating_mul(1000));
                 match (core.next_visible(worker), timer) {
                     (Some(a), Some(b)) => Some(a.min(b)),

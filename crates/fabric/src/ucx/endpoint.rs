@@ -16,11 +16,20 @@ use crate::ids::{ClusterShape, NodeId, Qp, Rkey, WorkerId, WrId};
 use crate::memory::Region;
 use crate::verbs::{AccessError, Completion, OpFlags, PostError, Status, WorkRequest, WriteSrc};
 
-/// A connection: a UCP endpoint with the target node's keys unpacked for it.
+/// A connection: a UCP endpoint with the target node's regions, their keys unpacked for
+/// it (by rkey).
 #[derive(Clone)]
 struct Lane {
     ep: *mut ffi::Ep,
-    rkeys: Vec<*mut ffi::RkeyHandle>,
+    regions: Vec<RemoteRegion>,
+}
+
+/// A region of the node at the other end of a lane, as its owner announced it.
+#[derive(Copy, Clone)]
+struct RemoteRegion {
+    base: u64,
+    len: u64,
+    rkey: *mut ffi::RkeyHandle,
 }
 
 /// The UCP resources of one hosted worker.
@@ -41,7 +50,6 @@ struct WorkerRes {
 pub(crate) struct WorkerSet {
     shape: ClusterShape,
     workers: Vec<WorkerRes>,
-    remote: Vec<Vec<(u64, u64)>>,
     _ctx: Arc<Context>,
 }
 
@@ -61,8 +69,7 @@ impl WorkerSet {
         shape: ClusterShape,
         hosted: &[usize],
     ) -> Result<WorkerSet, BackendError> {
-        let mut set =
-            WorkerSet { shape, workers: Vec::new(), remote: Vec::new(), _ctx: ctx.clone() };
+        let mut set = WorkerSet { shape, workers: Vec::new(), _ctx: ctx.clone() };
         for &index in hosted {
             let mut addr: *mut c_void = std::ptr::null_mut();
             let mut len = 0usize;
@@ -111,8 +118,6 @@ impl WorkerSet {
     /// `peer_errors`: ask UCP to report failed peers (not available on shared memory).
     pub(crate) fn connect(&mut self, peers: &Peers, peer_errors: bool) -> Result<(), BackendError> {
         let shape = self.shape;
-        self.remote =
-            peers.regions.iter().map(|l| l.iter().map(|r| (r.base, r.len)).collect()).collect();
         for w in &mut self.workers {
             let me = shape.worker_at(w.index);
             let ep_to =
@@ -148,7 +153,7 @@ impl WorkerSet {
                         w.lane_eps.push(ep);
                         ep
                     };
-                    let mut rkeys = Vec::new();
+                    let mut regions = Vec::new();
                     for (k, r) in peers.regions[usize::from(n)].iter().enumerate() {
                         let mut h = std::ptr::null_mut();
                         // SAFETY: `ep` was just created on this worker; the buffer is a
@@ -161,9 +166,9 @@ impl WorkerSet {
                                 "UCX: cannot unpack the key of region {k} of node {n}"
                             )));
                         }
-                        rkeys.push(h);
+                        regions.push(RemoteRegion { base: r.base, len: r.len, rkey: h });
                     }
-                    w.lanes.push(Lane { ep, rkeys });
+                    w.lanes.push(Lane { ep, regions });
                 }
             }
         }
@@ -182,7 +187,6 @@ impl WorkerSet {
                     worker: w.raw,
                     eps: w.eps.clone(),
                     lanes: w.lanes.clone(),
-                    remote: self.remote.clone(),
                     regions: regions[usize::from(me.node.0)].clone(),
                 }
             })
@@ -198,8 +202,8 @@ impl WorkerSet {
             // their worker.
             unsafe {
                 for lane in &w.lanes {
-                    for &k in &lane.rkeys {
-                        ffi::hx_rkey_destroy(k);
+                    for r in &lane.regions {
+                        ffi::hx_rkey_destroy(r.rkey);
                     }
                 }
                 for &ep in w.lane_eps.iter().chain(&w.eps) {
@@ -218,7 +222,6 @@ pub(crate) struct Setup {
     worker: NonNull<ffi::Worker>,
     eps: Vec<*mut ffi::Ep>,
     lanes: Vec<Lane>,
-    remote: Vec<Vec<(u64, u64)>>,
     regions: Vec<Region>,
 }
 
@@ -295,26 +298,29 @@ impl UcxEndpoint {
             cqes: vec![ffi::Cqe::default(); 256],
         }
     }
+}
 
+impl Lane {
+    /// The target address of `[offset, offset + len)` in region `rkey` of the lane's node,
+    /// and the key to reach it, if the owner would accept the access.
     fn check_remote(
         &self,
-        node: NodeId,
         rkey: Rkey,
         offset: u64,
         len: u64,
-    ) -> Result<u64, AccessError> {
-        let &(base, size) = self.s.remote[usize::from(node.0)]
-            .get(rkey.0 as usize)
-            .ok_or(AccessError::UnknownKey)?;
+    ) -> Result<(u64, *mut ffi::RkeyHandle), AccessError> {
+        let r = self.regions.get(rkey.0 as usize).ok_or(AccessError::UnknownKey)?;
         if offset % WORD != 0 || len % WORD != 0 {
             return Err(AccessError::Misaligned);
         }
         match offset.checked_add(len) {
-            Some(end) if end <= size => Ok(base + offset),
+            Some(end) if end <= r.len => Ok((r.base + offset, r.rkey)),
             _ => Err(AccessError::OutOfBounds),
         }
     }
+}
 
+impl UcxEndpoint {
     fn local_ptr(&self, rkey: Rkey, offset: u64) -> *mut u8 {
         self.s.regions[rkey.0 as usize].addr_of(offset)
     }
@@ -369,31 +375,22 @@ impl Endpoint for UcxEndpoint {
         }
         let tag = ((lane_index as u64) << SEQ_BITS) | queue.posted;
         queue.posted += 1;
-        // SAFETY: the endpoint handle is alive for the whole run.
-        let failed = unsafe { ffi::hx_ep_failed(lane.ep) };
-        let fail = |status| Completion { wr_id, status, value: 0 };
-        if failed != 0 {
-            queue.retired = queue.posted;
-            self.errors.push_back(fail(Status::Unreachable));
-            return Ok(());
-        }
+        // validate_post checked that the request's node is the lane's.
         let remote = wr.remote();
-        let raddr = match self.check_remote(
-            remote.node,
-            remote.rkey,
-            remote.offset,
-            u64::from(wr.payload_len()),
-        ) {
-            Ok(a) => a,
-            Err(e) => {
-                // Refused at the target, as an RNIC would: it completes (and retires
-                // what came before it on the connection).
-                self.queues[lane_index].retired = self.queues[lane_index].posted;
-                self.errors.push_back(fail(Status::RemoteAccess(e)));
-                return Ok(());
-            }
-        };
-        let rkey = lane.rkeys[remote.rkey.0 as usize];
+        let (raddr, rkey) =
+            match lane.check_remote(remote.rkey, remote.offset, u64::from(wr.payload_len())) {
+                Ok(a) => a,
+                Err(e) => {
+                    // Refused at the target, as an RNIC would, unless the target is gone: it
+                    // completes (and retires what came before it on the connection).
+                    // SAFETY: the endpoint handle is alive for the whole run.
+                    let failed = unsafe { ffi::hx_ep_failed(lane.ep) } != 0;
+                    let status = if failed { Status::Unreachable } else { Status::RemoteAccess(e) };
+                    self.queues[lane_index].retired = self.queues[lane_index].posted;
+                    self.errors.push_back(Completion { wr_id, status, value: 0 });
+                    return Ok(());
+                }
+            };
         let (w, ep) = (self.s.worker.as_ptr(), lane.ep);
         let signaled = i32::from(flags.has(OpFlags::SIGNALED));
         // SAFETY: in every arm, `w`, `ep` and `rkey` are live handles of this worker; local
@@ -467,7 +464,14 @@ impl Endpoint for UcxEndpoint {
                 ),
             }
         };
-        debug_assert_eq!(rc, 0, "the shim reports failures as completions");
+        if rc == ffi::HX_EP_FAILED {
+            // The peer failed before this post: nothing was sent; the request completes
+            // in error and retires what came before it on the connection.
+            self.queues[lane_index].retired = self.queues[lane_index].posted;
+            self.errors.push_back(Completion { wr_id, status: Status::Unreachable, value: 0 });
+        } else {
+            debug_assert_eq!(rc, 0, "the shim reports other failures as completions");
+        }
         Ok(())
     }
 

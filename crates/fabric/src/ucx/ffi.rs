@@ -29,6 +29,10 @@ pub(crate) struct RkeyHandle {
     _private: [u8; 0],
 }
 
+/// What `hx_get`, `hx_put` and `hx_atomic` return when the endpoint's peer has failed
+/// (`HX_EP_FAILED` in the shim): nothing was posted.
+pub(crate) const HX_EP_FAILED: c_int = 1;
+
 /// A completion as the shim reports it.
 #[repr(C)]
 #[derive(Copy, Clone, Default)]
