@@ -20,6 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <stdio.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <ucp/api/ucp.h>
 
 #define HX_AM_ID 7
@@ -236,6 +238,46 @@ void hx_context_destroy(ucp_context_h ctx)
     ucp_cleanup(ctx);
 }
 
+/* Regions up to this size are zeroed whole; larger ones only where already resident. */
+#define HX_ZERO_ALL_BYTES (64ul << 20)
+
+/* Makes a fresh UCP allocation read as zeros without touching more of it than needed.
+ * Some allocation methods (the heap fallback) hand out memory that may hold old data, so
+ * it must be zeroed; but the stores size their regions for the most they may ever hold,
+ * and writing every page would make all of it resident (gigabytes for TPC-C, where only
+ * what is loaded and inserted is ever touched). A page that is not resident in a fresh
+ * allocation reads as zeros when first touched: shared-memory and anonymous mappings
+ * start empty, and a heap allocation this large is a fresh mapping, not reused memory
+ * (glibc's threshold for that is at most 32 MiB). So small regions are zeroed whole and
+ * large ones only on their resident pages. */
+static void zero_fresh(void *addr, size_t len)
+{
+    long page = sysconf(_SC_PAGESIZE);
+    if (len <= HX_ZERO_ALL_BYTES || page <= 0) {
+        memset(addr, 0, len);
+        return;
+    }
+    uintptr_t psz = (uintptr_t)page;
+    uintptr_t lo = (uintptr_t)addr, hi = lo + len;
+    uintptr_t first = lo & ~(psz - 1);
+    size_t pages = (size_t)((hi - first + psz - 1) / psz);
+    unsigned char *resident = malloc(pages);
+    if (resident == NULL || mincore((void *)first, pages * psz, resident) != 0) {
+        free(resident);
+        memset(addr, 0, len);
+        return;
+    }
+    for (size_t i = 0; i < pages; i++) {
+        if (resident[i] & 1) {
+            uintptr_t a = first + i * psz, b = a + psz;
+            a = a < lo ? lo : a;
+            b = b > hi ? hi : b;
+            memset((void *)a, 0, b - a);
+        }
+    }
+    free(resident);
+}
+
 /* Allocates and maps `len` bytes through UCP (so that shared-memory peers can map them
  * and complete one-sided operations without this process), zeroes them, and packs the
  * remote key. */
@@ -263,8 +305,7 @@ int hx_mem_alloc(ucp_context_h ctx, size_t len, ucp_mem_h *memh, void **addr, vo
         ucp_mem_unmap(ctx, *memh);
         return -1;
     }
-    /* Some allocation methods (the heap fallback) do not hand out zeroed memory. */
-    memset(attr.address, 0, len);
+    zero_fresh(attr.address, len);
     st = ucp_rkey_pack(ctx, *memh, rkey_buf, rkey_len);
     if (st != UCS_OK) {
         snprintf(err, err_len, "ucp_rkey_pack: %s", ucs_status_string(st));
