@@ -93,8 +93,10 @@ fn default_timeout() -> u64 {
     120
 }
 
-/// Workloads whose whole state lives in the replicated tables, so node 0 can check a
-/// cluster spread over processes from the replicas the nodes send it.
+/// Workloads that run spread over processes: node 0 checks the cluster from the replicas
+/// the nodes send it. TPC-C's checks would work the same way, but its processes make far
+/// more memory resident than the whole cluster does in one process, until they are
+/// killed (docs/PERFORMANCE.md §11); TPC-E has not been tried.
 const SPREADABLE: [&str; 3] = ["smallbank", "ycsb", "tatp"];
 
 fn read_file(path: &Path) -> Result<ClusterFile, CliError> {
@@ -126,7 +128,7 @@ fn read_file(path: &Path) -> Result<ClusterFile, CliError> {
     }
     if !SPREADABLE.contains(&f.workload.as_str()) {
         return usage(format!(
-            "{}: workload '{}' cannot run spread over processes yet (its checks need state outside the tables); use one of {}",
+            "{}: workload '{}' cannot run spread over processes yet; use one of {}",
             path.display(),
             f.workload,
             SPREADABLE.join(", ")
