@@ -547,18 +547,18 @@ impl<E: Endpoint> Client<E> {
             qps.clear();
         }
         // Group by connection, connections in order of first appearance and each
-        // connection's requests in order. A batch to one connection (every batch on two
-        // nodes with one lane) is posted as it is, without the copy.
-        let single = qps.first().filter(|&&q| qps.iter().all(|&p| p == q)).copied();
+        // connection's requests in order. When the rest of the batch goes to one
+        // connection (all of it, on two nodes with one lane), it is posted as it is,
+        // without the copy.
         let mut grouped = [false; BATCH_MAX];
         for first in 0..qps.len() {
             if grouped[first] {
                 continue;
             }
             let qp = qps[first];
-            let batch: &[WorkRequest<'static>] = if single.is_some() {
-                grouped[..qps.len()].fill(true);
-                &wrs
+            let rest_on_qp = qps[first..].iter().all(|&q| q == qp);
+            let batch: &[WorkRequest<'static>] = if rest_on_qp {
+                &wrs[first..]
             } else {
                 group.clear();
                 for (j, wr) in wrs.iter().enumerate().skip(first) {
@@ -577,6 +577,9 @@ impl<E: Endpoint> Client<E> {
                 }
             };
             tickets.push(t);
+            if rest_on_qp {
+                break;
+            }
         }
         let mut ok = true;
         for &t in &tickets {

@@ -32,6 +32,26 @@ struct RemoteRegion {
     rkey: *mut ffi::RkeyHandle,
 }
 
+impl Lane {
+    /// The target address of `[offset, offset + len)` in region `rkey` of the lane's node,
+    /// and the key to reach it, if the owner would accept the access.
+    fn check_remote(
+        &self,
+        rkey: Rkey,
+        offset: u64,
+        len: u64,
+    ) -> Result<(u64, *mut ffi::RkeyHandle), AccessError> {
+        let r = self.regions.get(rkey.0 as usize).ok_or(AccessError::UnknownKey)?;
+        if offset % WORD != 0 || len % WORD != 0 {
+            return Err(AccessError::Misaligned);
+        }
+        match offset.checked_add(len) {
+            Some(end) if end <= r.len => Ok((r.base + offset, r.rkey)),
+            _ => Err(AccessError::OutOfBounds),
+        }
+    }
+}
+
 /// The UCP resources of one hosted worker.
 struct WorkerRes {
     index: usize,
@@ -298,29 +318,7 @@ impl UcxEndpoint {
             cqes: vec![ffi::Cqe::default(); 256],
         }
     }
-}
 
-impl Lane {
-    /// The target address of `[offset, offset + len)` in region `rkey` of the lane's node,
-    /// and the key to reach it, if the owner would accept the access.
-    fn check_remote(
-        &self,
-        rkey: Rkey,
-        offset: u64,
-        len: u64,
-    ) -> Result<(u64, *mut ffi::RkeyHandle), AccessError> {
-        let r = self.regions.get(rkey.0 as usize).ok_or(AccessError::UnknownKey)?;
-        if offset % WORD != 0 || len % WORD != 0 {
-            return Err(AccessError::Misaligned);
-        }
-        match offset.checked_add(len) {
-            Some(end) if end <= r.len => Ok((r.base + offset, r.rkey)),
-            _ => Err(AccessError::OutOfBounds),
-        }
-    }
-}
-
-impl UcxEndpoint {
     fn local_ptr(&self, rkey: Rkey, offset: u64) -> *mut u8 {
         self.s.regions[rkey.0 as usize].addr_of(offset)
     }
