@@ -372,10 +372,16 @@ pub fn run_bench(a: BenchArgs) -> Result<(), CliError> {
             };
             run_workload(&a, run, Ycsb::new(params))
         }
-        other => usage(format!(
-            "unknown workload '{other}' (expected smallbank, tpcc, tpcc-no, tpce-cp, tatp or ycsb)"
-        )),
+        other => usage(unknown_workload(other)),
     }
+}
+
+/// The names `--workload` takes.
+pub const WORKLOADS: [&str; 6] = ["smallbank", "tpcc", "tpcc-no", "tpce-cp", "tatp", "ycsb"];
+
+/// What is said of a workload name that is not one of [`WORKLOADS`].
+pub fn unknown_workload(name: &str) -> String {
+    format!("unknown workload '{name}' (expected one of {})", WORKLOADS.join(", "))
 }
 
 /// Runs on the UCX backend: every node here, or this process's node of a cluster

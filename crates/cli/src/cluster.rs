@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use clap::{Args, Parser};
 use serde::Deserialize;
 
-use crate::bench::{run_bench, BenchArgs};
+use crate::bench::{run_bench, unknown_workload, BenchArgs, WORKLOADS};
 use crate::io::IoArgs;
 use crate::{usage, CliError};
 
@@ -93,12 +93,6 @@ fn default_timeout() -> u64 {
     120
 }
 
-/// Workloads that run spread over processes: node 0 checks the cluster from the replicas
-/// the nodes send it. TPC-C's checks would work the same way, but its processes make far
-/// more memory resident than the whole cluster does in one process, until they are
-/// killed (docs/PERFORMANCE.md §11); TPC-E has not been tried.
-const SPREADABLE: [&str; 3] = ["smallbank", "ycsb", "tatp"];
-
 fn read_file(path: &Path) -> Result<ClusterFile, CliError> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| CliError::Usage(format!("cannot read {}: {e}", path.display())))?;
@@ -126,13 +120,8 @@ fn read_file(path: &Path) -> Result<ClusterFile, CliError> {
         }
         return Ok(f);
     }
-    if !SPREADABLE.contains(&f.workload.as_str()) {
-        return usage(format!(
-            "{}: workload '{}' cannot run spread over processes yet; use one of {}",
-            path.display(),
-            f.workload,
-            SPREADABLE.join(", ")
-        ));
+    if !WORKLOADS.contains(&f.workload.as_str()) {
+        return usage(format!("{}: {}", path.display(), unknown_workload(&f.workload)));
     }
     Ok(f)
 }

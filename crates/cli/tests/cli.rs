@@ -259,7 +259,7 @@ fn cluster_files_are_checked_before_anything_starts() {
     let bad_workload = temp("bad-workload.toml");
     std::fs::write(
         &bad_workload,
-        "token = \"t\"\nworkload = \"tpcc\"\n[[nodes]]\nhost = \"127.0.0.1\"\nport = 1\n",
+        "token = \"t\"\nworkload = \"tpcc-ish\"\n[[nodes]]\nhost = \"127.0.0.1\"\nport = 1\n",
     )
     .unwrap();
     let no_nodes = temp("no-nodes.toml");

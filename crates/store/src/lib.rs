@@ -20,4 +20,4 @@ pub use cache::LocationCache;
 pub use catalog::{Catalog, CatalogError, Geometry, IndexLayout, Partitioner, TableId, TableSpec};
 pub use layout::{Owner, RecordHeader};
 pub use node::NodeStore;
-pub use replica::{Replica, ReplicaImage, Snapshot, StoreError};
+pub use replica::{take_word, ImageDecodeError, Replica, ReplicaImage, Snapshot, StoreError};

@@ -13,8 +13,8 @@ use thiserror::Error;
 
 use crate::catalog::{Geometry, TableId};
 use crate::layout::{
-    checksum, is_present, slot_tag, version_number, Owner, RecordHeader, ABSENT, BUCKET_WORDS,
-    BUSY, CHECKSUM_WORD, EMPTY, KEY_WORD, LOCK_WORD, NEXT_WORD, RECORD_HEADER_WORDS,
+    checksum, is_present, slot_tag, version_number, Owner, RecordHeader, ABSENT, BUCKET_BYTES,
+    BUCKET_WORDS, BUSY, CHECKSUM_WORD, EMPTY, KEY_WORD, LOCK_WORD, NEXT_WORD, RECORD_HEADER_WORDS,
     RECORD_WORDS_MAX, SLOTS, VERSION_WORD,
 };
 
@@ -56,7 +56,7 @@ pub struct Snapshot {
 }
 
 /// A replica's contents as [`Replica::image`] copies them.
-#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReplicaImage {
     /// Records allocated.
     pub next_record: u64,
@@ -64,6 +64,73 @@ pub struct ReplicaImage {
     pub next_overflow: u64,
     /// Non-zero pages: byte offset and words.
     pub pages: Vec<(u64, Vec<u64>)>,
+}
+
+/// Why bytes did not decode as a [`ReplicaImage`].
+#[derive(Copy, Clone, PartialEq, Eq, Debug, Error)]
+#[error("a replica image ends early: {needed} more bytes expected, {left} left")]
+pub struct ImageDecodeError {
+    /// Bytes the next field needs.
+    pub needed: u64,
+    /// Bytes that were left.
+    pub left: u64,
+}
+
+impl ReplicaImage {
+    /// Appends the image to `out` as little-endian words: the two counters, the number
+    /// of pages, then each page's offset, length in words and words. Images hold every
+    /// record of a replica, so they travel in this form rather than as text.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        let words: usize = self.pages.iter().map(|(_, w)| w.len() + 2).sum();
+        out.reserve((3 + words) * 8);
+        for w in [self.next_record, self.next_overflow, self.pages.len() as u64] {
+            out.extend_from_slice(&w.to_le_bytes());
+        }
+        for (offset, page) in &self.pages {
+            out.extend_from_slice(&offset.to_le_bytes());
+            out.extend_from_slice(&(page.len() as u64).to_le_bytes());
+            for w in page {
+                out.extend_from_slice(&w.to_le_bytes());
+            }
+        }
+    }
+
+    /// Reads one image that [`ReplicaImage::encode`] wrote from the front of `input`,
+    /// and advances `input` past it.
+    pub fn decode(input: &mut &[u8]) -> Result<ReplicaImage, ImageDecodeError> {
+        let next_record = take_word(input)?;
+        let next_overflow = take_word(input)?;
+        let count = take_word(input)?;
+        let mut pages = Vec::new();
+        for _ in 0..count {
+            let offset = take_word(input)?;
+            let len = take_word(input)?;
+            // A length is checked against what is left before anything is allocated.
+            let bytes = len.saturating_mul(8);
+            if bytes > input.len() as u64 {
+                return Err(ImageDecodeError { needed: bytes, left: input.len() as u64 });
+            }
+            let (body, rest) = input.split_at(bytes as usize);
+            let words = body
+                .chunks_exact(8)
+                .map(|c| u64::from_le_bytes(c.try_into().expect("chunks of eight")))
+                .collect();
+            *input = rest;
+            pages.push((offset, words));
+        }
+        Ok(ReplicaImage { next_record, next_overflow, pages })
+    }
+}
+
+/// Takes one little-endian word from the front of `input`.
+pub fn take_word(input: &mut &[u8]) -> Result<u64, ImageDecodeError> {
+    match input.split_first_chunk::<8>() {
+        Some((word, rest)) => {
+            *input = rest;
+            Ok(u64::from_le_bytes(*word))
+        }
+        None => Err(ImageDecodeError { needed: 8, left: input.len() as u64 }),
+    }
 }
 
 /// One replica region of a table.
@@ -305,19 +372,47 @@ impl Replica {
     /// A copy of this replica's contents (its memory, without pages that are all zero,
     /// and its allocation counters), to rebuild it in another process: how the results
     /// of a cluster spread over processes are checked in one place.
+    ///
+    /// Only what can have been written is read: the records allocated so far, the
+    /// pages of main buckets that are home to one of their keys (a key is only ever
+    /// linked into its home bucket's chain, and records are never freed), and the
+    /// overflow buckets allocated so far. The rest is sized for the most the table could
+    /// ever hold and was never touched; reading it would make it resident (a read of
+    /// shared memory allocates the page), which for TPC-C's order lines is gigabytes.
     pub fn image(&self) -> ReplicaImage {
-        const PAGE_WORDS: usize = 512;
-        let words = (self.region.len_bytes() / 8) as usize;
+        const PAGE_BYTES: u64 = 4096;
+        const _: () = assert!(PAGE_BYTES % BUCKET_BYTES == 0, "a bucket never spans two pages");
+        let g = &self.geom;
+        let overflow_used = self.next_overflow.load(Ordering::Acquire).min(g.overflow);
+        let records_used = self.next_record.load(Ordering::Acquire).min(g.capacity);
+        let mut homes = vec![false; (g.buckets * BUCKET_BYTES).div_ceil(PAGE_BYTES) as usize];
+        for (_, key) in self.records() {
+            homes[(g.bucket_offset(g.home_bucket(key)) / PAGE_BYTES) as usize] = true;
+        }
+        let main_bytes = g.buckets * BUCKET_BYTES;
+        let mut written: Vec<(u64, u64)> = homes
+            .iter()
+            .enumerate()
+            .filter(|(_, &home)| home)
+            .map(|(page, _)| {
+                (page as u64 * PAGE_BYTES, ((page as u64 + 1) * PAGE_BYTES).min(main_bytes))
+            })
+            .collect();
+        written.push((main_bytes, main_bytes + overflow_used * BUCKET_BYTES));
+        written.push((g.records_offset(), g.records_offset() + records_used * g.record_bytes));
         let mut pages = Vec::new();
-        let mut buf = vec![0u64; PAGE_WORDS];
-        let mut at = 0;
-        while at < words {
-            let n = PAGE_WORDS.min(words - at);
-            self.region.read_words(at as u64 * 8, &mut buf[..n]);
-            if buf[..n].iter().any(|&w| w != 0) {
-                pages.push((at as u64 * 8, buf[..n].to_vec()));
+        let mut buf = vec![0u64; (PAGE_BYTES / 8) as usize];
+        for (start, end) in written {
+            let mut at = start;
+            while at < end {
+                let n = (PAGE_BYTES - at % PAGE_BYTES).min(end - at);
+                let words = &mut buf[..(n / 8) as usize];
+                self.region.read_words(at, words);
+                if words.iter().any(|&w| w != 0) {
+                    pages.push((at, words.to_vec()));
+                }
+                at += n;
             }
-            at += n;
         }
         ReplicaImage {
             next_record: self.next_record.load(Ordering::Acquire),
@@ -392,6 +487,104 @@ mod tests {
         let c = Catalog::new(vec![spec], nodes, 1).unwrap();
         let g = c.geometry(TableId(0));
         Replica::new(TableId(0), 0, 0, Rkey(0), Region::zeroed(g.region_bytes()), g)
+    }
+
+    #[test]
+    fn an_image_restores_the_replica_and_skips_what_was_never_allocated() {
+        let capacity = 20_000;
+        let r = replica(capacity);
+        // Scattered keys, so that some buckets overflow.
+        let key = |k: u64| k.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 16;
+        for k in 0..16_000 {
+            r.load(key(k), &[k, !k]).unwrap();
+        }
+        assert!(r.next_overflow.load(Ordering::Relaxed) > 0, "the test must use overflow buckets");
+        let image = r.image();
+        let g = r.geometry();
+        let overflow_end = g.bucket_offset(g.buckets + r.next_overflow.load(Ordering::Relaxed));
+        let records_end = g.record_offset(r.len());
+        for (at, words) in &image.pages {
+            let end = at + words.len() as u64 * 8;
+            let in_buckets = end <= overflow_end;
+            let in_records = *at >= g.records_offset() && end <= records_end;
+            assert!(in_buckets || in_records, "page at {at}..{end} was never written");
+        }
+        let copy = replica(capacity);
+        copy.restore(&image).unwrap();
+        assert_eq!(copy.len(), 16_000);
+        let all = g.region_bytes() / 8;
+        let (mut a, mut b) = (vec![0u64; all as usize], vec![0u64; all as usize]);
+        r.region().read_words(0, &mut a);
+        copy.region().read_words(0, &mut b);
+        assert!(a == b, "the restored replica differs from the original");
+        let mut p = [0u64; 2];
+        copy.read(copy.lookup(key(15_999)).unwrap(), key(15_999), &mut p).unwrap();
+        assert_eq!(p, [15_999, !15_999]);
+        // What lies beyond the allocated buckets and records is not read at all.
+        let scribble = |from: u64, to: u64| {
+            for at in (from..to).step_by(8) {
+                r.region().store(at, 0xdead_beef);
+            }
+        };
+        scribble(overflow_end, g.records_offset());
+        scribble(records_end, g.region_bytes());
+        let again = r.image();
+        assert!(again.pages == image.pages, "the image read unallocated memory");
+    }
+
+    #[test]
+    fn an_image_reads_only_the_bucket_pages_its_keys_live_in() {
+        // A sequential index fills its buckets in key order: two runs of keys far apart
+        // use two short runs of buckets, and the pages between stay untouched.
+        let r = replica_with(200_000, Partitioner::Modulo, IndexLayout::Sequential, 1);
+        let keys: Vec<u64> = (0..500).chain(150_000..150_500).collect();
+        for &k in &keys {
+            r.load(k, &[k, 1]).unwrap();
+        }
+        let image = r.image();
+        let g = r.geometry();
+        let home_pages: std::collections::BTreeSet<u64> =
+            keys.iter().map(|&k| g.bucket_offset(g.home_bucket(k)) / 4096).collect();
+        for page in 0..g.records_offset() / 4096 {
+            if !home_pages.contains(&page) && (page + 1) * 4096 <= g.bucket_offset(g.buckets) {
+                r.region().store(page * 4096, 0xdead_beef);
+            }
+        }
+        assert!(r.image().pages == image.pages, "the image read a bucket page no key lives in");
+        let copy = replica_with(200_000, Partitioner::Modulo, IndexLayout::Sequential, 1);
+        copy.restore(&image).unwrap();
+        let mut p = [0u64; 2];
+        for &k in &keys {
+            copy.read(copy.lookup(k).unwrap(), k, &mut p).unwrap();
+            assert_eq!(p, [k, 1]);
+        }
+    }
+
+    #[test]
+    fn an_encoded_image_decodes_to_itself_and_a_cut_one_is_refused() {
+        let r = replica(1_000);
+        for k in 0..700 {
+            r.load(k * 3, &[k, k << 32]).unwrap();
+        }
+        let image = r.image();
+        assert!(image.pages.len() > 2);
+        let mut bytes = vec![7u8];
+        image.encode(&mut bytes);
+        bytes.push(9);
+        let mut input = &bytes[1..];
+        assert_eq!(ReplicaImage::decode(&mut input), Ok(image.clone()));
+        assert_eq!(input, &[9], "decoding stops right after the image");
+        for cut in [1, 8, 25, bytes.len() / 2, bytes.len() - 2] {
+            let mut input = &bytes[1..cut];
+            assert!(ReplicaImage::decode(&mut input).is_err(), "{cut} bytes decoded");
+        }
+        // A corrupt page length is refused, not allocated.
+        let mut forged = Vec::new();
+        for w in [0, 0, 1, 0, u64::MAX / 4] {
+            forged.extend_from_slice(&w.to_le_bytes());
+        }
+        let err = ReplicaImage::decode(&mut forged.as_slice()).unwrap_err();
+        assert_eq!(err.left, 0);
     }
 
     #[test]

@@ -11,7 +11,7 @@ use hytra_check::{History, Report};
 use hytra_fabric::rng::Rng;
 use hytra_fabric::{Backend, BackendError, ClusterShape, Endpoint, RunLimits, RunStats};
 use hytra_rt::{run_workers_with, RtConfig, Worker, WorkerStats};
-use hytra_store::{Catalog, CatalogError, ReplicaImage, StoreError, TableSpec};
+use hytra_store::{take_word, Catalog, CatalogError, ReplicaImage, StoreError, TableSpec};
 use hytra_txn::{Abort, Engine, EngineError, Outcome, Txn, TxnConfig, TxnCtx, TxnStats, WorkerTxn};
 use thiserror::Error;
 
@@ -234,8 +234,53 @@ struct Part<R> {
     elapsed_ns: u64,
     wall_ns: u64,
     datagrams_dropped: u64,
-    /// (node, table, slot, contents) of every replica of the process's nodes.
+    /// (node, table, slot, contents) of every replica of the sender's nodes, as
+    /// decoded: they are sent apart from the rest, in binary (see [`Part::encode`]).
+    #[serde(skip)]
     images: Vec<(u16, u16, u16, ReplicaImage)>,
+}
+
+impl<R: serde::Serialize + serde::de::DeserializeOwned> Part<R> {
+    /// The part as sent to the first process, with `images` (taken one at a time, so
+    /// that only their encoding is held whole): the length of the JSON, the JSON, the
+    /// number of images, then each image's node, table and slot (one word) and the image.
+    fn encode(
+        &self,
+        images: impl ExactSizeIterator<Item = (u16, u16, u16, ReplicaImage)>,
+    ) -> Vec<u8> {
+        debug_assert!(self.images.is_empty(), "images to send are passed, not kept");
+        let json = serde_json::to_vec(self).expect("results serialize");
+        let mut out = Vec::with_capacity(json.len() + 16);
+        out.extend_from_slice(&(json.len() as u64).to_le_bytes());
+        out.extend_from_slice(&json);
+        out.extend_from_slice(&(images.len() as u64).to_le_bytes());
+        for (node, table, slot, image) in images {
+            let place = u64::from(node) << 32 | u64::from(table) << 16 | u64::from(slot);
+            out.extend_from_slice(&place.to_le_bytes());
+            image.encode(&mut out);
+        }
+        out
+    }
+
+    /// Reads what [`Part::encode`] wrote.
+    fn decode(mut input: &[u8]) -> Result<Part<R>, String> {
+        let json_len = take_word(&mut input).map_err(|e| e.to_string())?;
+        if json_len > input.len() as u64 {
+            return Err(format!("{json_len} bytes of JSON announced, {} sent", input.len()));
+        }
+        let (json, mut rest) = input.split_at(json_len as usize);
+        let mut part: Part<R> = serde_json::from_slice(json).map_err(|e| e.to_string())?;
+        let count = take_word(&mut rest).map_err(|e| e.to_string())?;
+        for _ in 0..count {
+            let place = take_word(&mut rest).map_err(|e| e.to_string())?;
+            let image = ReplicaImage::decode(&mut rest).map_err(|e| e.to_string())?;
+            part.images.push(((place >> 32) as u16, (place >> 16) as u16, place as u16, image));
+        }
+        if !rest.is_empty() {
+            return Err(format!("{} bytes after the last image", rest.len()));
+        }
+        Ok(part)
+    }
 }
 
 /// Runs this process's part of a cluster: the same as [`run`] when the backend hosts
@@ -314,24 +359,26 @@ pub fn run_partial<B: Backend, W: Workload>(
     let parts = if everywhere {
         vec![part]
     } else {
-        for node in engine.nodes.iter().filter(|n| engine.hosts(n.node)) {
-            for r in node.store.replicas() {
-                part.images.push((node.node.0, r.table.0, r.slot, r.image()));
-            }
-        }
-        let blob = serde_json::to_vec(&part).expect("results serialize");
-        let Some(blobs) = backend.gather(blob)? else { return Ok(None) };
+        let replicas: Vec<_> = engine
+            .nodes
+            .iter()
+            .filter(|n| engine.hosts(n.node))
+            .flat_map(|n| n.store.replicas().map(move |r| (n.node.0, r)))
+            .collect();
+        let images = replicas.iter().map(|(node, r)| (*node, r.table.0, r.slot, r.image()));
+        let Some(blobs) = backend.gather(part.encode(images))? else { return Ok(None) };
         let mut parts = Vec::with_capacity(blobs.len());
         for b in blobs {
-            let p: Part<W::Report> = serde_json::from_slice(&b)
+            let mut p = Part::<W::Report>::decode(&b)
                 .map_err(|e| BenchError::Params(format!("a peer's results do not decode: {e}")))?;
-            for (node, table, slot, image) in &p.images {
-                let n = hytra_fabric::NodeId(*node);
-                if !engine.hosts(n) {
-                    engine.nodes[usize::from(*node)]
+            drop(b);
+            // Restored images are dropped at once: together they are the whole database.
+            for (node, table, slot, image) in std::mem::take(&mut p.images) {
+                if !engine.hosts(hytra_fabric::NodeId(node)) {
+                    engine.nodes[usize::from(node)]
                         .store
-                        .replica(hytra_store::TableId(*table), *slot)
-                        .restore(image)?;
+                        .replica(hytra_store::TableId(table), slot)
+                        .restore(&image)?;
                 }
             }
             parts.push(p);
@@ -489,5 +536,43 @@ where
             }
             _ => return outcome,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_part_travels_with_its_images_and_a_cut_one_is_refused() {
+        let part = Part::<u32> {
+            stats: TxnStats::default(),
+            rt: WorkerStats::default(),
+            history: Vec::new(),
+            reports: vec![(3, 17)],
+            attempts_total: 41,
+            all_done: true,
+            elapsed_ns: 5,
+            wall_ns: 6,
+            datagrams_dropped: 2,
+            images: Vec::new(),
+        };
+        let image = |n: u64| ReplicaImage {
+            next_record: n,
+            next_overflow: 1,
+            pages: vec![(4096 * n, vec![n, 0, u64::MAX])],
+        };
+        let images = vec![(2, 7, 1, image(1)), (65535, 65535, 65535, image(2))];
+        let bytes = part.encode(images.clone().into_iter());
+        let back = Part::<u32>::decode(&bytes).unwrap();
+        assert_eq!(back.reports, vec![(3, 17)]);
+        assert_eq!((back.attempts_total, back.datagrams_dropped), (41, 2));
+        assert_eq!(back.images, images);
+        for cut in [0, 7, 12, bytes.len() - 1] {
+            assert!(Part::<u32>::decode(&bytes[..cut]).is_err(), "{cut} bytes decoded");
+        }
+        let mut longer = bytes.clone();
+        longer.push(0);
+        assert!(Part::<u32>::decode(&longer).is_err(), "a trailing byte was accepted");
     }
 }
