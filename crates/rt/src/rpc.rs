@@ -197,6 +197,11 @@ impl Outbox {
         Ok(())
     }
 
+    /// Whether no frame waits to be sent.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.open.is_empty()
+    }
+
     /// Sends every open datagram, all behind one doorbell. Datagrams the fabric refuses
     /// (no send buffer free) stay open for the next flush.
     pub(crate) fn flush<E: Endpoint>(&mut self, ep: &mut E) {

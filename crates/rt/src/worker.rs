@@ -334,7 +334,9 @@ impl<E: Endpoint + 'static> Program for Worker<E> {
     }
 
     fn is_done(&self) -> bool {
-        self.executor.live() == 0
+        // Frames the fabric refused wait in the outbox: a worker that would stop with
+        // them there would lose its last replies and one-way messages.
+        self.executor.live() == 0 && self.inner.outbox.borrow().is_empty()
     }
 }
 

@@ -4,22 +4,27 @@
 //! already taken, with a message the refused node prints.
 //!
 //! Wire format: frames of a little-endian u32 length and that many bytes. During a run
-//! the connections carry single bytes instead: `D` (member to node 0: all my workers
-//! are done) and `S` (node 0 to members: everyone is, stop). A closed connection is a
-//! vanished process and ends the run with an error on every survivor.
+//! the connections carry control messages instead: `P` (node 0 to members: report), the
+//! member's answer `R` with its [`Quiescence`] (done as one byte, then datagrams sent and
+//! received as little-endian u64), and `S` (node 0 to members: the run is over, stop).
+//! Node 0 asks while it is done itself and decides by [`Waves`]. A closed connection is
+//! a vanished process and ends the run with an error on every survivor.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
-use super::exchange::Exchange;
+use super::exchange::{Exchange, Quiescence, Waves};
 use crate::endpoint::BackendError;
 
 const MAGIC: &[u8; 8] = b"HYTRA-B1";
 const ACCEPTED: u8 = b'A';
 const REFUSED: u8 = b'R';
-const DONE: u8 = b'D';
+const PROBE: u8 = b'P';
+const REPORT: u8 = b'R';
 const STOP: u8 = b'S';
+/// Bytes of a report: the tag, done, sent, received.
+const REPORT_BYTES: usize = 18;
 /// Largest frame accepted (results with replica images of a large node).
 const FRAME_MAX: usize = 4 << 30;
 
@@ -29,10 +34,16 @@ fn err(msg: impl Into<String>) -> BackendError {
 
 /// Where this process stands in the star.
 enum Role {
-    /// Node 0: a connection per other node, by node id (index 0 unused).
-    Root { peers: Vec<Option<TcpStream>>, done: Vec<bool> },
+    /// Node 0: a connection per other node, by node id (index 0 unused), with what
+    /// arrived on it and is not yet parsed; the reports of the wave under way, if any.
+    Root {
+        peers: Vec<Option<TcpStream>>,
+        inboxes: Vec<Vec<u8>>,
+        wave: Option<Vec<Option<Quiescence>>>,
+        waves: Waves,
+    },
     /// Any other node: the connection to node 0.
-    Member { root: TcpStream, sent_done: bool },
+    Member { root: TcpStream, inbox: Vec<u8> },
 }
 
 /// The TCP bootstrap of one process (one node) of a cluster.
@@ -132,7 +143,8 @@ impl TcpExchange {
                 Err(e) => return Err(err(format!("accept on {addr}: {e}"))),
             }
         }
-        Ok(Role::Root { peers, done: vec![false; usize::from(nodes)] })
+        let inboxes = vec![Vec::new(); usize::from(nodes)];
+        Ok(Role::Root { peers, inboxes, wave: None, waves: Waves::default() })
     }
 
     fn connect(
@@ -167,7 +179,7 @@ impl TcpExchange {
         write_frame(&mut s, &hello).map_err(|e| err(format!("node 0 at {root}: {e}")))?;
         let reply = read_frame(&mut s).map_err(|e| err(format!("node 0 at {root}: {e}")))?;
         match reply.split_first() {
-            Some((&ACCEPTED, _)) => Ok(Role::Member { root: s, sent_done: false }),
+            Some((&ACCEPTED, _)) => Ok(Role::Member { root: s, inbox: Vec::new() }),
             Some((&REFUSED, why)) => {
                 Err(err(format!("node 0 refused node {me}: {}", String::from_utf8_lossy(why))))
             }
@@ -243,8 +255,13 @@ impl Exchange for TcpExchange {
     fn allgather(&mut self, mine: Vec<u8>) -> Result<Vec<Vec<u8>>, BackendError> {
         self.blocking()?;
         self.stopped = false;
-        if let Role::Member { sent_done, .. } = &mut self.role {
-            *sent_done = false;
+        match &mut self.role {
+            Role::Root { inboxes, wave, waves, .. } => {
+                inboxes.iter_mut().for_each(Vec::clear);
+                *wave = None;
+                *waves = Waves::default();
+            }
+            Role::Member { inbox, .. } => inbox.clear(),
         }
         match self.gather(mine)? {
             Some(all) => {
@@ -314,7 +331,7 @@ impl Exchange for TcpExchange {
         }
     }
 
-    fn poll_done(&mut self, local_done: bool) -> Result<bool, BackendError> {
+    fn poll_done(&mut self, local: Quiescence) -> Result<bool, BackendError> {
         if self.stopped {
             return Ok(true);
         }
@@ -324,62 +341,135 @@ impl Exchange for TcpExchange {
             }
             self.nonblocking = true;
         }
-        let mut lost = None;
-        match &mut self.role {
-            Role::Member { root, sent_done } => {
-                if local_done && !*sent_done {
-                    match root.write(&[DONE]) {
-                        Ok(1) => *sent_done = true,
-                        Ok(_) => {}
-                        Err(e) if e.kind() == ErrorKind::WouldBlock => {}
-                        Err(e) => lost = Some((0, e)),
-                    }
-                }
-                let mut b = [0u8; 1];
-                match root.read(&mut b) {
-                    Ok(0) => lost = Some((0, ErrorKind::UnexpectedEof.into())),
-                    Ok(_) if b[0] == STOP => self.stopped = true,
-                    Ok(_) => {}
-                    Err(e) if e.kind() == ErrorKind::WouldBlock => {}
-                    Err(e) => lost = Some((0, e)),
-                }
+        let polled = match &mut self.role {
+            Role::Member { root, inbox } => member_poll(root, inbox, local),
+            Role::Root { peers, inboxes, wave, waves } => {
+                root_poll(peers, inboxes, wave, waves, local)
             }
-            Role::Root { peers, done } => {
-                for (id, s) in peers.iter_mut().enumerate() {
-                    let Some(s) = s else { continue };
-                    let mut b = [0u8; 1];
-                    match s.read(&mut b) {
-                        Ok(0) => {
-                            lost = Some((id as u16, ErrorKind::UnexpectedEof.into()));
-                            break;
-                        }
-                        Ok(_) if b[0] == DONE => done[id] = true,
-                        Ok(_) => {}
-                        Err(e) if e.kind() == ErrorKind::WouldBlock => {}
-                        Err(e) => {
-                            lost = Some((id as u16, e));
-                            break;
-                        }
-                    }
-                }
-                if lost.is_none()
-                    && local_done
-                    && peers.iter().zip(done.iter()).all(|(p, d)| p.is_none() || *d)
-                {
-                    for s in peers.iter_mut().flatten() {
-                        // One byte into an idle socket's empty buffer: it fits.
-                        let _ = s.write(&[STOP]);
-                    }
-                    done.iter_mut().for_each(|d| *d = false);
-                    self.stopped = true;
-                }
+        };
+        match polled {
+            Ok(stop) => {
+                self.stopped = stop;
+                Ok(stop)
             }
+            Err((id, e)) => Err(self.lost(id, &e)),
         }
-        if let Some((id, e)) = lost {
-            return Err(self.lost(id, &e));
-        }
-        Ok(self.stopped)
     }
+}
+
+/// A member's turn: answer node 0's probes with `local`, and learn whether to stop.
+fn member_poll(
+    root: &mut TcpStream,
+    inbox: &mut Vec<u8>,
+    local: Quiescence,
+) -> Result<bool, (u16, std::io::Error)> {
+    pull(root, inbox).map_err(|e| (0, e))?;
+    let mut stop = false;
+    for b in std::mem::take(inbox) {
+        match b {
+            STOP => stop = true,
+            PROBE => {
+                let mut r = [0u8; REPORT_BYTES];
+                r[0] = REPORT;
+                r[1] = u8::from(local.done);
+                r[2..10].copy_from_slice(&local.sent.to_le_bytes());
+                r[10..].copy_from_slice(&local.received.to_le_bytes());
+                send_small(root, &r).map_err(|e| (0, e))?;
+            }
+            other => return Err((0, unexpected(other))),
+        }
+    }
+    Ok(stop)
+}
+
+/// Node 0's turn: collect the wave's reports; once all are in, judge it with this
+/// process's `local` state, then stop everyone or (while done here) start the next wave.
+fn root_poll(
+    peers: &mut [Option<TcpStream>],
+    inboxes: &mut [Vec<u8>],
+    wave: &mut Option<Vec<Option<Quiescence>>>,
+    waves: &mut Waves,
+    local: Quiescence,
+) -> Result<bool, (u16, std::io::Error)> {
+    for (id, s) in peers.iter_mut().enumerate() {
+        let Some(s) = s else { continue };
+        let inbox = &mut inboxes[id];
+        pull(s, inbox).map_err(|e| (id as u16, e))?;
+        while inbox.len() >= REPORT_BYTES {
+            let r: [u8; REPORT_BYTES] = inbox[..REPORT_BYTES].try_into().expect("a report");
+            inbox.drain(..REPORT_BYTES);
+            let slot = wave.as_mut().map(|w| &mut w[id]);
+            match (r[0], slot) {
+                (REPORT, Some(slot)) => {
+                    *slot = Some(Quiescence {
+                        done: r[1] != 0,
+                        sent: u64::from_le_bytes(r[2..10].try_into().expect("8 bytes")),
+                        received: u64::from_le_bytes(r[10..].try_into().expect("8 bytes")),
+                    })
+                }
+                (other, _) => return Err((id as u16, unexpected(other))),
+            }
+        }
+        if inbox.first().is_some_and(|&b| b != REPORT) {
+            return Err((id as u16, unexpected(inbox[0])));
+        }
+    }
+    if let Some(w) = wave {
+        let answered = peers.iter().zip(w.iter()).all(|(p, r)| p.is_none() || r.is_some());
+        if !answered {
+            return Ok(false);
+        }
+        let over = waves.observe(std::iter::once(local).chain(w.iter().flatten().copied()));
+        *wave = None;
+        if over {
+            for (id, s) in peers.iter_mut().enumerate() {
+                if let Some(s) = s {
+                    send_small(s, &[STOP]).map_err(|e| (id as u16, e))?;
+                }
+            }
+            return Ok(true);
+        }
+    }
+    if local.done {
+        for (id, s) in peers.iter_mut().enumerate() {
+            if let Some(s) = s {
+                send_small(s, &[PROBE]).map_err(|e| (id as u16, e))?;
+            }
+        }
+        *wave = Some(vec![None; peers.len()]);
+    }
+    Ok(false)
+}
+
+/// Appends whatever `s` (non-blocking) has to `inbox`; a closed connection is an error.
+fn pull(s: &mut TcpStream, inbox: &mut Vec<u8>) -> std::io::Result<()> {
+    let mut buf = [0u8; 64];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return Err(ErrorKind::UnexpectedEof.into()),
+            Ok(n) => inbox.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Writes a control message to a non-blocking socket. At most one message per direction
+/// is ever unanswered, so it always fits the socket's empty buffer; a short write would
+/// mean the peer stopped reading.
+fn send_small(s: &mut TcpStream, msg: &[u8]) -> std::io::Result<()> {
+    let full = std::io::Error::new(ErrorKind::WriteZero, "a control message did not fit");
+    match s.write(msg) {
+        Ok(n) if n == msg.len() => Ok(()),
+        Ok(_) => Err(full),
+        Err(e) if e.kind() == ErrorKind::WouldBlock => Err(full),
+        Err(e) => Err(e),
+    }
+}
+
+fn unexpected(b: u8) -> std::io::Error {
+    std::io::Error::new(ErrorKind::InvalidData, format!("unexpected control byte {b:#04x}"))
 }
 
 fn write_u64_frame(s: &mut TcpStream, data: &[u8]) -> std::io::Result<()> {
@@ -419,11 +509,18 @@ mod tests {
                     let all = x.allgather(vec![me as u8; usize::from(me) + 1]).unwrap();
                     assert_eq!(all, vec![vec![0], vec![1, 1], vec![2, 2, 2]]);
                     let started = Instant::now();
-                    // Node 2 finishes last: nobody may stop before it is done.
+                    let after = |ms| started.elapsed() > Duration::from_millis(ms);
+                    // Node 1 finishes after 30 ms, having sent node 2 a datagram that node
+                    // 2 (done from the start) takes only after 60 ms: nobody may stop
+                    // before both.
                     loop {
-                        let local_done = me != 2 || started.elapsed() > Duration::from_millis(50);
-                        if x.poll_done(local_done).unwrap() {
-                            assert!(started.elapsed() >= Duration::from_millis(50));
+                        let local = match me {
+                            0 => Quiescence { done: true, sent: 4, received: 4 },
+                            1 => Quiescence { done: after(30), sent: 1, received: 0 },
+                            _ => Quiescence { done: true, sent: 0, received: u64::from(after(60)) },
+                        };
+                        if x.poll_done(local).unwrap() {
+                            assert!(after(60), "node {me} stopped with a datagram in flight");
                             break;
                         }
                         std::thread::sleep(Duration::from_millis(1));
@@ -475,7 +572,7 @@ mod tests {
         member.join().unwrap();
         let started = Instant::now();
         let e = loop {
-            match x.poll_done(true) {
+            match x.poll_done(Quiescence { done: true, sent: 0, received: 0 }) {
                 Err(e) => break e,
                 Ok(stop) => assert!(!stop, "stopped without the member"),
             }

@@ -261,6 +261,11 @@ impl Setup {
     pub(crate) fn worker(&self) -> Progress {
         Progress(self.worker)
     }
+
+    /// The worker's datagram counters, for the coordinator.
+    pub(crate) fn datagram_counts(&self) -> DatagramCounts {
+        DatagramCounts(self.worker)
+    }
 }
 
 /// Lets the run loop progress a worker whose program is not polling: a NIC moves queued
@@ -283,6 +288,28 @@ impl Progress {
     pub(crate) fn flushed(self) -> bool {
         // SAFETY: as for `run`: the running thread, between steps, worker alive.
         unsafe { ffi::hx_worker_flush_poll(self.0.as_ptr()) != 0 }
+    }
+}
+
+/// Lets the process's coordinator thread read a worker's datagram counters while another
+/// thread runs the worker.
+#[derive(Copy, Clone)]
+pub(crate) struct DatagramCounts(NonNull<ffi::Worker>);
+
+// SAFETY: the handle only reads counters that the shim stores and loads atomically
+// (`hx_datagram_counts`); the worker outlives every thread of the run.
+unsafe impl Send for DatagramCounts {}
+// SAFETY: as for `Send`: reads are atomic loads, so any thread may make them at once.
+unsafe impl Sync for DatagramCounts {}
+
+impl DatagramCounts {
+    /// (sent, received or dropped) so far.
+    pub(crate) fn read(self) -> (u64, u64) {
+        let (mut sent, mut received) = (0, 0);
+        // SAFETY: the worker is alive (see the `Send` note) and the shim reads only
+        // atomically written fields; both pointers are to locals.
+        unsafe { ffi::hx_datagram_counts(self.0.as_ptr(), &mut sent, &mut received) };
+        (sent, received)
     }
 }
 

@@ -17,15 +17,55 @@ pub trait Exchange: Send {
     /// Sends `mine` to the first process, which gets every blob in process order;
     /// the others get `None`.
     fn gather(&mut self, mine: Vec<u8>) -> Result<Option<Vec<Vec<u8>>>, BackendError>;
-    /// Called about every half millisecond during a run with whether every worker of this
-    /// process is done; true once every process's workers are. An error (a peer process
+    /// Called about every half millisecond during a run with this process's state; true
+    /// once the run is over everywhere (see [`Waves`]). An error (a peer process
     /// vanished) ends the run.
-    fn poll_done(&mut self, local_done: bool) -> Result<bool, BackendError>;
+    fn poll_done(&mut self, local: Quiescence) -> Result<bool, BackendError>;
+}
+
+/// What a process says of itself when asked whether a run is over.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Quiescence {
+    /// Every worker here is done, and everything they posted is complete at its target.
+    pub done: bool,
+    /// Datagrams this process's workers sent.
+    pub sent: u64,
+    /// Datagrams they handed to their programs or dropped.
+    pub received: u64,
+}
+
+/// When a run is over: done workers still answer requests, so a datagram in flight (a
+/// request, a one-way message) would be lost if its target stopped first. The run ends
+/// once two snapshots of every process in a row (each taken after the previous one was
+/// complete) find every process done, as many datagrams received as sent, and the same
+/// totals: then nothing was in flight between them, and done workers send nothing
+/// unprompted. Datagrams are counted sent before they can arrive.
+#[derive(Clone, Debug, Default)]
+pub struct Waves {
+    last: Option<(u64, u64)>,
+}
+
+impl Waves {
+    /// Takes one complete snapshot (`parts`, one per process); true if the run is over.
+    pub fn observe(&mut self, parts: impl IntoIterator<Item = Quiescence>) -> bool {
+        let (mut done, mut sent, mut received) = (true, 0, 0);
+        for q in parts {
+            done &= q.done;
+            sent += q.sent;
+            received += q.received;
+        }
+        let quiet = (done && sent == received).then_some((sent, received));
+        let over = quiet.is_some() && quiet == self.last;
+        self.last = quiet;
+        over
+    }
 }
 
 /// The exchange of a cluster whose every node is in this process.
-#[derive(Copy, Clone, Debug, Default)]
-pub struct Solo;
+#[derive(Clone, Debug, Default)]
+pub struct Solo {
+    waves: Waves,
+}
 
 impl Exchange for Solo {
     fn allgather(&mut self, mine: Vec<u8>) -> Result<Vec<Vec<u8>>, BackendError> {
@@ -34,8 +74,8 @@ impl Exchange for Solo {
     fn gather(&mut self, mine: Vec<u8>) -> Result<Option<Vec<Vec<u8>>>, BackendError> {
         Ok(Some(vec![mine]))
     }
-    fn poll_done(&mut self, local_done: bool) -> Result<bool, BackendError> {
-        Ok(local_done)
+    fn poll_done(&mut self, local: Quiescence) -> Result<bool, BackendError> {
+        Ok(self.waves.observe([local]))
     }
 }
 
@@ -177,4 +217,36 @@ pub(crate) fn decode_all(
         addresses: addresses.into_iter().map(|a| a.expect("every node's workers")).collect(),
         regions: regions.into_iter().map(|r| r.expect("checked above")).collect(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn q(done: bool, sent: u64, received: u64) -> Quiescence {
+        Quiescence { done, sent, received }
+    }
+
+    #[test]
+    fn a_run_ends_only_after_two_equal_quiet_snapshots() {
+        let mut w = Waves::default();
+        // One quiet snapshot is not enough: a datagram may have been counted on neither
+        // side of it.
+        assert!(!w.observe([q(true, 5, 2), q(true, 1, 4)]));
+        assert!(w.observe([q(true, 5, 2), q(true, 1, 4)]));
+        let mut w = Waves::default();
+        // In flight: sent but not yet received.
+        assert!(!w.observe([q(true, 6, 2), q(true, 1, 4)]));
+        assert!(!w.observe([q(true, 6, 2), q(true, 1, 4)]));
+        // Received and answered between two snapshots: the totals moved.
+        assert!(!w.observe([q(true, 6, 2), q(true, 2, 5)]));
+        assert!(!w.observe([q(true, 6, 3), q(true, 2, 5)]));
+        assert!(w.observe([q(true, 6, 3), q(true, 2, 5)]));
+        let mut w = Waves::default();
+        // A process that is not done stops nothing, balanced or not.
+        assert!(!w.observe([q(false, 1, 1), q(true, 0, 0)]));
+        assert!(!w.observe([q(false, 1, 1), q(true, 0, 0)]));
+        assert!(!w.observe([q(true, 1, 1), q(true, 0, 0)]));
+        assert!(w.observe([q(true, 1, 1), q(true, 0, 0)]));
+    }
 }

@@ -80,6 +80,9 @@ extern "C" {
     pub(crate) fn hx_poll(w: *mut Worker, out: *mut Cqe, max: usize) -> usize;
     pub(crate) fn hx_recv(w: *mut Worker, from: *mut u32, buf: *mut u8, buf_len: usize) -> i64;
     pub(crate) fn hx_dropped(w: *const Worker) -> u64;
+    /// Datagrams the worker sent, and those it handed over or dropped; callable from any
+    /// thread while the worker lives.
+    pub(crate) fn hx_datagram_counts(w: *const Worker, sent: *mut u64, received: *mut u64);
 
     pub(crate) fn hx_ep_create(
         w: *mut Worker,

@@ -43,7 +43,7 @@ use std::time::{Duration, Instant};
 
 pub use self::bootstrap::TcpExchange;
 pub use self::endpoint::UcxEndpoint;
-pub use self::exchange::{Exchange, Solo};
+pub use self::exchange::{Exchange, Quiescence, Solo, Waves};
 use crate::constants::{DATAGRAM_MTU, INLINE_MAX, SQ_DEPTH};
 use crate::endpoint::{Backend, BackendError, Caps, Program, RegionSpec, RunLimits, RunStats};
 use crate::exec::check_region;
@@ -223,7 +223,7 @@ pub struct UcxCluster {
 impl UcxCluster {
     /// A cluster whose every node lives in this process.
     pub fn new(config: UcxConfig) -> Result<UcxCluster, BackendError> {
-        UcxCluster::with_exchange(config, Box::new(Solo))
+        UcxCluster::with_exchange(config, Box::new(Solo::default()))
     }
 
     /// This process's part of a cluster; `exchange` reaches the other processes.
@@ -377,6 +377,8 @@ impl Backend for UcxCluster {
         let own_regions: Vec<Vec<Region>> =
             self.regions.iter().map(|l| l.iter().map(|s| s.region().clone()).collect()).collect();
         let setups = workers.setups(&own_regions);
+        let counts: Vec<endpoint::DatagramCounts> =
+            setups.iter().map(endpoint::Setup::datagram_counts).collect();
         let mut per_thread: Vec<Vec<endpoint::Setup>> = (0..threads).map(|_| Vec::new()).collect();
         for (i, s) in setups.into_iter().enumerate() {
             per_thread[i % threads].push(s);
@@ -388,12 +390,12 @@ impl Backend for UcxCluster {
                 .into_iter()
                 .enumerate()
                 .map(|(t, mine)| {
-                    let (shared, make, finish, exchange) =
-                        (run_shared.clone(), &make, &finish, &exchange);
+                    let (shared, make, finish, exchange, counts) =
+                        (run_shared.clone(), &make, &finish, &exchange, &counts);
                     s.spawn(move || {
                         let first = mine.first().map(|s| s.me());
                         let result = catch_unwind(AssertUnwindSafe(|| {
-                            let coordinator = (t == 0).then_some(exchange);
+                            let coordinator = (t == 0).then_some(Coordinator { exchange, counts });
                             run_thread(
                                 &shared,
                                 mine,
@@ -463,6 +465,13 @@ pub(crate) struct RunShared {
     pub(crate) dropped: AtomicU64,
 }
 
+/// What the thread that talks to the other processes holds: the exchange, and the
+/// datagram counters of every worker of this process.
+struct Coordinator<'a, 'x> {
+    exchange: &'a Mutex<&'x mut Box<dyn Exchange>>,
+    counts: &'a [endpoint::DatagramCounts],
+}
+
 /// The loop of one OS thread: steps its workers until the whole cluster is done, the
 /// time limit passes, or something failed. Thread 0 also talks to the other processes.
 fn run_thread<P, R, F, G>(
@@ -472,7 +481,7 @@ fn run_thread<P, R, F, G>(
     finish: &G,
     limits: RunLimits,
     total_local: usize,
-    coordinator: Option<&Mutex<&mut Box<dyn Exchange>>>,
+    coordinator: Option<Coordinator<'_, '_>>,
 ) -> Result<Vec<(usize, R)>, BackendError>
 where
     P: Program,
@@ -501,13 +510,17 @@ where
             }
         }
         let elapsed = shared.start.elapsed().as_nanos() as u64;
-        if let Some(ex) = coordinator {
+        if let Some(c) = &coordinator {
             if last_poll.elapsed() >= Duration::from_micros(500) {
                 last_poll = Instant::now();
-                let local_done = shared.done.load(Ordering::Acquire) == total_local
+                let done = shared.done.load(Ordering::Acquire) == total_local
                     && shared.flushed.load(Ordering::Acquire) == shared.threads;
-                let mut ex = ex.lock().expect("exchange lock");
-                match ex.poll_done(local_done) {
+                let (sent, received) = c.counts.iter().fold((0, 0), |(s, r), c| {
+                    let (cs, cr) = c.read();
+                    (s + cs, r + cr)
+                });
+                let mut ex = c.exchange.lock().expect("exchange lock");
+                match ex.poll_done(Quiescence { done, sent, received }) {
                     Ok(true) => shared.stop.store(true, Ordering::Release),
                     Ok(false) => {}
                     Err(e) => {

@@ -64,7 +64,10 @@ typedef struct hx_worker {
     size_t cq_cap, cq_head, cq_len;
     uint8_t *ring; /* received datagrams: [u32 from][u32 len][data padded to 8] */
     size_t ring_head, ring_tail; /* byte counters, unbounded */
-    uint64_t dropped;
+    /* Datagrams sent, handed to the program, and dropped on arrival. Written only by the
+     * worker's thread (with `bump`), read by the process's coordinator thread, which ends
+     * a run only once every datagram sent was handed over or dropped. */
+    uint64_t sent, taken, dropped;
     hx_op *free_ops;
     uint64_t ops_live;
     uint64_t posted;    /* operations posted so far */
@@ -330,19 +333,25 @@ void hx_mem_free(ucp_context_h ctx, ucp_mem_h memh)
 
 /* ---- workers ---- */
 
+/* Adds one to a counter that only this worker's thread writes and other threads read. */
+static inline void bump(uint64_t *c, int64_t by)
+{
+    __atomic_store_n(c, __atomic_load_n(c, __ATOMIC_RELAXED) + (uint64_t)by, __ATOMIC_RELEASE);
+}
+
 static ucs_status_t am_arrived(void *arg, const void *header, size_t header_len, void *data,
                                size_t len, const ucp_am_recv_param_t *param)
 {
     hx_worker *w = arg;
     uint32_t from = 0;
     if (header_len != sizeof from || (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
-        w->dropped++;
+        bump(&w->dropped, 1);
         return UCS_OK;
     }
     memcpy(&from, header, sizeof from);
     size_t need = 8 + ((len + 7) & ~(size_t)7);
     if ((w->ring_tail - w->ring_head) + need > HX_RING_BYTES) {
-        w->dropped++;
+        bump(&w->dropped, 1);
         return UCS_OK;
     }
     /* Entries never wrap: if one would cross the end, pad to the start. */
@@ -350,7 +359,7 @@ static ucs_status_t am_arrived(void *arg, const void *header, size_t header_len,
     if (at + need > HX_RING_BYTES) {
         size_t pad = HX_RING_BYTES - at;
         if ((w->ring_tail - w->ring_head) + pad + need > HX_RING_BYTES) {
-            w->dropped++;
+            bump(&w->dropped, 1);
             return UCS_OK;
         }
         uint32_t marker[2] = { UINT32_MAX, 0 };
@@ -500,9 +509,10 @@ int64_t hx_recv(hx_worker *w, uint32_t *from, uint8_t *buf, size_t buf_len)
         }
         size_t len = head[1];
         if (len > buf_len) {
-            w->dropped++;
+            bump(&w->dropped, 1);
         } else {
             memcpy(buf, w->ring + at + 8, len);
+            bump(&w->taken, 1);
         }
         *from = head[0];
         w->ring_head += 8 + ((len + 7) & ~(size_t)7);
@@ -513,7 +523,14 @@ int64_t hx_recv(hx_worker *w, uint32_t *from, uint8_t *buf, size_t buf_len)
 
 uint64_t hx_dropped(const hx_worker *w)
 {
-    return w->dropped;
+    return __atomic_load_n(&w->dropped, __ATOMIC_ACQUIRE);
+}
+
+void hx_datagram_counts(const hx_worker *w, uint64_t *sent, uint64_t *received)
+{
+    *received = __atomic_load_n(&w->taken, __ATOMIC_ACQUIRE) +
+                __atomic_load_n(&w->dropped, __ATOMIC_ACQUIRE);
+    *sent = __atomic_load_n(&w->sent, __ATOMIC_ACQUIRE);
 }
 
 /* ---- endpoints ---- */
@@ -687,6 +704,9 @@ int hx_am_send(hx_worker *w, hx_ep *e, uint32_t from, const void *data, size_t l
     p.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL;
     p.flags = UCP_AM_SEND_FLAG_EAGER;
     uint32_t header = from;
+    /* Counted before it can arrive, so that no process ever counts a datagram received
+     * that its sender has not counted sent; taken back below if UCP refuses it. */
+    bump(&w->sent, 1);
     ucs_status_ptr_t sp = ucp_am_send_nbx(e->ep, HX_AM_ID, &header, sizeof header, data, len, &p);
     if (UCS_PTR_IS_ERR(sp) && UCS_PTR_STATUS(sp) == UCS_ERR_NO_RESOURCE) {
         /* UCP will send later from a copy we keep alive until it is done. */
@@ -699,6 +719,9 @@ int hx_am_send(hx_worker *w, hx_ep *e, uint32_t from, const void *data, size_t l
         op->owned = copy;
         p.op_attr_mask &= ~(uint32_t)UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL;
         sp = ucp_am_send_nbx(e->ep, HX_AM_ID, copy, sizeof header, copy + 8, len, &p);
+    }
+    if (UCS_PTR_IS_ERR(sp)) {
+        bump(&w->sent, -1);
     }
     settle(op, sp);
     return 0;
