@@ -28,12 +28,10 @@ impl<E: Endpoint> Program for Burst<E> {
         let to = WorkerId { node: hytra_fabric::NodeId(1), index: 0 };
         let mut progressed = false;
         if self.ep.me().node.0 == 0 && !self.sent {
-            let mut i = 0u64;
-            while i < BURST {
-                match self.ep.send(to, &i.to_le_bytes(), OpFlags::NONE) {
-                    Ok(()) => i += 1,
-                    Err(e) => panic!("send {i}: {e:?}"),
-                }
+            for i in 0..BURST {
+                self.ep
+                    .send(to, &i.to_le_bytes(), OpFlags::NONE)
+                    .unwrap_or_else(|e| panic!("send {i}: {e:?}"));
             }
             self.sent = true;
             progressed = true;

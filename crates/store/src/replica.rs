@@ -385,11 +385,11 @@ impl Replica {
         let g = &self.geom;
         let overflow_used = self.next_overflow.load(Ordering::Acquire).min(g.overflow);
         let records_used = self.next_record.load(Ordering::Acquire).min(g.capacity);
-        let mut homes = vec![false; (g.buckets * BUCKET_BYTES).div_ceil(PAGE_BYTES) as usize];
+        let main_bytes = g.buckets * BUCKET_BYTES;
+        let mut homes = vec![false; main_bytes.div_ceil(PAGE_BYTES) as usize];
         for (_, key) in self.records() {
             homes[(g.bucket_offset(g.home_bucket(key)) / PAGE_BYTES) as usize] = true;
         }
-        let main_bytes = g.buckets * BUCKET_BYTES;
         let mut written: Vec<(u64, u64)> = homes
             .iter()
             .enumerate()

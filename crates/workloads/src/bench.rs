@@ -234,21 +234,17 @@ struct Part<R> {
     elapsed_ns: u64,
     wall_ns: u64,
     datagrams_dropped: u64,
-    /// (node, table, slot, contents) of every replica of the sender's nodes, as
-    /// decoded: they are sent apart from the rest, in binary (see [`Part::encode`]).
-    #[serde(skip)]
-    images: Vec<(u16, u16, u16, ReplicaImage)>,
 }
 
+/// A replica's contents with where it lives: node, table, slot.
+type PlacedImage = (u16, u16, u16, ReplicaImage);
+
 impl<R: serde::Serialize + serde::de::DeserializeOwned> Part<R> {
-    /// The part as sent to the first process, with `images` (taken one at a time, so
-    /// that only their encoding is held whole): the length of the JSON, the JSON, the
-    /// number of images, then each image's node, table and slot (one word) and the image.
-    fn encode(
-        &self,
-        images: impl ExactSizeIterator<Item = (u16, u16, u16, ReplicaImage)>,
-    ) -> Vec<u8> {
-        debug_assert!(self.images.is_empty(), "images to send are passed, not kept");
+    /// The part as sent to the first process, followed by the images of every replica of
+    /// the sender's nodes, in binary (taken one at a time, so that only their encoding
+    /// is held whole): the length of the JSON, the JSON, the number of images, then each
+    /// image's node, table and slot (one word) and the image.
+    fn encode(&self, images: impl ExactSizeIterator<Item = PlacedImage>) -> Vec<u8> {
         let json = serde_json::to_vec(self).expect("results serialize");
         let mut out = Vec::with_capacity(json.len() + 16);
         out.extend_from_slice(&(json.len() as u64).to_le_bytes());
@@ -263,23 +259,24 @@ impl<R: serde::Serialize + serde::de::DeserializeOwned> Part<R> {
     }
 
     /// Reads what [`Part::encode`] wrote.
-    fn decode(mut input: &[u8]) -> Result<Part<R>, String> {
+    fn decode(mut input: &[u8]) -> Result<(Part<R>, Vec<PlacedImage>), String> {
         let json_len = take_word(&mut input).map_err(|e| e.to_string())?;
         if json_len > input.len() as u64 {
             return Err(format!("{json_len} bytes of JSON announced, {} sent", input.len()));
         }
         let (json, mut rest) = input.split_at(json_len as usize);
-        let mut part: Part<R> = serde_json::from_slice(json).map_err(|e| e.to_string())?;
+        let part: Part<R> = serde_json::from_slice(json).map_err(|e| e.to_string())?;
         let count = take_word(&mut rest).map_err(|e| e.to_string())?;
+        let mut images = Vec::new();
         for _ in 0..count {
             let place = take_word(&mut rest).map_err(|e| e.to_string())?;
             let image = ReplicaImage::decode(&mut rest).map_err(|e| e.to_string())?;
-            part.images.push(((place >> 32) as u16, (place >> 16) as u16, place as u16, image));
+            images.push(((place >> 32) as u16, (place >> 16) as u16, place as u16, image));
         }
         if !rest.is_empty() {
             return Err(format!("{} bytes after the last image", rest.len()));
         }
-        Ok(part)
+        Ok((part, images))
     }
 }
 
@@ -346,7 +343,6 @@ pub fn run_partial<B: Backend, W: Workload>(
         elapsed_ns: run.elapsed_ns,
         wall_ns: run.wall_ns,
         datagrams_dropped: run.datagrams_dropped,
-        images: Vec::new(),
     };
     for (index, s, h, w, r, finished) in outs {
         part.attempts_total += finished;
@@ -369,11 +365,11 @@ pub fn run_partial<B: Backend, W: Workload>(
         let Some(blobs) = backend.gather(part.encode(images))? else { return Ok(None) };
         let mut parts = Vec::with_capacity(blobs.len());
         for b in blobs {
-            let mut p = Part::<W::Report>::decode(&b)
+            let (p, images) = Part::<W::Report>::decode(&b)
                 .map_err(|e| BenchError::Params(format!("a peer's results do not decode: {e}")))?;
             drop(b);
             // Restored images are dropped at once: together they are the whole database.
-            for (node, table, slot, image) in std::mem::take(&mut p.images) {
+            for (node, table, slot, image) in images {
                 if !engine.hosts(hytra_fabric::NodeId(node)) {
                     engine.nodes[usize::from(node)]
                         .store
@@ -555,7 +551,6 @@ mod tests {
             elapsed_ns: 5,
             wall_ns: 6,
             datagrams_dropped: 2,
-            images: Vec::new(),
         };
         let image = |n: u64| ReplicaImage {
             next_record: n,
@@ -564,10 +559,10 @@ mod tests {
         };
         let images = vec![(2, 7, 1, image(1)), (65535, 65535, 65535, image(2))];
         let bytes = part.encode(images.clone().into_iter());
-        let back = Part::<u32>::decode(&bytes).unwrap();
+        let (back, back_images) = Part::<u32>::decode(&bytes).unwrap();
         assert_eq!(back.reports, vec![(3, 17)]);
         assert_eq!((back.attempts_total, back.datagrams_dropped), (41, 2));
-        assert_eq!(back.images, images);
+        assert_eq!(back_images, images);
         for cut in [0, 7, 12, bytes.len() - 1] {
             assert!(Part::<u32>::decode(&bytes[..cut]).is_err(), "{cut} bytes decoded");
         }

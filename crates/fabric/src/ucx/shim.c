@@ -333,7 +333,7 @@ void hx_mem_free(ucp_context_h ctx, ucp_mem_h memh)
 
 /* ---- workers ---- */
 
-/* Adds one to a counter that only this worker's thread writes and other threads read. */
+/* Adds `by` to a counter that only this worker's thread writes and other threads read. */
 static inline void bump(uint64_t *c, int64_t by)
 {
     __atomic_store_n(c, __atomic_load_n(c, __ATOMIC_RELAXED) + (uint64_t)by, __ATOMIC_RELEASE);
