@@ -8,7 +8,7 @@ use thiserror::Error;
 
 use crate::ids::{ClusterShape, NodeId, Qp, Rkey, WorkerId, WrId};
 use crate::memory::Region;
-use crate::verbs::{Completion, OpFlags, PostError, WorkRequest};
+use crate::verbs::{BatchPost, BatchRefused, Completion, OpFlags, PostError, WorkRequest};
 use crate::wq::{WqCounters, WqId, WqSpec};
 
 /// Static properties of a fabric, fixed for the life of a cluster.
@@ -56,6 +56,18 @@ pub trait Endpoint {
         wr: &WorkRequest<'_>,
         flags: OpFlags,
     ) -> Result<(), PostError>;
+    /// Posts `wrs` on `qp` in order, with the ids and flags `how` gives each: the same
+    /// effects and the same refusal as calls of [`Endpoint::post`] one by one. A backend
+    /// may check what the requests share (the connection, room in its send queue) once
+    /// for the whole batch.
+    fn post_batch(
+        &mut self,
+        qp: Qp,
+        wrs: &[WorkRequest<'_>],
+        how: BatchPost,
+    ) -> Result<(), BatchRefused> {
+        post_each(self, qp, wrs, how)
+    }
     /// Hands every request still queued behind `MORE` to the NIC (one doorbell per queue
     /// pair). Needed only when a batch cannot be closed by a final post, e.g. because
     /// that post was refused.
@@ -91,6 +103,21 @@ pub trait Endpoint {
         let _ = (node, wq, payload);
         Err(PostError::Unsupported)
     }
+}
+
+/// [`Endpoint::post_batch`] one request at a time: what every backend does unless it has
+/// something shared to check once.
+pub(crate) fn post_each<E: Endpoint + ?Sized>(
+    ep: &mut E,
+    qp: Qp,
+    wrs: &[WorkRequest<'_>],
+    how: BatchPost,
+) -> Result<(), BatchRefused> {
+    for (i, wr) in wrs.iter().enumerate() {
+        let (wr_id, flags) = how.of(i, wrs.len());
+        ep.post(qp, wr_id, wr, flags).map_err(|error| BatchRefused { posted: i, error })?;
+    }
+    Ok(())
 }
 
 /// What a worker runs: the backend calls `step` whenever the worker may make progress.

@@ -129,7 +129,22 @@ pub(crate) fn validate_post(
     wr: &WorkRequest<'_>,
     flags: OpFlags,
 ) -> Result<(), PostError> {
-    if !shape.has_qp(qp) || wr.remote().node != qp.node {
+    if !shape.has_qp(qp) {
+        return Err(PostError::NoSuchPeer);
+    }
+    validate_request(own_regions, qp, wr, flags)
+}
+
+/// [`validate_post`] without the check that `qp` exists: for a batch on one connection,
+/// checked once.
+#[inline]
+pub(crate) fn validate_request(
+    own_regions: &[Region],
+    qp: Qp,
+    wr: &WorkRequest<'_>,
+    flags: OpFlags,
+) -> Result<(), PostError> {
+    if wr.remote().node != qp.node {
         return Err(PostError::NoSuchPeer);
     }
     let local_check = |rkey: crate::Rkey, offset: u64, len: u32| {

@@ -47,5 +47,6 @@ pub use endpoint::{
 pub use ids::{ClusterShape, LocalAddr, NodeId, Qp, RemoteAddr, Rkey, WorkerId, WrId};
 pub use memory::{zeroed_u32s, zeroed_words, zeroed_words_small_pages, Region};
 pub use verbs::{
-    AccessError, Completion, OpFlags, OpKind, PostError, Status, WorkRequest, WriteSrc,
+    AccessError, BatchPost, BatchRefused, Completion, OpFlags, OpKind, PostError, Status,
+    WorkRequest, WriteSrc,
 };

@@ -76,6 +76,17 @@ impl WorkRequest<'_> {
         }
     }
 
+    /// The remote address, to point the same request elsewhere (a client that posts the
+    /// same kind of batch again only redraws where each request goes).
+    pub fn remote_mut(&mut self) -> &mut RemoteAddr {
+        match self {
+            WorkRequest::Read { remote, .. }
+            | WorkRequest::Write { remote, .. }
+            | WorkRequest::Cas { remote, .. }
+            | WorkRequest::Faa { remote, .. } => remote,
+        }
+    }
+
     /// The posting node's buffer the operation reads from or writes into, if any.
     pub fn local(&self) -> Option<(LocalAddr, u32)> {
         match *self {
@@ -150,6 +161,42 @@ impl std::ops::BitOr for OpFlags {
     fn bitor(self, rhs: OpFlags) -> OpFlags {
         OpFlags(self.0 | rhs.0)
     }
+}
+
+/// How [`crate::Endpoint::post_batch`] posts a batch: every request but the last alike,
+/// the last on its own terms (it is the one that closes a doorbell batch, and the one a
+/// signaled batch reports).
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub struct BatchPost {
+    /// `wr_id` of every request but the last.
+    pub wr_id: WrId,
+    /// Flags of every request but the last.
+    pub flags: OpFlags,
+    /// `wr_id` of the last request.
+    pub last_wr_id: WrId,
+    /// Flags of the last request.
+    pub last_flags: OpFlags,
+}
+
+impl BatchPost {
+    /// The `wr_id` and flags of request `i` of a batch of `n`.
+    pub fn of(&self, i: usize, n: usize) -> (WrId, OpFlags) {
+        if i + 1 == n {
+            (self.last_wr_id, self.last_flags)
+        } else {
+            (self.wr_id, self.flags)
+        }
+    }
+}
+
+/// A batch refused part-way: the first `posted` requests were posted, the next was
+/// refused for `error`, and the rest were not tried.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub struct BatchRefused {
+    /// Requests posted before the refusal.
+    pub posted: usize,
+    /// Why the next one was refused.
+    pub error: PostError,
 }
 
 /// Why an access to registered memory was refused.

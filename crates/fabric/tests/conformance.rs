@@ -9,8 +9,9 @@ use std::sync::{Arc, Mutex};
 use hytra_fabric::constants::{DATAGRAM_MTU, INLINE_MAX, SQ_DEPTH};
 use hytra_fabric::testing::{run_scripts, TestBackend};
 use hytra_fabric::{
-    AccessError, Backend, ClusterShape, Completion, Endpoint, LocalAddr, NodeId, OpFlags,
-    PostError, Qp, RegionSpec, RemoteAddr, Rkey, Status, WorkRequest, WorkerId, WriteSrc,
+    AccessError, Backend, BatchPost, BatchRefused, ClusterShape, Completion, Endpoint, LocalAddr,
+    NodeId, OpFlags, PostError, Qp, RegionSpec, RemoteAddr, Rkey, Status, WorkRequest, WorkerId,
+    WriteSrc,
 };
 
 fn shape(nodes: u16, workers: u16) -> ClusterShape {
@@ -473,6 +474,111 @@ fn send_queue_depth_is_enforced<B: TestBackend>() {
     });
 }
 
+/// A batch posts like its requests one by one: ids and flags as `BatchPost` gives them,
+/// and a refusal part-way (a bad local key; a send queue that fills) leaves exactly the
+/// requests before it posted.
+fn batches_post_like_one_by_one<B: TestBackend>() {
+    const FILL_AT: u64 = 1024;
+    const PARTIAL_AT: u64 = 2048;
+    let mut b = B::for_test(shape(2, 1), 10);
+    let r = regions(&mut b);
+    run_scripts(&mut b, |ep| {
+        let active = first_worker(ep);
+        let r = Regions { data: r.data, scratch: r.scratch };
+        let mut stage = 0;
+        let mut got = Vec::new();
+        move |ep: &mut B::Ep| {
+            if !active {
+                return true;
+            }
+            let qp = Qp::to(NodeId(1));
+            let values: Vec<[u8; 8]> = (0..4u64).map(|i| (100 + i).to_le_bytes()).collect();
+            let writes = |at: u64| -> Vec<WorkRequest<'_>> {
+                (0..4)
+                    .map(|i| WorkRequest::Write {
+                        remote: remote(1, r.data, at + 8 * i as u64),
+                        src: WriteSrc::Bytes(&values[i]),
+                    })
+                    .collect()
+            };
+            let how = |first: u64, last: u64| BatchPost {
+                wr_id: first,
+                flags: OpFlags::INLINE | OpFlags::MORE,
+                last_wr_id: last,
+                last_flags: OpFlags::INLINE | OpFlags::SIGNALED,
+            };
+            match stage {
+                0 => {
+                    ep.post_batch(qp, &writes(0), how(1, 2)).unwrap();
+                    stage = 1;
+                    false
+                }
+                1 => {
+                    if !collect(ep, &mut got, 1) {
+                        return false;
+                    }
+                    assert_eq!(got[0].wr_id, 2, "only the last request is signaled");
+                    got.clear();
+                    // The second request names a local key that does not exist.
+                    let mut bad = writes(64);
+                    bad[1] = WorkRequest::Write {
+                        remote: remote(1, r.data, 72),
+                        src: WriteSrc::Local {
+                            addr: LocalAddr { rkey: Rkey(99), offset: 0 },
+                            len: 8,
+                        },
+                    };
+                    let first_signaled =
+                        BatchPost { flags: OpFlags::INLINE | OpFlags::SIGNALED, ..how(3, 4) };
+                    assert_eq!(
+                        ep.post_batch(qp, &bad, first_signaled),
+                        Err(BatchRefused {
+                            posted: 1,
+                            error: PostError::LocalAccess(AccessError::UnknownKey)
+                        })
+                    );
+                    ep.ring_doorbells();
+                    stage = 2;
+                    false
+                }
+                2 => {
+                    if !collect(ep, &mut got, 1) {
+                        return false;
+                    }
+                    assert_eq!(got[0].wr_id, 3, "the request before the refusal was posted");
+                    got.clear();
+                    // Leave room for two requests, then post four.
+                    let fill = WorkRequest::Write {
+                        remote: remote(1, r.data, FILL_AT),
+                        src: WriteSrc::Bytes(&values[0]),
+                    };
+                    let n = u64::from(SQ_DEPTH) - 2;
+                    for i in 0..n {
+                        let last = i + 1 == n;
+                        let flags = OpFlags::INLINE
+                            | OpFlags::MORE
+                            | if last { OpFlags::SIGNALED } else { OpFlags::NONE };
+                        ep.post(qp, 10, &fill, flags).unwrap();
+                    }
+                    assert_eq!(
+                        ep.post_batch(qp, &writes(PARTIAL_AT), how(11, 12)),
+                        Err(BatchRefused { posted: 2, error: PostError::QueueFull })
+                    );
+                    ep.ring_doorbells();
+                    stage = 3;
+                    false
+                }
+                _ => collect(ep, &mut got, 1),
+            }
+        }
+    });
+    let target = b.region(NodeId(1), r.data).unwrap();
+    let words = |at: u64| (0..4).map(|i| target.load(at + 8 * i)).collect::<Vec<_>>();
+    assert_eq!(words(0), [100, 101, 102, 103], "{}: the whole batch landed", B::NAME);
+    assert_eq!(words(64), [100, 0, 0, 0], "{}: only the first of the refused batch", B::NAME);
+    assert_eq!(words(PARTIAL_AT), [100, 101, 0, 0], "{}: the two that fit", B::NAME);
+}
+
 /// The backend states whether NIC atomics are coherent with CPU atomics: the simulator
 /// models a real RNIC (not coherent), threads and UCX shared memory use CPU atomics
 /// (coherent).
@@ -539,6 +645,7 @@ conformance!(
     protection_errors_complete_in_error_and_touch_nothing,
     datagrams_arrive_intact,
     send_queue_depth_is_enforced,
+    batches_post_like_one_by_one,
     reports_atomics_coherence,
     unsignaled_writes_land_before_the_run_ends,
 );

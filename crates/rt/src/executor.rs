@@ -32,6 +32,11 @@ impl ReadySet {
     }
 
     fn take(&self, word: usize) -> u64 {
+        // A plain load first: most words are empty in most steps, and the swap is a
+        // locked instruction. A bit set after the load waits for the next step's pass.
+        if self.words[word].load(Ordering::Relaxed) == 0 {
+            return 0;
+        }
         self.words[word].swap(0, Ordering::Relaxed)
     }
 }

@@ -13,8 +13,8 @@ use std::rc::Rc;
 use std::task::{Context, Poll};
 
 use hytra_fabric::{
-    Caps, ClusterShape, Completion, Endpoint, OpFlags, PostError, Program, Qp, Region, Rkey,
-    Status, Step, WorkRequest, WorkerId,
+    BatchPost, BatchRefused, Caps, ClusterShape, Completion, Endpoint, OpFlags, PostError, Program,
+    Qp, Region, Rkey, Status, Step, WorkRequest, WorkerId,
 };
 use thiserror::Error;
 
@@ -378,6 +378,15 @@ impl<E: Endpoint> Co<E> {
         self.inner.ep.borrow().now_ns()
     }
 
+    /// The time at which the current step began: free to read, where [`Co::now_ns`]
+    /// reads a real clock on the real-time backends (a cost that shows next to a
+    /// shared-memory one-sided operation). Good enough for spans of several steps, such
+    /// as a batch's latency measured from the step that issued it to the step that saw
+    /// it complete.
+    pub fn step_time_ns(&self) -> u64 {
+        self.inner.step_now_ns.get()
+    }
+
     /// Charges CPU work to this worker (simulator only).
     pub fn charge(&self, ns: u64) {
         self.inner.ep.borrow_mut().charge_cpu(ns);
@@ -429,23 +438,20 @@ impl<E: Endpoint> Co<E> {
             .plan(q, n as u32, want_ticket)
             .ok_or(OpError::Post(PostError::QueueFull))?;
         let db = self.inner.cfg.doorbell_batching;
+        let more = if db { OpFlags::MORE } else { OpFlags::NONE };
+        let signaled = if plan.signal_last() { OpFlags::SIGNALED } else { OpFlags::NONE };
+        let how = BatchPost {
+            wr_id: plan.wr_id,
+            flags: extra | more,
+            last_wr_id: plan.last_wr_id(),
+            last_flags: extra | signaled | if defer { more } else { OpFlags::NONE },
+        };
         let mut ep = self.inner.ep.borrow_mut();
-        for (i, wr) in wrs.iter().enumerate() {
-            let last = i + 1 == n;
-            let mut flags = extra;
-            if (!last || defer) && db {
-                flags = flags | OpFlags::MORE;
-            }
-            if last && plan.signal_last() {
-                flags = flags | OpFlags::SIGNALED;
-            }
-            let wr_id = if last { plan.last_wr_id() } else { plan.wr_id };
-            if let Err(e) = ep.post(qp, wr_id, wr, flags) {
-                ep.ring_doorbells();
-                drop(ep);
-                self.inner.ops.borrow_mut().abandon(q, &plan, n as u32, i as u32);
-                return Err(OpError::Post(e));
-            }
+        if let Err(BatchRefused { posted, error }) = ep.post_batch(qp, wrs, how) {
+            ep.ring_doorbells();
+            drop(ep);
+            self.inner.ops.borrow_mut().abandon(q, &plan, n as u32, posted as u32);
+            return Err(OpError::Post(error));
         }
         Ok(plan.ticket())
     }

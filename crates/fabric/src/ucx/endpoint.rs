@@ -10,11 +10,15 @@ use std::sync::Arc;
 use super::exchange::Peers;
 use super::{ffi, Context, RunShared};
 use crate::constants::{SQ_DEPTH, WORD};
+use crate::endpoint::post_each;
 use crate::endpoint::{BackendError, Caps, Endpoint};
-use crate::exec::validate_post;
+use crate::exec::{validate_post, validate_request};
 use crate::ids::{ClusterShape, NodeId, Qp, Rkey, WorkerId, WrId};
 use crate::memory::Region;
-use crate::verbs::{AccessError, Completion, OpFlags, PostError, Status, WorkRequest, WriteSrc};
+use crate::verbs::{
+    AccessError, BatchPost, BatchRefused, Completion, OpFlags, PostError, Status, WorkRequest,
+    WriteSrc,
+};
 
 /// A connection: a UCP endpoint with the target node's regions, their keys unpacked for
 /// it (by rkey).
@@ -349,58 +353,27 @@ impl UcxEndpoint {
     fn local_ptr(&self, rkey: Rkey, offset: u64) -> *mut u8 {
         self.s.regions[rkey.0 as usize].addr_of(offset)
     }
-}
 
-impl Drop for UcxEndpoint {
-    fn drop(&mut self) {
-        // SAFETY: the worker outlives its endpoint (destroyed after the run's threads).
-        let dropped = unsafe { ffi::hx_dropped(self.s.worker.as_ptr()) };
-        self.shared.dropped.fetch_add(dropped, Ordering::Relaxed);
-    }
-}
-
-impl Endpoint for UcxEndpoint {
-    fn me(&self) -> WorkerId {
-        self.s.me
+    /// Which connection `qp` is (it exists).
+    fn lane_index(&self, qp: Qp) -> usize {
+        usize::from(qp.node.0) * usize::from(self.shared.shape.lanes_per_peer)
+            + usize::from(qp.lane)
     }
 
-    fn shape(&self) -> ClusterShape {
-        self.shared.shape
-    }
-
-    fn caps(&self) -> Caps {
-        self.shared.caps
-    }
-
-    fn now_ns(&self) -> u64 {
-        self.shared.start.elapsed().as_nanos() as u64
-    }
-
-    fn charge_cpu(&mut self, _ns: u64) {}
-
-    fn region(&self, rkey: Rkey) -> Option<&Region> {
-        self.s.regions.get(rkey.0 as usize)
-    }
-
-    fn post(
+    /// Posts a request that passed the checks of [`validate_request`] on connection
+    /// `lane_index`, whose send queue has room.
+    fn post_on_lane(
         &mut self,
-        qp: Qp,
+        lane_index: usize,
         wr_id: WrId,
         wr: &WorkRequest<'_>,
         flags: OpFlags,
-    ) -> Result<(), PostError> {
-        let shape = self.shared.shape;
-        validate_post(&shape, &self.s.regions, qp, wr, flags)?;
-        let lane_index =
-            usize::from(qp.node.0) * usize::from(shape.lanes_per_peer) + usize::from(qp.lane);
+    ) {
         let lane = &self.s.lanes[lane_index];
         let queue = &mut self.queues[lane_index];
-        if queue.posted - queue.retired >= u64::from(SQ_DEPTH) {
-            return Err(PostError::QueueFull);
-        }
         let tag = ((lane_index as u64) << SEQ_BITS) | queue.posted;
         queue.posted += 1;
-        // validate_post checked that the request's node is the lane's.
+        // validate_request checked that the request's node is the lane's.
         let remote = wr.remote();
         let (raddr, rkey) =
             match lane.check_remote(remote.rkey, remote.offset, u64::from(wr.payload_len())) {
@@ -413,13 +386,13 @@ impl Endpoint for UcxEndpoint {
                     let status = if failed { Status::Unreachable } else { Status::RemoteAccess(e) };
                     self.queues[lane_index].retired = self.queues[lane_index].posted;
                     self.errors.push_back(Completion { wr_id, status, value: 0 });
-                    return Ok(());
+                    return;
                 }
             };
         let (w, ep) = (self.s.worker.as_ptr(), lane.ep);
         let signaled = i32::from(flags.has(OpFlags::SIGNALED));
         // SAFETY: in every arm, `w`, `ep` and `rkey` are live handles of this worker; local
-        // pointers lie inside this node's registered regions (validate_post checked the
+        // pointers lie inside this node's registered regions (validate_request checked the
         // ranges) which stay mapped for the run; the remote range was checked against
         // the region size its owner announced. The shim copies inline payloads it still
         // needs, and a non-inline WRITE's source must stay unchanged until completion by
@@ -496,6 +469,78 @@ impl Endpoint for UcxEndpoint {
             self.errors.push_back(Completion { wr_id, status: Status::Unreachable, value: 0 });
         } else {
             debug_assert_eq!(rc, 0, "the shim reports other failures as completions");
+        }
+    }
+}
+
+impl Drop for UcxEndpoint {
+    fn drop(&mut self) {
+        // SAFETY: the worker outlives its endpoint (destroyed after the run's threads).
+        let dropped = unsafe { ffi::hx_dropped(self.s.worker.as_ptr()) };
+        self.shared.dropped.fetch_add(dropped, Ordering::Relaxed);
+    }
+}
+
+impl Endpoint for UcxEndpoint {
+    fn me(&self) -> WorkerId {
+        self.s.me
+    }
+
+    fn shape(&self) -> ClusterShape {
+        self.shared.shape
+    }
+
+    fn caps(&self) -> Caps {
+        self.shared.caps
+    }
+
+    fn now_ns(&self) -> u64 {
+        self.shared.start.elapsed().as_nanos() as u64
+    }
+
+    fn charge_cpu(&mut self, _ns: u64) {}
+
+    fn region(&self, rkey: Rkey) -> Option<&Region> {
+        self.s.regions.get(rkey.0 as usize)
+    }
+
+    fn post(
+        &mut self,
+        qp: Qp,
+        wr_id: WrId,
+        wr: &WorkRequest<'_>,
+        flags: OpFlags,
+    ) -> Result<(), PostError> {
+        validate_post(&self.shared.shape, &self.s.regions, qp, wr, flags)?;
+        let lane_index = self.lane_index(qp);
+        let queue = &self.queues[lane_index];
+        if queue.posted - queue.retired >= u64::from(SQ_DEPTH) {
+            return Err(PostError::QueueFull);
+        }
+        self.post_on_lane(lane_index, wr_id, wr, flags);
+        Ok(())
+    }
+
+    fn post_batch(
+        &mut self,
+        qp: Qp,
+        wrs: &[WorkRequest<'_>],
+        how: BatchPost,
+    ) -> Result<(), BatchRefused> {
+        if !self.shared.shape.has_qp(qp) {
+            return Err(BatchRefused { posted: 0, error: PostError::NoSuchPeer });
+        }
+        let lane_index = self.lane_index(qp);
+        let queue = &self.queues[lane_index];
+        if queue.posted - queue.retired + wrs.len() as u64 > u64::from(SQ_DEPTH) {
+            // The queue fills part-way: one by one, to refuse exactly where post would.
+            return post_each(self, qp, wrs, how);
+        }
+        for (i, wr) in wrs.iter().enumerate() {
+            let (wr_id, flags) = how.of(i, wrs.len());
+            validate_request(&self.s.regions, qp, wr, flags)
+                .map_err(|error| BatchRefused { posted: i, error })?;
+            self.post_on_lane(lane_index, wr_id, wr, flags);
         }
         Ok(())
     }
