@@ -568,7 +568,16 @@ fn batches_post_like_one_by_one<B: TestBackend>() {
                     stage = 3;
                     false
                 }
-                _ => collect(ep, &mut got, 1),
+                _ => {
+                    let done = collect(ep, &mut got, 1);
+                    if done {
+                        assert_eq!(
+                            got[0].wr_id, 10,
+                            "the requests of the refused batch are unsignaled"
+                        );
+                    }
+                    done
+                }
             }
         }
     });

@@ -360,6 +360,12 @@ impl UcxEndpoint {
             + usize::from(qp.lane)
     }
 
+    /// Whether connection `lane_index` has room for `n` more requests.
+    fn has_room(&self, lane_index: usize, n: usize) -> bool {
+        let queue = &self.queues[lane_index];
+        queue.posted - queue.retired + n as u64 <= u64::from(SQ_DEPTH)
+    }
+
     /// Posts a request that passed the checks of [`validate_request`] on connection
     /// `lane_index`, whose send queue has room.
     fn post_on_lane(
@@ -513,8 +519,7 @@ impl Endpoint for UcxEndpoint {
     ) -> Result<(), PostError> {
         validate_post(&self.shared.shape, &self.s.regions, qp, wr, flags)?;
         let lane_index = self.lane_index(qp);
-        let queue = &self.queues[lane_index];
-        if queue.posted - queue.retired >= u64::from(SQ_DEPTH) {
+        if !self.has_room(lane_index, 1) {
             return Err(PostError::QueueFull);
         }
         self.post_on_lane(lane_index, wr_id, wr, flags);
@@ -531,8 +536,7 @@ impl Endpoint for UcxEndpoint {
             return Err(BatchRefused { posted: 0, error: PostError::NoSuchPeer });
         }
         let lane_index = self.lane_index(qp);
-        let queue = &self.queues[lane_index];
-        if queue.posted - queue.retired + wrs.len() as u64 > u64::from(SQ_DEPTH) {
+        if !self.has_room(lane_index, wrs.len()) {
             // The queue fills part-way: one by one, to refuse exactly where post would.
             return post_each(self, qp, wrs, how);
         }
