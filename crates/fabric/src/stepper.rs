@@ -10,6 +10,15 @@ use crate::endpoint::{Program, Step};
 /// Rounds without progress a thread spins before it yields its core to other threads.
 const IDLE_SPINS_MAX: u32 = 64;
 
+/// Rounds between two yields of a thread that always has work. When a machine runs more
+/// busy threads than it has cores (several processes of a cluster on one host), the
+/// scheduler would otherwise let a thread keep its core for a whole time slice, while
+/// the peers that wait on a descheduled one (a backup's log acknowledgement, an RPC's
+/// reply) make no progress; on two cores that halved TPC-C across three processes.
+/// With a free core, the yield returns at once: a system call every few tens of
+/// microseconds.
+const BUSY_YIELD_ROUNDS: u64 = 64;
+
 /// Rounds between two checks of the stop conditions.
 const CHECK_EVERY_ROUNDS: u64 = 64;
 
@@ -27,10 +36,9 @@ impl Stepper {
     }
 
     /// Steps every program once; `on_idle(i)` runs after program `i` reports no work
-    /// left. Programs that became done are added to `done_total`. When none made
-    /// progress, spins or (after a while) yields: on two cores, a thread that only spins
-    /// would hold the core a descheduled peer needs to answer. Returns true when the
-    /// caller should check whether to stop.
+    /// left. Programs that became done are added to `done_total`. Then pauses as
+    /// [`Stepper::pause`] says. Returns true when the caller should check whether to
+    /// stop.
     pub(crate) fn round<P: Program>(
         &mut self,
         programs: &mut [P],
@@ -51,19 +59,47 @@ impl Stepper {
                 done_total.fetch_add(1, Ordering::AcqRel);
             }
         }
+        match self.pause(progressed) {
+            Pause::Keep => {}
+            Pause::Spin => std::hint::spin_loop(),
+            Pause::Yield => std::thread::yield_now(),
+        }
+        self.rounds % CHECK_EVERY_ROUNDS == 0
+    }
+
+    /// Counts a round that made progress or not, and says what the thread does with its
+    /// core: when no program made progress, spin, and after a while yield (a thread that
+    /// only spins would hold the core a descheduled peer needs to answer); when some did,
+    /// keep it, but yield every [`BUSY_YIELD_ROUNDS`] rounds all the same.
+    fn pause(&mut self, progressed: bool) -> Pause {
+        self.rounds += 1;
         if progressed {
             self.idle_rounds = 0;
+            if self.rounds % BUSY_YIELD_ROUNDS == 0 {
+                Pause::Yield
+            } else {
+                Pause::Keep
+            }
         } else {
             self.idle_rounds += 1;
             if self.idle_rounds > IDLE_SPINS_MAX {
-                std::thread::yield_now();
+                Pause::Yield
             } else {
-                std::hint::spin_loop();
+                Pause::Spin
             }
         }
-        self.rounds += 1;
-        self.rounds % CHECK_EVERY_ROUNDS == 0
     }
+}
+
+/// What a thread does with its core after a round.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+enum Pause {
+    /// Goes on at once.
+    Keep,
+    /// Goes on after a spin-loop hint.
+    Spin,
+    /// Offers the core to other threads first.
+    Yield,
 }
 
 #[cfg(test)]
@@ -104,5 +140,22 @@ mod tests {
         }
         assert_eq!(s.idle_rounds, 3 * IDLE_SPINS_MAX);
         assert_eq!(done.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn busy_threads_yield_now_and_then_idle_ones_after_spinning() {
+        let mut s = Stepper::new(1);
+        let busy: Vec<Pause> = (0..4 * BUSY_YIELD_ROUNDS).map(|_| s.pause(true)).collect();
+        let yields: Vec<usize> = (0..busy.len()).filter(|&i| busy[i] == Pause::Yield).collect();
+        let every = BUSY_YIELD_ROUNDS as usize;
+        assert_eq!(yields, [every - 1, 2 * every - 1, 3 * every - 1, 4 * every - 1]);
+        assert!(busy.iter().all(|&p| p != Pause::Spin));
+        let idle: Vec<Pause> = (0..2 * IDLE_SPINS_MAX).map(|_| s.pause(false)).collect();
+        let spins = IDLE_SPINS_MAX as usize;
+        assert!(idle[..spins].iter().all(|&p| p == Pause::Spin));
+        assert!(idle[spins..].iter().all(|&p| p == Pause::Yield));
+        // Progress ends the idle spell: spinning starts over.
+        assert_eq!(s.pause(true), Pause::Keep);
+        assert_eq!(s.pause(false), Pause::Spin);
     }
 }
