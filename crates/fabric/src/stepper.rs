@@ -15,8 +15,7 @@ const IDLE_SPINS_MAX: u32 = 64;
 /// scheduler would otherwise let a thread keep its core for a whole time slice, while
 /// the peers that wait on a descheduled one (a backup's log acknowledgement, an RPC's
 /// reply) make no progress; on two cores that halved TPC-C across three processes.
-/// With a free core, the yield returns at once: a system call every few tens of
-/// microseconds.
+/// With a free core, the yield returns at once: one system call per 64 rounds.
 const BUSY_YIELD_ROUNDS: u64 = 64;
 
 /// Rounds between two checks of the stop conditions.
@@ -130,7 +129,7 @@ mod tests {
         for _ in 0..3 * IDLE_SPINS_MAX {
             s.round(&mut programs, &done, |_| idled += 1);
         }
-        // One program ended each step with work done: the thread kept its core.
+        // One program ended each step with work done: no round counted as idle.
         assert_eq!(s.idle_rounds, 0);
         // Both still count as out of work (the backend progresses their workers).
         assert_eq!(idled, 2 * 3 * IDLE_SPINS_MAX);
