@@ -74,6 +74,17 @@ pub enum Violation {
         /// Its writer.
         writer: TxnId,
     },
+    /// A transaction read a version whose contents differ from what its writer
+    /// installed (or, for a version nobody in the history wrote, from what another
+    /// reader of it saw): a torn or corrupted read.
+    ContentMismatch {
+        /// Record.
+        key: Key,
+        /// Version read.
+        version: u64,
+        /// Reader.
+        reader: TxnId,
+    },
     /// A dependency cycle.
     Cycle(Cycle),
 }
@@ -101,10 +112,10 @@ const VIOLATIONS_MAX: usize = 16;
 
 #[derive(Default)]
 struct KeyVersions {
-    /// version -> writer (dense transaction index).
-    writers: BTreeMap<u64, usize>,
-    /// (version, reader).
-    readers: Vec<(u64, usize)>,
+    /// version -> (writer (dense transaction index), digest installed).
+    writers: BTreeMap<u64, (usize, u64)>,
+    /// (version, reader, digest read).
+    readers: Vec<(u64, usize, u64)>,
 }
 
 /// Checks a history.
@@ -115,7 +126,7 @@ pub fn check(history: &History) -> Report {
     for (i, t) in history.txns.iter().enumerate() {
         for w in &t.writes {
             let kv = keys.entry(w.key).or_default();
-            if let Some(&other) = kv.writers.get(&w.version) {
+            if let Some(&(other, _)) = kv.writers.get(&w.version) {
                 if violations.len() < VIOLATIONS_MAX {
                     violations.push(Violation::DuplicateVersion {
                         key: w.key,
@@ -125,11 +136,14 @@ pub fn check(history: &History) -> Report {
                 }
                 continue;
             }
-            kv.writers.insert(w.version, i);
+            kv.writers.insert(w.version, (i, w.digest));
         }
         for r in &t.reads {
-            keys.entry(r.key).or_default().readers.push((r.version, i));
+            keys.entry(r.key).or_default().readers.push((r.version, i, r.digest));
         }
+    }
+    for (key, kv) in &mut keys {
+        check_contents(*key, kv, &ids, &mut violations);
     }
     let mut adj: Vec<Vec<(usize, EdgeKind, Key)>> = vec![Vec::new(); ids.len()];
     let mut edges = 0;
@@ -140,17 +154,17 @@ pub fn check(history: &History) -> Report {
         }
     };
     for (key, kv) in &keys {
-        for (&v, &w) in &kv.writers {
+        for (&v, &(w, _)) in &kv.writers {
             if v > 1 && !kv.writers.contains_key(&(v - 1)) && violations.len() < VIOLATIONS_MAX {
                 violations.push(Violation::VersionGap { key: *key, version: v, writer: ids[w] });
             }
-            if let Some(&next) = kv.writers.get(&(v + 1)) {
+            if let Some(&(next, _)) = kv.writers.get(&(v + 1)) {
                 add(w, next, EdgeKind::Ww, *key);
             }
         }
-        for &(v, r) in &kv.readers {
+        for &(v, r, _) in &kv.readers {
             match kv.writers.get(&v) {
-                Some(&w) => add(w, r, EdgeKind::Wr, *key),
+                Some(&(w, _)) => add(w, r, EdgeKind::Wr, *key),
                 None if v > 0 && violations.len() < VIOLATIONS_MAX => {
                     violations.push(Violation::UnknownVersion {
                         key: *key,
@@ -160,7 +174,7 @@ pub fn check(history: &History) -> Report {
                 }
                 None => {}
             }
-            if let Some(&next) = kv.writers.get(&(v + 1)) {
+            if let Some(&(next, _)) = kv.writers.get(&(v + 1)) {
                 add(r, next, EdgeKind::Rw, *key);
             }
         }
@@ -169,6 +183,32 @@ pub fn check(history: &History) -> Report {
         violations.push(Violation::Cycle(cycle));
     }
     Report { txns: ids.len(), edges, violations }
+}
+
+/// Checks that every read of a version saw the contents its writer installed; for a
+/// version no recorded transaction wrote (the loaded one), that its readers agree. Digests
+/// of 0 are not compared. Sorts the key's readers by version.
+fn check_contents(key: Key, kv: &mut KeyVersions, ids: &[TxnId], violations: &mut Vec<Violation>) {
+    kv.readers.sort_unstable_by_key(|&(v, r, _)| (v, r));
+    let mut reference: Option<(u64, u64)> = None;
+    for &(v, r, digest) in &kv.readers {
+        if digest == 0 {
+            continue;
+        }
+        let expect = match kv.writers.get(&v) {
+            Some(&(_, installed)) => installed,
+            None => match reference {
+                Some((rv, d)) if rv == v => d,
+                _ => {
+                    reference = Some((v, digest));
+                    digest
+                }
+            },
+        };
+        if expect != 0 && digest != expect && violations.len() < VIOLATIONS_MAX {
+            violations.push(Violation::ContentMismatch { key, version: v, reader: ids[r] });
+        }
+    }
 }
 
 /// Finds one cycle by iterative depth-first search (histories can be millions deep).
@@ -232,8 +272,9 @@ mod tests {
     const Y: Key = Key { table: 0, key: 2 };
 
     fn txn(id: u64, reads: &[(Key, u64)], writes: &[(Key, u64)]) -> TxnRecord {
-        let acc =
-            |l: &[(Key, u64)]| l.iter().map(|&(key, version)| Access { key, version }).collect();
+        let acc = |l: &[(Key, u64)]| {
+            l.iter().map(|&(key, version)| Access { key, version, digest: 0 }).collect()
+        };
         TxnRecord { id, reads: acc(reads), writes: acc(writes) }
     }
 
@@ -315,6 +356,30 @@ mod tests {
             .iter()
             .any(|v| matches!(v, Violation::UnknownVersion { version: 3, .. })));
         assert!(r.violations.iter().any(|v| matches!(v, Violation::VersionGap { version: 3, .. })));
+    }
+
+    #[test]
+    fn a_read_of_other_contents_than_were_installed_is_reported() {
+        let acc = |key, version, digest| Access { key, version, digest };
+        let t = |id, reads, writes| TxnRecord { id, reads, writes };
+        let h = history(vec![
+            t(1, vec![acc(X, 0, 7)], vec![acc(X, 1, 11)]),
+            t(2, vec![acc(X, 1, 11), acc(Y, 0, 5)], vec![]),
+            // A torn read of x1, and a read of the loaded y0 that disagrees with T2's.
+            t(3, vec![acc(X, 1, 12), acc(Y, 0, 6)], vec![]),
+            // Digests of 0 are not compared.
+            t(4, vec![acc(X, 1, 0)], vec![]),
+        ]);
+        let r = check(&h);
+        let mismatches: Vec<_> = r
+            .violations
+            .iter()
+            .filter_map(|v| match v {
+                Violation::ContentMismatch { key, reader, .. } => Some((*key, *reader)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(mismatches, vec![(X, TxnId(3)), (Y, TxnId(3))]);
     }
 
     #[test]

@@ -22,6 +22,12 @@ pub struct Access {
     pub key: Key,
     /// For a read, the version read; for a write, the version installed.
     pub version: u64,
+    /// A digest of the record's contents as read or installed, so that a read of a
+    /// version whose contents are not what its writer installed (torn, or corrupted on
+    /// the way) is caught even though its version number is right. 0: not recorded
+    /// (the record held no value, or the engine keeps no digests).
+    #[serde(default)]
+    pub digest: u64,
 }
 
 /// What one committed transaction did.

@@ -463,6 +463,7 @@ fn run_workload<W: Workload>(a: &BenchArgs, shared: Run, workload: W) -> Result<
         rt,
         drain_ns: if sim { 1_000_000_000 } else { 60_000_000_000 },
         warm_cache: on_off("warm-cache", &a.warm_cache)?.unwrap_or(true),
+        timeline_ns: 0,
     };
     let total_ns = params.warmup_ns + measure_ns;
     let used = params;

@@ -7,6 +7,7 @@
 //! - `io.rs`: `hytra io`, remote storage I/O
 //! - `micro.rs`: `hytra micro`, the raw-primitive benchmarks
 //! - `reproduce/`: `hytra reproduce`, the paper's experiment matrix as an HTML report
+//! - `swarm.rs`: `hytra swarm`, configurations drawn from seeds and judged by every oracle
 //! - `table.rs`: terminal tables and JSON output helpers
 
 mod bench;
@@ -15,6 +16,7 @@ mod io;
 mod micro;
 mod offload;
 mod reproduce;
+mod swarm;
 mod table;
 
 use std::process::ExitCode;
@@ -54,6 +56,9 @@ enum Command {
     Io(io::IoArgs),
     /// NIC-offloaded gets (verb programs) vs one-sided and two-sided gets, on sim/cx5.
     Offload(offload::OffloadArgs),
+    /// Whole configurations (workload, design, knobs, NIC, faults) drawn from seeds, each
+    /// run and judged by every oracle; a failure prints the command that replays it.
+    Swarm(swarm::SwarmArgs),
 }
 
 /// An error that is the user's to fix (exit 2) or a failure of the run (exit 1).
@@ -137,6 +142,7 @@ fn main() -> ExitCode {
         Some(Command::Micro(args)) => micro::run(args),
         Some(Command::Io(args)) => io::run(args),
         Some(Command::Offload(args)) => offload::run(args),
+        Some(Command::Swarm(args)) => swarm::run(args),
         Some(Command::Reproduce(args)) => reproduce::run_reproduce(args),
         Some(Command::Node(args)) => cluster::run_node(args),
         Some(Command::Cluster(args)) => cluster::run_cluster(args),

@@ -206,19 +206,61 @@ pub(crate) enum TargetOp<'a> {
     Faa { offset: u64, add: u64, dst: &'a Region, dst_offset: u64 },
 }
 
+impl<'a> TargetOp<'a> {
+    /// The target range: (offset, bytes).
+    pub(crate) fn span(&self) -> (u64, u64) {
+        match *self {
+            TargetOp::Read { offset, len, .. } | TargetOp::WriteFrom { offset, len, .. } => {
+                (offset, len)
+            }
+            TargetOp::WriteBytes { offset, bytes } => (offset, bytes.len() as u64),
+            TargetOp::Cas { offset, .. } | TargetOp::Faa { offset, .. } => (offset, WORD),
+        }
+    }
+
+    /// Bytes `[from, from + len)` of a READ or WRITE, as a request of their own (for a
+    /// target that applies a transfer a piece at a time).
+    pub(crate) fn piece(self, from: u64, len: u64) -> TargetOp<'a> {
+        let (_, total) = self.span();
+        assert!(from + len <= total && len > 0, "piece {from}+{len} of a {total}-byte transfer");
+        match self {
+            TargetOp::Read { offset, dst, dst_offset, .. } => {
+                TargetOp::Read { offset: offset + from, len, dst, dst_offset: dst_offset + from }
+            }
+            TargetOp::WriteFrom { offset, src, src_offset, .. } => TargetOp::WriteFrom {
+                offset: offset + from,
+                len,
+                src,
+                src_offset: src_offset + from,
+            },
+            TargetOp::WriteBytes { offset, bytes } => TargetOp::WriteBytes {
+                offset: offset + from,
+                bytes: &bytes[from as usize..(from + len) as usize],
+            },
+            TargetOp::Cas { .. } | TargetOp::Faa { .. } => unreachable!("atomics are one word"),
+        }
+    }
+}
+
+/// Checks the target range of `op` without applying it.
+pub(crate) fn check_target(target: Option<&Region>, op: &TargetOp<'_>) -> Status {
+    let Some(region) = target else {
+        return Status::RemoteAccess(AccessError::UnknownKey);
+    };
+    let (offset, len) = op.span();
+    match region.check(offset, len) {
+        Ok(()) => Status::Success,
+        Err(e) => Status::RemoteAccess(e),
+    }
+}
+
 /// Checks the target range and applies the effect; a refused access touches nothing.
 /// Returns the status and, for atomics, the old value.
 pub(crate) fn execute(target: Option<&Region>, op: TargetOp<'_>) -> (Status, u64) {
     let Some(region) = target else {
         return (Status::RemoteAccess(AccessError::UnknownKey), 0);
     };
-    let (offset, len) = match op {
-        TargetOp::Read { offset, len, .. } | TargetOp::WriteFrom { offset, len, .. } => {
-            (offset, len)
-        }
-        TargetOp::WriteBytes { offset, bytes } => (offset, bytes.len() as u64),
-        TargetOp::Cas { offset, .. } | TargetOp::Faa { offset, .. } => (offset, WORD),
-    };
+    let (offset, len) = op.span();
     if let Err(e) = region.check(offset, len) {
         return (Status::RemoteAccess(e), 0);
     }

@@ -118,13 +118,15 @@ impl Region {
 
     /// Copies words into `out`. Each word is read atomically but the copy as a whole is
     /// not: a concurrent writer can leave a torn mix, which callers detect (versions or
-    /// checksums), exactly as with an RDMA READ.
+    /// checksums), exactly as with an RDMA READ. Words are read in address order, each
+    /// with acquire ordering, so that a word read later is never older than one read
+    /// before it (S3 reads a lock word, then the version behind it; on x86 an acquire
+    /// load is a plain move, elsewhere relaxed loads could be reordered).
     pub fn read_words(&self, offset: u64, out: &mut [u64]) {
         let src = &self.words()[(offset / WORD) as usize..][..out.len()];
         for (o, w) in out.iter_mut().zip(src) {
-            *o = w.load(Ordering::Relaxed);
+            *o = w.load(Ordering::Acquire);
         }
-        fence(Ordering::Acquire);
     }
 
     /// Writes words from `data` (not atomic as a whole; see [`Region::read_words`]). The
@@ -141,10 +143,10 @@ impl Region {
     pub fn read_bytes(&self, offset: u64, out: &mut [u8]) {
         assert!(offset % WORD == 0 && out.len() % 8 == 0, "unaligned byte read");
         let src = &self.words()[(offset / WORD) as usize..][..out.len() / 8];
+        // In address order, each word with acquire ordering (see `read_words`).
         for (chunk, w) in out.chunks_exact_mut(8).zip(src) {
-            chunk.copy_from_slice(&w.load(Ordering::Relaxed).to_le_bytes());
+            chunk.copy_from_slice(&w.load(Ordering::Acquire).to_le_bytes());
         }
-        fence(Ordering::Acquire);
     }
 
     /// Copies bytes in; `offset` and `data.len()` must be multiples of 8. The last word
@@ -165,8 +167,8 @@ impl Region {
         let n = (len / WORD) as usize;
         let src = &self.words()[(offset / WORD) as usize..][..n];
         let to = &dst.words()[(dst_offset / WORD) as usize..][..n];
-        publish(to, src.iter().map(|s| s.load(Ordering::Relaxed)));
-        fence(Ordering::Acquire);
+        // Source words in address order, each with acquire ordering (see `read_words`).
+        publish(to, src.iter().map(|s| s.load(Ordering::Acquire)));
     }
 
     /// Fills `[offset, offset + len)` with zeros.

@@ -1,2 +1,16 @@
 //! hytra's experiment layer: what the `hytra` binary and Rust programs call to run
 //! experiments, between the workloads and the command line.
+//!
+//! - `workload`: workloads by name, with their sizing ([`WorkloadSpec`])
+//! - `backend`: backends by name ([`BackendSpec`])
+//! - `run`: one run of a workload on a backend, measured and judged ([`run()`])
+//! - `swarm`: whole configurations drawn from a seed, run and judged by every oracle
+
+pub mod backend;
+pub mod run;
+pub mod swarm;
+pub mod workload;
+
+pub use backend::{BackendSpec, Placement, UcxSpec};
+pub use run::{run, Outcome, RunSpec};
+pub use workload::{WorkloadSpec, WORKLOADS};

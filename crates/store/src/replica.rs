@@ -14,8 +14,8 @@ use thiserror::Error;
 use crate::catalog::{Geometry, TableId};
 use crate::layout::{
     checksum, is_present, slot_tag, version_number, Owner, RecordHeader, ABSENT, BUCKET_BYTES,
-    BUCKET_WORDS, BUSY, CHECKSUM_WORD, EMPTY, KEY_WORD, LOCK_WORD, NEXT_WORD, RECORD_HEADER_WORDS,
-    RECORD_WORDS_MAX, SLOTS, VERSION_WORD,
+    BUCKET_WORDS, BUSY, CHECKSUM_WORD, EMPTY, KEY_WORD, LOCK_WORD, NEXT_WORD, PAYLOAD_WORDS_MAX,
+    RECORD_HEADER_WORDS, RECORD_WORDS_MAX, SLOTS, VERSION_WORD,
 };
 
 /// Stripes of the insert lock: inserts of keys hashing to different stripes proceed in
@@ -44,6 +44,9 @@ pub enum StoreError {
     /// A replica image from another process does not fit this replica.
     #[error("table {0:?}: an image page at byte {1} does not fit the replica")]
     ImageMismatch(TableId, u64),
+    /// A write (from a log entry) whose payload is not the table's size.
+    #[error("table {0:?}: a payload of {1} words does not fit its records")]
+    PayloadSize(TableId, usize),
 }
 
 /// What a CPU read of a record saw.
@@ -228,12 +231,22 @@ impl Replica {
         Ok(off)
     }
 
+    /// Writes a new record's header under its apply stripe: a log applier that finds the
+    /// slot through an offset hint ([`Replica::apply_logged`]) holds the same stripe, so
+    /// it sees the header either not yet written or whole, and its write can never be
+    /// overwritten by the rest of the initialisation.
     fn init_record(&self, off: u64, key: u64) {
         let payload_words = (self.geom.record_bytes / 8 - RECORD_HEADER_WORDS) as usize;
-        let zeros = vec![0u64; payload_words];
-        let words = [ABSENT, key, checksum(ABSENT, key, &zeros)];
+        let zeros = [0u64; PAYLOAD_WORDS_MAX as usize];
+        let words = [ABSENT, key, checksum(ABSENT, key, &zeros[..payload_words])];
+        let _guard = self.apply_stripe(off);
         self.region.write_words(off + VERSION_WORD * 8, &words);
         debug_assert_eq!(self.region.load(off + LOCK_WORD * 8), 0);
+    }
+
+    fn apply_stripe(&self, off: u64) -> std::sync::MutexGuard<'_, ()> {
+        let stripe = (off / self.geom.record_bytes) as usize % APPLY_STRIPES;
+        self.apply_locks[stripe].lock().expect("no applier panicked")
     }
 
     /// Puts `key -> off` into the first free slot of the chain from `bucket`.
@@ -265,16 +278,44 @@ impl Replica {
         }
     }
 
-    /// Whether `off` is the offset of `key`'s record here: a cheap check of an offset
-    /// learned elsewhere (a primary's, when replicas were loaded alike), instead of a
-    /// lookup. The record header's key word is immutable once the record exists.
-    pub fn holds(&self, off: u64, key: u64) -> bool {
+    /// Whether `off` is the offset of an initialised record of `key` here: a cheap check
+    /// of an offset learned elsewhere (a primary's, when replicas were loaded alike),
+    /// instead of a lookup. The key word is immutable once the record exists; a slot
+    /// still being initialised has a zero checksum (zeroed memory never verifies, S4),
+    /// which the caller must read under the slot's apply stripe to trust.
+    fn holds(&self, off: u64, key: u64) -> bool {
         let records = self.geom.records_offset();
         let allocated = self.geom.record_offset(0) + self.len() * self.geom.record_bytes;
         off >= records
             && off < allocated
             && (off - records) % self.geom.record_bytes == 0
             && self.region.load(off + KEY_WORD * 8) == key
+            && self.region.load(off + CHECKSUM_WORD * 8) != 0
+    }
+
+    /// Applies a logged write of `key` (L4): at `hint` if that is the key's initialised
+    /// record here, else at the key's record found or created through the index; written
+    /// only if newer (see [`Replica::write_back_if_newer`]).
+    pub fn apply_logged(
+        &self,
+        hint: u64,
+        key: u64,
+        version: u64,
+        payload: &[u64],
+    ) -> Result<(), StoreError> {
+        if payload.len() != self.payload_words() {
+            return Err(StoreError::PayloadSize(self.table, payload.len()));
+        }
+        {
+            let _guard = self.apply_stripe(hint);
+            if self.holds(hint, key) {
+                self.write_if_newer_locked(hint, version, key, payload);
+                return Ok(());
+            }
+        }
+        let off = self.lookup_or_insert(key)?;
+        self.write_back_if_newer(off, version, key, payload);
+        Ok(())
     }
 
     /// Reads a record's lock, version and payload (into `payload`), retrying while it is
@@ -347,8 +388,12 @@ impl Replica {
     /// comparison and the write hold the record's apply stripe: otherwise an older
     /// version compared before a newer one was written could overwrite it afterwards.
     pub fn write_back_if_newer(&self, off: u64, version: u64, key: u64, payload: &[u64]) {
-        let stripe = (off / self.geom.record_bytes) as usize % APPLY_STRIPES;
-        let _guard = self.apply_locks[stripe].lock().expect("no applier panicked");
+        let _guard = self.apply_stripe(off);
+        self.write_if_newer_locked(off, version, key, payload);
+    }
+
+    /// [`Replica::write_back_if_newer`] for a caller that holds `off`'s apply stripe.
+    fn write_if_newer_locked(&self, off: u64, version: u64, key: u64, payload: &[u64]) {
         let current = self.region.load(off + VERSION_WORD * 8);
         if version_number(version) > version_number(current)
             || (current == ABSENT && is_present(version))

@@ -20,7 +20,7 @@ use hytra_fabric::{Endpoint, LocalAddr, NodeId, OpFlags, RemoteAddr, WorkRequest
 use hytra_rt::{CallTicket, Co, OpTicket, RpcError};
 use hytra_store::layout::{self, checksum, ABSENT, LOCK_WORD, VERSION_WORD};
 
-use crate::config::Primitive;
+use crate::config::{PlantedFault, Primitive};
 use crate::engine::{call_reliably, PendingAck, WorkerTxn};
 use crate::log::{LOGGED_DELETE, SKIP};
 use crate::outcome::{Abort, AbortReason, Outcome};
@@ -54,6 +54,13 @@ impl<E: Endpoint> Txn<'_, E> {
         }
         let t1 = ctx.co.now_ns();
         ctx.phase_ns[1] = t1 - t0;
+        if ctx.node.cfg.planted(PlantedFault::CommitBeforeLogged) {
+            ctx.write_back().await;
+            ctx.committed(ctx.co.now_ns());
+            ctx.log().await;
+            ctx.reclaim_lazily();
+            return Outcome::Committed;
+        }
         ctx.log().await;
         let t2 = ctx.co.now_ns();
         ctx.phase_ns[2] = t2 - t1;
@@ -75,9 +82,9 @@ impl<E: Endpoint> TxnCtx<E> {
     /// The version word a write installs.
     fn new_version(&self, i: usize) -> u64 {
         let a = &self.acc[i];
-        let bump = if self.node.cfg.faults.skip_version_bump { 0 } else { 1 };
+        let bump = if self.node.cfg.planted(PlantedFault::SkipVersionBump) { 0 } else { 1 };
         let n = layout::version_number(a.lock_version) + bump;
-        if a.delete {
+        if a.absent_after() {
             n | ABSENT
         } else {
             n
@@ -99,7 +106,7 @@ impl<E: Endpoint> TxnCtx<E> {
                 continue;
             }
             let version = self.new_version(i);
-            let flags = if a.delete { LOGGED_DELETE } else { 0 };
+            let flags = if a.absent_after() { LOGGED_DELETE } else { 0 };
             let payload = &self.payload[a.at as usize..a.at as usize + usize::from(a.len)];
             let catalog = self.node.catalog.as_ref();
             let hint = a.off.unwrap_or(0);
@@ -307,12 +314,21 @@ impl<E: Endpoint> TxnCtx<E> {
             let version = self.new_version(i);
             let payload_range = a.at as usize..a.at as usize + usize::from(a.len);
             if a.node == self.co.me().node {
-                let replica = self.node.store.primary(a.table);
+                let node = self.node.clone();
+                let replica = node.store.primary(a.table);
                 let off = a.off.expect("a local record is locked at its offset");
-                replica.write_back(off, version, a.key, &self.payload[payload_range]);
+                let early = self.node.cfg.planted(PlantedFault::UnlockBeforeWriteBack);
+                if !early {
+                    replica.write_back(off, version, a.key, &self.payload[payload_range.clone()]);
+                }
                 match a.locked {
                     Locked::Nic if !self.wt.coherent => self.unlock_by_nic(i).await,
                     _ => replica.unlock(off),
+                }
+                if early {
+                    // Let other coroutines run between the unlock and the write-back.
+                    self.co.yield_now().await;
+                    replica.write_back(off, version, a.key, &self.payload[payload_range]);
                 }
                 continue;
             }
@@ -323,7 +339,7 @@ impl<E: Endpoint> TxnCtx<E> {
                     waits.extend(t);
                 }
                 _ => {
-                    let flags = if a.delete { DELETE } else { 0 };
+                    let flags = if a.absent_after() { DELETE } else { 0 };
                     let c = CommitReq {
                         table: a.table.0,
                         flags,
@@ -395,10 +411,13 @@ impl<E: Endpoint> TxnCtx<E> {
             for (chunk, w) in bytes.chunks_exact_mut(8).zip(&self.words) {
                 chunk.copy_from_slice(&w.to_le_bytes());
             }
-            let wrs = [
+            let mut wrs = [
                 WorkRequest::Write { remote: body_at, src: WriteSrc::Bytes(&bytes[..body_bytes]) },
                 WorkRequest::Write { remote: lock_at, src: WriteSrc::Bytes(&zero) },
             ];
+            if self.node.cfg.planted(PlantedFault::UnlockBeforeWriteBack) {
+                wrs.swap(0, 1);
+            }
             if self.node.cfg.passive_ack {
                 self.post(|co| co.issue_unsignaled_deferred(qp, &wrs, OpFlags::INLINE)).await;
                 return None;
@@ -419,7 +438,7 @@ impl<E: Endpoint> TxnCtx<E> {
         *staging_used += need;
         self.scratch_region.write_words(src.offset, &self.words);
         self.scratch_region.store(src.offset + body_bytes as u64, 0);
-        let wrs = [
+        let mut wrs = [
             WorkRequest::Write {
                 remote: body_at,
                 src: WriteSrc::Local { addr: src, len: body_bytes as u32 },
@@ -432,6 +451,9 @@ impl<E: Endpoint> TxnCtx<E> {
                 },
             },
         ];
+        if self.node.cfg.planted(PlantedFault::UnlockBeforeWriteBack) {
+            wrs.swap(0, 1);
+        }
         Some(self.post(|co| co.issue(qp, &wrs)).await)
     }
 
@@ -495,6 +517,7 @@ impl<E: Endpoint> TxnCtx<E> {
     /// Counts a commit that finished at `now` and records it for the checker.
     fn committed(&mut self, now: u64) {
         self.wt.commits_total.set(self.wt.commits_total.get() + 1);
+        self.wt.stats.borrow_mut().count_in_timeline(now, self.wt.timeline_ns.get());
         if self.in_window(now) {
             let mut s = self.wt.stats.borrow_mut();
             s.commits += 1;
@@ -511,15 +534,23 @@ impl<E: Endpoint> TxnCtx<E> {
                 .acc
                 .iter()
                 .filter_map(|a| {
-                    a.read_version
-                        .map(|v| HAccess { key: key(a), version: layout::version_number(v) })
+                    a.read_version.map(|v| HAccess {
+                        key: key(a),
+                        version: layout::version_number(v),
+                        digest: a.read_digest,
+                    })
                 })
                 .collect();
             let writes = (0..self.acc.len())
                 .filter(|&i| self.acc[i].write)
-                .map(|i| HAccess {
-                    key: key(&self.acc[i]),
-                    version: layout::version_number(self.new_version(i)),
+                .map(|i| {
+                    let (a, version) = (&self.acc[i], self.new_version(i));
+                    let payload = &self.payload[a.at as usize..][..usize::from(a.len)];
+                    let digest = match layout::is_present(version) {
+                        true => checksum(version, a.key, payload),
+                        false => 0,
+                    };
+                    HAccess { key: key(a), version: layout::version_number(version), digest }
                 })
                 .collect();
             h.push(TxnRecord { id: self.owner.0, reads, writes });
@@ -567,6 +598,10 @@ pub(crate) async fn background<E: Endpoint>(co: Co<E>, wt: Rc<WorkerTxn>) {
             }
         }
         if wt.active.get() == 0 {
+            let orphans = std::mem::take(&mut *wt.orphans.borrow_mut());
+            for t in orphans {
+                co.wait(t).await.unwrap_or_else(|e| panic!("staged write-back failed: {e}"));
+            }
             flush_logs(&co, &wt).await;
             return;
         }

@@ -119,14 +119,34 @@ named_choices!(LockStrategy {
 });
 named_choices!(Primitive { OneSided => "one-sided", TwoSided => "two-sided" });
 
-/// Planted faults that must make the checker fail (for testing the checker only).
-#[derive(Copy, Clone, PartialEq, Eq, Debug, Default)]
-pub struct PlantedFaults {
+/// A bug planted on purpose, so that a test (or `hytra swarm --plant`) can prove that
+/// the oracles catch its class. Never set outside tests and such runs.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub enum PlantedFault {
     /// Skip validation of the read set: write skew and lost updates get through.
-    pub skip_read_validation: bool,
+    SkipReadValidation,
     /// Commit without bumping the version: later readers cannot see the change.
-    pub skip_version_bump: bool,
+    SkipVersionBump,
+    /// Release a record's lock before its write-back lands (the unlock WRITE goes first
+    /// on the connection; a local record is unlocked before it is written).
+    UnlockBeforeWriteBack,
+    /// Take a one-sided READ of a record whose checksum does not verify as whole.
+    AcceptTornRead,
+    /// Report the commit (and write back) before every backup acknowledged the log.
+    CommitBeforeLogged,
+    /// Insert without locking the new record: read its lock and version instead of
+    /// taking the lock.
+    SkipInsertLock,
 }
+
+named_choices!(PlantedFault {
+    SkipReadValidation => "skip-read-validation",
+    SkipVersionBump => "skip-version-bump",
+    UnlockBeforeWriteBack => "unlock-before-write-back",
+    AcceptTornRead => "accept-torn-read",
+    CommitBeforeLogged => "commit-before-logged",
+    SkipInsertLock => "skip-insert-lock",
+});
 
 /// CPU costs the engine charges in the simulator for its own work (the fabric and the
 /// runtime charge theirs). Assumptions of a few tens of cycles per step, kept small: the
@@ -182,8 +202,8 @@ pub struct TxnConfig {
     pub reclaim_after_bytes: u64,
     /// CPU costs in the simulator.
     pub costs: TxnCosts,
-    /// Test-only faults.
-    pub faults: PlantedFaults,
+    /// A bug planted on purpose (tests only; `None` in every real run).
+    pub planted: Option<PlantedFault>,
 }
 
 /// Why a configuration is refused.
@@ -219,7 +239,7 @@ impl TxnConfig {
             log_ring_bytes: 128 << 10,
             reclaim_after_bytes: 4 << 10,
             costs: TxnCosts::default(),
-            faults: PlantedFaults::default(),
+            planted: None,
         };
         match design {
             Design::DrtmH => base,
@@ -289,5 +309,10 @@ impl TxnConfig {
     /// must then go through the NIC, local records included (docs/INVARIANTS.md M6).
     pub fn nic_locks(&self) -> bool {
         self.lock == LockStrategy::OneSided
+    }
+
+    /// Whether `fault` is planted.
+    pub fn planted(&self, fault: PlantedFault) -> bool {
+        self.planted == Some(fault)
     }
 }

@@ -16,7 +16,7 @@ use hytra_check::TxnRecord;
 use hytra_fabric::{
     Backend, BackendError, Endpoint, LocalAddr, NodeId, Region, RegionSpec, Rkey, WorkerId,
 };
-use hytra_rt::{CallTicket, Co, RpcError, RpcType, Worker};
+use hytra_rt::{CallTicket, Co, OpTicket, RpcError, RpcType, Worker};
 use hytra_store::{Catalog, NodeStore, StoreError, TableId};
 use thiserror::Error;
 
@@ -328,11 +328,13 @@ impl Engine {
             coherent: co.caps().atomics_coherent,
             rings: RefCell::new(vec![RingOut::default(); usize::from(co.shape().nodes)]),
             acks: RefCell::new(VecDeque::new()),
+            orphans: RefCell::new(Vec::new()),
             acker: RefCell::new(None),
             stats: RefCell::new(TxnStats::default()),
             history: RefCell::new(record_history.then(Vec::new)),
             active: Cell::new(0),
             window: Cell::new((0, u64::MAX)),
+            timeline_ns: Cell::new(0),
             commits_total: Cell::new(0),
             buffers: RefCell::new(Vec::new()),
             waits,
@@ -365,6 +367,8 @@ pub struct WorkerTxn {
     /// This worker's rings at every node (indexed by node).
     pub(crate) rings: RefCell<Vec<RingOut>>,
     pub(crate) acks: RefCell<VecDeque<PendingAck>>,
+    /// Tickets of ended coroutines' last staged write-backs, for the background task.
+    pub(crate) orphans: RefCell<Vec<OpTicket>>,
     pub(crate) acker: RefCell<Option<Waker>>,
     pub(crate) stats: RefCell<TxnStats>,
     pub(crate) history: RefCell<Option<Vec<TxnRecord>>>,
@@ -372,6 +376,8 @@ pub struct WorkerTxn {
     pub(crate) active: Cell<u32>,
     /// Transactions finishing in `[start, end)` are counted.
     pub(crate) window: Cell<(u64, u64)>,
+    /// Width of the commit timeline's intervals (0: none kept).
+    pub(crate) timeline_ns: Cell<u64>,
     /// Commits in the whole run, window or not.
     pub(crate) commits_total: Cell<u64>,
     /// Request buffers that outlive a coroutine's step (queued for acknowledgement).
@@ -393,6 +399,12 @@ impl WorkerTxn {
         self.window.set((start_ns, end_ns));
     }
 
+    /// Keeps a timeline of commits over the whole run in intervals of `width_ns` (0:
+    /// none), see [`TxnStats::timeline`].
+    pub fn set_timeline(&self, width_ns: u64) {
+        self.timeline_ns.set(width_ns);
+    }
+
     /// Counts a transaction abandoned after too many attempts.
     pub fn gave_up(&self, _ty: u8) {
         self.stats.borrow_mut().gave_up += 1;
@@ -406,6 +418,11 @@ impl WorkerTxn {
     /// Counters so far.
     pub fn stats(&self) -> TxnStats {
         self.stats.borrow().clone()
+    }
+
+    /// Whether committed transactions are recorded for the checker.
+    pub fn records_history(&self) -> bool {
+        self.history.borrow().is_some()
     }
 
     /// The committed transactions recorded (empty unless recording was asked for).

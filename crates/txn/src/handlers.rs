@@ -13,7 +13,8 @@ use hytra_store::{Owner, Replica, StoreError, TableId};
 use crate::engine::NodeEngine;
 use crate::log::{apply, place, SKIP};
 use crate::wire::{
-    self, CommitReq, RecordReply, RecordReq, Status, CREATE, DELETE, LOCK_IT, SYNC, WANT_OFFSET,
+    self, CommitReq, RecordReply, RecordReq, Status, CREATE, DELETE, LOCK_IT, NO_LOCK, SYNC,
+    WANT_OFFSET,
 };
 
 /// Registers every handler of the engine on a worker of `node`.
@@ -93,6 +94,11 @@ fn lock<E: Endpoint>(node: &NodeEngine, ctx: &mut HandlerCtx<'_, E>, req: &[u8])
     ctx.ep.charge_cpu(node.cfg.costs.record_ns);
     let Some(r) = RecordReq::decode(req) else { return refuse(ctx.reply) };
     let Some(replica) = primary(node, r.table, r.key) else { return refuse(ctx.reply) };
+    // A design that locks by NIC on a fabric whose atomics are not coherent with the
+    // CPU's must never see a CPU CAS on a lock word (M6): only NO_LOCK requests are served.
+    if r.flags & NO_LOCK == 0 && node.cfg.nic_locks() && !ctx.ep.caps().atomics_coherent {
+        return refuse(ctx.reply);
+    }
     let found = if r.flags & CREATE != 0 {
         node.insert_primary(TableId(r.table), r.key).map(Some)
     } else {
@@ -108,13 +114,11 @@ fn lock<E: Endpoint>(node: &NodeEngine, ctx: &mut HandlerCtx<'_, E>, req: &[u8])
             return RecordReply { status: Status::Full, lock: 0, version: 0, offset: 0 }
                 .encode(ctx.reply)
         }
-        Err(StoreError::Torn | StoreError::ImageMismatch(..)) => {
+        Err(StoreError::Torn | StoreError::ImageMismatch(..) | StoreError::PayloadSize(..)) => {
             unreachable!("lookups and inserts neither tear nor restore images")
         }
     };
-    // With NIC locks on a fabric whose atomics are not coherent with the CPU's, a CPU
-    // CAS on a lock word is forbidden (M6): create only, the caller locks by NIC.
-    if node.cfg.nic_locks() && !ctx.ep.caps().atomics_coherent {
+    if r.flags & NO_LOCK != 0 {
         let h = replica.header(off);
         return RecordReply { status: Status::Ok, lock: h.lock, version: h.version, offset: off }
             .encode(ctx.reply);

@@ -49,10 +49,10 @@ mod validate;
 pub mod wire;
 
 pub use config::{
-    Design, ExecStrategy, LockStrategy, PlantedFaults, Primitive, TxnConfig, TxnCosts,
+    Design, ExecStrategy, LockStrategy, PlantedFault, Primitive, TxnConfig, TxnCosts,
 };
-pub use engine::{Engine, EngineError, NodeEngine, WorkerTxn};
+pub use engine::{Engine, EngineError, NodeEngine, WorkerTxn, SCRATCH_CO_BYTES};
 pub use offload::NicLookups;
 pub use outcome::{Abort, AbortReason, Outcome};
-pub use stats::{TxnStats, PHASES, TXN_TYPES_MAX};
+pub use stats::{TxnStats, PHASES, TIMELINE_BUCKETS_MAX, TXN_TYPES_MAX};
 pub use txn::{Rec, Txn, TxnCtx};

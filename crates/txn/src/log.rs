@@ -266,13 +266,14 @@ fn apply_entry(store: &NodeStore, entry: &[u64]) -> Result<(), ()> {
             *entry.get(i + 3).ok_or(())?,
         );
         let payload = entry.get(i + 4..i + 4 + words).ok_or(())?;
+        if usize::from(table.0) >= store.catalog().tables().count()
+            || key > hytra_store::layout::KEY_MAX
+        {
+            return Err(());
+        }
         let partition = store.catalog().partition(table, key);
         let replica = store.replica_of(table, partition).ok_or(())?;
-        let off = match replica.holds(hint, key) {
-            true => hint,
-            false => replica.lookup_or_insert(key).map_err(|_| ())?,
-        };
-        replica.write_back_if_newer(off, version, key, payload);
+        replica.apply_logged(hint, key, version, payload).map_err(|_| ())?;
         i += 4 + words;
     }
     (i + 1 == entry.len()).then_some(()).ok_or(())

@@ -7,6 +7,10 @@ use crate::outcome::AbortReason;
 /// Transaction types a workload may distinguish in reports.
 pub const TXN_TYPES_MAX: usize = 16;
 
+/// Intervals a commit timeline holds at most; commits after the last are not counted
+/// in it.
+pub const TIMELINE_BUCKETS_MAX: usize = 1 << 16;
+
 /// Phases of a read-write transaction, in order.
 pub const PHASES: [&str; 4] = ["execution", "validation", "logging", "commit"];
 
@@ -45,6 +49,12 @@ pub struct TxnStats {
     /// Cache misses read by RPC because the coroutine's lookup slot at the node was
     /// taken (parallel reads of one transaction at one node).
     pub nic_busy: u64,
+    /// Calls sent again after a timeout (READ, LOCK, VALIDATE of an access).
+    pub rpc_resends: u64,
+    /// Commits of the whole run (warm-up included) by interval of the worker's timeline
+    /// width: entry `i` counts those in `[i * width, (i + 1) * width)`. Empty unless a
+    /// width was set.
+    pub timeline: Vec<u64>,
 }
 
 impl Default for TxnStats {
@@ -65,6 +75,8 @@ impl Default for TxnStats {
             nic_fallbacks: 0,
             nic_busy: 0,
             nic_timeouts: 0,
+            rpc_resends: 0,
+            timeline: Vec::new(),
         }
     }
 }
@@ -94,6 +106,28 @@ impl TxnStats {
         self.nic_fallbacks += o.nic_fallbacks;
         self.nic_busy += o.nic_busy;
         self.nic_timeouts += o.nic_timeouts;
+        self.rpc_resends += o.rpc_resends;
+        if self.timeline.len() < o.timeline.len() {
+            self.timeline.resize(o.timeline.len(), 0);
+        }
+        for (a, b) in self.timeline.iter_mut().zip(&o.timeline) {
+            *a += b;
+        }
+    }
+
+    /// Counts a commit at `now_ns` in a timeline of intervals of `width_ns` (0: none).
+    pub(crate) fn count_in_timeline(&mut self, now_ns: u64, width_ns: u64) {
+        if width_ns == 0 {
+            return;
+        }
+        let i = usize::try_from(now_ns / width_ns).unwrap_or(usize::MAX);
+        if i >= TIMELINE_BUCKETS_MAX {
+            return;
+        }
+        if self.timeline.len() <= i {
+            self.timeline.resize(i + 1, 0);
+        }
+        self.timeline[i] += 1;
     }
 
     /// Aborted attempts of every reason.

@@ -32,7 +32,7 @@ use hytra_store::layout::{
 };
 use hytra_store::{Owner, TableId};
 
-use crate::config::{ExecStrategy, LockStrategy};
+use crate::config::{ExecStrategy, LockStrategy, PlantedFault};
 use crate::engine::{NodeEngine, WorkerTxn, SCRATCH_ATTEMPT_BYTES, SCRATCH_CO_BYTES};
 use crate::log::EntryBuilder;
 use crate::offload::{self, Slot};
@@ -43,6 +43,12 @@ use hytra_offload::lookup::{fired, request, ENTRIES_BYTES, REQUEST_WORDS};
 
 /// Times a read is retried after finding its record torn before the attempt aborts.
 const TORN_RETRIES_MAX: u32 = 16;
+
+/// Times one access's READ, LOCK or VALIDATE call is sent again after timing out before
+/// the attempt aborts: these calls are idempotent for an attempt, so a lost datagram
+/// need not cost the transaction (a big one, hundreds of calls, would otherwise hardly
+/// ever commit on a lossy network), while a dead or paused peer still ends it.
+pub(crate) const RPC_RESENDS_MAX: u8 = 3;
 
 /// A record in the transaction's access set (an index into it).
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]
@@ -83,6 +89,20 @@ pub(crate) struct Access {
     pub(crate) locked: Locked,
     /// Whether the record held a value when read (or after the write).
     pub(crate) present: bool,
+    /// Digest of the contents read (0: none kept, or no value), for the checker.
+    pub(crate) read_digest: u64,
+    /// Calls about this access sent again after a timeout.
+    pub(crate) resends: u8,
+}
+
+impl Access {
+    /// Whether a write leaves the record without a value: a delete, or a record read as
+    /// absent and written without an insert (read for update, then left alone). Such a
+    /// write installs an absent version, so it can neither create a row nor bring a
+    /// deleted one back.
+    pub(crate) fn absent_after(&self) -> bool {
+        self.delete || !self.present
+    }
 }
 
 /// A read in flight.
@@ -163,6 +183,8 @@ pub struct TxnCtx<E: Endpoint> {
     pub(crate) staged: Vec<OpTicket>,
     /// Reused by every phase (the data path allocates nothing per transaction).
     pub(crate) pending: Vec<(usize, Pending)>,
+    /// Follow-up reads waiting for scratch.
+    stalled: Vec<(usize, Next)>,
     pub(crate) flights: Vec<(usize, crate::validate::Flight)>,
     pub(crate) log_flights: Vec<crate::commit::LogFlight>,
     pub(crate) waits: Vec<OpTicket>,
@@ -181,6 +203,9 @@ pub struct TxnCtx<E: Endpoint> {
 
 impl<E: Endpoint> Drop for TxnCtx<E> {
     fn drop(&mut self) {
+        // The last commit's staged write-backs (passive ACK) are collected by the
+        // background task: a ticket is waited for exactly once (R5).
+        self.wt.orphans.borrow_mut().append(&mut self.staged);
         self.wt.coroutine_done();
     }
 }
@@ -230,6 +255,7 @@ impl<E: Endpoint> TxnCtx<E> {
             builders: (0..nodes).map(|_| EntryBuilder::default()).collect(),
             staged: Vec::new(),
             pending: Vec::with_capacity(16),
+            stalled: Vec::new(),
             flights: Vec::with_capacity(16),
             log_flights: Vec::with_capacity(8),
             waits: Vec::with_capacity(16),
@@ -501,6 +527,8 @@ impl<E: Endpoint> TxnCtx<E> {
             delete: false,
             locked: Locked::No,
             present: false,
+            read_digest: 0,
+            resends: 0,
         });
         Ok((self.acc.len() - 1, true))
     }
@@ -509,9 +537,25 @@ impl<E: Endpoint> TxnCtx<E> {
     async fn fetch(&mut self, idxs: &[usize], for_update: bool) -> Result<(), Abort> {
         let outstanding = self.node.cfg.outstanding;
         let mut pending = std::mem::take(&mut self.pending);
+        // The reads of earlier calls all landed (and were copied out): their scratch is
+        // free. Execution uses scratch for nothing else.
+        self.scratch_used = 0;
         let mut result = Ok(());
         for &i in idxs.iter().filter(|&&i| i != usize::MAX) {
-            match self.start_read(i, for_update).await {
+            let started = match self.start_read(i, for_update).await {
+                Err(Abort(AbortReason::Full)) if !pending.is_empty() => {
+                    // No scratch left for another READ: land those in flight, whose
+                    // scratch is then free, and start this one again.
+                    result = self.drain(&mut pending, for_update).await;
+                    if result.is_err() {
+                        break;
+                    }
+                    self.scratch_used = 0;
+                    self.start_read(i, for_update).await
+                }
+                started => started,
+            };
+            match started {
                 Ok(Some(p)) => pending.push((i, p)),
                 Ok(None) => {}
                 Err(e) => {
@@ -532,8 +576,10 @@ impl<E: Endpoint> TxnCtx<E> {
         result.and(drained)
     }
 
-    /// Completes every pending read, issuing follow-up requests as they come. After a
-    /// failure it only collects what is in flight (no ticket may leak).
+    /// Completes every pending read, issuing follow-up requests as they come. A follow-up
+    /// that finds no scratch left waits until everything in flight landed (then all the
+    /// scratch is free). After a failure it only collects what is in flight (no ticket
+    /// may leak).
     async fn drain(
         &mut self,
         pending: &mut Vec<(usize, Pending)>,
@@ -542,29 +588,49 @@ impl<E: Endpoint> TxnCtx<E> {
         let mut result = Ok(());
         let mut follow_ups = 0;
         let bound = TORN_RETRIES_MAX as usize * (pending.len() + 1);
-        while let Some((i, p)) = pending.pop() {
-            self.co.ring_doorbells();
-            let next = match self.wait_read(i, p, for_update).await {
-                Ok(Next::Done) => continue,
-                Ok(next) => next,
-                Err(e) => {
-                    result = result.and(Err(e));
+        let mut stalled = std::mem::take(&mut self.stalled);
+        stalled.clear();
+        loop {
+            while let Some((i, p)) = pending.pop() {
+                self.co.ring_doorbells();
+                let next = match self.wait_read(i, p, for_update).await {
+                    Ok(Next::Done) => continue,
+                    Ok(next) => next,
+                    Err(e) => {
+                        result = result.and(Err(e));
+                        continue;
+                    }
+                };
+                follow_ups += 1;
+                if follow_ups > bound {
+                    // Records that stay torn (or caches that stay stale) end the attempt.
+                    result = result.and(Err(Abort(AbortReason::Torn)));
+                }
+                if result.is_err() {
                     continue;
                 }
-            };
-            follow_ups += 1;
-            if follow_ups > bound {
-                // Records that stay torn (or caches that stay stale) end the attempt.
-                result = result.and(Err(Abort(AbortReason::Torn)));
+                match self.follow(i, next, for_update).await {
+                    Ok(p) => pending.push((i, p)),
+                    Err(Abort(AbortReason::Full)) if !pending.is_empty() => stalled.push((i, next)),
+                    Err(e) => result = Err(e),
+                }
             }
-            if result.is_err() {
-                continue;
+            if stalled.is_empty() || result.is_err() {
+                break;
             }
-            match self.follow(i, next, for_update).await {
-                Ok(p) => pending.push((i, p)),
-                Err(e) => result = Err(e),
+            // Everything in flight landed: the scratch is free for the stalled ones (at
+            // least the first fits, so every round makes progress).
+            self.scratch_used = 0;
+            for (i, next) in std::mem::take(&mut stalled) {
+                match self.follow(i, next, for_update).await {
+                    Ok(p) => pending.push((i, p)),
+                    Err(Abort(AbortReason::Full)) if !pending.is_empty() => stalled.push((i, next)),
+                    Err(e) => result = Err(e),
+                }
             }
         }
+        stalled.clear();
+        self.stalled = stalled;
         result
     }
 
@@ -692,8 +758,7 @@ impl<E: Endpoint> TxnCtx<E> {
         let a = self.acc[i];
         let replica = self.node.store.primary(a.table);
         let Some(off) = replica.lookup(a.key) else {
-            let a = &mut self.acc[i];
-            (a.read_version, a.present) = (Some(ABSENT), false);
+            self.took(i, ABSENT);
             return Ok(());
         };
         if for_update && self.node.cfg.lock == LockStrategy::AtExecution {
@@ -704,9 +769,9 @@ impl<E: Endpoint> TxnCtx<E> {
         let snap = replica
             .read(off, a.key, &mut self.payload[range])
             .map_err(|_| Abort(AbortReason::Torn))?;
+        self.took(i, snap.version);
         let a = &mut self.acc[i];
-        (a.off, a.read_version, a.present) =
-            (Some(off), Some(snap.version), layout::is_present(snap.version));
+        a.off = Some(off);
         if a.locked != Locked::No {
             a.lock_version = snap.version;
         }
@@ -840,7 +905,19 @@ impl<E: Endpoint> TxnCtx<E> {
         reply: Result<Option<RecordReply>, RpcError>,
         payload: &[u64],
     ) -> Result<Next, Abort> {
-        let reply = reply.map_err(rpc_abort)?.expect("a well-formed READ reply");
+        let want_offset =
+            matches!(self.node.cfg.exec, ExecStrategy::Hybrid | ExecStrategy::Offload);
+        let reply = match reply {
+            // A READ (with or without locking at execution) is idempotent for one
+            // attempt: send it again rather than abort.
+            Err(RpcError::TimedOut) if self.acc[i].resends < RPC_RESENDS_MAX => {
+                self.acc[i].resends += 1;
+                self.wt.stats.borrow_mut().rpc_resends += 1;
+                let lock_now = self.acc[i].locked == Locked::Unknown;
+                return Ok(Next::Call { lock_now, want_offset });
+            }
+            reply => reply.map_err(rpc_abort)?.expect("a well-formed READ reply"),
+        };
         let a = &mut self.acc[i];
         let lock_now = a.locked == Locked::Unknown;
         match reply.status {
@@ -848,9 +925,8 @@ impl<E: Endpoint> TxnCtx<E> {
                 let (at, len) = (a.at as usize, usize::from(a.len));
                 assert_eq!(payload.len(), len, "READ reply of the wrong size");
                 self.payload[at..at + len].copy_from_slice(payload);
+                self.took(i, reply.version);
                 let a = &mut self.acc[i];
-                a.read_version = Some(reply.version);
-                a.present = layout::is_present(reply.version);
                 if lock_now {
                     (a.locked, a.lock_version) = (Locked::Rpc, reply.version);
                 }
@@ -861,10 +937,10 @@ impl<E: Endpoint> TxnCtx<E> {
                 Ok(Next::Done)
             }
             Status::Absent => {
-                (a.read_version, a.present) = (Some(ABSENT), false);
                 if lock_now {
                     a.locked = Locked::No;
                 }
+                self.took(i, ABSENT);
                 Ok(Next::Done)
             }
             Status::Locked => {
@@ -876,8 +952,6 @@ impl<E: Endpoint> TxnCtx<E> {
                     a.locked = Locked::No;
                 }
                 self.wt.stats.borrow_mut().torn_reads += 1;
-                let want_offset =
-                    matches!(self.node.cfg.exec, ExecStrategy::Hybrid | ExecStrategy::Offload);
                 Ok(Next::Call { lock_now, want_offset })
             }
             Status::Refused | Status::Full => {
@@ -900,8 +974,7 @@ impl<E: Endpoint> TxnCtx<E> {
                     }
                     Ok(Some(off)) => Ok(Next::Record(Stage::Record(off))),
                     Ok(None) => {
-                        let a = &mut self.acc[i];
-                        (a.read_version, a.present) = (Some(ABSENT), false);
+                        self.took(i, ABSENT);
                         Ok(Next::Done)
                     }
                     Err(next) => {
@@ -938,7 +1011,8 @@ impl<E: Endpoint> TxnCtx<E> {
                     }
                     return Ok(self.refetch(i));
                 }
-                if !h.intact || h.key != a.key {
+                let torn_accepted = self.node.cfg.planted(PlantedFault::AcceptTornRead);
+                if (!h.intact && !torn_accepted) || h.key != a.key {
                     // Torn by a concurrent write-back (or not yet written): read again.
                     self.wt.stats.borrow_mut().torn_reads += 1;
                     return Ok(Next::Record(stage));
@@ -946,15 +1020,29 @@ impl<E: Endpoint> TxnCtx<E> {
                 let h_len = RECORD_HEADER_WORDS as usize;
                 let (at, len) = (a.at as usize, usize::from(a.len));
                 self.payload[at..at + len].copy_from_slice(&self.words[h_len..n]);
+                self.took(i, h.version);
                 let a = &mut self.acc[i];
-                (a.off, a.read_version, a.present) =
-                    (Some(off), Some(h.version), layout::is_present(h.version));
+                a.off = Some(off);
                 if matches!(stage, Stage::Record(_)) {
                     self.node.store.cache().put(a.table, a.key, off);
                 }
                 Ok(Next::Done)
             }
         }
+    }
+
+    /// Records what access `i` read: the version word, and, when the history is kept, a
+    /// digest of the payload now in its slot of `self.payload` (before any update).
+    fn took(&mut self, i: usize, version: u64) {
+        let a = &self.acc[i];
+        let digest = if self.wt.records_history() && layout::is_present(version) {
+            layout::checksum(version, a.key, &self.payload[a.at as usize..][..usize::from(a.len)])
+        } else {
+            0
+        };
+        let a = &mut self.acc[i];
+        (a.read_version, a.present, a.read_digest) =
+            (Some(version), layout::is_present(version), digest);
     }
 
     /// How to read an access again without the cache (after a stale entry).

@@ -8,13 +8,13 @@
 //! Read-set validation starts only once every lock is held.
 
 use hytra_fabric::{Endpoint, LocalAddr, RemoteAddr, WorkRequest};
-use hytra_rt::{CallTicket, OpTicket};
+use hytra_rt::{CallTicket, OpTicket, RpcError};
 use hytra_store::layout::{self, LOCK_WORD};
 
-use crate::config::Primitive;
+use crate::config::{PlantedFault, Primitive};
 use crate::outcome::{Abort, AbortReason};
-use crate::txn::{op_error_abort, rpc_abort, Locked, TxnCtx};
-use crate::wire::{self, RecordReply, RecordReq, Status, CREATE};
+use crate::txn::{op_error_abort, rpc_abort, Locked, TxnCtx, RPC_RESENDS_MAX};
+use crate::wire::{self, RecordReply, RecordReq, Status, CREATE, NO_LOCK};
 
 /// A lock or validation request in flight.
 pub(crate) enum Flight {
@@ -29,6 +29,8 @@ pub(crate) enum Flight {
 impl<E: Endpoint> TxnCtx<E> {
     /// Locks every record of the write set; checks read-for-update records unchanged.
     pub(crate) async fn lock_writes(&mut self) -> Result<(), Abort> {
+        // Execution's reads all landed: its scratch is free.
+        self.scratch_used = 0;
         let mut flights = std::mem::take(&mut self.flights);
         let mut result = Ok(());
         for i in 0..self.acc.len() {
@@ -36,7 +38,20 @@ impl<E: Endpoint> TxnCtx<E> {
             if !a.write || matches!(a.locked, Locked::Cpu | Locked::Nic | Locked::Rpc) {
                 continue;
             }
-            match self.start_lock(i).await {
+            let started = match self.start_lock(i).await {
+                Err(Abort(AbortReason::Full)) if !flights.is_empty() => {
+                    // Perhaps only the scratch is full: land what is in flight (its
+                    // scratch is then free) and try again.
+                    result = self.land(&mut flights, true).await;
+                    if result.is_err() {
+                        break;
+                    }
+                    self.scratch_used = 0;
+                    self.start_lock(i).await
+                }
+                started => started,
+            };
+            match started {
                 Ok(Some(f)) => flights.push((i, f)),
                 Ok(None) => {}
                 Err(e) => {
@@ -58,7 +73,7 @@ impl<E: Endpoint> TxnCtx<E> {
 
     /// Checks that every record read but not written is unlocked and unchanged.
     pub(crate) async fn validate_reads(&mut self) -> Result<(), Abort> {
-        if self.node.cfg.faults.skip_read_validation {
+        if self.node.cfg.planted(PlantedFault::SkipReadValidation) {
             return Ok(());
         }
         let mut flights = std::mem::take(&mut self.flights);
@@ -68,7 +83,20 @@ impl<E: Endpoint> TxnCtx<E> {
             if a.write {
                 continue;
             }
-            match self.start_validate(i).await {
+            let started = match self.start_validate(i).await {
+                Err(Abort(AbortReason::Full)) if !flights.is_empty() => {
+                    // The scratch is full: land what is in flight (its scratch is then
+                    // free) and try again.
+                    result = self.land(&mut flights, false).await;
+                    if result.is_err() {
+                        break;
+                    }
+                    self.scratch_used = 0;
+                    self.start_validate(i).await
+                }
+                started => started,
+            };
+            match started {
                 Ok(Some(f)) => flights.push((i, f)),
                 Ok(None) => {}
                 Err(e) => {
@@ -95,33 +123,24 @@ impl<E: Endpoint> TxnCtx<E> {
         let nic = self.node.cfg.nic_locks() && !(local && self.wt.coherent);
         if local && !nic {
             let replica = self.node.store.primary(a.table);
-            let off = if a.insert {
-                self.node.insert_primary(a.table, a.key)
-            } else {
-                replica.lookup(a.key).ok_or(hytra_store::StoreError::Full(a.table))
+            // A write whose record was never inserted (an insert, or a key read as
+            // absent) locks a record created absent, as the remote paths do.
+            let off = match a.off {
+                Some(off) => Ok(off),
+                None => self.node.insert_primary(a.table, a.key),
             };
-            let Ok(off) = off else {
-                // Read as absent and still absent: nothing to lock, the write is an
-                // update of a record that vanished.
-                return Err(Abort(if a.insert {
-                    AbortReason::Full
-                } else {
-                    AbortReason::Validation
-                }));
-            };
+            let Ok(off) = off else { return Err(Abort(AbortReason::Full)) };
             self.acc[i].off = Some(off);
-            replica.try_lock(off, self.owner).map_err(|_| Abort(AbortReason::Conflict))?;
+            if !(a.insert && self.node.cfg.planted(PlantedFault::SkipInsertLock)) {
+                replica.try_lock(off, self.owner).map_err(|_| Abort(AbortReason::Conflict))?;
+            }
             let version = replica.header(off).version;
             self.acc[i].locked = Locked::Cpu;
             self.check_locked_version(i, version)?;
             return Ok(None);
         }
         if !nic {
-            // Two-sided locking (and blind writes of locking-at-execution designs).
-            let flags = if a.insert { CREATE } else { 0 };
-            RecordReq { table: a.table.0, flags, key: a.key, owner: self.owner.0 }
-                .encode(&mut self.req);
-            let t = self.send_call(self.peer(a.node), wire::LOCK, &self.req).await;
+            let t = self.send_rpc(i, true).await;
             self.acc[i].locked = Locked::Unknown;
             return Ok(Some(Flight::Call(t)));
         }
@@ -135,8 +154,13 @@ impl<E: Endpoint> TxnCtx<E> {
             rkey: self.node.catalog.rkey(a.table, 0),
             offset: off + LOCK_WORD * 8,
         };
+        // The planted fault "locks" an insert with a CAS that changes nothing.
+        let swap = match a.insert && self.node.cfg.planted(PlantedFault::SkipInsertLock) {
+            true => 0,
+            false => self.owner.0,
+        };
         let wrs = [
-            WorkRequest::Cas { remote, local: cas_buf, compare: 0, swap: self.owner.0 },
+            WorkRequest::Cas { remote, local: cas_buf, compare: 0, swap },
             WorkRequest::Read {
                 remote,
                 local: LocalAddr { offset: cas_buf.offset + 8, ..cas_buf },
@@ -156,7 +180,7 @@ impl<E: Endpoint> TxnCtx<E> {
         if a.node == self.co.me().node {
             return self.node.insert_primary(a.table, a.key).map_err(|_| Abort(AbortReason::Full));
         }
-        RecordReq { table: a.table.0, flags: CREATE, key: a.key, owner: self.owner.0 }
+        RecordReq { table: a.table.0, flags: CREATE | NO_LOCK, key: a.key, owner: 0 }
             .encode(&mut self.req);
         let t = self.send_call(self.peer(a.node), wire::LOCK, &self.req).await;
         let mut tmp = std::mem::take(&mut self.tmp);
@@ -200,12 +224,7 @@ impl<E: Endpoint> TxnCtx<E> {
             }
             // Two-sided validation, and reads that found the key absent (one-sided
             // verbs cannot check that a key is still absent in one READ).
-            _ => {
-                RecordReq { table: a.table.0, flags: 0, key: a.key, owner: 0 }
-                    .encode(&mut self.req);
-                let t = self.send_call(self.peer(a.node), wire::VALIDATE, &self.req).await;
-                Ok(Some(Flight::Call(t)))
-            }
+            _ => Ok(Some(Flight::Call(self.send_rpc(i, false).await))),
         }
     }
 
@@ -243,9 +262,22 @@ impl<E: Endpoint> TxnCtx<E> {
                     (self.scratch_region.load(buf), self.scratch_region.load(buf + 8));
                 Self::check_unchanged(lock, version, self.acc[i].read_version.expect("read"))
             }
-            Flight::Call(t) => {
+            Flight::Call(mut t) => {
                 let mut tmp = std::mem::take(&mut self.tmp);
-                let reply = self.co.reply(t, |r| RecordReply::decode(r, &mut tmp)).await;
+                let reply = loop {
+                    let reply = self.co.reply(t, |r| RecordReply::decode(r, &mut tmp)).await;
+                    match reply {
+                        // LOCK and VALIDATE are idempotent for one attempt (its owner
+                        // locks again harmlessly): a lost datagram costs a resend, not
+                        // the transaction. An unanswered LOCK stays `Unknown`.
+                        Err(RpcError::TimedOut) if self.acc[i].resends < RPC_RESENDS_MAX => {
+                            self.acc[i].resends += 1;
+                            self.wt.stats.borrow_mut().rpc_resends += 1;
+                            t = self.send_rpc(i, locking).await;
+                        }
+                        reply => break reply,
+                    }
+                };
                 self.tmp = tmp;
                 let reply = reply.map_err(rpc_abort)?.expect("a well-formed reply");
                 if locking {
@@ -261,6 +293,21 @@ impl<E: Endpoint> TxnCtx<E> {
                 }
             }
         }
+    }
+
+    /// Sends access `i`'s LOCK (`locking`) or VALIDATE call. LOCK creates the record if
+    /// it does not exist: a key read as absent is locked as an absent record.
+    async fn send_rpc(&mut self, i: usize, locking: bool) -> CallTicket {
+        let a = self.acc[i];
+        let (ty, flags, owner) = match locking {
+            true => {
+                let skip = a.insert && self.node.cfg.planted(PlantedFault::SkipInsertLock);
+                (wire::LOCK, if skip { CREATE | NO_LOCK } else { CREATE }, self.owner.0)
+            }
+            false => (wire::VALIDATE, 0, 0),
+        };
+        RecordReq { table: a.table.0, flags, key: a.key, owner }.encode(&mut self.req);
+        self.send_call(self.peer(a.node), ty, &self.req).await
     }
 
     fn on_lock_reply(&mut self, i: usize, reply: &RecordReply) -> Result<(), Abort> {
@@ -287,21 +334,20 @@ impl<E: Endpoint> TxnCtx<E> {
     }
 
     /// After locking record `i` at `version`: the version it was read at must still be
-    /// current; an insert must find no value.
+    /// current (exactly: an absent record that was inserted and deleted since is not the
+    /// absence that was read); a blind insert must find no value.
     fn check_locked_version(&mut self, i: usize, version: u64) -> Result<(), Abort> {
         let a = &mut self.acc[i];
         a.lock_version = version;
-        if a.insert {
-            return if layout::is_present(version) {
-                Err(Abort(AbortReason::Validation))
-            } else {
-                Ok(())
-            };
-        }
-        match a.read_version {
-            Some(read) if read != version => Err(Abort(AbortReason::Validation)),
-            Some(_) => Ok(()),
-            None => unreachable!("writes are read for update first"),
+        let ok = match (a.read_version, a.insert) {
+            (Some(read), _) => read == version,
+            (None, true) => !layout::is_present(version),
+            (None, false) => unreachable!("writes are read for update first"),
+        };
+        if ok {
+            Ok(())
+        } else {
+            Err(Abort(AbortReason::Validation))
         }
     }
 

@@ -35,6 +35,11 @@ pub const CREATE: u8 = 4;
 pub const DELETE: u8 = 8;
 /// Flag of RECLAIM: reply with the ring's head once applied (a synchronous flush).
 pub const SYNC: u8 = 16;
+/// Flag of LOCK: find (with `CREATE`, create) the record and answer its offset, lock and
+/// version, but lock nothing: the sender locks it by NIC CAS. Explicit rather than
+/// inferred from the fabric, so that a coherent fabric's handler never takes a CPU lock
+/// for an attempt whose NIC CAS would then find it held (docs/INVARIANTS.md S1).
+pub const NO_LOCK: u8 = 32;
 
 /// Status byte of replies.
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]

@@ -151,6 +151,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         rt: RtConfig::default(),
         drain_ns: 100_000_000,
         warm_cache: true,
+        timeline_ns: 0,
     };
     let workload = Counters { keys: 10_000 };
     let r = run(&mut cluster, &workload, TxnConfig::preset(design), params)?;

@@ -157,6 +157,9 @@ pub struct BenchParams {
     /// Start with every node's location cache holding every remote record's address
     /// (the steady state of a long run), instead of empty.
     pub warm_cache: bool,
+    /// Width of the intervals in which commits are counted over the whole run, for
+    /// throughput over time ([`TxnStats::timeline`]); 0 counts none.
+    pub timeline_ns: u64,
 }
 
 /// What a run measured and found.
@@ -230,6 +233,8 @@ struct Part<R> {
     /// By dense worker index.
     reports: Vec<(usize, R)>,
     attempts_total: u64,
+    /// Tickets and calls never collected (R5).
+    leaked: u64,
     all_done: bool,
     elapsed_ns: u64,
     wall_ns: u64,
@@ -319,6 +324,7 @@ pub fn run_partial<B: Backend, W: Workload>(
         |w| {
             let wt = engine.install(w, params.check);
             wt.set_window(params.warmup_ns, end_ns);
+            wt.set_timeline(params.timeline_ns);
             let state = workload.spawn(w, &wt, plan);
             (wt, state)
         },
@@ -330,6 +336,7 @@ pub fn run_partial<B: Backend, W: Workload>(
                 w.stats(),
                 workload.report(state),
                 wt.finished_total(),
+                w.leaked() as u64,
             )
         },
     )?;
@@ -339,13 +346,15 @@ pub fn run_partial<B: Backend, W: Workload>(
         history: Vec::new(),
         reports: Vec::with_capacity(outs.len()),
         attempts_total: 0,
+        leaked: 0,
         all_done: run.all_done,
         elapsed_ns: run.elapsed_ns,
         wall_ns: run.wall_ns,
         datagrams_dropped: run.datagrams_dropped,
     };
-    for (index, s, h, w, r, finished) in outs {
+    for (index, s, h, w, r, finished, leaked) in outs {
         part.attempts_total += finished;
+        part.leaked += leaked;
         part.stats.merge(&s);
         merge_rt(&mut part.rt, &w);
         part.history.extend(h);
@@ -389,8 +398,10 @@ pub fn run_partial<B: Backend, W: Workload>(
     let mut history = History::new();
     let mut reports = Vec::new();
     let mut attempts_total = 0;
+    let mut leaked = 0;
     let mut run = RunStats { all_done: true, ..run };
     for (i, p) in parts.into_iter().enumerate() {
+        leaked += p.leaked;
         stats.merge(&p.stats);
         merge_rt(&mut rt, &p.rt);
         history.txns.extend(p.history);
@@ -406,6 +417,10 @@ pub fn run_partial<B: Backend, W: Workload>(
     let reports: Vec<W::Report> = reports.into_iter().map(|(_, r)| r).collect();
     let checker = params.check.then(|| hytra_check::check(&history));
     let mut invariant = workload.check(&engine, &reports);
+    // Every ticket and call is collected exactly once (R5): a leak is a bug of the
+    // engine, whatever the workload.
+    invariant.ok &= leaked == 0;
+    invariant.details.push(format!("tickets and calls never collected: {leaked}"));
     match engine.check_nic_index() {
         Some(Ok(summary)) => invariant.details.push(summary),
         Some(Err(what)) => {
@@ -547,6 +562,7 @@ mod tests {
             history: Vec::new(),
             reports: vec![(3, 17)],
             attempts_total: 41,
+            leaked: 0,
             all_done: true,
             elapsed_ns: 5,
             wall_ns: 6,

@@ -52,6 +52,21 @@ pub enum Mix {
 }
 
 impl Mix {
+    /// Every core workload.
+    pub const ALL: [Mix; 6] = [Mix::A, Mix::B, Mix::C, Mix::D, Mix::E, Mix::F];
+
+    /// The workload's letter.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mix::A => "a",
+            Mix::B => "b",
+            Mix::C => "c",
+            Mix::D => "d",
+            Mix::E => "e",
+            Mix::F => "f",
+        }
+    }
+
     /// Parses `a`..`f`.
     pub fn parse(s: &str) -> Option<Mix> {
         match s.to_ascii_lowercase().as_str() {

@@ -29,6 +29,7 @@ fn params(seed: u64) -> BenchParams {
         drain_ns: 200_000_000,
         // Cold caches: every first read of a remote record is a miss.
         warm_cache: false,
+        timeline_ns: 0,
     }
 }
 

@@ -6,7 +6,7 @@ use hytra_fabric::sim::faults::FaultConfig;
 use hytra_fabric::sim::{SimCluster, SimConfig};
 use hytra_fabric::{Backend, ClusterShape};
 use hytra_rt::RtConfig;
-use hytra_txn::{Design, PlantedFaults, Primitive, TxnConfig};
+use hytra_txn::{Design, PlantedFault, Primitive, TxnConfig};
 use hytra_workloads::bench::{run, BenchParams, BenchResult};
 use hytra_workloads::smallbank::{SmallBank, SmallBankReport};
 
@@ -24,6 +24,7 @@ fn sim_params(seed: u64) -> BenchParams {
         rt: RtConfig { rpc_timeout_ns: 500_000, ..RtConfig::default() },
         drain_ns: 200_000_000,
         warm_cache: true,
+        timeline_ns: 0,
     }
 }
 
@@ -48,7 +49,7 @@ fn sim_run(
     design: Design,
     seed: u64,
     faults: FaultConfig,
-    planted: PlantedFaults,
+    planted: Option<PlantedFault>,
 ) -> BenchResult<SmallBankReport> {
     sim_run_cfg(TxnConfig::preset(design), seed, faults, planted)
 }
@@ -57,21 +58,21 @@ fn sim_run_cfg(
     mut txn: TxnConfig,
     seed: u64,
     faults: FaultConfig,
-    planted: PlantedFaults,
+    planted: Option<PlantedFault>,
 ) -> BenchResult<SmallBankReport> {
     // A lost datagram costs a whole RPC timeout: give lossy runs a longer window.
     let measure_ns = if faults.datagram_faults() { 3_000_000 } else { 200_000 };
     let mut cfg = SimConfig::new(shape(), seed);
     cfg.faults = faults;
     let mut b = SimCluster::new(cfg).unwrap();
-    txn.faults = planted;
+    txn.planted = planted;
     run(&mut b, &bank(), txn, BenchParams { measure_ns, ..sim_params(seed) }).unwrap()
 }
 
 #[test]
 fn every_design_is_correct_on_the_simulator() {
     for d in Design::ALL {
-        let r = sim_run(d, 1, FaultConfig::none(), PlantedFaults::default());
+        let r = sim_run(d, 1, FaultConfig::none(), None);
         assert_correct(&r, d.name());
         println!(
             "{}: {} commits, abort rate {:.3}",
@@ -130,7 +131,7 @@ fn every_design_is_correct_on_a_lossy_reordering_network() {
     for cfg in configs {
         for seed in seeds() {
             // 1% loss, duplication, reordering and long delays of datagrams.
-            let r = sim_run_cfg(cfg, seed, FaultConfig::lossy(10_000), PlantedFaults::default());
+            let r = sim_run_cfg(cfg, seed, FaultConfig::lossy(10_000), None);
             let what =
                 format!("{} (passive ACK {}) seed {seed}", cfg.design.name(), cfg.passive_ack);
             assert_correct(&r, &what);
@@ -146,8 +147,8 @@ fn every_design_is_correct_on_a_lossy_reordering_network() {
 
 #[test]
 fn the_checker_catches_planted_faults() {
-    let skip_validation = PlantedFaults { skip_read_validation: true, ..PlantedFaults::default() };
-    let skip_bump = PlantedFaults { skip_version_bump: true, ..PlantedFaults::default() };
+    let skip_validation = Some(PlantedFault::SkipReadValidation);
+    let skip_bump = Some(PlantedFault::SkipVersionBump);
     for planted in [skip_bump, skip_validation] {
         // The anomalies a skipped validation admits need particular interleavings: run
         // seeds until one shows up (a handful suffice; the bound keeps the test finite).
@@ -156,7 +157,7 @@ fn the_checker_catches_planted_faults() {
             cfg.faults = FaultConfig::none();
             let mut b = SimCluster::new(cfg).unwrap();
             let mut txn = TxnConfig::preset(Design::DrtmH);
-            txn.faults = planted;
+            txn.planted = planted;
             let params = BenchParams { measure_ns: 2_000_000, coroutines: 8, ..sim_params(seed) };
             let r = run(&mut b, &bank(), txn, params).unwrap();
             !r.checker.unwrap().serializable()
@@ -168,8 +169,8 @@ fn the_checker_catches_planted_faults() {
 
 #[test]
 fn a_seed_replays_exactly() {
-    let a = sim_run(Design::DrtmH, 7, FaultConfig::lossy(10_000), PlantedFaults::default());
-    let b = sim_run(Design::DrtmH, 7, FaultConfig::lossy(10_000), PlantedFaults::default());
+    let a = sim_run(Design::DrtmH, 7, FaultConfig::lossy(10_000), None);
+    let b = sim_run(Design::DrtmH, 7, FaultConfig::lossy(10_000), None);
     assert_eq!(a.run.trace_hash, b.run.trace_hash);
     assert_eq!(a.stats.commits, b.stats.commits);
 }

@@ -7,7 +7,7 @@ use hytra_fabric::sim::faults::FaultConfig;
 use hytra_fabric::sim::{SimCluster, SimConfig};
 use hytra_fabric::ClusterShape;
 use hytra_rt::RtConfig;
-use hytra_txn::{Design, PlantedFaults, TxnConfig};
+use hytra_txn::{Design, PlantedFault, TxnConfig};
 use hytra_workloads::bench::{run, BenchParams, BenchResult, Workload};
 use hytra_workloads::tpcc::{TpcC, TpccMix, TpccParams, TpccReport};
 
@@ -41,6 +41,7 @@ fn params(seed: u64, measure_ns: u64) -> BenchParams {
         rt: RtConfig { rpc_timeout_ns: 500_000, ..RtConfig::default() },
         drain_ns: 300_000_000,
         warm_cache: true,
+        timeline_ns: 0,
     }
 }
 
@@ -125,7 +126,7 @@ fn a_planted_lost_update_breaks_the_consistency_conditions() {
     // warehouse from the same version: updates are lost and the checks must see it.
     let w = tpcc(TpccMix::Standard);
     let mut cfg = TxnConfig::preset(Design::DrtmH);
-    cfg.faults = PlantedFaults { skip_version_bump: true, ..PlantedFaults::default() };
+    cfg.planted = Some(PlantedFault::SkipVersionBump);
     let r = sim_run(&w, cfg, 1, FaultConfig::none(), 400_000);
     let serializable = r.checker.as_ref().is_some_and(|c| c.serializable());
     assert!(!r.invariant.ok || !serializable, "the planted fault went unnoticed");

@@ -27,6 +27,7 @@ fn params(measure_ms: u64) -> BenchParams {
         rt: RtConfig { rpc_timeout_ns: 2_000_000_000, ..RtConfig::default() },
         drain_ns: 30_000_000_000,
         warm_cache: true,
+        timeline_ns: 0,
     }
 }
 

@@ -6,7 +6,7 @@ use hytra_fabric::sim::faults::FaultConfig;
 use hytra_fabric::sim::{SimCluster, SimConfig};
 use hytra_fabric::ClusterShape;
 use hytra_rt::RtConfig;
-use hytra_txn::{Design, PlantedFaults, TxnConfig};
+use hytra_txn::{Design, PlantedFault, TxnConfig};
 use hytra_workloads::bench::{run, BenchParams, BenchResult, Workload};
 use hytra_workloads::tatp::{Tatp, TatpParams};
 use hytra_workloads::tpce::{Tpce, TpceParams};
@@ -26,6 +26,7 @@ fn params(seed: u64, measure_ns: u64) -> BenchParams {
         rt: RtConfig { rpc_timeout_ns: 500_000, ..RtConfig::default() },
         drain_ns: 300_000_000,
         warm_cache: true,
+        timeline_ns: 0,
     }
 }
 
@@ -106,7 +107,7 @@ fn ycsb_uniform_and_lossy() {
 fn ycsb_catches_a_planted_lost_update() {
     let w = ycsb(Mix::F);
     let mut cfg = TxnConfig::preset(Design::DrtmH);
-    cfg.faults = PlantedFaults { skip_version_bump: true, ..PlantedFaults::default() };
+    cfg.planted = Some(PlantedFault::SkipVersionBump);
     let r = sim(&w, cfg, 1, FaultConfig::none(), 300_000);
     assert!(!r.invariant.ok, "lost updates went unnoticed: {:#?}", r.invariant.details);
 }

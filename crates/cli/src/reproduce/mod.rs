@@ -956,6 +956,7 @@ fn run_bench_job(j: &BenchJob, s: &Scale, seed: u64) -> anyhow::Result<Res> {
         rt: RtConfig { rpc_timeout_ns: 1_000_000, ..RtConfig::default() },
         drain_ns: 1_000_000_000,
         warm_cache: true,
+        timeline_ns: 0,
     };
     let span = (s.warmup_ns + s.measure_ns) as f64 / 1e9;
     let res = match j.wl {

@@ -62,6 +62,9 @@ impl<T> Ord for Timed<T> {
 pub(crate) enum Event {
     /// A one-sided request reaches the target NIC.
     Arrive(OneSided),
+    /// The next 64-byte line of a READ or WRITE takes effect at its target, `from` bytes
+    /// into the transfer.
+    Line { op: OneSided, from: u32 },
     /// A datagram reaches the receiving NIC.
     Deliver(Datagram),
     /// A worker may run (stale if `token` no longer matches).
@@ -104,6 +107,10 @@ pub(super) struct QpState {
     pub(super) acked: u64,
     pub(super) last_arrive: Ps,
     pub(super) last_complete: Ps,
+    /// Until when the connection's requests are held back at their target: behind a
+    /// request the transport retransmits across a partition, or one whose lines are
+    /// still taking effect. Later requests must not overtake them (R1).
+    pub(super) held_until: Ps,
 }
 
 /// Entries ordered by (time, sequence), for queues whose pushes come almost in order (a
@@ -184,6 +191,8 @@ pub struct SimStats {
     pub qp_misses: u64,
     /// Requests that completed with `Status::Unreachable`.
     pub unreachable: u64,
+    /// Requests the transport held back until a partition healed.
+    pub held: u64,
     /// Requests refused by a protection check at the target.
     pub access_errors: u64,
     /// Work queues of verb programs stopped by a failed entry.

@@ -108,6 +108,23 @@ impl FaultConfig {
         Ok(())
     }
 
+    /// The first time from `now_ns` on at which `a` and `b` are not cut off from each
+    /// other (`now_ns` itself if they are not).
+    pub fn heals_at(&self, a: NodeId, b: NodeId, now_ns: u64) -> u64 {
+        let mut t = now_ns;
+        // Each window can end the search at most once: windows that cover `t` move it to
+        // their end, and `t` only grows.
+        for _ in 0..=self.partitions.len() {
+            match self.partitions.iter().find(|p| {
+                (p.from_ns..p.until_ns).contains(&t) && (p.side.contains(&a) != p.side.contains(&b))
+            }) {
+                Some(p) => t = p.until_ns,
+                None => return t,
+            }
+        }
+        unreachable!("partition windows cover {t} after moving past each of them")
+    }
+
     /// Whether `a` and `b` are cut off from each other at `now_ns`.
     pub fn partitioned(&self, a: NodeId, b: NodeId, now_ns: u64) -> bool {
         self.partitions.iter().any(|p| {

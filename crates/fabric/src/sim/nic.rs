@@ -6,13 +6,26 @@
 //! Not for: the event queue and worker bookkeeping (see `core.rs`).
 
 use crate::constants::{CQ_DEPTH, DATAGRAM_MTU, INLINE_MAX, RECV_DEPTH, SQ_DEPTH};
-use crate::exec::{execute, validate_post, Flat};
+use crate::exec::{check_target, execute, validate_post, Flat};
 use crate::ids::{NodeId, Qp, WorkerId, WrId};
 use crate::sim::core::{ps, Core, CqEntry, Event, Ps, RxEntry, Timed};
 use crate::sim::profile::NicProfile;
 use crate::sim::qp_cache::QpCache;
 use crate::sim::timeline::Timeline;
 use crate::verbs::{Completion, OpFlags, OpKind, PostError, Status, WorkRequest};
+
+/// Bytes a target NIC applies to memory at one instant: a cache line. A READ or WRITE
+/// longer than that takes effect one line at a time, in address order, at the link's rate
+/// (as its bytes stream through the NIC), so a READ racing a WRITE of the same record can
+/// return a torn mix, as on real NICs (docs/INVARIANTS.md M2); a later request of the
+/// same connection takes effect only after the last line (R1).
+pub(super) const LINE_BYTES: u64 = 64;
+
+/// Lines of a transfer of `len` bytes at `offset`: (count, bytes of the first).
+pub(super) fn lines(offset: u64, len: u64) -> (u64, u64) {
+    let first = (LINE_BYTES - offset % LINE_BYTES).min(len);
+    (1 + (len - first).div_ceil(LINE_BYTES), first)
+}
 
 /// A one-sided request in flight.
 #[derive(Clone, Debug)]
@@ -85,6 +98,10 @@ pub(super) struct Model {
     pub(super) cqe_cpu: Ps,
     pub(super) recv_cpu: Ps,
     pub(super) copy_ps_per_kib: u64,
+    /// Between two lines of a WRITE taking effect at the target (the link's rate).
+    pub(super) line_write: Ps,
+    /// Between two lines of a READ being read at the target (the host bus's rate).
+    pub(super) line_read: Ps,
 }
 
 pub(super) fn kind_index(k: OpKind) -> usize {
@@ -130,6 +147,29 @@ impl Model {
             cqe_cpu: ps(p.host.cqe_ns),
             recv_cpu: ps(p.host.recv_ns),
             copy_ps_per_kib: ps(p.host.copy_ns_per_kib),
+            line_write: ps(LINE_BYTES as f64 / p.link_bytes_per_ns),
+            line_read: ps(LINE_BYTES as f64 / p.dma_bytes_per_ns),
+        }
+    }
+
+    /// Between two lines of a request of `kind`. READ and WRITE go at different rates,
+    /// so that one racing the other over the same lines can see some of them old and
+    /// some new (at one rate they would move in lockstep and never tear).
+    pub(super) fn line(&self, kind: OpKind) -> Ps {
+        match kind {
+            OpKind::Write => self.line_write,
+            _ => self.line_read,
+        }
+    }
+
+    /// When the last line of a one-sided request that starts taking effect at `at` does.
+    pub(super) fn last_line(&self, flat: &Flat, at: Ps) -> Ps {
+        match flat.kind {
+            OpKind::Read | OpKind::Write => {
+                let (n, _) = lines(flat.remote.offset, u64::from(flat.len));
+                at + (n - 1) * self.line(flat.kind)
+            }
+            _ => at,
         }
     }
 
@@ -369,9 +409,12 @@ impl Core {
         };
         let left = self.transmit(src_node, t, self.model.rc_header + payload);
         let q = &mut self.workers[op.src as usize].qps[op.qp_slot as usize];
-        // Requests on one connection execute in post order (RC is FIFO).
+        // Requests on one connection execute in post order (RC is FIFO): the next one
+        // takes effect after this one's last line (strictly after, when that line is a
+        // later event than the next request's arrival).
         let arrive = (left + self.model.wire).max(q.last_arrive);
-        q.last_arrive = arrive;
+        let last = self.model.last_line(&op.flat, arrive);
+        q.last_arrive = if last > arrive { last + 1 } else { arrive };
         self.schedule(arrive, Event::Arrive(op));
     }
 
@@ -431,9 +474,26 @@ impl Core {
         let src_node = self.shape.worker_at(op.src as usize).node;
         let now = self.now;
         let target = op.flat.remote.node;
-        if self.nics[usize::from(target.0)].state == NodeState::Crashed
-            || self.faults.partitioned(src_node, target, now / 1000)
-        {
+        let held = self.workers[op.src as usize].qps[op.qp_slot as usize].held_until;
+        if now < held {
+            // An earlier request of the connection is being retransmitted, or still
+            // taking effect line by line: stay behind it.
+            self.schedule(held, Event::Arrive(op));
+            return;
+        }
+        let crashed = self.nics[usize::from(target.0)].state == NodeState::Crashed;
+        if !crashed && self.faults.partitioned(src_node, target, now / 1000) {
+            // RC retransmits until its retry budget is spent: a partition that heals
+            // within it only delays the request (and every later one of the connection).
+            let heal = ps(self.faults.heals_at(src_node, target, now / 1000) as f64);
+            if heal - now < self.model.rc_timeout {
+                self.stats.held += 1;
+                self.workers[op.src as usize].qps[op.qp_slot as usize].held_until = heal;
+                self.schedule(heal, Event::Arrive(op));
+                return;
+            }
+        }
+        if crashed || self.faults.partitioned(src_node, target, now / 1000) {
             self.stats.unreachable += 1;
             self.trace_op(&op, 3, 0);
             if let Some(i) = op.inline {
@@ -462,6 +522,14 @@ impl Core {
             _ => self.model.target_read,
         };
         let (status, value) = self.apply(&op, src_node);
+        // The answer leaves once the last line has taken effect, and the connection's
+        // next request takes effect only after it (strictly: its lines are later events).
+        let last = self.model.last_line(&op.flat, now);
+        t = t.max(last);
+        if last > now {
+            let q = &mut self.workers[op.src as usize].qps[op.qp_slot as usize];
+            q.held_until = q.held_until.max(last + 1);
+        }
         self.stats.one_sided += 1;
         if status != Status::Success {
             self.stats.access_errors += 1;
@@ -493,18 +561,63 @@ impl Core {
         self.trace.add(status << 56 ^ value);
     }
 
-    /// Applies the memory effect of a request that reached a live target.
+    /// Applies the memory effect of a request that reached a live target: all of it, or
+    /// its first line if it spans several (the others follow as `Line` events).
     fn apply(&mut self, op: &OneSided, src_node: NodeId) -> (Status, u64) {
         let regions = &self.regions;
         let inline = op.inline.map(|i| self.inline_pool.get(i));
         let target_op = op.flat.target_op(&regions[usize::from(src_node.0)], inline);
         let remote = op.flat.remote;
-        let result =
-            execute(regions[usize::from(remote.node.0)].get(remote.rkey.0 as usize), target_op);
+        let target = regions[usize::from(remote.node.0)].get(remote.rkey.0 as usize);
+        let (offset, len) = target_op.span();
+        let (n, first) = lines(offset, len);
+        if n == 1 || matches!(op.flat.kind, OpKind::Cas | OpKind::Faa) {
+            let result = execute(target, target_op);
+            self.release_inline(op);
+            return result;
+        }
+        let status = check_target(target, &target_op);
+        if status != Status::Success {
+            self.release_inline(op);
+            return (status, 0);
+        }
+        let result = execute(target, target_op.piece(0, first));
+        debug_assert_eq!(result.0, Status::Success, "the whole range was checked");
+        let at = self.now + self.model.line(op.flat.kind);
+        self.schedule(at, Event::Line { op: op.clone(), from: first as u32 });
+        result
+    }
+
+    /// The next line of a READ or WRITE takes effect. A target that crashed meanwhile
+    /// applies no more of it.
+    pub(crate) fn line(&mut self, op: OneSided, from: u32) {
+        let src_node = self.shape.worker_at(op.src as usize).node;
+        let remote = op.flat.remote;
+        if self.nics[usize::from(remote.node.0)].state == NodeState::Crashed {
+            self.release_inline(&op);
+            return;
+        }
+        let regions = &self.regions;
+        let inline = op.inline.map(|i| self.inline_pool.get(i));
+        let target_op = op.flat.target_op(&regions[usize::from(src_node.0)], inline);
+        let target = regions[usize::from(remote.node.0)].get(remote.rkey.0 as usize);
+        let (from, total) = (u64::from(from), u64::from(op.flat.len));
+        let len = LINE_BYTES.min(total - from);
+        let (status, _) = execute(target, target_op.piece(from, len));
+        assert_eq!(status, Status::Success, "a line of a checked transfer");
+        self.trace.add(0x11E << 48 ^ op.wr_id ^ from);
+        if from + len < total {
+            let at = self.now + self.model.line(op.flat.kind);
+            self.schedule(at, Event::Line { op, from: (from + len) as u32 });
+        } else {
+            self.release_inline(&op);
+        }
+    }
+
+    fn release_inline(&mut self, op: &OneSided) {
         if let Some(i) = op.inline {
             self.inline_pool.release(i);
         }
-        result
     }
 
     /// A datagram reaches its receiver's NIC.

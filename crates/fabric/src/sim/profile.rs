@@ -52,8 +52,13 @@ pub struct NicProfile {
     pub resp: VerbCosts,
     /// Occupancy of the target's atomic unit per CAS/FAA (atomics are serialised there).
     pub atomic_unit_ns: f64,
-    /// Link bandwidth of one machine per direction, bytes per nanosecond (GB/s).
+    /// Link bandwidth of one machine per direction, bytes per nanosecond (GB/s). A
+    /// WRITE's payload takes effect at its target line by line at this rate, as it
+    /// streams in.
     pub link_bytes_per_ns: f64,
+    /// Host bus (PCIe) bandwidth of one NIC, bytes per nanosecond: the rate at which a
+    /// READ's lines are read at its target.
+    pub dma_bytes_per_ns: f64,
     /// Transport header bytes of an RC packet (request, response or ACK).
     pub rc_header_bytes: u32,
     /// Transport header bytes of a UD datagram (includes the global route header).
@@ -172,6 +177,8 @@ impl NicProfile {
             atomic_unit_ns: 1e3 / 48.0,
             // Two 100 Gb/s ports per machine (§4.1) at 64b/66b line coding.
             link_bytes_per_ns: 2.0 * 100.0 / 8.0 * 64.0 / 66.0,
+            // Each ConnectX-4 (MCX455A) sits on PCIe 3.0 x16: 15.75 GB/s.
+            dma_bytes_per_ns: 15.75,
             // InfiniBand framing: LRH 8 + BTH 12 + RETH/AETH up to 16 + ICRC 4 + VCRC 2.
             rc_header_bytes: 42,
             // UD inside one subnet: LRH 8 + BTH 12 + DETH 8 + ICRC 4 + VCRC 2 (no GRH).
@@ -300,6 +307,8 @@ impl NicProfile {
             atomic_unit_ns: atomic_ns,
             // Two 40 Gb/s ports (Table 5), 64b/66b coding.
             link_bytes_per_ns: 2.0 * 40.0 / 8.0 * 64.0 / 66.0,
+            // ConnectX-3 is a PCIe 3.0 x8 device: 7.88 GB/s.
+            dma_bytes_per_ns: 7.88,
             // The older NIC caches fewer connection contexts (DrTM+H §4 attributes the
             // poor scalability of one-sided verbs reported on CX3 to them); the size is
             // an assumption: a quarter of cx4's.
@@ -350,6 +359,7 @@ impl NicProfile {
             self.resp.datagram_ns,
             self.atomic_unit_ns,
             self.link_bytes_per_ns,
+            self.dma_bytes_per_ns,
         ];
         if costs.iter().any(|c| !c.is_finite() || *c <= 0.0) {
             return Err(format!("profile {}: engine costs must be positive", self.name));

@@ -1,0 +1,735 @@
+//! The swarm: every seed draws a whole configuration (workload, design and per-phase
+//! overrides, cluster shape, knobs, NIC profile, atomics coherence, faults), runs it for a
+//! short window and judges it with every oracle: the serializability checker (with the
+//! contents of every read), the workload's invariants (replicas equal their primaries, no
+//! lock left, no ticket or call leaked, the NIC index whole), no panic, no hang, progress
+//! after the faults heal, and, for a sample of simulated seeds, the same trace twice.
+//!
+//! A seed is the whole description: `hytra swarm --seed S` draws and runs the same
+//! configuration again, on the simulator with the same trace hash. Not for: printing
+//! (the command line does) or measuring performance (the windows are short and the
+//! tables tiny on purpose, to make conflicts and rare paths common).
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Once};
+use std::time::{Duration, Instant};
+
+use hytra_fabric::local::LocalConfig;
+use hytra_fabric::rng::Rng;
+use hytra_fabric::sim::faults::{FaultConfig, NodeFault, NodeFaultKind, Partition};
+use hytra_fabric::sim::profile::NicProfile;
+use hytra_fabric::sim::SimConfig;
+use hytra_fabric::{ClusterShape, NodeId};
+use hytra_rt::RtConfig;
+use hytra_txn::{Design, ExecStrategy, LockStrategy, PlantedFault, Primitive, TxnConfig};
+use hytra_workloads::bench::BenchParams;
+use hytra_workloads::tpcc::TpccMix;
+use hytra_workloads::ycsb::{KeyDist, Mix as YcsbMix};
+
+use crate::backend::BackendSpec;
+use crate::run::{run, Outcome, RunSpec};
+use crate::workload::WorkloadSpec;
+
+/// The backend a swarm runs on.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub enum SwarmBackend {
+    /// The simulator: deterministic, every fault, many seeds at once.
+    Sim,
+    /// Threads in real time: real races, no injected faults, one seed at a time.
+    Local,
+}
+
+impl SwarmBackend {
+    /// Name, as `--backend` spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            SwarmBackend::Sim => "sim",
+            SwarmBackend::Local => "local",
+        }
+    }
+}
+
+/// Stream of the seed the drawing uses (runs use the seed itself, with their own streams).
+const DRAW_STREAM: u64 = 0x5_3A4D;
+/// Every how many simulated seeds one runs twice to compare trace hashes.
+const REPLAY_EVERY: u64 = 16;
+/// Width of the commit timeline's intervals: simulated, and in real time.
+const TIMELINE_SIM_NS: u64 = 50_000;
+const TIMELINE_LOCAL_NS: u64 = 10_000_000;
+/// RPC timeout of simulated runs: above the longest datagram delay the faults add (P4).
+const RPC_TIMEOUT_SIM_NS: u64 = 1_000_000;
+/// Virtual time a simulated cluster gets after its window to finish before it counts as
+/// hung: a thousand RPC timeouts.
+const DRAIN_SIM_NS: u64 = 1_000_000_000;
+/// Time after the last fault heals that the window still runs, so that progress after
+/// it can be seen: several RPC timeouts (retries, backoffs, unlocks).
+const AFTER_HEAL_SIM_NS: u64 = 4 * RPC_TIMEOUT_SIM_NS;
+/// Longest partition drawn: below the profiles' transport retry time (0.5 ms), so that
+/// one-sided requests wait for the partition to heal rather than fail (a failing
+/// transport is a crash to the engine, which needs recovery).
+const PARTITION_MAX_NS: u64 = 400_000;
+
+/// Where the location cache stands.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub enum CacheSize {
+    /// None.
+    Off,
+    /// A few KiB: entries evict each other all the time.
+    Tiny(u64),
+    /// The default size (room for every key).
+    Full,
+}
+
+/// One seed's configuration.
+#[derive(Clone, Debug)]
+pub struct Draw {
+    /// The seed.
+    pub seed: u64,
+    /// What runs.
+    pub spec: RunSpec,
+    /// The NIC profile's name (simulator).
+    pub profile: &'static str,
+    /// Whether NIC atomics are coherent with CPU atomics.
+    pub coherent: bool,
+    /// The location cache.
+    pub cache: CacheSize,
+    /// When the last fault is over (0: no fault), in the backend's clock.
+    pub heal_ns: u64,
+}
+
+impl Draw {
+    /// The configuration on one line.
+    pub fn summary(&self) -> String {
+        let s = &self.spec;
+        let t = &s.txn;
+        let shape = s.backend.shape();
+        let on = |b: bool| if b { "on" } else { "off" };
+        let mut line = format!(
+            "{} on {}{} {}x{}x{} R={} design {} [exec {}, lock {}, validate {}, log {}, commit {}; pa {}, outstanding {}, inline {}, db {}, coalescing {}], cache {:?} {}, {}{} window {:.2} ms",
+            s.workload.describe(),
+            s.backend.name(),
+            if s.backend.is_sim() { format!("/{}", self.profile) } else { String::new() },
+            shape.nodes,
+            shape.workers_per_node,
+            s.params.coroutines,
+            t.replication,
+            t.design.name(),
+            t.exec.name(),
+            t.lock.name(),
+            t.validate.name(),
+            t.log.name(),
+            t.commit.name(),
+            on(t.passive_ack),
+            on(t.outstanding),
+            on(t.inline),
+            on(s.params.rt.doorbell_batching),
+            on(s.params.rt.rpc_coalescing),
+            self.cache,
+            if s.params.warm_cache { "warm" } else { "cold" },
+            if self.coherent { "coherent atomics" } else { "NIC atomics" },
+            match t.planted {
+                Some(f) => format!(", planted {}", f.name()),
+                None => String::new(),
+            },
+            s.params.measure_ns as f64 / 1e6,
+        );
+        if let BackendSpec::Sim(c) = &s.backend {
+            if c.faults != FaultConfig::none() {
+                line.push_str(&format!("; faults {}", describe_faults(&c.faults)));
+            }
+        }
+        line
+    }
+
+    /// Every dimension the draw covers, as (dimension, value) pairs, for the summary of
+    /// what a swarm reached.
+    pub fn dimensions(&self) -> Vec<(&'static str, String)> {
+        let s = &self.spec;
+        let t = &s.txn;
+        let shape = s.backend.shape();
+        let mut d = vec![
+            ("workload", s.workload.name()),
+            ("design", t.design.name().to_string()),
+            ("exec", t.exec.name().to_string()),
+            ("lock", t.lock.name().to_string()),
+            ("validate", t.validate.name().to_string()),
+            ("log", t.log.name().to_string()),
+            ("commit", t.commit.name().to_string()),
+            ("passive ack", t.passive_ack.to_string()),
+            ("outstanding", t.outstanding.to_string()),
+            ("inline", t.inline.to_string()),
+            ("doorbell batching", s.params.rt.doorbell_batching.to_string()),
+            ("rpc coalescing", s.params.rt.rpc_coalescing.to_string()),
+            ("nodes", shape.nodes.to_string()),
+            ("workers", shape.workers_per_node.to_string()),
+            ("coroutines", bucket(u64::from(s.params.coroutines))),
+            ("replication", t.replication.to_string()),
+            ("cache", format!("{:?}", self.cache).split('(').next().unwrap_or("").to_string()),
+            ("warm cache", s.params.warm_cache.to_string()),
+            ("profile", self.profile.to_string()),
+            ("coherent atomics", self.coherent.to_string()),
+        ];
+        if let BackendSpec::Sim(c) = &s.backend {
+            let f = &c.faults;
+            let kinds = [
+                ("loss", f.loss_ppm > 0),
+                ("duplication", f.duplicate_ppm > 0),
+                ("reordering", f.reorder_ppm > 0),
+                ("delay", f.delay_ppm > 0),
+                ("pause", !f.node_faults.is_empty()),
+                ("partition", !f.partitions.is_empty()),
+            ];
+            for (name, on) in kinds {
+                if on {
+                    d.push(("faults", name.to_string()));
+                }
+            }
+            if kinds.iter().all(|(_, on)| !on) {
+                d.push(("faults", "none".to_string()));
+            }
+        }
+        d
+    }
+}
+
+/// Powers of two as ranges: 1, 2-3, 4-7, 8-15, 16.
+fn bucket(n: u64) -> String {
+    let lo = 1u64 << (63 - n.max(1).leading_zeros());
+    if lo == n {
+        n.to_string()
+    } else {
+        format!("{lo}-{}", 2 * lo - 1)
+    }
+}
+
+fn describe_faults(f: &FaultConfig) -> String {
+    let mut parts = Vec::new();
+    for (name, ppm) in [
+        ("loss", f.loss_ppm),
+        ("dup", f.duplicate_ppm),
+        ("reorder", f.reorder_ppm),
+        ("delay", f.delay_ppm),
+    ] {
+        if ppm > 0 {
+            parts.push(format!("{name} {ppm} ppm"));
+        }
+    }
+    for n in &f.node_faults {
+        if let NodeFaultKind::Pause { for_ns } = n.kind {
+            parts.push(format!(
+                "pause {} at {} us for {} us",
+                n.node,
+                n.at_ns / 1000,
+                for_ns / 1000
+            ));
+        }
+    }
+    for p in &f.partitions {
+        let side: Vec<String> = p.side.iter().map(|n| n.to_string()).collect();
+        parts.push(format!(
+            "partition [{}] {}-{} us",
+            side.join(" "),
+            p.from_ns / 1000,
+            p.until_ns / 1000
+        ));
+    }
+    parts.join(", ")
+}
+
+/// A choice among `items`.
+fn pick<T: Copy>(rng: &mut Rng, items: &[T]) -> T {
+    items[rng.below(items.len() as u64) as usize]
+}
+
+/// True with probability `num / den`.
+fn chance(rng: &mut Rng, num: u64, den: u64) -> bool {
+    rng.below(den) < num
+}
+
+/// Draws seed `seed`'s configuration on `backend`, with `planted` planted.
+pub fn draw(seed: u64, backend: SwarmBackend, planted: Option<PlantedFault>) -> Draw {
+    let mut rng = Rng::derive(seed, DRAW_STREAM);
+    let sim = backend == SwarmBackend::Sim;
+    let nodes = if sim { 2 + rng.below(5) as u16 } else { 2 + rng.below(3) as u16 };
+    let workers = if sim { 1 + rng.below(4) as u16 } else { 1 + rng.below(2) as u16 };
+    let coroutines = pick(&mut rng, &[1u16, 2, 3, 4, 8, 16]);
+    let lanes = if chance(&mut rng, 1, 6) { 2 } else { 1 };
+    let shape = ClusterShape { nodes, workers_per_node: workers, lanes_per_peer: lanes };
+    let workload = draw_workload(&mut rng, nodes);
+    let profile = match sim {
+        true => pick(&mut rng, NicProfile::NAMES),
+        false => "threads",
+    };
+    let mut nic = NicProfile::by_name(if sim { profile } else { "cx4" }).expect("a known profile");
+    // The local backend's atomics are the CPU's: coherent by construction.
+    let coherent = !sim || chance(&mut rng, 1, 2);
+    nic.atomics_coherent = coherent;
+    let offload_ok = !sim || nic.offload.is_some();
+    let (txn, cache) = draw_txn(&mut rng, nodes, offload_ok, planted);
+    let rt = RtConfig {
+        doorbell_batching: !chance(&mut rng, 1, 4),
+        rpc_coalescing: !chance(&mut rng, 1, 4),
+        rpc_timeout_ns: if sim { RPC_TIMEOUT_SIM_NS } else { 1_000_000_000 },
+        ..RtConfig::default()
+    };
+    let warm_cache = chance(&mut rng, 1, 2);
+    let warmup_ns = if sim { rng.below(300_000) } else { rng.below(30_000_000) };
+    let mut measure_ns =
+        if sim { 500_000 + rng.below(1_500_000) } else { 60_000_000 + rng.below(120_000_000) };
+    let (faults, heal_ns) = if sim && chance(&mut rng, 1, 2) {
+        draw_faults(&mut rng, nodes, warmup_ns + measure_ns)
+    } else {
+        (FaultConfig::none(), 0)
+    };
+    if heal_ns > 0 {
+        measure_ns = measure_ns.max(heal_ns + AFTER_HEAL_SIM_NS - warmup_ns);
+    }
+    let params = BenchParams {
+        coroutines,
+        warmup_ns,
+        measure_ns,
+        seed,
+        check: true,
+        rt,
+        drain_ns: if sim { DRAIN_SIM_NS } else { 60_000_000_000 },
+        warm_cache,
+        timeline_ns: if sim { TIMELINE_SIM_NS } else { TIMELINE_LOCAL_NS },
+    };
+    let backend = match sim {
+        true => BackendSpec::Sim(Box::new(SimConfig {
+            profile: nic,
+            faults,
+            ..SimConfig::new(shape, seed)
+        })),
+        false => BackendSpec::Local(LocalConfig { threads: Some(2), ..LocalConfig::new(shape) }),
+    };
+    Draw {
+        seed,
+        spec: RunSpec { backend, workload, txn, params },
+        profile,
+        coherent,
+        cache,
+        heal_ns,
+    }
+}
+
+fn draw_workload(rng: &mut Rng, nodes: u16) -> WorkloadSpec {
+    match rng.below(11) {
+        0 => WorkloadSpec::SmallBank { accounts_per_worker: pick(rng, &[8, 64, 512, 4096]) },
+        k @ (1 | 2) => {
+            // TPC-C/no needs two nodes (every transaction is distributed); one type alone
+            // now and then, so that the rare ones (delivery, stock-level) run often.
+            let mix = match (k, rng.below(4)) {
+                (2, _) if nodes >= 2 => TpccMix::NewOrderOnly,
+                (_, 0) => TpccMix::Only(rng.below(5) as u8),
+                _ => TpccMix::Standard,
+            };
+            WorkloadSpec::Tpcc {
+                mix,
+                warehouses_per_worker: 1 + rng.below(2),
+                customers: pick(rng, &[30, 60, 120]),
+                items: pick(rng, &[100, 500, 2000]),
+                remote_item_pct: pick(rng, &[1, 10, 50]),
+            }
+        }
+        3 => WorkloadSpec::TpceCp {
+            customers_per_worker: pick(rng, &[10, 100, 500]),
+            market_feed_pct: pick(rng, &[0, 10, 50]),
+        },
+        4 => WorkloadSpec::Tatp {
+            subscribers_per_worker: pick(rng, &[20, 200, 2000]),
+            uniform: chance(rng, 1, 2),
+        },
+        k => WorkloadSpec::Ycsb {
+            mix: YcsbMix::ALL[(k - 5) as usize],
+            // Workload E scans up to 100 records: the table must hold that many.
+            records_per_worker: match k {
+                9 => pick(rng, &[100, 256, 4096]),
+                _ => pick(rng, &[16, 256, 4096]),
+            },
+            fields: pick(rng, &[1, 4, 10]),
+            field_bytes: pick(rng, &[8, 32, 96]),
+            ops_per_txn: pick(rng, &[1, 2, 4, 10]),
+            dist: match rng.below(3) {
+                0 => KeyDist::Uniform,
+                1 => KeyDist::Zipfian(0.6),
+                _ => KeyDist::Zipfian(0.99),
+            },
+        },
+    }
+}
+
+/// Draws a design, per-phase overrides and knobs until the combination is one the engine
+/// accepts (a bounded number of times; the plain preset always is).
+fn draw_txn(
+    rng: &mut Rng,
+    nodes: u16,
+    offload_ok: bool,
+    planted: Option<PlantedFault>,
+) -> (TxnConfig, CacheSize) {
+    const TRIES_MAX: usize = 32;
+    let design = pick(rng, &Design::ALL);
+    let replication = 1 + rng.below(u64::from(nodes.min(3))) as u16;
+    let cache = match rng.below(4) {
+        0 => CacheSize::Off,
+        1 => CacheSize::Tiny(pick(rng, &[1u64 << 10, 4 << 10, 16 << 10])),
+        _ => CacheSize::Full,
+    };
+    let base = TxnConfig { replication, planted, ..TxnConfig::preset(design) };
+    let exec_choices: &[ExecStrategy] = if offload_ok {
+        ExecStrategy::ALL
+    } else {
+        &ExecStrategy::ALL[..ExecStrategy::ALL.len() - 1]
+    };
+    for _ in 0..TRIES_MAX {
+        let mut c = base;
+        if chance(rng, 1, 3) {
+            c.exec = pick(rng, exec_choices);
+        }
+        if chance(rng, 1, 3) {
+            c.lock = pick(rng, LockStrategy::ALL);
+        }
+        for p in [&mut c.validate, &mut c.log, &mut c.commit] {
+            if chance(rng, 1, 3) {
+                *p = pick(rng, Primitive::ALL);
+            }
+        }
+        for knob in [&mut c.passive_ack, &mut c.outstanding, &mut c.inline] {
+            if chance(rng, 1, 4) {
+                *knob = !*knob;
+            }
+        }
+        c.cache_bytes = match cache {
+            CacheSize::Off => 0,
+            CacheSize::Tiny(b) => b,
+            CacheSize::Full => base.cache_bytes.max(hytra_txn::config::CACHE_BYTES_DEFAULT),
+        };
+        // Strategies that need a cache get a tiny one rather than a refusal.
+        if c.cache_bytes == 0
+            && matches!(c.exec, ExecStrategy::Hybrid | ExecStrategy::OneSidedCached)
+        {
+            c.cache_bytes = 4 << 10;
+        }
+        if c.validate(nodes).is_ok() {
+            let cache = match c.cache_bytes {
+                0 => CacheSize::Off,
+                b if b < 1 << 20 => CacheSize::Tiny(b),
+                _ => CacheSize::Full,
+            };
+            return (c, cache);
+        }
+    }
+    let c = TxnConfig { cache_bytes: TxnConfig::preset(design).cache_bytes, ..base };
+    let cache = if c.cache_bytes == 0 { CacheSize::Off } else { CacheSize::Full };
+    (c, cache)
+}
+
+/// Datagram faults, node pauses and healing partitions, all over before `span_ns` ends;
+/// returns them and when the last is over.
+fn draw_faults(rng: &mut Rng, nodes: u16, span_ns: u64) -> (FaultConfig, u64) {
+    let mut f = FaultConfig::none();
+    let rate = |rng: &mut Rng| pick(rng, &[0u32, 0, 1_000, 10_000, 50_000]);
+    f.loss_ppm = rate(rng);
+    f.duplicate_ppm = rate(rng);
+    f.reorder_ppm = rate(rng);
+    f.reorder_window_ns = 20_000;
+    f.delay_ppm = rate(rng);
+    f.delay_ns = 200_000;
+    let mut heal = 0;
+    if f.datagram_faults() {
+        // Datagram faults last the whole run: progress is judged over its last part.
+        heal = span_ns / 2;
+    }
+    for _ in 0..rng.below(3) {
+        let at_ns = rng.below(span_ns / 2 + 1);
+        let for_ns = pick(rng, &[10_000, 100_000, 500_000, 2_000_000]);
+        let node = NodeId(rng.below(u64::from(nodes)) as u16);
+        f.node_faults.push(NodeFault { node, at_ns, kind: NodeFaultKind::Pause { for_ns } });
+        heal = heal.max(at_ns + for_ns);
+    }
+    // Partitions overlap within one window no longer than PARTITION_MAX_NS, so that two
+    // nodes are never cut off for longer, even by a chain of partitions.
+    let window = rng.below(span_ns / 2 + 1);
+    for _ in 0..rng.below(3) {
+        // A proper, non-empty subset of the nodes on one side.
+        let mask = 1 + rng.below((1u64 << nodes) - 2);
+        let side = (0..nodes).filter(|n| mask >> n & 1 == 1).map(NodeId).collect();
+        let from_ns = window + rng.below(PARTITION_MAX_NS - 10_000);
+        let until_ns = from_ns + 10_000 + rng.below(window + PARTITION_MAX_NS - from_ns - 10_000);
+        f.partitions.push(Partition { side, from_ns, until_ns });
+        heal = heal.max(until_ns);
+    }
+    if f == FaultConfig::none() {
+        f.loss_ppm = 10_000;
+        heal = span_ns / 2;
+    }
+    (f, heal)
+}
+
+/// What one seed's run showed.
+#[derive(Clone, Debug)]
+pub struct SeedReport {
+    /// The seed.
+    pub seed: u64,
+    /// Its configuration on one line.
+    pub summary: String,
+    /// Its dimensions (for the coverage summary).
+    pub dimensions: Vec<(&'static str, String)>,
+    /// What the oracles found wrong; empty if the seed passed.
+    pub findings: Vec<String>,
+    /// Trace hash (simulator).
+    pub trace_hash: Option<u64>,
+    /// Transactions committed in the window.
+    pub commits: u64,
+    /// Wall time of the seed.
+    pub wall: Duration,
+}
+
+impl SeedReport {
+    /// Whether every oracle was satisfied.
+    pub fn passed(&self) -> bool {
+        self.findings.is_empty()
+    }
+}
+
+thread_local! {
+    /// The last panic message of this thread, while a seed runs on it.
+    static PANIC: RefCell<Option<String>> = const { RefCell::new(None) };
+    static CAPTURING: RefCell<bool> = const { RefCell::new(false) };
+}
+
+/// Installs (once) a panic hook that keeps the message of a panic on a thread that runs
+/// a seed, instead of printing it, and leaves every other panic to the previous hook.
+fn capture_panics() {
+    static HOOK: Once = Once::new();
+    HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if CAPTURING.with(|c| *c.borrow()) {
+                let msg = match info.payload().downcast_ref::<&str>() {
+                    Some(s) => s.to_string(),
+                    None => info.payload().downcast_ref::<String>().cloned().unwrap_or_default(),
+                };
+                let at = info.location().map(|l| format!(" at {l}")).unwrap_or_default();
+                PANIC.with(|p| *p.borrow_mut() = Some(format!("{msg}{at}")));
+            } else {
+                previous(info);
+            }
+        }));
+    });
+}
+
+/// Runs a draw, catching a panic as a finding.
+fn run_caught(d: &Draw) -> Result<Outcome, String> {
+    CAPTURING.with(|c| *c.borrow_mut() = true);
+    let r = catch_unwind(AssertUnwindSafe(|| run(&d.spec, None)));
+    CAPTURING.with(|c| *c.borrow_mut() = false);
+    match r {
+        Ok(Ok(Some(o))) => Ok(o),
+        Ok(Ok(None)) => Err("the run reported nothing (not the first process)".into()),
+        Ok(Err(e)) => Err(format!("the run failed: {e}")),
+        Err(_) => {
+            let msg = PANIC.with(|p| p.borrow_mut().take()).unwrap_or_default();
+            Err(format!("panic: {msg}"))
+        }
+    }
+}
+
+/// Draws, runs and judges one seed.
+pub fn run_seed(seed: u64, backend: SwarmBackend, planted: Option<PlantedFault>) -> SeedReport {
+    capture_panics();
+    let started = Instant::now();
+    let d = draw(seed, backend, planted);
+    let mut report = SeedReport {
+        seed,
+        summary: d.summary(),
+        dimensions: d.dimensions(),
+        findings: Vec::new(),
+        trace_hash: None,
+        commits: 0,
+        wall: Duration::ZERO,
+    };
+    match run_caught(&d) {
+        Ok(o) => {
+            report.commits = o.result.stats.commits;
+            if d.spec.backend.is_sim() {
+                report.trace_hash = Some(o.result.run.trace_hash);
+            }
+            report.findings = judge(&d, &o);
+            if d.spec.backend.is_sim() && seed % REPLAY_EVERY == 0 && report.findings.is_empty() {
+                match run_caught(&d) {
+                    Ok(again) if again.result.run.trace_hash != o.result.run.trace_hash => {
+                        report.findings.push(format!(
+                            "not deterministic: trace hash {:#018x}, then {:#018x}",
+                            o.result.run.trace_hash, again.result.run.trace_hash
+                        ));
+                    }
+                    Ok(_) => {}
+                    Err(e) => report.findings.push(format!("the replay failed: {e}")),
+                }
+            }
+        }
+        Err(e) => report.findings.push(e),
+    }
+    report.wall = started.elapsed();
+    report
+}
+
+/// The oracles: what is wrong with a finished run of `d`.
+pub fn judge(d: &Draw, o: &Outcome) -> Vec<String> {
+    let r = &o.result;
+    let mut findings = Vec::new();
+    match &r.checker {
+        Some(c) if c.serializable() => {}
+        Some(c) => findings.push(format!(
+            "not serializable: {} violations, first {:?}",
+            c.violations.len(),
+            &c.violations[..c.violations.len().min(2)]
+        )),
+        None => findings.push("the history was not checked".into()),
+    }
+    if !r.invariant.ok {
+        findings.push(format!("invariant violated: {}", r.invariant.details.join("; ")));
+    }
+    // Progress: something commits over the whole run, and after the faults heal.
+    let timeline = &r.stats.timeline;
+    let width = d.spec.params.timeline_ns;
+    let total: u64 = timeline.iter().sum();
+    if total == 0 {
+        findings.push("no progress: nothing committed in the whole run".into());
+    } else if d.heal_ns > 0 {
+        let from = usize::try_from(d.heal_ns.div_ceil(width)).unwrap_or(usize::MAX);
+        let after: u64 = timeline.iter().skip(from).sum();
+        if after == 0 {
+            findings.push(format!(
+                "no progress after the faults healed at {} us ({total} commits before)",
+                d.heal_ns / 1000
+            ));
+        }
+    }
+    findings
+}
+
+/// What a swarm runs.
+#[derive(Clone, Debug)]
+pub struct SwarmOptions {
+    /// The backend.
+    pub backend: SwarmBackend,
+    /// The first seed.
+    pub first_seed: u64,
+    /// Seeds to run (`None`: until the time limit).
+    pub seeds: Option<u64>,
+    /// Stop starting seeds after this long (`None`: no limit).
+    pub time_limit: Option<Duration>,
+    /// Seeds run at once (the simulator is one thread per seed; `local` runs one at a
+    /// time whatever this says).
+    pub jobs: usize,
+    /// A bug planted in every seed (to prove that the oracles catch it).
+    pub planted: Option<PlantedFault>,
+    /// Stop at the first failing seed.
+    pub stop_at_failure: bool,
+}
+
+/// What a swarm found.
+#[derive(Clone, Debug, Default)]
+pub struct SwarmSummary {
+    /// Every seed run, in seed order.
+    pub seeds: Vec<SeedReport>,
+    /// Wall time.
+    pub wall: Duration,
+    /// (dimension, value) -> seeds that had it.
+    pub coverage: BTreeMap<&'static str, BTreeMap<String, u64>>,
+}
+
+impl SwarmSummary {
+    /// The seeds that failed.
+    pub fn failures(&self) -> impl Iterator<Item = &SeedReport> {
+        self.seeds.iter().filter(|s| !s.passed())
+    }
+
+    /// Seeds per minute of wall time.
+    pub fn seeds_per_minute(&self) -> f64 {
+        self.seeds.len() as f64 / self.wall.as_secs_f64().max(1e-9) * 60.0
+    }
+}
+
+/// Runs seeds as `opts` says; `on_seed` sees each report as it comes (in completion
+/// order), for progress lines.
+pub fn run_swarm(opts: &SwarmOptions, mut on_seed: impl FnMut(&SeedReport)) -> SwarmSummary {
+    assert!(opts.seeds.is_some() || opts.time_limit.is_some(), "a swarm needs a bound");
+    let started = Instant::now();
+    let jobs = match opts.backend {
+        SwarmBackend::Sim => opts.jobs.max(1),
+        SwarmBackend::Local => 1,
+    };
+    let next = AtomicU64::new(0);
+    let stop = AtomicBool::new(false);
+    let (tx, rx) = mpsc::channel::<SeedReport>();
+    let mut summary = SwarmSummary::default();
+    std::thread::scope(|s| {
+        for _ in 0..jobs {
+            let tx = tx.clone();
+            let (next, stop) = (&next, &stop);
+            s.spawn(move || loop {
+                if stop.load(Ordering::Relaxed)
+                    || opts.time_limit.is_some_and(|t| started.elapsed() >= t)
+                {
+                    return;
+                }
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if opts.seeds.is_some_and(|n| i >= n) {
+                    return;
+                }
+                let report = run_seed(opts.first_seed + i, opts.backend, opts.planted);
+                if tx.send(report).is_err() {
+                    return;
+                }
+            });
+        }
+        drop(tx);
+        for report in rx {
+            on_seed(&report);
+            if !report.passed() && opts.stop_at_failure {
+                stop.store(true, Ordering::Relaxed);
+            }
+            summary.seeds.push(report);
+        }
+    });
+    summary.seeds.sort_by_key(|r| r.seed);
+    for r in &summary.seeds {
+        for (dim, value) in &r.dimensions {
+            *summary.coverage.entry(dim).or_default().entry(value.clone()).or_default() += 1;
+        }
+    }
+    summary.wall = started.elapsed();
+    summary
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_draw_is_a_function_of_its_seed() {
+        for seed in 0..50 {
+            let (a, b) = (draw(seed, SwarmBackend::Sim, None), draw(seed, SwarmBackend::Sim, None));
+            assert_eq!(a.summary(), b.summary());
+            assert_eq!(a.spec.validate(), Ok(()), "seed {seed}: {}", a.summary());
+            assert!(a.spec.txn.validate(a.spec.backend.shape().nodes).is_ok());
+        }
+        let distinct: std::collections::BTreeSet<String> =
+            (0..50).map(|s| draw(s, SwarmBackend::Sim, None).summary()).collect();
+        assert!(distinct.len() > 45, "seeds draw different configurations");
+    }
+
+    #[test]
+    fn buckets_are_powers_of_two() {
+        assert_eq!(bucket(1), "1");
+        assert_eq!(bucket(3), "2-3");
+        assert_eq!(bucket(16), "16");
+        assert_eq!(bucket(12), "8-15");
+    }
+}
