@@ -397,7 +397,10 @@ impl KvService {
     }
 }
 
-fn decode_words<const N: usize>(b: &[u8]) -> Option<[u64; N]> {
+/// Decodes the `N` little-endian words of a request the server CPU receives (`N` = 4
+/// for a two-sided get: key, sequence number, answer slot, list head; 1 for the key
+/// that starts a put); `None` unless `b` holds exactly `N` words.
+pub fn decode_words<const N: usize>(b: &[u8]) -> Option<[u64; N]> {
     if b.len() != N * 8 {
         return None;
     }
