@@ -257,6 +257,13 @@ pub fn apply(
     let ring_at = layout.ring_offset(c);
     let ring = layout.ring_bytes;
     let mut head = region.load(head_at);
+    // A coordinator never has more than a ring's worth of log past the head it learned,
+    // which is at most this one (L2): asked to apply further, the loop below would go
+    // round the ring again and again (a SKIP at offset 0 and `up_to` near 2^64 spin it
+    // for 2^53 rounds).
+    if up_to.saturating_sub(head) > ring {
+        return Err(CorruptLog { position: head, word: up_to });
+    }
     while head < up_to {
         let pos = head % ring;
         let first = region.load(ring_at + pos);
@@ -513,6 +520,23 @@ mod tests {
         assert!(put(&region, &layout, 0, 4, &entry).is_err(), "off a word");
         assert!(put(&region, &layout, 0, u64::MAX - 7, &entry).is_err(), "overflows");
         assert!(put(&region, &layout, 0, 0, &[0; 257]).is_err(), "over half the ring");
+    }
+
+    /// RECLAIM's `up_to` comes from the network: more than a ring ahead of the head is
+    /// corrupt. A ring that starts with a SKIP used to be gone round 2^53 times.
+    #[test]
+    fn applying_more_than_a_ring_ahead_is_corrupt() {
+        let (store, region, layout) = backup();
+        region.store(layout.ring_offset(0), SKIP);
+        let mut buf = Vec::new();
+        assert_eq!(apply(&store, &region, &layout, 0, 4096, &mut buf), Ok(4096));
+        let far = 4096 + 4096 * 3;
+        assert_eq!(
+            apply(&store, &region, &layout, 0, far, &mut buf),
+            Err(CorruptLog { position: 4096, word: far })
+        );
+        let err = apply(&store, &region, &layout, 0, u64::MAX, &mut buf).unwrap_err();
+        assert_eq!(err.position, 4096);
     }
 
     #[test]
