@@ -156,8 +156,12 @@ fn commit<E: Endpoint>(
     let Some(replica) = primary(node, c.table, c.key) else {
         return wire::encode_word(0, ctx.reply);
     };
-    let off = replica.lookup(c.key).expect("a committed record was locked, so it exists");
-    assert_eq!(payload.len(), replica.payload_words(), "commit payload of the wrong size");
+    // A coordinator commits only records it locked, so they exist, with its table's
+    // payload; a request that says otherwise did not come from one and changes nothing.
+    let Some(off) = replica.lookup(c.key) else { return wire::encode_word(0, ctx.reply) };
+    if payload.len() != replica.payload_words() {
+        return wire::encode_word(0, ctx.reply);
+    }
     // Only the lock holder writes; a duplicate of an applied commit finds the lock free
     // (or held by a later transaction) and changes nothing.
     if replica.header(off).lock == c.owner {
