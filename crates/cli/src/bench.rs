@@ -376,13 +376,7 @@ pub fn run_bench(a: BenchArgs) -> Result<(), CliError> {
     }
 }
 
-/// The names `--workload` takes.
-pub const WORKLOADS: [&str; 6] = ["smallbank", "tpcc", "tpcc-no", "tpce-cp", "tatp", "ycsb"];
-
-/// What is said of a workload name that is not one of [`WORKLOADS`].
-pub fn unknown_workload(name: &str) -> String {
-    format!("unknown workload '{name}' (expected one of {})", WORKLOADS.join(", "))
-}
+use hytra_lab::unknown_workload;
 
 /// Runs on the UCX backend: every node here, or this process's node of a cluster
 /// spread over processes (`hytra node`).

@@ -16,9 +16,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::{Args, Parser};
-use serde::Deserialize;
+use hytra_lab::cluster_file::{self, ClusterFile, NodeEntry};
 
-use crate::bench::{run_bench, unknown_workload, BenchArgs, WORKLOADS};
+use crate::bench::{run_bench, BenchArgs};
 use crate::io::IoArgs;
 use crate::{usage, CliError};
 
@@ -36,94 +36,11 @@ pub struct Placement {
     pub timeout: Duration,
 }
 
-/// A cluster file.
-#[derive(Deserialize, Debug)]
-#[serde(deny_unknown_fields)]
-struct ClusterFile {
-    /// Shared secret: a node presenting another one is refused.
-    token: String,
-    /// UCX transports (UCX_TLS syntax).
-    #[serde(default = "default_transports")]
-    transports: String,
-    /// Workload name, as for `hytra bench --workload`.
-    #[serde(default = "default_workload")]
-    workload: String,
-    /// Design preset.
-    #[serde(default = "default_design")]
-    design: String,
-    /// Workers per node.
-    #[serde(default = "one")]
-    workers: u16,
-    /// Coroutines per worker.
-    coroutines: Option<u16>,
-    /// Replication factor.
-    replication: Option<u16>,
-    /// Measured seconds.
-    seconds: Option<f64>,
-    /// Seconds a node waits for the others (joining, and every exchange).
-    #[serde(default = "default_timeout")]
-    timeout_s: u64,
-    /// Further `hytra bench` options, spelled as on its command line.
-    #[serde(default)]
-    bench_args: Vec<String>,
-    /// The nodes, node 0 first.
-    nodes: Vec<NodeEntry>,
-}
-
-#[derive(Deserialize, Debug)]
-#[serde(deny_unknown_fields)]
-struct NodeEntry {
-    host: String,
-    port: u16,
-}
-
-fn default_transports() -> String {
-    "sm".into()
-}
-fn default_workload() -> String {
-    "smallbank".into()
-}
-fn default_design() -> String {
-    "drtmh".into()
-}
-fn one() -> u16 {
-    1
-}
-fn default_timeout() -> u64 {
-    120
-}
-
+/// Reads and checks a cluster file; every message names the file.
 fn read_file(path: &Path) -> Result<ClusterFile, CliError> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| CliError::Usage(format!("cannot read {}: {e}", path.display())))?;
-    let f: ClusterFile = toml::from_str(&text)
-        .map_err(|e| CliError::Usage(format!("{}: {}", path.display(), e.message())))?;
-    if f.nodes.is_empty() {
-        return usage(format!("{}: no [[nodes]]", path.display()));
-    }
-    if f.token.is_empty() {
-        return usage(format!("{}: the token must not be empty", path.display()));
-    }
-    if f.workload == "io" {
-        if f.nodes.len() != 2 {
-            return usage(format!(
-                "{}: workload 'io' runs on two nodes (node 0 reads node 1's file), not {}",
-                path.display(),
-                f.nodes.len()
-            ));
-        }
-        if f.coroutines.is_some() || f.replication.is_some() {
-            return usage(format!(
-                "{}: coroutines and replication are not io settings (use --depths in bench_args)",
-                path.display()
-            ));
-        }
-        return Ok(f);
-    }
-    if !WORKLOADS.contains(&f.workload.as_str()) {
-        return usage(format!("{}: {}", path.display(), unknown_workload(&f.workload)));
-    }
-    Ok(f)
+    cluster_file::parse(&text).map_err(|e| CliError::Usage(format!("{}: {e}", path.display())))
 }
 
 /// What a cluster file runs.

@@ -5,12 +5,14 @@
 //! - `backend`: backends by name ([`BackendSpec`])
 //! - `run`: one run of a workload on a backend, measured and judged ([`run()`])
 //! - `swarm`: whole configurations drawn from a seed, run and judged by every oracle
+//! - `cluster_file`: the cluster file (TOML) of a benchmark spread over processes
 
 pub mod backend;
+pub mod cluster_file;
 pub mod run;
 pub mod swarm;
 pub mod workload;
 
 pub use backend::{BackendSpec, Placement, UcxSpec};
 pub use run::{run, Outcome, RunSpec};
-pub use workload::{WorkloadSpec, WORKLOADS};
+pub use workload::{unknown_workload, WorkloadSpec, WORKLOADS};

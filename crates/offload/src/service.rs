@@ -397,7 +397,10 @@ impl KvService {
     }
 }
 
-fn decode_words<const N: usize>(b: &[u8]) -> Option<[u64; N]> {
+/// Decodes the `N` little-endian words of a request the server CPU receives (`N` = 4
+/// for a two-sided get: key, sequence number, answer slot, list head; 1 for the key
+/// that starts a put); `None` unless `b` holds exactly `N` words.
+pub fn decode_words<const N: usize>(b: &[u8]) -> Option<[u64; N]> {
     if b.len() != N * 8 {
         return None;
     }
@@ -468,11 +471,14 @@ async fn serve_get<E: Endpoint + 'static>(
     base: u64,
 ) {
     let remote = |off: u64| hytra_fabric::RemoteAddr { node: client, rkey: slots_key, offset: off };
+    // The slot came over the network: one whose item would lie past 2^64 gets no answer
+    // (the client times out, as after a lost one); any other the fabric checks.
+    let Some(item_at) = base.checked_add(SLOT_HEADER) else { return };
     let seq_bytes = seq.to_le_bytes();
     let done = WorkRequest::Write { remote: remote(base), src: WriteSrc::Bytes(&seq_bytes) };
     if let Some(sge) = item {
         let data = WorkRequest::Write {
-            remote: remote(base + SLOT_HEADER),
+            remote: remote(item_at),
             src: WriteSrc::Local { addr: sge.addr, len: sge.len },
         };
         // The connection runs in order: the completion word lands after the item.

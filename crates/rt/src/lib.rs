@@ -5,7 +5,8 @@
 //! - `executor`: per-worker task slots and ready bitmap; no allocation per request
 //! - `ops`: tickets for one-sided batches, completion routing, send-queue accounting,
 //!   passive ACK
-//! - `rpc`: frames over datagrams, per-destination coalescing, call slots and timeouts
+//! - `rpc`: frames over datagrams ([`frames`] parses a received one), per-destination
+//!   coalescing, call slots and timeouts
 //! - `cluster`: running one worker per endpoint of a backend
 //! - `config`: the optimisation switches (doorbell batching, timeouts) and simulated
 //!   CPU costs
@@ -33,7 +34,10 @@ pub use cluster::{run_workers, run_workers_with, EpOf, WorkerReport};
 pub use config::{RtConfig, RtCosts};
 pub use executor::YieldNow;
 pub use ops::{OpStats, OpTicket};
-pub use rpc::{CallTicket, RemoteError, RpcError, RpcStats, RpcType};
+pub use rpc::{
+    frames, CallTicket, Frame, FrameKind, Frames, MalformedFrame, RemoteError, RpcError, RpcStats,
+    RpcType,
+};
 pub use worker::{
     Co, Handler, HandlerCtx, OpError, Poller, Sleep, WaitOp, WaitReply, Worker, WorkerStats,
 };

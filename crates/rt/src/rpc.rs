@@ -26,21 +26,24 @@ pub struct RpcType(pub u16);
 /// Frame kinds on the wire.
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]
 #[repr(u8)]
-pub(crate) enum Kind {
+pub enum FrameKind {
+    /// A call: the callee replies with the same call id.
     Request = 1,
+    /// The answer to a request.
     Reply = 2,
+    /// A request that wants no reply (call id 0).
     OneWay = 3,
     /// The callee could not serve the request; the payload is one `RemoteError` byte.
     Error = 4,
 }
 
-impl Kind {
-    fn from_u8(b: u8) -> Option<Kind> {
+impl FrameKind {
+    fn from_u8(b: u8) -> Option<FrameKind> {
         match b {
-            1 => Some(Kind::Request),
-            2 => Some(Kind::Reply),
-            3 => Some(Kind::OneWay),
-            4 => Some(Kind::Error),
+            1 => Some(FrameKind::Request),
+            2 => Some(FrameKind::Reply),
+            3 => Some(FrameKind::OneWay),
+            4 => Some(FrameKind::Error),
             _ => None,
         }
     }
@@ -81,7 +84,7 @@ pub enum RpcError {
 /// A decoded frame header.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Header {
-    pub(crate) kind: Kind,
+    pub(crate) kind: FrameKind,
     pub(crate) ty: u16,
     pub(crate) len: u16,
     pub(crate) call_id: u64,
@@ -101,12 +104,78 @@ impl Header {
     /// bytes are not a well-formed frame.
     pub(crate) fn decode(bytes: &[u8]) -> Option<(Header, &[u8])> {
         let head = bytes.get(..FRAME_HEADER)?;
-        let kind = Kind::from_u8(head[0])?;
+        let kind = FrameKind::from_u8(head[0])?;
         let ty = u16::from_le_bytes([head[2], head[3]]);
         let len = u16::from_le_bytes([head[4], head[5]]);
         let call_id = u64::from_le_bytes(head[8..16].try_into().expect("8 bytes"));
+        if call_id == 0 && kind != FrameKind::OneWay {
+            // Only one-way frames go without a call id; call ids are never 0, which the
+            // duplicate filter relies on (`Dedup::duplicate`).
+            return None;
+        }
         let payload = bytes.get(FRAME_HEADER..FRAME_HEADER + usize::from(len))?;
         Some((Header { kind, ty, len, call_id }, payload))
+    }
+}
+
+/// One frame of a datagram, as a worker dispatches it.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Frame<'a> {
+    /// Request, reply, one-way or error.
+    pub kind: FrameKind,
+    /// The request type (echoed by replies).
+    pub ty: RpcType,
+    /// The caller's call id; 0 only for one-way frames.
+    pub call_id: u64,
+    /// The payload (at most `RPC_PAYLOAD_MAX` bytes when a worker sent it).
+    pub payload: &'a [u8],
+}
+
+impl Frame<'_> {
+    /// Appends the frame (header and payload) to `out`, as a worker sends it.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        assert!(self.payload.len() <= RPC_PAYLOAD_MAX, "frame payload over the limit");
+        let len = self.payload.len() as u16;
+        Header { kind: self.kind, ty: self.ty.0, len, call_id: self.call_id }.encode(out);
+        out.extend_from_slice(self.payload);
+    }
+}
+
+/// A datagram holds something that is not a frame where one must start.
+#[derive(Copy, Clone, PartialEq, Eq, Debug, Error)]
+#[error("malformed frame at byte {at} of the datagram")]
+pub struct MalformedFrame {
+    /// Where the frame should have started.
+    pub at: usize,
+}
+
+/// The frames of a received datagram, in order, as a worker dispatches them: each is
+/// handled before the next is decoded, and a malformed frame ends the datagram (its
+/// frames before it were handled; the rest is dropped).
+pub fn frames(datagram: &[u8]) -> Frames<'_> {
+    Frames { datagram, at: 0 }
+}
+
+/// Iterator of [`frames`].
+#[derive(Clone, Debug)]
+pub struct Frames<'a> {
+    datagram: &'a [u8],
+    /// Start of the next frame; past the end after a malformed one.
+    at: usize,
+}
+
+impl<'a> Iterator for Frames<'a> {
+    type Item = Result<Frame<'a>, MalformedFrame>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let rest = self.datagram.get(self.at..).filter(|r| !r.is_empty())?;
+        let Some((h, payload)) = Header::decode(rest) else {
+            let at = self.at;
+            self.at = usize::MAX;
+            return Some(Err(MalformedFrame { at }));
+        };
+        self.at += FRAME_HEADER + payload.len();
+        Some(Ok(Frame { kind: h.kind, ty: RpcType(h.ty), call_id: h.call_id, payload }))
     }
 }
 
@@ -477,7 +546,7 @@ mod tests {
 
     #[test]
     fn header_round_trips_and_rejects_garbage() {
-        let h = Header { kind: Kind::Request, ty: 7, len: 3, call_id: 0xDEAD_BEEF_0000_0042 };
+        let h = Header { kind: FrameKind::Request, ty: 7, len: 3, call_id: 0xDEAD_BEEF_0000_0042 };
         let mut buf = Vec::new();
         h.encode(&mut buf);
         buf.extend_from_slice(&[1, 2, 3, 9, 9]);
@@ -492,6 +561,35 @@ mod tests {
         let mut long = buf.clone();
         long[4] = 200;
         assert!(Header::decode(&long).is_none(), "length past the datagram");
+    }
+
+    #[test]
+    fn a_datagram_yields_its_frames_until_a_malformed_one() {
+        let mut d = Vec::new();
+        let a = Frame { kind: FrameKind::Request, ty: RpcType(3), call_id: 9, payload: &[1, 2] };
+        let b = Frame { kind: FrameKind::OneWay, ty: RpcType(4), call_id: 0, payload: &[] };
+        a.encode(&mut d);
+        b.encode(&mut d);
+        assert_eq!(frames(&d).collect::<Vec<_>>(), vec![Ok(a), Ok(b)]);
+        let whole = d.len();
+        d.extend_from_slice(&[7; 5]);
+        a.encode(&mut d);
+        let got: Vec<_> = frames(&d).collect();
+        assert_eq!(got, vec![Ok(a), Ok(b), Err(MalformedFrame { at: whole })]);
+    }
+
+    /// A request (or reply, or error) with call id 0 came from no caller: the duplicate
+    /// filter asserts that it never sees one, so the frame parser must refuse it.
+    #[test]
+    fn a_call_frame_without_a_call_id_is_malformed() {
+        for kind in [FrameKind::Request, FrameKind::Reply, FrameKind::Error] {
+            let mut d = Vec::new();
+            Header { kind, ty: 1, len: 0, call_id: 0 }.encode(&mut d);
+            assert_eq!(frames(&d).next(), Some(Err(MalformedFrame { at: 0 })), "{kind:?}");
+        }
+        let mut d = Vec::new();
+        Header { kind: FrameKind::OneWay, ty: 1, len: 0, call_id: 0 }.encode(&mut d);
+        assert!(frames(&d).next().unwrap().is_ok());
     }
 
     #[test]

@@ -25,8 +25,8 @@ use crate::constants::{
 use crate::executor::{Executor, YieldNow};
 use crate::ops::{OpStats, OpTable, OpTicket};
 use crate::rpc::{
-    check_type, CallTicket, Calls, Dedup, Header, Kind, Outbox, RemoteError, RpcError, RpcStats,
-    RpcType,
+    check_type, frames, CallTicket, Calls, Dedup, Frame, FrameKind, Header, Outbox, RemoteError,
+    RpcError, RpcStats, RpcType,
 };
 use crate::timer::Timers;
 
@@ -223,38 +223,39 @@ impl<E: Endpoint + 'static> Worker<E> {
     /// Handles every frame of the datagram in `self.rx[..len]`.
     fn dispatch(&mut self, src: WorkerId, len: usize) {
         let inner = self.inner.clone();
-        let mut rest = &self.rx[..len];
-        while !rest.is_empty() {
-            let Some((h, payload)) = Header::decode(rest) else {
+        for frame in frames(&self.rx[..len]) {
+            let Ok(Frame { kind, ty, call_id, payload }) = frame else {
                 inner.calls.borrow_mut().stats.malformed += 1;
                 return;
             };
             let mut ep = inner.ep.borrow_mut();
             ep.charge_cpu(inner.cfg.costs.dispatch_ns);
-            match h.kind {
-                Kind::Reply => {
+            match kind {
+                FrameKind::Reply => {
                     drop(ep);
-                    let w = inner.calls.borrow_mut().settle(h.call_id, Ok(payload));
+                    let w = inner.calls.borrow_mut().settle(call_id, Ok(payload));
                     if let Some(w) = w {
                         w.wake();
                     }
                 }
-                Kind::Error => {
+                FrameKind::Error => {
                     drop(ep);
                     let e = match payload.first() {
                         Some(1) => RemoteError::NoHandler,
                         _ => RemoteError::ReplyTooLarge,
                     };
-                    let w = inner.calls.borrow_mut().settle(h.call_id, Err(e));
+                    let w = inner.calls.borrow_mut().settle(call_id, Err(e));
                     if let Some(w) = w {
                         w.wake();
                     }
                 }
-                Kind::Request if self.dedup.duplicate(inner.shape.worker_index(src), h.call_id) => {
+                FrameKind::Request
+                    if self.dedup.duplicate(inner.shape.worker_index(src), call_id) =>
+                {
                     inner.calls.borrow_mut().stats.duplicates += 1;
                 }
-                Kind::Request | Kind::OneWay => {
-                    let handler = self.handlers.get_mut(usize::from(h.ty)).and_then(Option::as_mut);
+                FrameKind::Request | FrameKind::OneWay => {
+                    let handler = self.handlers.get_mut(usize::from(ty.0)).and_then(Option::as_mut);
                     self.reply.clear();
                     let served = match handler {
                         Some(handler) => {
@@ -265,15 +266,14 @@ impl<E: Endpoint + 'static> Worker<E> {
                         None => false,
                     };
                     inner.calls.borrow_mut().stats.served += u64::from(served);
-                    if h.kind == Kind::Request {
-                        let (kind, body): (Kind, &[u8]) =
+                    if kind == FrameKind::Request {
+                        let (kind, body): (FrameKind, &[u8]) =
                             match (served, self.reply.len() <= RPC_PAYLOAD_MAX) {
-                                (false, _) => (Kind::Error, &[1]),
-                                (true, false) => (Kind::Error, &[2]),
-                                (true, true) => (Kind::Reply, &self.reply),
+                                (false, _) => (FrameKind::Error, &[1]),
+                                (true, false) => (FrameKind::Error, &[2]),
+                                (true, true) => (FrameKind::Reply, &self.reply),
                             };
-                        let header =
-                            Header { kind, ty: h.ty, len: body.len() as u16, call_id: h.call_id };
+                        let header = Header { kind, ty: ty.0, len: body.len() as u16, call_id };
                         let dest_idx = inner.shape.worker_index(src);
                         // A refused reply is a lost reply: the caller times out and the
                         // protocol above copes, exactly as with a dropped datagram.
@@ -282,7 +282,6 @@ impl<E: Endpoint + 'static> Worker<E> {
                     }
                 }
             }
-            rest = &rest[crate::constants::FRAME_HEADER + usize::from(h.len)..];
         }
     }
 
@@ -554,7 +553,7 @@ impl<E: Endpoint> Co<E> {
         let deadline = self.inner.step_now_ns.get() + self.inner.cfg.rpc_timeout_ns;
         let ticket = self.inner.calls.borrow_mut().start(deadline)?;
         let header = Header {
-            kind: Kind::Request,
+            kind: FrameKind::Request,
             ty: ty.0,
             len: payload.len() as u16,
             call_id: ticket.call_id(),
@@ -577,7 +576,8 @@ impl<E: Endpoint> Co<E> {
         if !self.inner.shape.contains(dest) {
             return Err(RpcError::Post(PostError::NoSuchPeer));
         }
-        let header = Header { kind: Kind::OneWay, ty: ty.0, len: payload.len() as u16, call_id: 0 };
+        let header =
+            Header { kind: FrameKind::OneWay, ty: ty.0, len: payload.len() as u16, call_id: 0 };
         let dest_idx = self.inner.shape.worker_index(dest);
         let mut ep = self.inner.ep.borrow_mut();
         self.inner

@@ -86,6 +86,14 @@ impl NodeStore {
             [usize::from(table.0) * usize::from(self.catalog.replication()) + usize::from(slot)]
     }
 
+    /// Replica slot `slot` of `table` on this node, or `None` if the catalog has no such
+    /// table or the replication no such slot (for placements read from elsewhere).
+    pub fn replica_at(&self, table: TableId, slot: u16) -> Option<&Replica> {
+        let exists = usize::from(table.0) < self.catalog.tables().count()
+            && slot < self.catalog.replication();
+        exists.then(|| self.replica(table, slot))
+    }
+
     /// This node's replica of `partition` of `table`, if it holds one.
     pub fn replica_of(&self, table: TableId, partition: u16) -> Option<&Replica> {
         self.catalog.slot_of(self.node, partition).map(|s| self.replica(table, s))

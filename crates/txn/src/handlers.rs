@@ -11,7 +11,7 @@ use hytra_store::layout::RECORD_HEADER_WORDS;
 use hytra_store::{Owner, Replica, StoreError, TableId};
 
 use crate::engine::NodeEngine;
-use crate::log::{apply, place, SKIP};
+use crate::log::{apply, put};
 use crate::wire::{
     self, CommitReq, RecordReply, RecordReq, Status, CREATE, DELETE, LOCK_IT, NO_LOCK, SYNC,
     WANT_OFFSET,
@@ -160,8 +160,12 @@ fn commit<E: Endpoint>(
     let Some(replica) = primary(node, c.table, c.key) else {
         return wire::encode_word(0, ctx.reply);
     };
-    let off = replica.lookup(c.key).expect("a committed record was locked, so it exists");
-    assert_eq!(payload.len(), replica.payload_words(), "commit payload of the wrong size");
+    // A coordinator commits only records it locked, so they exist, with its table's
+    // payload; a request that says otherwise did not come from one and changes nothing.
+    let Some(off) = replica.lookup(c.key) else { return wire::encode_word(0, ctx.reply) };
+    if payload.len() != replica.payload_words() {
+        return wire::encode_word(0, ctx.reply);
+    }
     // Only the lock holder writes; a duplicate of an applied commit finds the lock free
     // (or held by a later transaction) and changes nothing.
     if replica.header(off).lock == c.owner {
@@ -194,14 +198,10 @@ fn log<E: Endpoint>(
     let Some(start) = wire::decode_log(req, entry) else { return wire::encode_word(0, ctx.reply) };
     ctx.ep.charge_cpu(node.cfg.costs.record_ns * (entry.len() as u64 / RECORD_HEADER_WORDS).max(1));
     let c = ctx.ep.shape().worker_index(ctx.src);
-    let layout = &node.log;
-    let ring_at = layout.ring_offset(c);
-    let (skip, at, _) = place(start, entry.len() as u64 * 8, layout.ring_bytes);
-    if let Some(pos) = skip {
-        node.log_region.store(ring_at + pos, SKIP);
+    if put(&node.log_region, &node.log, c, start, entry).is_err() {
+        return wire::encode_word(0, ctx.reply);
     }
-    node.log_region.write_words(ring_at + at, entry);
-    wire::encode_word(node.log_region.load(layout.head_offset(c)), ctx.reply);
+    wire::encode_word(node.log_region.load(node.log.head_offset(c)), ctx.reply);
 }
 
 fn reclaim<E: Endpoint>(

@@ -17,6 +17,7 @@
 use std::collections::VecDeque;
 
 use hytra_fabric::{Region, Rkey};
+use hytra_store::layout::KEY_MAX;
 use hytra_store::{NodeStore, TableId};
 
 /// Marks the first and last word of an entry (with its length in words below bit 40).
@@ -78,6 +79,32 @@ pub fn place(start: u64, len: u64, ring: u64) -> (Option<u64>, u64, u64) {
     } else {
         (Some(pos), 0, start + (ring - pos) + len)
     }
+}
+
+/// Copies an entry that a LOG call carried into coordinator `c`'s ring at stream
+/// position `start`, where [`place`] puts it (with a SKIP word first if the ring wraps).
+/// Position and entry came over the network: one the coordinator could not have placed
+/// (a position not on a word, an entry longer than half the ring, a position so far on
+/// that the stream would overflow) is refused and nothing is written.
+pub fn put(
+    region: &Region,
+    layout: &LogLayout,
+    c: usize,
+    start: u64,
+    entry: &[u64],
+) -> Result<(), CorruptLog> {
+    let (ring, len) = (layout.ring_bytes, entry.len() as u64 * 8);
+    let placeable = start % 8 == 0 && len <= ring / 2 && start.checked_add(ring + len).is_some();
+    if !placeable {
+        return Err(CorruptLog { position: start, word: entry.first().copied().unwrap_or(0) });
+    }
+    let ring_at = layout.ring_offset(c);
+    let (skip, at, _) = place(start, len, ring);
+    if let Some(pos) = skip {
+        region.store(ring_at + pos, SKIP);
+    }
+    region.write_words(ring_at + at, entry);
+    Ok(())
 }
 
 /// Builds entries for one backup, splitting them at `ENTRY_WORDS_MAX`.
@@ -230,6 +257,13 @@ pub fn apply(
     let ring_at = layout.ring_offset(c);
     let ring = layout.ring_bytes;
     let mut head = region.load(head_at);
+    // A coordinator never has more than a ring's worth of log past the head it learned,
+    // which is at most this one (L2): asked to apply further, the loop below would go
+    // round the ring again and again (a SKIP at offset 0 and `up_to` near 2^64 spin it
+    // for 2^53 rounds).
+    if up_to.saturating_sub(head) > ring {
+        return Err(CorruptLog { position: head, word: up_to });
+    }
     while head < up_to {
         let pos = head % ring;
         let first = region.load(ring_at + pos);
@@ -266,13 +300,15 @@ fn apply_entry(store: &NodeStore, entry: &[u64]) -> Result<(), ()> {
             *entry.get(i + 3).ok_or(())?,
         );
         let payload = entry.get(i + 4..i + 4 + words).ok_or(())?;
-        if usize::from(table.0) >= store.catalog().tables().count()
-            || key > hytra_store::layout::KEY_MAX
-        {
+        // The entry came over the network: a table the catalog does not have, or a
+        // reserved key, is corrupt, not an index.
+        if usize::from(table.0) >= store.catalog().tables().count() || key > KEY_MAX {
             return Err(());
         }
         let partition = store.catalog().partition(table, key);
         let replica = store.replica_of(table, partition).ok_or(())?;
+        // A payload not of the table's length (it would leave a record whose checksum
+        // covers other words than its reads do: torn for ever) is refused by the replica.
         replica.apply_logged(hint, key, version, payload).map_err(|_| ())?;
         i += 4 + words;
     }
@@ -281,6 +317,8 @@ fn apply_entry(store: &NodeStore, entry: &[u64]) -> Result<(), ()> {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
 
     #[test]
@@ -404,6 +442,94 @@ mod tests {
             went_back.len(),
             &went_back[..went_back.len().min(3)]
         );
+    }
+
+    /// A backup (node 1 of two, both partitions) of one table with two payload words,
+    /// with key 4 loaded, and a log region of one 4 KiB ring.
+    fn backup() -> (Arc<NodeStore>, Region, LogLayout) {
+        use hytra_fabric::local::LocalCluster;
+        use hytra_fabric::testing::TestBackend;
+        use hytra_fabric::ClusterShape;
+        use hytra_store::{Catalog, IndexLayout, Partitioner, TableSpec};
+
+        let shape = ClusterShape { nodes: 2, workers_per_node: 1, lanes_per_peer: 1 };
+        let mut backend = LocalCluster::for_test(shape, 0);
+        let spec = TableSpec {
+            id: TableId(0),
+            name: "t".into(),
+            payload_words: 2,
+            capacity: 16,
+            partitioner: Partitioner::Modulo,
+            index: IndexLayout::Hashed,
+        };
+        let catalog = Catalog::new(vec![spec], 2, 2).unwrap();
+        let (_, stores) = NodeStore::register(&mut backend, catalog, 0).unwrap();
+        stores[1].replica_of(TableId(0), 0).unwrap().load(4, &[1, 1]).unwrap();
+        let layout = LogLayout { rkey: Rkey(0), ring_bytes: 4096, rings: 1 };
+        let region = Region::zeroed(layout.region_bytes());
+        (stores[1].clone(), region, layout)
+    }
+
+    /// Entries whose record names a table the catalog lacks, a reserved key, or a
+    /// payload of another length than its table's are corrupt: they used to index the
+    /// catalog out of bounds, trip the store's key assertion, or leave a record torn.
+    #[test]
+    fn an_entry_naming_what_cannot_be_is_corrupt() {
+        use hytra_store::layout::KEY_MAX;
+
+        let (store, region, layout) = backup();
+        let cases: [(TableId, u64, &[u64]); 4] = [
+            (TableId(1), 4, &[2, 2]),
+            (TableId(7), 4, &[2, 2]),
+            (TableId(0), KEY_MAX + 1, &[2, 2]),
+            (TableId(0), 4, &[2]),
+        ];
+        for (table, key, payload) in cases {
+            let mut b = EntryBuilder::default();
+            b.record(3, table, key, 5 << 8, 0, 0, payload);
+            let entry = b.finish().next().unwrap().to_vec();
+            region.store(layout.head_offset(0), 0);
+            region.write_words(layout.ring_offset(0), &entry);
+            let got = apply(&store, &region, &layout, 0, entry.len() as u64 * 8, &mut Vec::new());
+            assert!(got.is_err(), "table {table:?} key {key} payload {payload:?}: {got:?}");
+        }
+        let replica = store.replica_of(TableId(0), 0).unwrap();
+        let mut p = [0; 2];
+        replica.read(replica.lookup(4).unwrap(), 4, &mut p).unwrap();
+        assert_eq!(p, [1, 1], "the record is untouched and whole");
+    }
+
+    /// A LOG call's position and entry come from the network: one the coordinator could
+    /// not have placed is refused (a position off a word used to trip the region's
+    /// alignment assertion).
+    #[test]
+    fn a_log_call_that_cannot_be_placed_is_refused() {
+        let (_, region, layout) = backup();
+        let entry = [LOG_MAGIC | 4, 0, 0, LOG_MAGIC | 4];
+        assert!(put(&region, &layout, 0, 4096 * 5 + 64, &entry).is_ok());
+        let mut back = [0; 4];
+        region.read_words(layout.ring_offset(0) + 64, &mut back);
+        assert_eq!(back, entry);
+        assert!(put(&region, &layout, 0, 4, &entry).is_err(), "off a word");
+        assert!(put(&region, &layout, 0, u64::MAX - 7, &entry).is_err(), "overflows");
+        assert!(put(&region, &layout, 0, 0, &[0; 257]).is_err(), "over half the ring");
+    }
+
+    /// RECLAIM's `up_to` comes from the network: more than a ring ahead of the head is
+    /// corrupt. A ring that starts with a SKIP used to be gone round 2^53 times.
+    #[test]
+    fn applying_more_than_a_ring_ahead_is_corrupt() {
+        let (store, region, layout) = backup();
+        region.store(layout.ring_offset(0), SKIP);
+        let mut buf = Vec::new();
+        assert_eq!(apply(&store, &region, &layout, 0, 4096, &mut buf), Ok(4096));
+        let far = 4096 + 4096 * 3;
+        assert_eq!(
+            apply(&store, &region, &layout, 0, far, &mut buf),
+            Err(CorruptLog { position: 4096, word: far })
+        );
+        let err = apply(&store, &region, &layout, 0, u64::MAX, &mut buf).unwrap_err();
+        assert_eq!(err.position, 4096);
     }
 
     #[test]

@@ -11,7 +11,9 @@ use hytra_check::{History, Report};
 use hytra_fabric::rng::Rng;
 use hytra_fabric::{Backend, BackendError, ClusterShape, Endpoint, RunLimits, RunStats};
 use hytra_rt::{run_workers_with, RtConfig, Worker, WorkerStats};
-use hytra_store::{take_word, Catalog, CatalogError, ReplicaImage, StoreError, TableSpec};
+use hytra_store::{
+    take_word, Catalog, CatalogError, ImageDecodeError, ReplicaImage, StoreError, TableSpec,
+};
 use hytra_txn::{Abort, Engine, EngineError, Outcome, Txn, TxnConfig, TxnCtx, TxnStats, WorkerTxn};
 use thiserror::Error;
 
@@ -224,38 +226,80 @@ pub fn run<B: Backend, W: Workload>(
     })
 }
 
-/// What one process of a cluster brings to the result.
+/// What one process of a cluster brings to the result: its counters, history and
+/// workload reports. The first process receives one from every other process, as
+/// [`Part::encode`] writes it, with the replica images of the sender's nodes.
 #[derive(serde::Serialize, serde::Deserialize)]
-struct Part<R> {
-    stats: TxnStats,
-    rt: WorkerStats,
-    history: Vec<hytra_check::TxnRecord>,
-    /// By dense worker index.
-    reports: Vec<(usize, R)>,
-    attempts_total: u64,
+pub struct Part<R> {
+    /// Transaction counters of the process's workers, merged.
+    pub stats: TxnStats,
+    /// Runtime counters of the process's workers, merged.
+    pub rt: WorkerStats,
+    /// Committed transactions, when histories are recorded.
+    pub history: Vec<hytra_check::TxnRecord>,
+    /// Workload reports by dense worker index.
+    pub reports: Vec<(usize, R)>,
+    /// Transactions finished in the whole run.
+    pub attempts_total: u64,
     /// Tickets and calls never collected (R5).
-    leaked: u64,
-    all_done: bool,
-    elapsed_ns: u64,
-    wall_ns: u64,
-    datagrams_dropped: u64,
+    pub leaked: u64,
+    /// Whether every worker of the process finished.
+    pub all_done: bool,
+    /// The process's elapsed time.
+    pub elapsed_ns: u64,
+    /// The process's wall time.
+    pub wall_ns: u64,
+    /// Datagrams the process's fabric dropped.
+    pub datagrams_dropped: u64,
 }
 
-/// A replica's contents with where it lives: node, table, slot.
-type PlacedImage = (u16, u16, u16, ReplicaImage);
+/// A replica's contents with where it lives.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlacedImage {
+    /// Node.
+    pub node: u16,
+    /// Table id.
+    pub table: u16,
+    /// Replica slot on the node (0: primary).
+    pub slot: u16,
+    /// The contents.
+    pub image: ReplicaImage,
+}
+
+/// Why bytes did not decode as a [`Part`].
+#[derive(Debug, Error)]
+pub enum PartDecodeError {
+    /// The length of the JSON, or of the image count or placement, is missing.
+    #[error("the results end early: {0}")]
+    Short(#[from] ImageDecodeError),
+    /// The JSON is announced longer than what was sent.
+    #[error("{announced} bytes of JSON announced, {left} sent")]
+    JsonLength {
+        /// Announced.
+        announced: u64,
+        /// Left.
+        left: u64,
+    },
+    /// The JSON does not parse as a part.
+    #[error("the results do not parse: {0}")]
+    Json(#[from] serde_json::Error),
+    /// Bytes follow the last image.
+    #[error("{0} bytes after the last image")]
+    Trailing(usize),
+}
 
 impl<R: serde::Serialize + serde::de::DeserializeOwned> Part<R> {
     /// The part as sent to the first process, followed by the images of every replica of
     /// the sender's nodes, in binary (taken one at a time, so that only their encoding
     /// is held whole): the length of the JSON, the JSON, the number of images, then each
     /// image's node, table and slot (one word) and the image.
-    fn encode(&self, images: impl ExactSizeIterator<Item = PlacedImage>) -> Vec<u8> {
+    pub fn encode(&self, images: impl ExactSizeIterator<Item = PlacedImage>) -> Vec<u8> {
         let json = serde_json::to_vec(self).expect("results serialize");
         let mut out = Vec::with_capacity(json.len() + 16);
         out.extend_from_slice(&(json.len() as u64).to_le_bytes());
         out.extend_from_slice(&json);
         out.extend_from_slice(&(images.len() as u64).to_le_bytes());
-        for (node, table, slot, image) in images {
+        for PlacedImage { node, table, slot, image } in images {
             let place = u64::from(node) << 32 | u64::from(table) << 16 | u64::from(slot);
             out.extend_from_slice(&place.to_le_bytes());
             image.encode(&mut out);
@@ -263,26 +307,54 @@ impl<R: serde::Serialize + serde::de::DeserializeOwned> Part<R> {
         out
     }
 
-    /// Reads what [`Part::encode`] wrote.
-    fn decode(mut input: &[u8]) -> Result<(Part<R>, Vec<PlacedImage>), String> {
-        let json_len = take_word(&mut input).map_err(|e| e.to_string())?;
+    /// Reads what [`Part::encode`] wrote. The bytes come from another process: every
+    /// length is checked against what is left before anything is allocated, and the
+    /// placements are not checked against a cluster here (see `restore_images`).
+    pub fn decode(mut input: &[u8]) -> Result<(Part<R>, Vec<PlacedImage>), PartDecodeError> {
+        let json_len = take_word(&mut input)?;
         if json_len > input.len() as u64 {
-            return Err(format!("{json_len} bytes of JSON announced, {} sent", input.len()));
+            return Err(PartDecodeError::JsonLength {
+                announced: json_len,
+                left: input.len() as u64,
+            });
         }
         let (json, mut rest) = input.split_at(json_len as usize);
-        let part: Part<R> = serde_json::from_slice(json).map_err(|e| e.to_string())?;
-        let count = take_word(&mut rest).map_err(|e| e.to_string())?;
+        let part: Part<R> = serde_json::from_slice(json)?;
+        let count = take_word(&mut rest)?;
         let mut images = Vec::new();
         for _ in 0..count {
-            let place = take_word(&mut rest).map_err(|e| e.to_string())?;
-            let image = ReplicaImage::decode(&mut rest).map_err(|e| e.to_string())?;
-            images.push(((place >> 32) as u16, (place >> 16) as u16, place as u16, image));
+            let place = take_word(&mut rest)?;
+            let image = ReplicaImage::decode(&mut rest)?;
+            let (node, table, slot) = ((place >> 32) as u16, (place >> 16) as u16, place as u16);
+            images.push(PlacedImage { node, table, slot, image });
         }
         if !rest.is_empty() {
-            return Err(format!("{} bytes after the last image", rest.len()));
+            return Err(PartDecodeError::Trailing(rest.len()));
         }
         Ok((part, images))
     }
+}
+
+/// Restores the replica images a peer sent into this process's shadows of the peer's
+/// nodes (images of nodes this process hosts are its own, and skipped). An image placed
+/// on a node, table or replica slot that does not exist is refused: the bytes came from
+/// another process.
+fn restore_images(engine: &Engine, images: Vec<PlacedImage>) -> Result<(), BenchError> {
+    for PlacedImage { node, table, slot, image } in images {
+        let replica = engine
+            .nodes
+            .get(usize::from(node))
+            .and_then(|n| n.store.replica_at(hytra_store::TableId(table), slot));
+        let Some(replica) = replica else {
+            return Err(BenchError::Params(format!(
+                "a peer sent an image of node {node}, table {table}, slot {slot}, which this cluster does not have"
+            )));
+        };
+        if !engine.hosts(hytra_fabric::NodeId(node)) {
+            replica.restore(&image)?;
+        }
+    }
+    Ok(())
 }
 
 /// Runs this process's part of a cluster: the same as [`run`] when the backend hosts
@@ -370,7 +442,12 @@ pub fn run_partial<B: Backend, W: Workload>(
             .filter(|n| engine.hosts(n.node))
             .flat_map(|n| n.store.replicas().map(move |r| (n.node.0, r)))
             .collect();
-        let images = replicas.iter().map(|(node, r)| (*node, r.table.0, r.slot, r.image()));
+        let images = replicas.iter().map(|(node, r)| PlacedImage {
+            node: *node,
+            table: r.table.0,
+            slot: r.slot,
+            image: r.image(),
+        });
         let Some(blobs) = backend.gather(part.encode(images))? else { return Ok(None) };
         let mut parts = Vec::with_capacity(blobs.len());
         for b in blobs {
@@ -378,14 +455,7 @@ pub fn run_partial<B: Backend, W: Workload>(
                 .map_err(|e| BenchError::Params(format!("a peer's results do not decode: {e}")))?;
             drop(b);
             // Restored images are dropped at once: together they are the whole database.
-            for (node, table, slot, image) in images {
-                if !engine.hosts(hytra_fabric::NodeId(node)) {
-                    engine.nodes[usize::from(node)]
-                        .store
-                        .replica(hytra_store::TableId(table), slot)
-                        .restore(&image)?;
-                }
-            }
+            restore_images(&engine, images)?;
             parts.push(p);
         }
         parts
@@ -573,7 +643,8 @@ mod tests {
             next_overflow: 1,
             pages: vec![(4096 * n, vec![n, 0, u64::MAX])],
         };
-        let images = vec![(2, 7, 1, image(1)), (65535, 65535, 65535, image(2))];
+        let placed = |node, table, slot, image| PlacedImage { node, table, slot, image };
+        let images = vec![placed(2, 7, 1, image(1)), placed(65535, 65535, 65535, image(2))];
         let bytes = part.encode(images.clone().into_iter());
         let (back, back_images) = Part::<u32>::decode(&bytes).unwrap();
         assert_eq!(back.reports, vec![(3, 17)]);
@@ -585,5 +656,37 @@ mod tests {
         let mut longer = bytes.clone();
         longer.push(0);
         assert!(Part::<u32>::decode(&longer).is_err(), "a trailing byte was accepted");
+    }
+
+    /// A peer's image placed on a node, table or slot the cluster does not have is
+    /// refused; it used to index the engine's nodes and the store's replicas directly.
+    #[test]
+    fn an_image_placed_outside_the_cluster_is_refused() {
+        use hytra_fabric::sim::{SimCluster, SimConfig};
+        use hytra_store::{IndexLayout, Partitioner, TableId};
+
+        let shape = ClusterShape { nodes: 2, workers_per_node: 1, lanes_per_peer: 1 };
+        let mut b = SimCluster::new(SimConfig::new(shape, 1)).unwrap();
+        let table = TableSpec {
+            id: TableId(0),
+            name: "t".into(),
+            payload_words: 2,
+            capacity: 16,
+            partitioner: Partitioner::Modulo,
+            index: IndexLayout::Hashed,
+        };
+        let cfg = TxnConfig { replication: 2, ..TxnConfig::preset(hytra_txn::Design::DrtmH) };
+        let catalog = Catalog::new(vec![table], 2, 2).unwrap();
+        let engine = Engine::setup(&mut b, catalog, cfg, 1).unwrap();
+        let image = ReplicaImage { next_record: 0, next_overflow: 0, pages: Vec::new() };
+        let placed = |node, table, slot| PlacedImage { node, table, slot, image: image.clone() };
+        assert!(restore_images(&engine, vec![placed(1, 0, 1)]).is_ok(), "a real replica");
+        for (node, table, slot) in [(2, 0, 0), (u16::MAX, 0, 0), (0, 1, 0), (0, 0, 2)] {
+            let got = restore_images(&engine, vec![placed(node, table, slot)]);
+            assert!(
+                matches!(got, Err(BenchError::Params(_))),
+                "node {node} table {table} slot {slot}"
+            );
+        }
     }
 }

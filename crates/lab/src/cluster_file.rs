@@ -1,0 +1,148 @@
+//! The cluster file: a TOML file that names the nodes of a cluster of processes (host and
+//! bootstrap port), the cluster token, the UCX transports and the benchmark to run.
+//! [`parse`] reads and checks one; running it is the `hytra` binary's business (`hytra
+//! node`, `hytra cluster`). Not for: resolving hosts or building the benchmark's options.
+
+use serde::Deserialize;
+use thiserror::Error;
+
+use crate::{unknown_workload, WORKLOADS};
+
+/// A cluster file.
+#[derive(Deserialize, Debug, Clone, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterFile {
+    /// Shared secret: a node presenting another one is refused.
+    pub token: String,
+    /// UCX transports (UCX_TLS syntax).
+    #[serde(default = "default_transports")]
+    pub transports: String,
+    /// Workload name, as for `hytra bench --workload`, or `io` for one point of `hytra
+    /// io` on two nodes.
+    #[serde(default = "default_workload")]
+    pub workload: String,
+    /// Design preset.
+    #[serde(default = "default_design")]
+    pub design: String,
+    /// Workers per node (connections for `io`).
+    #[serde(default = "one")]
+    pub workers: u16,
+    /// Coroutines per worker.
+    pub coroutines: Option<u16>,
+    /// Replication factor.
+    pub replication: Option<u16>,
+    /// Measured seconds.
+    pub seconds: Option<f64>,
+    /// Seconds a node waits for the others (joining, and every exchange).
+    #[serde(default = "default_timeout")]
+    pub timeout_s: u64,
+    /// Further `hytra bench` (or `hytra io`) options, spelled as on its command line.
+    #[serde(default)]
+    pub bench_args: Vec<String>,
+    /// The nodes, node 0 first.
+    pub nodes: Vec<NodeEntry>,
+}
+
+/// One node of a cluster file.
+#[derive(Deserialize, Debug, Clone, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct NodeEntry {
+    /// Host name or address.
+    pub host: String,
+    /// Bootstrap port.
+    pub port: u16,
+}
+
+fn default_transports() -> String {
+    "sm".into()
+}
+fn default_workload() -> String {
+    "smallbank".into()
+}
+fn default_design() -> String {
+    "drtmh".into()
+}
+fn one() -> u16 {
+    1
+}
+fn default_timeout() -> u64 {
+    120
+}
+
+/// Why a cluster file was refused. The messages name no file: the caller prefixes the
+/// path.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum ClusterFileError {
+    /// Not TOML, or not the fields of a cluster file.
+    #[error("{0}")]
+    Toml(String),
+    /// No `[[nodes]]`.
+    #[error("no [[nodes]]")]
+    NoNodes,
+    /// An empty token.
+    #[error("the token must not be empty")]
+    EmptyToken,
+    /// `workload = "io"` on other than two nodes.
+    #[error("workload 'io' runs on two nodes (node 0 reads node 1's file), not {0}")]
+    IoNodes(usize),
+    /// `workload = "io"` with settings of a transactional benchmark.
+    #[error("coroutines and replication are not io settings (use --depths in bench_args)")]
+    IoSettings,
+    /// A workload that is neither `io` nor one of [`WORKLOADS`].
+    #[error("{}", unknown_workload(.0))]
+    UnknownWorkload(String),
+}
+
+/// Parses and checks a cluster file's text.
+pub fn parse(text: &str) -> Result<ClusterFile, ClusterFileError> {
+    let f: ClusterFile =
+        toml::from_str(text).map_err(|e| ClusterFileError::Toml(e.message().to_string()))?;
+    if f.nodes.is_empty() {
+        return Err(ClusterFileError::NoNodes);
+    }
+    if f.token.is_empty() {
+        return Err(ClusterFileError::EmptyToken);
+    }
+    if f.workload == "io" {
+        if f.nodes.len() != 2 {
+            return Err(ClusterFileError::IoNodes(f.nodes.len()));
+        }
+        if f.coroutines.is_some() || f.replication.is_some() {
+            return Err(ClusterFileError::IoSettings);
+        }
+        return Ok(f);
+    }
+    if !WORKLOADS.contains(&f.workload.as_str()) {
+        return Err(ClusterFileError::UnknownWorkload(f.workload));
+    }
+    Ok(f)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_parses_with_defaults_and_bad_ones_are_refused() {
+        let f = parse(
+            "token = \"t\"\n[[nodes]]\nhost = \"127.0.0.1\"\nport = 7000\n\
+             [[nodes]]\nhost = \"127.0.0.1\"\nport = 7001\n",
+        )
+        .unwrap();
+        assert_eq!((f.workload.as_str(), f.workers, f.timeout_s), ("smallbank", 1, 120));
+        assert_eq!(f.nodes[1], NodeEntry { host: "127.0.0.1".into(), port: 7001 });
+        assert_eq!(parse("token = \"t\"\nnodes = []\n"), Err(ClusterFileError::NoNodes));
+        let one = "[[nodes]]\nhost = \"h\"\nport = 1\n";
+        assert_eq!(parse(&format!("token = \"\"\n{one}")), Err(ClusterFileError::EmptyToken));
+        assert_eq!(
+            parse(&format!("token = \"t\"\nworkload = \"io\"\n{one}")),
+            Err(ClusterFileError::IoNodes(1))
+        );
+        assert_eq!(
+            parse(&format!("token = \"t\"\nworkload = \"nope\"\n{one}")),
+            Err(ClusterFileError::UnknownWorkload("nope".into()))
+        );
+        assert!(matches!(parse("token = 3\n"), Err(ClusterFileError::Toml(_))));
+        assert!(parse(&format!("token = \"t\"\nextra = 1\n{one}")).is_err(), "unknown field");
+    }
+}
