@@ -161,7 +161,11 @@ pub fn run(a: SwarmArgs) -> Result<(), CliError> {
         (None, Some(m)) => format!("seeds from {} for {m} minutes", a.from),
         (None, None) => unreachable!("a bound was set above"),
     };
-    eprintln!("swarm on {}: {bound}, {jobs} at once", backend.name());
+    let at_once = match backend {
+        SwarmBackend::Sim => format!("{jobs} at once"),
+        SwarmBackend::Local => "one at a time".to_string(),
+    };
+    eprintln!("swarm on {}: {bound}, {at_once}", backend.name());
     let terminal = std::io::stderr().is_terminal();
     let (mut done, mut failed) = (0u64, 0u64);
     let started = std::time::Instant::now();

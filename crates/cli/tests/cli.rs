@@ -443,3 +443,45 @@ fn offload_json_has_every_scenario_checked_and_replays() {
     // Virtual time and a fixed seed: a second run writes the same numbers.
     assert_eq!(v, read("offload-b.json"));
 }
+
+#[test]
+fn swarm_bad_input_gets_one_line_and_exit_2() {
+    assert_usage_errors(&[
+        &["swarm", "--seeds", "0"],
+        &["swarm", "--seeds", "-3"],
+        &["swarm", "--backend", "ucx"],
+        &["swarm", "--backend", "nope"],
+        &["swarm", "--minutes", "-1"],
+        &["swarm", "--minutes", "0"],
+        &["swarm", "--jobs", "0"],
+        &["swarm", "--seed", "3", "--seeds", "4"],
+        &["swarm", "--plant", "nothing"],
+        &["swarm", "--json", "/nonexistent-dir/out.json"],
+    ]);
+}
+
+#[test]
+fn swarm_passes_its_seeds_and_a_planted_bug_fails_with_its_replay() {
+    let json = temp("swarm.json");
+    let out = hytra(&["swarm", "--seeds", "4", "--from", "11", "--json", json.to_str().unwrap()]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("swarm: 4 seeds"), "{stdout}");
+    assert!(stdout.contains("covered:"), "{stdout}");
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(doc["seeds_run"], 4);
+    assert_eq!(doc["results"][0]["seed"], 11);
+    assert_eq!(doc["results"][3]["passed"], true);
+    // A planted bug: exit 1, the seed, its configuration and the command that replays it,
+    // which then shows the same trace hash.
+    let out = hytra(&["swarm", "--seeds", "3", "--plant", "skip-version-bump"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    let fail = stdout.lines().find(|l| l.starts_with("FAIL seed ")).expect("a failing seed");
+    let replay = stdout.lines().find_map(|l| l.trim().strip_prefix("replay: hytra ")).unwrap();
+    let hash = stdout.lines().find_map(|l| l.trim().strip_prefix("trace hash ")).unwrap();
+    let again = hytra(&replay.split(' ').collect::<Vec<_>>());
+    let again = String::from_utf8_lossy(&again.stdout);
+    assert!(again.contains(&format!("trace hash {hash}")), "{fail}\n{again}");
+    std::fs::remove_file(&json).ok();
+}

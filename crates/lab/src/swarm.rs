@@ -514,12 +514,30 @@ fn capture_panics() {
                     None => info.payload().downcast_ref::<String>().cloned().unwrap_or_default(),
                 };
                 let at = info.location().map(|l| format!(" at {l}")).unwrap_or_default();
-                PANIC.with(|p| *p.borrow_mut() = Some(format!("{msg}{at}")));
+                let trace = hytra_frames(&std::backtrace::Backtrace::force_capture().to_string());
+                PANIC.with(|p| *p.borrow_mut() = Some(format!("{msg}{at}{trace}")));
             } else {
                 previous(info);
             }
         }));
     });
+}
+
+/// The frames of a backtrace that are hytra's own code (where a panic came from, without
+/// the standard library's and the panic machinery's frames), as " (via f, g, ...)".
+fn hytra_frames(trace: &str) -> String {
+    const FRAMES_MAX: usize = 8;
+    let frames: Vec<&str> = trace
+        .lines()
+        .map(str::trim)
+        .filter_map(|l| l.split_once(": ").map(|(_, f)| f))
+        .filter(|f| f.starts_with("hytra_") && !f.contains("swarm::capture_panics"))
+        .take(FRAMES_MAX)
+        .collect();
+    match frames.is_empty() {
+        true => String::new(),
+        false => format!(" (via {})", frames.join(" <- ")),
+    }
 }
 
 /// Runs a draw, catching a panic as a finding.

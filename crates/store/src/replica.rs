@@ -733,6 +733,30 @@ mod tests {
     }
 
     #[test]
+    fn a_log_applier_never_writes_a_slot_still_being_initialised() {
+        let r = replica(16);
+        // A slot another applier allocated and began to initialise: its key word is
+        // there, its checksum not yet. The hint points at it.
+        let slot = r.next_record.fetch_add(1, Ordering::Relaxed);
+        let off = r.geom.record_offset(slot);
+        r.region.store(off + KEY_WORD * 8, 7);
+        r.apply_logged(off, 7, 3, &[1, 2]).unwrap();
+        // Written there, the rest of the initialisation would have overwritten the
+        // version (and left the checksum of another record): the index is used instead.
+        assert_eq!(r.region.load(off + VERSION_WORD * 8), 0, "the half-made slot was written");
+        let at = r.lookup(7).unwrap();
+        assert_ne!(at, off);
+        let mut p = [0u64; 2];
+        assert_eq!(version_number(r.read(at, 7, &mut p).unwrap().version), 3);
+        assert_eq!(p, [1, 2]);
+        // An initialised record is written at its hint, and a payload of another length
+        // is refused (a log entry from another node is not trusted).
+        r.apply_logged(at, 7, 4, &[5, 6]).unwrap();
+        assert_eq!(version_number(r.header(at).version), 4);
+        assert_eq!(r.apply_logged(at, 7, 5, &[1]), Err(StoreError::PayloadSize(TableId(0), 1)));
+    }
+
+    #[test]
     fn concurrent_inserts_of_one_key_give_one_record() {
         let r = std::sync::Arc::new(replica(1000));
         let offs: Vec<u64> = std::thread::scope(|s| {

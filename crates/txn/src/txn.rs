@@ -427,7 +427,14 @@ impl<E: Endpoint> Txn<'_, E> {
     /// A record's payload words, to change; the record joins the write set.
     pub fn update(&mut self, r: Rec) -> &mut [u64] {
         let a = &mut self.ctx.acc[usize::from(r.0)];
-        assert!(a.present || a.insert, "update of an absent record (insert it instead)");
+        assert!(
+            a.present || a.insert,
+            "update of an absent record (insert it instead): {:?} key {}, read at {:?} (offset {:?})",
+            a.table,
+            a.key,
+            a.read_version,
+            a.off
+        );
         a.write = true;
         let (at, len) = (a.at as usize, usize::from(a.len));
         &mut self.ctx.payload[at..at + len]
@@ -611,7 +618,7 @@ impl<E: Endpoint> TxnCtx<E> {
                 }
                 match self.follow(i, next, for_update).await {
                     Ok(p) => pending.push((i, p)),
-                    Err(Abort(AbortReason::Full)) if !pending.is_empty() => stalled.push((i, next)),
+                    Err(Abort(AbortReason::Full)) => stalled.push((i, next)),
                     Err(e) => result = Err(e),
                 }
             }
@@ -619,7 +626,8 @@ impl<E: Endpoint> TxnCtx<E> {
                 break;
             }
             // Everything in flight landed: the scratch is free for the stalled ones (at
-            // least the first fits, so every round makes progress).
+            // least the first fits, so every round makes progress; a follow-up that does
+            // not fit an empty scratch ends the attempt).
             self.scratch_used = 0;
             for (i, next) in std::mem::take(&mut stalled) {
                 match self.follow(i, next, for_update).await {

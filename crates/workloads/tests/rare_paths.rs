@@ -10,7 +10,7 @@ use std::sync::Arc;
 use hytra_fabric::sim::{SimCluster, SimConfig};
 use hytra_fabric::{ClusterShape, Endpoint, RunLimits};
 use hytra_rt::{run_workers_with, RtConfig};
-use hytra_store::layout::{slot_tag, Owner, RECORD_HEADER_WORDS};
+use hytra_store::layout::{is_present, slot_tag, Owner, ABSENT, RECORD_HEADER_WORDS};
 use hytra_store::{Catalog, IndexLayout, Partitioner, TableId, TableSpec};
 use hytra_txn::{AbortReason, Design, Engine, NodeEngine, Outcome, TxnConfig, TxnCtx, TxnStats};
 
@@ -37,7 +37,20 @@ enum Scenario {
     /// Nothing planted: one transaction writes every record of node 1; a few round trips
     /// after it commits, the payload reports how many are still locked.
     WriteMany,
+    /// `KEY` is deleted (absent at a version above 0) and `NEVER` was never inserted: a
+    /// transaction reads both for update, finds them absent, writes neither and commits.
+    /// The payload reports whether each holds a value afterwards.
+    ReadAbsentForUpdate,
+    /// The transaction reads `NEVER` (absent), then, before it commits, another inserts
+    /// and deletes it; the transaction's insert over the absence it read must fail
+    /// validation. The second attempt inserts it.
+    InsertOverChangedAbsence,
+    /// The transaction inserts `NEVER` (on node 1, a remote primary).
+    Insert,
 }
+
+/// A key never loaded (odd: primary on node 1).
+const NEVER: u64 = 41;
 
 /// A key inserted by the Unpublished scenario (odd: primary on node 1).
 const NEW: u64 = 21;
@@ -46,9 +59,11 @@ const PUBLISH_AT_NS: u64 = 8_000;
 /// land in this time, passive ACK or not.
 const WRITE_MANY_GRACE_NS: u64 = 8_000;
 
-fn setup(mut cfg: TxnConfig) -> (SimCluster, Engine) {
+fn setup(mut cfg: TxnConfig, coherent: bool) -> (SimCluster, Engine) {
     let shape = ClusterShape { nodes: 2, workers_per_node: 1, lanes_per_peer: 1 };
-    let mut b = SimCluster::new(SimConfig::new(shape, 1)).unwrap();
+    let mut sim = SimConfig::new(shape, 1);
+    sim.profile.atomics_coherent = coherent;
+    let mut b = SimCluster::new(sim).unwrap();
     let table = TableSpec {
         id: T,
         name: "t".into(),
@@ -74,8 +89,17 @@ fn run(design: Design, scenario: Scenario) -> (Vec<Outcome>, Vec<u64>, TxnStats)
 }
 
 fn run_cfg(cfg: TxnConfig, scenario: Scenario) -> (Vec<Outcome>, Vec<u64>, TxnStats) {
+    run_on(cfg, scenario, false)
+}
+
+/// [`run_cfg`] on a NIC whose atomics are coherent with the CPU's (`coherent`) or not.
+fn run_on(
+    cfg: TxnConfig,
+    scenario: Scenario,
+    coherent: bool,
+) -> (Vec<Outcome>, Vec<u64>, TxnStats) {
     let design = cfg.design;
-    let (mut b, engine) = setup(cfg);
+    let (mut b, engine) = setup(cfg, coherent);
     let unpublished = matches!(scenario, Scenario::Unpublished).then(|| hide_offset(&engine));
     let limits = RunLimits { time_limit_ns: 50_000_000 };
     let (mut results, stats) = run_workers_with(
@@ -143,7 +167,19 @@ async fn play<E: Endpoint>(
             here.store.cache().put(T, KEY, primary.lookup(OTHER).unwrap());
         }
         Scenario::Locked => primary.try_lock(off, foreign).unwrap(),
-        Scenario::Changed | Scenario::Unpublished | Scenario::WriteMany => {}
+        Scenario::ReadAbsentForUpdate => {
+            // Deleted at version 5, at the primary and its backup alike.
+            for node in [here, there] {
+                let r = node.store.replica_of(T, 1).unwrap();
+                let at = r.lookup(KEY).unwrap();
+                r.write_back(at, 5 | ABSENT, KEY, &[KEY, KEY]);
+            }
+        }
+        Scenario::Changed
+        | Scenario::Unpublished
+        | Scenario::WriteMany
+        | Scenario::InsertOverChangedAbsence
+        | Scenario::Insert => {}
     }
     let mut outcomes = Vec::new();
     let mut seen = Vec::new();
@@ -155,7 +191,10 @@ async fn play<E: Endpoint>(
                 Scenario::StaleCache
                 | Scenario::Changed
                 | Scenario::Unpublished
-                | Scenario::WriteMany => {}
+                | Scenario::WriteMany
+                | Scenario::ReadAbsentForUpdate
+                | Scenario::InsertOverChangedAbsence
+                | Scenario::Insert => {}
             }
         }
         let mut t = ctx.begin(0);
@@ -186,6 +225,24 @@ async fn play<E: Endpoint>(
                         t.update(r)[0] += 1;
                     }
                 }
+                Scenario::ReadAbsentForUpdate => {
+                    let [a, b] = t.read_many([(T, KEY), (T, NEVER)], true).await?;
+                    assert!(!t.exists(a) && !t.exists(b), "both read as absent");
+                }
+                Scenario::InsertOverChangedAbsence => {
+                    let r = t.read(T, NEVER).await?;
+                    assert!(!t.exists(r));
+                    if round == 0 {
+                        // Another transaction inserts NEVER (version 1), a third deletes
+                        // it (version 2, absent).
+                        let at = primary.lookup_or_insert(NEVER).unwrap();
+                        primary.write_back(at, 2 | ABSENT, NEVER, &[0, 0]);
+                    }
+                    t.insert_over(r, &[NEVER, NEVER])?;
+                }
+                Scenario::Insert => {
+                    t.insert(T, NEVER, &[NEVER, NEVER])?;
+                }
             }
             Ok(())
         }
@@ -201,6 +258,28 @@ async fn play<E: Endpoint>(
                 .filter(|&k| primary.header(primary.lookup(k).unwrap()).lock != 0)
                 .count();
             seen = vec![locked as u64];
+        }
+        if let Scenario::ReadAbsentForUpdate = scenario {
+            seen = [KEY, NEVER]
+                .iter()
+                .map(|&k| {
+                    primary.lookup(k).map_or(0, |o| is_present(primary.header(o).version) as u64)
+                })
+                .collect();
+        }
+        if let Scenario::Insert = scenario {
+            // With passive ACK the write-back may still be on its way.
+            let until = ctx.co().now_ns() + WRITE_MANY_GRACE_NS;
+            while ctx.co().now_ns() < until {
+                ctx.co().yield_now().await;
+            }
+            let at = primary.lookup(NEVER).expect("inserted");
+            let h = primary.header(at);
+            seen = vec![h.lock, is_present(h.version) as u64];
+            if round == 0 {
+                // Delete it again behind the engine's back, for the second attempt.
+                primary.write_back(at, h.version | ABSENT, NEVER, &[0, 0]);
+            }
         }
     }
     (outcomes, seen)
@@ -280,6 +359,42 @@ fn a_commit_releases_all_its_locks_within_a_few_round_trips() {
             let what = format!("{design:?}, passive ACK {passive_ack}");
             assert_eq!(outcomes, [Outcome::Committed, Outcome::Committed], "{what}");
             assert_eq!(locked, [0], "{what}: records still locked");
+        }
+    }
+}
+
+#[test]
+fn a_record_read_absent_and_not_written_stays_absent() {
+    for design in Design::ALL {
+        let (outcomes, present, _) = run(design, Scenario::ReadAbsentForUpdate);
+        assert_eq!(outcomes, [Outcome::Committed, Outcome::Committed], "{design:?}");
+        // Neither a deleted record nor one never inserted comes back as a row.
+        assert_eq!(present, [0, 0], "{design:?}: records with a value afterwards");
+    }
+}
+
+#[test]
+fn an_insert_over_an_absence_that_changed_fails_validation() {
+    for design in Design::ALL {
+        let (outcomes, _, _) = run(design, Scenario::InsertOverChangedAbsence);
+        assert_eq!(
+            outcomes,
+            [Outcome::Aborted(AbortReason::Validation), Outcome::Committed],
+            "{design:?}"
+        );
+    }
+}
+
+#[test]
+fn a_remote_insert_locks_once_whatever_the_atomics() {
+    // On a NIC whose atomics are coherent with the CPU's, the primary's handler once
+    // locked the record it created for a NIC-locking insert, whose CAS then failed.
+    for design in Design::ALL {
+        for coherent in [false, true] {
+            let (outcomes, seen, _) = run_on(TxnConfig::preset(design), Scenario::Insert, coherent);
+            let what = format!("{design:?}, coherent atomics {coherent}");
+            assert_eq!(outcomes, [Outcome::Committed, Outcome::Committed], "{what}");
+            assert_eq!(seen, [0, 1], "{what}: unlocked and present after the commit");
         }
     }
 }

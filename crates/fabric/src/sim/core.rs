@@ -63,8 +63,8 @@ pub(crate) enum Event {
     /// A one-sided request reaches the target NIC.
     Arrive(OneSided),
     /// The next 64-byte line of a READ or WRITE takes effect at its target, `from` bytes
-    /// into the transfer.
-    Line { op: OneSided, from: u32 },
+    /// into the transfer; after the last, its completion (due at `cqe_at`) is handed over.
+    Line { op: OneSided, from: u32, cqe_at: Ps },
     /// A datagram reaches the receiving NIC.
     Deliver(Datagram),
     /// A worker may run (stale if `token` no longer matches).

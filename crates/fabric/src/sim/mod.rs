@@ -364,7 +364,7 @@ impl SimCluster {
     ) {
         match event {
             Event::Arrive(op) => self.core.borrow_mut().arrive(op),
-            Event::Line { op, from } => self.core.borrow_mut().line(op, from),
+            Event::Line { op, from, cqe_at } => self.core.borrow_mut().line(op, from, cqe_at),
             Event::Deliver(dg) => self.core.borrow_mut().deliver(dg),
             Event::NodeFault { index } => self.core.borrow_mut().node_fault(index),
             Event::Resume { node } => self.core.borrow_mut().resume(node),

@@ -521,7 +521,7 @@ impl Core {
             OpKind::Write => self.model.target_write,
             _ => self.model.target_read,
         };
-        let (status, value) = self.apply(&op, src_node);
+        let (status, value, rest) = self.apply(&op, src_node);
         // The answer leaves once the last line has taken effect, and the connection's
         // next request takes effect only after it (strictly: its lines are later events).
         let last = self.model.last_line(&op.flat, now);
@@ -546,8 +546,19 @@ impl Core {
             };
         let left = self.transmit(target, t, back_bytes);
         let back = self.receive(src_node, left + self.model.wire, back_bytes);
-        if op.signaled || status != Status::Success {
-            self.push_cqe(&op, back + self.model.completion, status, value);
+        let cqe_at = back + self.model.completion;
+        match rest {
+            // The completion is handed over with the last line: a worker whose clock ran
+            // ahead of the events must not see it (and read or reuse the buffer) before
+            // every line took effect.
+            Some(from) => {
+                let at = now + self.model.line(op.flat.kind);
+                self.schedule(at, Event::Line { op, from, cqe_at });
+            }
+            None if op.signaled || status != Status::Success => {
+                self.push_cqe(&op, cqe_at, status, value)
+            }
+            None => {}
         }
     }
 
@@ -562,8 +573,9 @@ impl Core {
     }
 
     /// Applies the memory effect of a request that reached a live target: all of it, or
-    /// its first line if it spans several (the others follow as `Line` events).
-    fn apply(&mut self, op: &OneSided, src_node: NodeId) -> (Status, u64) {
+    /// its first line if it spans several; then also returns where the rest starts, for
+    /// the caller to schedule as `Line` events.
+    fn apply(&mut self, op: &OneSided, src_node: NodeId) -> (Status, u64, Option<u32>) {
         let regions = &self.regions;
         let inline = op.inline.map(|i| self.inline_pool.get(i));
         let target_op = op.flat.target_op(&regions[usize::from(src_node.0)], inline);
@@ -572,29 +584,31 @@ impl Core {
         let (offset, len) = target_op.span();
         let (n, first) = lines(offset, len);
         if n == 1 || matches!(op.flat.kind, OpKind::Cas | OpKind::Faa) {
-            let result = execute(target, target_op);
+            let (status, value) = execute(target, target_op);
             self.release_inline(op);
-            return result;
+            return (status, value, None);
         }
         let status = check_target(target, &target_op);
         if status != Status::Success {
             self.release_inline(op);
-            return (status, 0);
+            return (status, 0, None);
         }
-        let result = execute(target, target_op.piece(0, first));
-        debug_assert_eq!(result.0, Status::Success, "the whole range was checked");
-        let at = self.now + self.model.line(op.flat.kind);
-        self.schedule(at, Event::Line { op: op.clone(), from: first as u32 });
-        result
+        let (status, value) = execute(target, target_op.piece(0, first));
+        debug_assert_eq!(status, Status::Success, "the whole range was checked");
+        (status, value, Some(first as u32))
     }
 
-    /// The next line of a READ or WRITE takes effect. A target that crashed meanwhile
-    /// applies no more of it.
-    pub(crate) fn line(&mut self, op: OneSided, from: u32) {
+    /// The next line of a READ or WRITE takes effect; after the last, the request's
+    /// completion (due at `cqe_at`) is handed to its worker if it is signaled. A target
+    /// that crashed meanwhile applies no more of it, and the request fails after the
+    /// transport's retries, signaled or not (R2).
+    pub(crate) fn line(&mut self, op: OneSided, from: u32, cqe_at: Ps) {
         let src_node = self.shape.worker_at(op.src as usize).node;
         let remote = op.flat.remote;
         if self.nics[usize::from(remote.node.0)].state == NodeState::Crashed {
             self.release_inline(&op);
+            let late = cqe_at.max(self.now) + self.model.rc_timeout;
+            self.push_cqe(&op, late, Status::Unreachable, 0);
             return;
         }
         let regions = &self.regions;
@@ -608,9 +622,12 @@ impl Core {
         self.trace.add(0x11E << 48 ^ op.wr_id ^ from);
         if from + len < total {
             let at = self.now + self.model.line(op.flat.kind);
-            self.schedule(at, Event::Line { op, from: (from + len) as u32 });
+            self.schedule(at, Event::Line { op, from: (from + len) as u32, cqe_at });
         } else {
             self.release_inline(&op);
+            if op.signaled {
+                self.push_cqe(&op, cqe_at, Status::Success, 0);
+            }
         }
     }
 
@@ -656,5 +673,58 @@ fn status_code(s: Status) -> u64 {
         Status::Success => 0,
         Status::RemoteAccess(_) => 1,
         Status::Unreachable => 3,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::{ClusterShape, LocalAddr, RemoteAddr};
+    use crate::memory::Region;
+    use crate::sim::faults::FaultConfig;
+
+    /// A worker's clock may run ahead of the events within a step; were a READ's
+    /// completion queued before its last line took effect, such a worker could see it and
+    /// read a destination half written. It is queued with the last line.
+    #[test]
+    fn a_completion_is_queued_only_once_every_line_took_effect() {
+        let shape = ClusterShape { nodes: 2, workers_per_node: 1, lanes_per_peer: 1 };
+        let mut core = Core::new(shape, &NicProfile::cx4(), FaultConfig::none(), 1, true);
+        let bytes = 1024u64;
+        for n in 0..2 {
+            let r = Region::zeroed(bytes);
+            for w in 0..bytes / 8 {
+                r.store(w * 8, 7 + u64::from(n));
+            }
+            core.add_region(NodeId(n), r, None);
+        }
+        let wr = WorkRequest::Read {
+            remote: RemoteAddr { node: NodeId(1), rkey: crate::ids::Rkey(0), offset: 0 },
+            local: LocalAddr { rkey: crate::ids::Rkey(0), offset: 0 },
+            len: bytes as u32,
+        };
+        core.post(0, Qp::to(NodeId(1)), 5, &wr, OpFlags::SIGNALED).unwrap();
+        let (mut lines, mut queued_at) = (0, None);
+        while let Some(e) = core.pop(u64::MAX) {
+            match e {
+                Event::Arrive(op) => core.arrive(op),
+                Event::Line { op, from, cqe_at } => {
+                    lines += 1;
+                    core.line(op, from, cqe_at)
+                }
+                _ => {}
+            }
+            let dst = &core.regions[0][0];
+            let landed = (0..bytes / 8).filter(|w| dst.load(w * 8) == 8).count() as u64;
+            match core.workers[0].cq.len() {
+                0 => {}
+                _ => {
+                    assert_eq!(landed, bytes / 8, "queued with {landed} words landed");
+                    queued_at.get_or_insert(core.now);
+                }
+            }
+        }
+        assert_eq!(lines, bytes / LINE_BYTES - 1, "the READ took effect line by line");
+        assert!(queued_at.is_some(), "the completion was queued");
     }
 }

@@ -1,0 +1,220 @@
+//! What the simulator shows of one-sided requests that real NICs show too: a READ or
+//! WRITE longer than a cache line takes effect line by line, so a READ racing a WRITE can
+//! return a torn mix (M2); a connection still applies its requests in order (R1); and a
+//! partition that heals within the transport's retry time only delays requests.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use hytra_fabric::sim::faults::{FaultConfig, Partition};
+use hytra_fabric::sim::{SimCluster, SimConfig};
+use hytra_fabric::testing::run_scripts;
+use hytra_fabric::{
+    Backend, ClusterShape, Completion, Endpoint, LocalAddr, NodeId, OpFlags, Qp, RegionSpec,
+    RemoteAddr, Rkey, Status, WorkRequest, WriteSrc,
+};
+
+const BODY_WORDS: u64 = 128;
+const BODY_BYTES: u64 = BODY_WORDS * 8;
+const ROUNDS: u64 = 40;
+
+fn cluster(nodes: u16, faults: FaultConfig) -> (SimCluster, Rkey, Rkey) {
+    let shape = ClusterShape { nodes, workers_per_node: 1, lanes_per_peer: 1 };
+    let mut cfg = SimConfig::new(shape, 5);
+    cfg.faults = faults;
+    let mut b = SimCluster::new(cfg).unwrap();
+    let data = b.register_all(RegionSpec::new(BODY_BYTES + 64)).unwrap();
+    let scratch = b.register_all(RegionSpec::new(18 * BODY_BYTES)).unwrap();
+    (b, data, scratch)
+}
+
+fn write_body(ep: &mut impl Endpoint, scratch: Rkey, data: Rkey, value: u64, flags: OpFlags) {
+    write_body_at(ep, scratch, data, value, 0, flags);
+}
+
+/// WRITEs `value` into every word of node 0's body from scratch at `from`, which stays
+/// untouched until the WRITE completes (M5).
+fn write_body_at(
+    ep: &mut impl Endpoint,
+    scratch: Rkey,
+    data: Rkey,
+    value: u64,
+    from: u64,
+    flags: OpFlags,
+) {
+    let s = ep.region(scratch).unwrap().clone();
+    for w in 0..BODY_WORDS {
+        s.store(from + w * 8, value);
+    }
+    let wr = WorkRequest::Write {
+        remote: RemoteAddr { node: NodeId(0), rkey: data, offset: 0 },
+        src: WriteSrc::Local {
+            addr: LocalAddr { rkey: scratch, offset: from },
+            len: BODY_BYTES as u32,
+        },
+    };
+    ep.post(Qp::to(NodeId(0)), value, &wr, flags).unwrap();
+}
+
+#[test]
+fn a_read_racing_a_write_can_return_a_mix_of_whole_lines() {
+    // Node 1 writes the body over and over, each time with a new value; node 2 reads it
+    // over and over. Some READ must see two values, and each 64-byte line one.
+    let (mut b, data, scratch) = cluster(3, FaultConfig::none());
+    let torn = AtomicU64::new(0);
+    let reads = AtomicU64::new(0);
+    run_scripts(&mut b, |ep| {
+        let me = ep.me().node.0;
+        let (mut round, mut waiting) = (0u64, false);
+        let (torn, reads) = (&torn, &reads);
+        move |ep: &mut _| {
+            let ep: &mut <SimCluster as Backend>::Ep = ep;
+            let mut c = [Completion::EMPTY; 4];
+            if waiting {
+                if ep.poll_cq(&mut c) == 0 {
+                    return false;
+                }
+                assert_eq!(c[0].status, Status::Success);
+                waiting = false;
+                if me == 2 {
+                    let s = ep.region(scratch).unwrap();
+                    let words: Vec<u64> =
+                        (0..BODY_WORDS).map(|w| s.load(BODY_BYTES + w * 8)).collect();
+                    for line in words.chunks(8) {
+                        assert!(line.iter().all(|&w| w == line[0]), "a line torn inside: {line:?}");
+                    }
+                    reads.fetch_add(1, Ordering::Relaxed);
+                    if words.iter().any(|&w| w != words[0]) {
+                        torn.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+            if round == ROUNDS * 4 || me == 0 {
+                return true;
+            }
+            round += 1;
+            waiting = true;
+            if me == 1 {
+                // A batch of WRITEs back to back keeps the body being written most of the
+                // time; each has its own source buffer (M5).
+                for k in 0..16u64 {
+                    let value = round * 16 + k;
+                    let flags = if k == 15 { OpFlags::SIGNALED } else { OpFlags::NONE };
+                    write_body_at(ep, scratch, data, value, (2 + k) * BODY_BYTES, flags);
+                }
+            } else {
+                let wr = WorkRequest::Read {
+                    remote: RemoteAddr { node: NodeId(0), rkey: data, offset: 0 },
+                    local: LocalAddr { rkey: scratch, offset: BODY_BYTES },
+                    len: BODY_BYTES as u32,
+                };
+                ep.post(Qp::to(NodeId(0)), round, &wr, OpFlags::SIGNALED).unwrap();
+            }
+            false
+        }
+    });
+    assert_eq!(reads.load(Ordering::Relaxed), ROUNDS * 4);
+    assert!(torn.load(Ordering::Relaxed) > 0, "no READ saw a WRITE half done");
+}
+
+#[test]
+fn a_connection_applies_a_request_after_the_last_line_of_the_one_before() {
+    // Also when both were held back by a partition and go through together as it heals.
+    let partition = Partition { side: vec![NodeId(0)], from_ns: 5_000, until_ns: 100_000 };
+    for faults in
+        [FaultConfig::none(), FaultConfig { partitions: vec![partition], ..FaultConfig::none() }]
+    {
+        write_then_flag(faults);
+    }
+}
+
+/// Node 1 writes the body with a value, then a flag word with the same value, on one
+/// connection. Node 0 watches: whenever the flag shows a value, the whole body shows it
+/// or a later one.
+fn write_then_flag(faults: FaultConfig) {
+    let (mut b, data, scratch) = cluster(2, faults);
+    let checks = AtomicU64::new(0);
+    run_scripts(&mut b, |ep| {
+        let me = ep.me().node.0;
+        let mut round = 0u64;
+        let checks = &checks;
+        move |ep: &mut _| {
+            let ep: &mut <SimCluster as Backend>::Ep = ep;
+            if me == 0 {
+                let d = ep.region(data).unwrap();
+                let flag = d.load(BODY_BYTES);
+                for w in 0..BODY_WORDS {
+                    let v = d.load(w * 8);
+                    assert!(v >= flag, "word {w} is {v} after flag {flag}: the flag overtook");
+                }
+                checks.fetch_add(1, Ordering::Relaxed);
+                return flag == ROUNDS;
+            }
+            let mut c = [Completion::EMPTY; 4];
+            if round > 0 && ep.poll_cq(&mut c) == 0 {
+                return false;
+            }
+            if round == ROUNDS {
+                return true;
+            }
+            round += 1;
+            write_body(ep, scratch, data, round, OpFlags::NONE);
+            let flag = WorkRequest::Write {
+                remote: RemoteAddr { node: NodeId(0), rkey: data, offset: BODY_BYTES },
+                src: WriteSrc::Bytes(&round.to_le_bytes()),
+            };
+            ep.post(Qp::to(NodeId(0)), 0, &flag, OpFlags::SIGNALED | OpFlags::INLINE).unwrap();
+            false
+        }
+    });
+    assert!(checks.load(Ordering::Relaxed) > ROUNDS, "the watcher looked often enough");
+}
+
+/// Node 0 READs node 1 once, at `post_at_ns`; returns the status and when it completed.
+fn read_across(partition: Partition, post_at_ns: u64) -> (Status, u64) {
+    let faults = FaultConfig { partitions: vec![partition], ..FaultConfig::none() };
+    let (mut b, data, scratch) = cluster(2, faults);
+    let out = std::sync::Mutex::new((Status::Success, 0u64));
+    run_scripts(&mut b, |ep| {
+        let me = ep.me().node.0;
+        let mut posted = false;
+        let out = &out;
+        move |ep: &mut _| {
+            let ep: &mut <SimCluster as Backend>::Ep = ep;
+            if me == 1 {
+                return true;
+            }
+            if !posted {
+                if ep.now_ns() < post_at_ns {
+                    return false;
+                }
+                let wr = WorkRequest::Read {
+                    remote: RemoteAddr { node: NodeId(1), rkey: data, offset: 0 },
+                    local: LocalAddr { rkey: scratch, offset: 0 },
+                    len: 64,
+                };
+                ep.post(Qp::to(NodeId(1)), 1, &wr, OpFlags::SIGNALED).unwrap();
+                posted = true;
+            }
+            let mut c = [Completion::EMPTY; 1];
+            if ep.poll_cq(&mut c) == 0 {
+                return false;
+            }
+            *out.lock().unwrap() = (c[0].status, ep.now_ns());
+            true
+        }
+    });
+    out.into_inner().unwrap()
+}
+
+#[test]
+fn a_partition_that_heals_in_time_delays_requests_and_a_longer_one_fails_them() {
+    let short = Partition { side: vec![NodeId(1)], from_ns: 10_000, until_ns: 200_000 };
+    let (status, at) = read_across(short, 50_000);
+    assert_eq!(status, Status::Success, "retransmitted once the partition healed");
+    assert!(at > 200_000 && at < 210_000, "completed at {at} ns, after the partition");
+    // The profiles give up after 0.5 ms of retries.
+    let long = Partition { side: vec![NodeId(1)], from_ns: 10_000, until_ns: 5_000_000 };
+    let (status, at) = read_across(long, 50_000);
+    assert_eq!(status, Status::Unreachable);
+    assert!(at < 5_000_000, "failed at {at} ns, before the partition healed");
+}
