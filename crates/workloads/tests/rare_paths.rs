@@ -263,7 +263,9 @@ async fn play<E: Endpoint>(
             seen = [KEY, NEVER]
                 .iter()
                 .map(|&k| {
-                    primary.lookup(k).map_or(0, |o| is_present(primary.header(o).version) as u64)
+                    primary
+                        .lookup(k)
+                        .map_or(0, |o| u64::from(is_present(primary.header(o).version)))
                 })
                 .collect();
         }
@@ -275,7 +277,7 @@ async fn play<E: Endpoint>(
             }
             let at = primary.lookup(NEVER).expect("inserted");
             let h = primary.header(at);
-            seen = vec![h.lock, is_present(h.version) as u64];
+            seen = vec![h.lock, u64::from(is_present(h.version))];
             if round == 0 {
                 // Delete it again behind the engine's back, for the second attempt.
                 primary.write_back(at, h.version | ABSENT, NEVER, &[0, 0]);
