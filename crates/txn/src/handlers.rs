@@ -95,7 +95,8 @@ fn lock<E: Endpoint>(node: &NodeEngine, ctx: &mut HandlerCtx<'_, E>, req: &[u8])
     let Some(r) = RecordReq::decode(req) else { return refuse(ctx.reply) };
     let Some(replica) = primary(node, r.table, r.key) else { return refuse(ctx.reply) };
     // A design that locks by NIC on a fabric whose atomics are not coherent with the
-    // CPU's must never see a CPU CAS on a lock word (M6): only NO_LOCK requests are served.
+    // CPU's must never see a CPU CAS on a lock word (M6, T8): only NO_LOCK requests are
+    // served.
     if r.flags & NO_LOCK == 0 && node.cfg.nic_locks() && !ctx.ep.caps().atomics_coherent {
         return refuse(ctx.reply);
     }

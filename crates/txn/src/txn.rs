@@ -47,7 +47,7 @@ const TORN_RETRIES_MAX: u32 = 16;
 /// Times one access's READ, LOCK or VALIDATE call is sent again after timing out before
 /// the attempt aborts: these calls are idempotent for an attempt, so a lost datagram
 /// need not cost the transaction (a big one, hundreds of calls, would otherwise hardly
-/// ever commit on a lossy network), while a dead or paused peer still ends it.
+/// ever commit on a lossy network), while a dead or paused peer still ends it (P6).
 pub(crate) const RPC_RESENDS_MAX: u8 = 3;
 
 /// A record in the transaction's access set (an index into it).
@@ -99,7 +99,7 @@ impl Access {
     /// Whether a write leaves the record without a value: a delete, or a record read as
     /// absent and written without an insert (read for update, then left alone). Such a
     /// write installs an absent version, so it can neither create a row nor bring a
-    /// deleted one back.
+    /// deleted one back (docs/INVARIANTS.md T7).
     pub(crate) fn absent_after(&self) -> bool {
         self.delete || !self.present
     }
