@@ -6,7 +6,9 @@
 //! written separately, so a reader can see a torn entry. That is harmless by design: the
 //! record header carries its key, and a reader that reaches the wrong record falls back
 //! (and the entry is refreshed). The primary node and region key are not stored; they
-//! follow from (table, key). Set-associative, bounded in bytes, round-robin eviction per
+//! follow from (table, key) and the placement in force. An entry keeps the generation of
+//! its partition's placement it was learned under: one learned before the partition's
+//! primary moved names an offset in another replica's layout and is not used. Set-associative, bounded in bytes, round-robin eviction per
 //! set (deterministic in the simulator). It keeps no counters: shared counters would make
 //! every lookup of every thread contend on one cache line (the engine counts per worker).
 //!
@@ -27,7 +29,8 @@ pub const ENTRY_BYTES: u64 = 16;
 
 /// A node's location cache.
 pub struct LocationCache {
-    /// Per entry: the key, then `table << 48 | offset_words + 1` (0: empty).
+    /// Per entry: the key, then `table << 56 | generation << 48 | offset_words + 1` (0:
+    /// empty).
     words: Box<[AtomicU64]>,
     /// Next way to evict, per set.
     victim: Box<[AtomicU32]>,
@@ -90,19 +93,22 @@ impl LocationCache {
         (sets > 0).then(|| first + ((key / WAYS as u64) % sets as u64) as usize)
     }
 
-    fn tag(table: TableId, offset: u64) -> u64 {
+    fn tag(table: TableId, generation: u8, offset: u64) -> u64 {
+        assert!(table.0 < 256, "table {table:?} beyond the cache's 256");
         assert!(offset % 8 == 0 && offset / 8 + 1 < 1 << 48, "offset {offset} not encodable");
-        u64::from(table.0) << 48 | (offset / 8 + 1)
+        u64::from(table.0) << 56 | u64::from(generation) << 48 | (offset / 8 + 1)
     }
 
-    /// The cached offset of a record, if any (possibly stale: verify the record's key).
-    pub fn get(&self, table: TableId, key: u64) -> Option<u64> {
+    /// The cached offset of a record learned under `generation` of its partition's
+    /// placement, if any (possibly stale: verify the record's key).
+    pub fn get(&self, table: TableId, key: u64, generation: u8) -> Option<u64> {
         let base = self.set_of(table, key)? * WAYS * 2;
+        let want = u64::from(table.0) << 8 | u64::from(generation);
         for w in 0..WAYS {
             let i = base + 2 * w;
             if self.words[i].load(Ordering::Acquire) == key {
                 let tag = self.words[i + 1].load(Ordering::Acquire);
-                if tag != 0 && tag >> 48 == u64::from(table.0) {
+                if tag != 0 && tag >> 48 == want {
                     return Some(((tag & ((1 << 48) - 1)) - 1) * 8);
                 }
             }
@@ -110,18 +116,19 @@ impl LocationCache {
         None
     }
 
-    /// Caches a record's offset (replacing the key's entry, or evicting one).
-    pub fn put(&self, table: TableId, key: u64, offset: u64) {
+    /// Caches a record's offset, learned under `generation` of its partition's placement
+    /// (replacing the key's entry, or evicting one).
+    pub fn put(&self, table: TableId, key: u64, generation: u8, offset: u64) {
         let Some(set) = self.set_of(table, key) else { return };
         let base = set * WAYS * 2;
-        let tag = Self::tag(table, offset);
+        let tag = Self::tag(table, generation, offset);
         let tag_at = |w: usize| self.words[base + 2 * w + 1].load(Ordering::Relaxed);
         // The key's own entry, else an empty way, else a victim in round-robin order.
         let way = (0..WAYS)
             .find(|&w| {
                 let t = tag_at(w);
                 t != 0
-                    && t >> 48 == u64::from(table.0)
+                    && t >> 56 == u64::from(table.0)
                     && self.words[base + 2 * w].load(Ordering::Relaxed) == key
             })
             .or_else(|| (0..WAYS).find(|&w| tag_at(w) == 0))
@@ -158,22 +165,24 @@ mod tests {
     fn put_get_forget_and_bounded_size() {
         let c = LocationCache::new(64 * ENTRY_BYTES, &[(T0, 10), (T1, 10), (T2, 10)]);
         assert_eq!(c.bytes(), 64 * ENTRY_BYTES);
-        c.put(TableId(1), 5, 4096);
-        assert_eq!(c.get(TableId(1), 5), Some(4096));
-        assert_eq!(c.get(TableId(2), 5), None, "tables do not alias");
-        c.put(TableId(1), 5, 8192);
-        assert_eq!(c.get(TableId(1), 5), Some(8192), "replaced in place");
+        c.put(TableId(1), 5, 0, 4096);
+        assert_eq!(c.get(TableId(1), 5, 0), Some(4096));
+        assert_eq!(c.get(TableId(2), 5, 0), None, "tables do not alias");
+        assert_eq!(c.get(TableId(1), 5, 1), None, "learned under another placement");
+        c.put(TableId(1), 5, 1, 8192);
+        assert_eq!(c.get(TableId(1), 5, 1), Some(8192), "replaced in place");
+        assert_eq!(c.get(TableId(1), 5, 0), None);
         c.forget(TableId(1), 5);
-        assert_eq!(c.get(TableId(1), 5), None);
+        assert_eq!(c.get(TableId(1), 5, 1), None);
         for k in 0..10_000 {
-            c.put(TableId(0), k, k * 8);
+            c.put(TableId(0), k, 0, k * 8);
         }
-        let kept = (0..10_000).filter(|&k| c.get(TableId(0), k) == Some(k * 8)).count();
+        let kept = (0..10_000).filter(|&k| c.get(TableId(0), k, 0) == Some(k * 8)).count();
         // Table 0's band: a third of the 16 sets.
         assert_eq!(kept, 5 * WAYS, "a bounded cache keeps exactly its band");
-        assert_eq!(c.get(TableId(7), 1), None, "an unknown table is never cached");
-        c.put(TableId(7), 1, 8);
-        assert_eq!(c.get(TableId(7), 1), None);
+        assert_eq!(c.get(TableId(7), 1, 0), None, "an unknown table is never cached");
+        c.put(TableId(7), 1, 0, 8);
+        assert_eq!(c.get(TableId(7), 1, 0), None);
     }
 
     #[test]
@@ -183,12 +192,12 @@ mod tests {
         let c = LocationCache::new(8000 * ENTRY_BYTES, &tables);
         for &(t, keys) in &tables {
             for k in 0..keys {
-                c.put(t, k, (k + 1) * 8);
+                c.put(t, k, 0, (k + 1) * 8);
             }
         }
         for &(t, keys) in &tables {
             for k in 0..keys {
-                assert_eq!(c.get(t, k), Some((k + 1) * 8), "{t:?}/{k} evicted");
+                assert_eq!(c.get(t, k, 0), Some((k + 1) * 8), "{t:?}/{k} evicted");
             }
         }
     }
@@ -196,8 +205,8 @@ mod tests {
     #[test]
     fn a_disabled_cache_misses_quietly() {
         let c = LocationCache::new(0, &[(T0, 10)]);
-        c.put(TableId(0), 1, 8);
-        assert_eq!(c.get(TableId(0), 1), None);
+        c.put(TableId(0), 1, 0, 8);
+        assert_eq!(c.get(TableId(0), 1, 0), None);
         assert!(!c.enabled());
     }
 }

@@ -1,12 +1,13 @@
-//! Tables, partitions and where their replicas live.
+//! Tables, partitions and their regions.
 //!
-//! A table is split into one partition per node (partition `p`'s primary is node `p`);
-//! its backups are the next `R - 1` nodes, so node `n` holds replica slot `r` of
-//! partition `n - r` (slot 0 is its own primary). Every node registers the same regions
-//! in the same order (per table, per slot), so a region key names the same (table, slot)
-//! on every node.
+//! A table is split into one partition per node. Every node registers one region per
+//! (table, partition), in the same order everywhere, so a region key names the same
+//! (table, partition) on every node; which nodes hold a partition (its primary and
+//! backups) is the [`Placement`](crate::Placement)'s business, and changes when nodes
+//! fail. A region a node does not hold stays untouched, and untouched memory costs
+//! nothing.
 
-use hytra_fabric::{NodeId, Rkey};
+use hytra_fabric::Rkey;
 use thiserror::Error;
 
 use crate::layout::{BUCKET_BYTES, PAYLOAD_WORDS_MAX, RECORD_HEADER_WORDS};
@@ -249,38 +250,23 @@ impl Catalog {
         p as u16
     }
 
-    /// Primary node of a partition.
-    pub fn primary(&self, partition: u16) -> NodeId {
-        NodeId(partition)
+    /// Partitions of every table (one per node).
+    pub fn partitions(&self) -> u16 {
+        self.nodes
     }
 
-    /// Backup nodes of a partition (R - 1 of them).
-    pub fn backups(&self, partition: u16) -> impl Iterator<Item = NodeId> + '_ {
-        (1..self.replication).map(move |r| NodeId((partition + r) % self.nodes))
+    /// Region key of (table, partition), the same on every node.
+    pub fn rkey(&self, t: TableId, partition: u16) -> Rkey {
+        assert!(partition < self.nodes, "partition {partition} of {} nodes", self.nodes);
+        Rkey(self.first_rkey.0 + u32::from(t.0) * u32::from(self.nodes) + u32::from(partition))
     }
 
-    /// Which replica slot of a partition `node` holds, if any (0: the primary).
-    pub fn slot_of(&self, node: NodeId, partition: u16) -> Option<u16> {
-        let r = (node.0 + self.nodes - partition) % self.nodes;
-        (r < self.replication).then_some(r)
-    }
-
-    /// The partition held in replica slot `slot` of `node`.
-    pub fn partition_in_slot(&self, node: NodeId, slot: u16) -> u16 {
-        (node.0 + self.nodes - slot) % self.nodes
-    }
-
-    /// Region key of (table, slot), the same on every node.
-    pub fn rkey(&self, t: TableId, slot: u16) -> Rkey {
-        assert!(slot < self.replication, "slot {slot} beyond replication");
-        Rkey(self.first_rkey.0 + u32::from(t.0) * u32::from(self.replication) + u32::from(slot))
-    }
-
-    /// Regions the store registers per node, in registration order.
+    /// Regions the store registers on every node, in registration order: (table,
+    /// partition, bytes).
     pub fn regions(&self) -> impl Iterator<Item = (TableId, u16, u64)> + '_ {
         self.tables
             .iter()
-            .flat_map(move |(t, g)| (0..self.replication).map(move |s| (t.id, s, g.region_bytes())))
+            .flat_map(move |(t, g)| (0..self.nodes).map(move |p| (t.id, p, g.region_bytes())))
     }
 }
 
@@ -300,19 +286,12 @@ mod tests {
     }
 
     #[test]
-    fn placement_is_consistent() {
+    fn every_node_has_a_region_per_table_and_partition() {
         let c = Catalog::new(vec![table(0, 100), table(1, 50)], 5, 3).unwrap();
-        for p in 0..5u16 {
-            assert_eq!(c.slot_of(c.primary(p), p), Some(0));
-            for (j, b) in c.backups(p).enumerate() {
-                assert_eq!(c.slot_of(b, p), Some(j as u16 + 1));
-                assert_eq!(c.partition_in_slot(b, j as u16 + 1), p);
-            }
-            let holders = (0..5).filter(|&n| c.slot_of(NodeId(n), p).is_some()).count();
-            assert_eq!(holders, 3);
-        }
-        assert_eq!(c.rkey(TableId(1), 2), Rkey(5));
-        assert_eq!(c.regions().count(), 6);
+        assert_eq!(c.rkey(TableId(1), 2), Rkey(7));
+        assert_eq!(c.regions().count(), 10);
+        let keys: Vec<Rkey> = c.regions().map(|(t, p, _)| c.rkey(t, p)).collect();
+        assert_eq!(keys, (0..10).map(Rkey).collect::<Vec<_>>(), "registration order");
     }
 
     #[test]

@@ -1,6 +1,7 @@
-//! A node's share of the store: the replicas it holds of every table, and its location
-//! cache. Shared by the node's workers (`Arc`), safe across threads: everything inside
-//! is atomics or registered memory.
+//! A node's share of the store: a replica region of every partition of every table
+//! (those the placement gives it hold data; the others stay untouched), and its location
+//! cache. Shared by the node's workers (`Arc`), safe across threads: everything inside is
+//! atomics or registered memory.
 
 use std::sync::Arc;
 
@@ -41,10 +42,10 @@ impl NodeStore {
         let nodes = backend.shape().nodes;
         assert_eq!(catalog.nodes(), nodes, "catalog built for another cluster size");
         let mut first = None;
-        for (table, slot, bytes) in catalog.regions() {
+        for (table, partition, bytes) in catalog.regions() {
             let rkey = backend.register_all(RegionSpec::new(bytes))?;
             let first = *first.get_or_insert(rkey);
-            let expect = Catalog::clone(&catalog).with_first_rkey(first).rkey(table, slot);
+            let expect = Catalog::clone(&catalog).with_first_rkey(first).rkey(table, partition);
             assert_eq!(rkey, expect, "store regions registered out of order");
         }
         let first = first.expect("a catalog has at least one table");
@@ -57,11 +58,10 @@ impl NodeStore {
                 let node = NodeId(n);
                 let replicas = catalog
                     .regions()
-                    .map(|(table, slot, _)| {
-                        let rkey = catalog.rkey(table, slot);
+                    .map(|(table, partition, _)| {
+                        let rkey = catalog.rkey(table, partition);
                         let region = backend.region(node, rkey).expect("region just registered");
-                        let partition = catalog.partition_in_slot(node, slot);
-                        Replica::new(table, slot, partition, rkey, region, catalog.geometry(table))
+                        Replica::new(table, partition, rkey, region, catalog.geometry(table))
                     })
                     .collect();
                 Arc::new(NodeStore {
@@ -80,28 +80,19 @@ impl NodeStore {
         &self.catalog
     }
 
-    /// Replica slot `slot` of `table` on this node.
-    pub fn replica(&self, table: TableId, slot: u16) -> &Replica {
+    /// This node's replica region of `partition` of `table` (whether the placement gives
+    /// the node that partition is the caller's business).
+    pub fn replica(&self, table: TableId, partition: u16) -> &Replica {
         &self.replicas
-            [usize::from(table.0) * usize::from(self.catalog.replication()) + usize::from(slot)]
+            [usize::from(table.0) * usize::from(self.catalog.partitions()) + usize::from(partition)]
     }
 
-    /// Replica slot `slot` of `table` on this node, or `None` if the catalog has no such
-    /// table or the replication no such slot (for placements read from elsewhere).
-    pub fn replica_at(&self, table: TableId, slot: u16) -> Option<&Replica> {
+    /// [`NodeStore::replica`], or `None` if the catalog has no such table or partition
+    /// (for placements read from elsewhere).
+    pub fn replica_at(&self, table: TableId, partition: u16) -> Option<&Replica> {
         let exists = usize::from(table.0) < self.catalog.tables().count()
-            && slot < self.catalog.replication();
-        exists.then(|| self.replica(table, slot))
-    }
-
-    /// This node's replica of `partition` of `table`, if it holds one.
-    pub fn replica_of(&self, table: TableId, partition: u16) -> Option<&Replica> {
-        self.catalog.slot_of(self.node, partition).map(|s| self.replica(table, s))
-    }
-
-    /// The primary replica of `table` on this node.
-    pub fn primary(&self, table: TableId) -> &Replica {
-        self.replica(table, 0)
+            && partition < self.catalog.partitions();
+        exists.then(|| self.replica(table, partition))
     }
 
     /// The location cache.
@@ -109,7 +100,7 @@ impl NodeStore {
         &self.cache
     }
 
-    /// Every replica this node holds.
+    /// Every replica region of this node (of every partition, held or not).
     pub fn replicas(&self) -> impl Iterator<Item = &Replica> {
         self.replicas.iter()
     }

@@ -140,11 +140,9 @@ pub fn take_word(input: &mut &[u8]) -> Result<u64, ImageDecodeError> {
 pub struct Replica {
     /// Table.
     pub table: TableId,
-    /// Replica slot on this node (0: primary).
-    pub slot: u16,
     /// Partition held.
     pub partition: u16,
-    /// Region key, the same on every node for (table, slot).
+    /// Region key, the same on every node for (table, partition).
     pub rkey: Rkey,
     region: Region,
     geom: Geometry,
@@ -158,7 +156,6 @@ impl Replica {
     /// Wraps a zeroed region of `geom.region_bytes()` (zero is an empty index).
     pub fn new(
         table: TableId,
-        slot: u16,
         partition: u16,
         rkey: Rkey,
         region: Region,
@@ -167,7 +164,6 @@ impl Replica {
         assert!(region.len_bytes() >= geom.region_bytes(), "region too small for its table");
         Replica {
             table,
-            slot,
             partition,
             rkey,
             region,
@@ -531,7 +527,7 @@ mod tests {
         };
         let c = Catalog::new(vec![spec], nodes, 1).unwrap();
         let g = c.geometry(TableId(0));
-        Replica::new(TableId(0), 0, 0, Rkey(0), Region::zeroed(g.region_bytes()), g)
+        Replica::new(TableId(0), 0, Rkey(0), Region::zeroed(g.region_bytes()), g)
     }
 
     #[test]

@@ -108,9 +108,8 @@ impl<E: Endpoint> TxnCtx<E> {
             let version = self.new_version(i);
             let flags = if a.absent_after() { LOGGED_DELETE } else { 0 };
             let payload = &self.payload[a.at as usize..a.at as usize + usize::from(a.len)];
-            let catalog = self.node.catalog.as_ref();
             let hint = a.off.unwrap_or(0);
-            for b in catalog.backups(catalog.partition(a.table, a.key)) {
+            for b in self.config.placement.backups(a.partition) {
                 self.builders[usize::from(b.0)].record(
                     self.owner.0,
                     a.table,
@@ -315,7 +314,7 @@ impl<E: Endpoint> TxnCtx<E> {
             let payload_range = a.at as usize..a.at as usize + usize::from(a.len);
             if a.node == self.co.me().node {
                 let node = self.node.clone();
-                let replica = node.store.primary(a.table);
+                let replica = node.store.replica(a.table, a.partition);
                 let off = a.off.expect("a local record is locked at its offset");
                 let early = self.node.cfg.planted(PlantedFault::UnlockBeforeWriteBack);
                 if !early {
@@ -343,6 +342,7 @@ impl<E: Endpoint> TxnCtx<E> {
                     let c = CommitReq {
                         table: a.table.0,
                         flags,
+                        epoch: self.epoch(),
                         key: a.key,
                         owner: self.owner.0,
                         version: version & !ABSENT,
@@ -396,7 +396,7 @@ impl<E: Endpoint> TxnCtx<E> {
     ) -> Option<OpTicket> {
         let a = self.acc[i];
         let off = a.off.expect("locked at a known offset");
-        let rkey = self.node.catalog.rkey(a.table, 0);
+        let rkey = self.rkey(&a);
         let payload = &self.payload[a.at as usize..a.at as usize + usize::from(a.len)];
         self.words.clear();
         self.words.extend_from_slice(&[version, a.key, checksum(version, a.key, payload)]);
@@ -463,16 +463,21 @@ impl<E: Endpoint> TxnCtx<E> {
             let a = self.acc[i];
             match a.locked {
                 Locked::No => {}
-                Locked::Cpu => {
-                    self.node.store.primary(a.table).unlock(a.off.expect("locked at an offset"))
-                }
+                Locked::Cpu => self.replica(&a).unlock(a.off.expect("locked at an offset")),
                 Locked::Nic if a.node == self.co.me().node && self.wt.coherent => {
-                    self.node.store.primary(a.table).unlock(a.off.expect("offset"))
+                    self.replica(&a).unlock(a.off.expect("offset"))
                 }
                 Locked::Nic => self.unlock_by_nic(i).await,
                 Locked::Rpc | Locked::Unknown => {
-                    RecordReq { table: a.table.0, flags: 0, key: a.key, owner: self.owner.0 }
-                        .encode(&mut self.req);
+                    let epoch = self.epoch();
+                    RecordReq {
+                        table: a.table.0,
+                        flags: 0,
+                        epoch,
+                        key: a.key,
+                        owner: self.owner.0,
+                    }
+                    .encode(&mut self.req);
                     let req = std::mem::take(&mut self.req);
                     call_reliably(&self.co, self.peer(a.node), wire::UNLOCK, &req)
                         .await
@@ -496,7 +501,7 @@ impl<E: Endpoint> TxnCtx<E> {
     /// never changes a word the NIC locks (M6). Unsignaled: nothing waits for it.
     async fn unlock_by_nic(&mut self, i: usize) {
         let a = self.acc[i];
-        let rkey = self.node.catalog.rkey(a.table, 0);
+        let rkey = self.rkey(&a);
         let remote = RemoteAddr {
             node: a.node,
             rkey,

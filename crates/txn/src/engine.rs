@@ -17,11 +17,12 @@ use hytra_fabric::{
     Backend, BackendError, Endpoint, LocalAddr, NodeId, Region, RegionSpec, Rkey, WorkerId,
 };
 use hytra_rt::{CallTicket, Co, OpTicket, RpcError, RpcType, Worker};
-use hytra_store::{Catalog, NodeStore, StoreError, TableId};
+use hytra_store::{Catalog, NodeStore, Replica, StoreError, TableId};
 use thiserror::Error;
 
 use crate::config::{ConfigError, ExecStrategy, TxnConfig};
 use crate::log::{LogLayout, RingOut};
+use crate::membership::{Config, Membership, View};
 use crate::offload::{NicLookups, NodeIndex};
 use crate::stats::TxnStats;
 use crate::{handlers, wire};
@@ -90,22 +91,27 @@ pub struct NodeEngine {
     pub scratch: ScratchLayout,
     /// The offload strategy's lookups, and this node's index of its primary records.
     pub(crate) offload: Option<(Arc<NicLookups>, NodeIndex)>,
+    /// This node's view of the configuration in force.
+    pub membership: Arc<Membership>,
 }
 
 impl NodeEngine {
-    /// The offset of `key`'s record in this node's primary replica of `table`, inserting
-    /// an absent record if there is none (and filing it in the NIC index).
+    /// The offset of `key`'s record in this node's replica of its partition of `table`
+    /// (the caller knows this node is the partition's primary), inserting an absent
+    /// record if there is none (and filing it in the NIC index).
     pub(crate) fn insert_primary(&self, table: TableId, key: u64) -> Result<u64, StoreError> {
-        let off = self.store.primary(table).lookup_or_insert(key)?;
-        self.file(table, key, off);
+        let p = self.catalog.partition(table, key);
+        let off = self.store.replica(table, p).lookup_or_insert(key)?;
+        self.file(table, p, key, off);
         Ok(off)
     }
 
-    /// Files a primary record in the NIC index, if the offload strategy keeps one.
-    fn file(&self, table: TableId, key: u64, off: u64) {
+    /// Files a primary record of partition `p` in the NIC index, if the offload strategy
+    /// keeps one.
+    fn file(&self, table: TableId, p: u16, key: u64, off: u64) {
         if let Some((lookups, index)) = &self.offload {
             let len = self.catalog.geometry(table).record_bytes;
-            index.file(table, lookups.table(table), key, self.catalog.rkey(table, 0), off, len);
+            index.file(table, lookups.table(table), key, self.catalog.rkey(table, p), off, len);
         }
     }
 
@@ -126,6 +132,8 @@ pub struct Engine {
     /// Which nodes live in this process (all, except for a cluster spread over
     /// processes); the others are shadows that setup and loading leave alone.
     hosted: Vec<bool>,
+    /// The cluster configuration every node starts with (each keeps its own view).
+    initial: Arc<Config>,
 }
 
 impl Engine {
@@ -151,6 +159,7 @@ impl Engine {
             .into());
         }
         let (catalog, stores) = NodeStore::register(backend, catalog, cfg.cache_bytes)?;
+        let initial = Arc::new(Config::initial(shape.nodes, cfg.replication));
         let log_bytes = LogLayout {
             rkey: Rkey(0),
             ring_bytes: cfg.log_ring_bytes,
@@ -195,30 +204,59 @@ impl Engine {
                     log_region,
                     scratch,
                     offload,
+                    membership: Arc::new(Membership::new(Config::clone(&initial))),
                 })
             })
             .collect();
         let hosted = (0..shape.nodes).map(|n| backend.hosts(NodeId(n))).collect();
-        Ok(Engine { catalog, nodes, cfg, hosted })
+        Ok(Engine { catalog, nodes, cfg, hosted, initial })
     }
 
     /// Loads one record's initial value into every replica of its partition (before the
     /// run: loading is not a transaction and takes no locks).
     pub fn load(&self, table: TableId, key: u64, payload: &[u64]) -> Result<(), StoreError> {
-        let c = &self.catalog;
-        let p = c.partition(table, key);
-        for slot in 0..c.replication() {
-            let node = (p + slot) % c.nodes();
-            if !self.hosted[usize::from(node)] {
+        let p = self.catalog.partition(table, key);
+        let config = &self.initial;
+        let place = config.placement.part(p);
+        for node in std::iter::once(place.primary).chain(place.backups.iter().map(|&(n, _)| n)) {
+            if !self.hosted[usize::from(node.0)] {
                 continue;
             }
-            let here = &self.nodes[usize::from(node)];
-            let off = here.store.replica(table, slot).load(key, payload)?;
-            if slot == 0 {
-                here.file(table, key, off);
+            let here = &self.nodes[usize::from(node.0)];
+            let off = here.store.replica(table, p).load(key, payload)?;
+            if node == place.primary {
+                here.file(table, p, key, off);
             }
         }
         Ok(())
+    }
+
+    /// The configuration in force at the end of a run: the newest one any node
+    /// installed (as far as this process knows).
+    pub fn final_config(&self) -> Arc<Config> {
+        self.nodes
+            .iter()
+            .map(|n| n.membership.current())
+            .max_by_key(|c| c.epoch)
+            .unwrap_or_else(|| self.initial.clone())
+    }
+
+    /// Every partition's primary replica of `table` under the configuration in force at
+    /// the end of a run: what workloads check their invariants over (after a run spread
+    /// over processes, the other processes' replicas are restored here first).
+    pub fn primaries(&self, table: TableId) -> Vec<&Replica> {
+        let config = self.final_config();
+        (0..self.catalog.partitions())
+            .map(|p| self.nodes[usize::from(config.primary(p).0)].store.replica(table, p))
+            .collect()
+    }
+
+    /// The primary replica of `key`'s record of `table` under the configuration in force
+    /// at the end of a run.
+    pub fn primary_of(&self, table: TableId, key: u64) -> &Replica {
+        let p = self.catalog.partition(table, key);
+        let n = self.final_config().primary(p);
+        self.nodes[usize::from(n.0)].store.replica(table, p)
     }
 
     /// Fills every node's location cache with the address of every record the other
@@ -232,29 +270,34 @@ impl Engine {
         ) {
             return;
         }
+        let config = &self.initial;
         for here in self.nodes.iter().filter(|n| self.hosts(n.node)) {
             let cache = here.store.cache();
             if !cache.enabled() {
                 continue;
             }
-            for there in self.nodes.iter().filter(|n| n.node != here.node && self.hosts(n.node)) {
-                for spec in self.catalog.tables() {
-                    for (off, key) in there.store.primary(spec.id).records() {
-                        cache.put(spec.id, key, off);
-                    }
-                }
-            }
-            // The primaries of other processes: a backup replica here was loaded as its
-            // primary was (the same keys in the same order), so its offsets are the
-            // primary's. An entry that is not would be caught like any stale one (S4).
-            // With fewer copies than nodes, only the partitions backed up here are known.
-            for r in here.store.replicas().filter(|r| r.slot > 0) {
-                let primary = self.catalog.primary(r.partition);
-                if primary == here.node || self.hosts(primary) {
+            for p in 0..self.catalog.partitions() {
+                let place = config.placement.part(p);
+                if place.primary == here.node {
                     continue;
                 }
-                for (off, key) in r.records() {
-                    cache.put(r.table, key, off);
+                // A primary of this process, or else a backup replica here, which was
+                // loaded as its primary was (the same keys in the same order), so its
+                // offsets are the primary's. An entry that is not would be caught like
+                // any stale one (S4). With fewer copies than nodes, only the partitions
+                // of other processes backed up here are known.
+                let source = if self.hosts(place.primary) {
+                    place.primary
+                } else if config.placement.holds(here.node, p) {
+                    here.node
+                } else {
+                    continue;
+                };
+                for spec in self.catalog.tables() {
+                    let replica = self.nodes[usize::from(source.0)].store.replica(spec.id, p);
+                    for (off, key) in replica.records() {
+                        cache.put(spec.id, key, place.generation, off);
+                    }
                 }
             }
         }
@@ -269,8 +312,13 @@ impl Engine {
         for here in self.nodes.iter().filter(|n| self.hosts(n.node)) {
             let (lookups, index) = here.offload.as_ref()?;
             lost += index.lost();
-            for spec in self.catalog.tables() {
-                let replica = here.store.primary(spec.id);
+            let config = here.membership.current();
+            for (spec, p) in self
+                .catalog
+                .tables()
+                .flat_map(|s| config.placement.primaries_of(here.node).map(move |p| (s, p)))
+            {
+                let replica = here.store.replica(spec.id, p);
                 let b = lookups.table(spec.id);
                 for (off, key) in replica.records() {
                     records += 1;
@@ -307,7 +355,8 @@ impl Engine {
         let co = w.co();
         let me = co.me();
         let node = self.nodes[usize::from(me.node.0)].clone();
-        handlers::register(w, &node);
+        let view = Rc::new(View::new(node.membership.clone()));
+        handlers::register(w, &node, &view);
         let waits = node.offload.as_ref().map(|(lookups, _)| {
             if me.index == 0 {
                 // Start this node's lookup programs (each waits for its first request).
@@ -338,6 +387,7 @@ impl Engine {
             commits_total: Cell::new(0),
             buffers: RefCell::new(Vec::new()),
             waits,
+            view,
         });
         let bg = wt.clone();
         w.spawn(move |co| async move { crate::commit::background(co, bg).await });
@@ -384,6 +434,8 @@ pub struct WorkerTxn {
     buffers: RefCell<Vec<Vec<u8>>>,
     /// Coroutines waiting for the answers of offloaded lookups (offload strategy only).
     pub(crate) waits: Option<Waits>,
+    /// This worker's copy of the configuration in force.
+    pub(crate) view: Rc<View>,
 }
 
 impl WorkerTxn {

@@ -1,8 +1,11 @@
 //! RPC handlers: what a primary does for READ, LOCK, VALIDATE, COMMIT and UNLOCK, and
 //! what a backup does for LOG and RECLAIM. They run inline in the worker's event loop,
 //! touch only this node's store and log region, and are idempotent, because a request
-//! can arrive twice (docs/INVARIANTS.md P2).
+//! can arrive twice (docs/INVARIANTS.md P2). A request about a record is served only by
+//! its partition's primary under the configuration in force, and only if it was sent
+//! under that configuration's epoch.
 
+use std::rc::Rc;
 use std::sync::Arc;
 
 use hytra_fabric::Endpoint;
@@ -12,25 +15,38 @@ use hytra_store::{Owner, Replica, StoreError, TableId};
 
 use crate::engine::NodeEngine;
 use crate::log::{apply, put};
+use crate::membership::View;
 use crate::wire::{
     self, CommitReq, RecordReply, RecordReq, Status, CREATE, DELETE, LOCK_IT, NO_LOCK, SYNC,
     WANT_OFFSET,
 };
 
+/// What every handler of a worker needs: its node's engine and its view of the
+/// configuration.
+struct Serve {
+    node: Arc<NodeEngine>,
+    view: Rc<View>,
+}
+
 /// Registers every handler of the engine on a worker of `node`.
-pub(crate) fn register<E: Endpoint + 'static>(w: &mut Worker<E>, node: &Arc<NodeEngine>) {
-    let n = node.clone();
+pub(crate) fn register<E: Endpoint + 'static>(
+    w: &mut Worker<E>,
+    node: &Arc<NodeEngine>,
+    view: &Rc<View>,
+) {
+    let serve = Rc::new(Serve { node: node.clone(), view: view.clone() });
+    let s = serve.clone();
     let mut buf = Vec::new();
-    w.handle(wire::READ, Box::new(move |ctx, req| read(&n, ctx, req, &mut buf)));
-    let n = node.clone();
-    w.handle(wire::LOCK, Box::new(move |ctx, req| lock(&n, ctx, req)));
-    let n = node.clone();
-    w.handle(wire::VALIDATE, Box::new(move |ctx, req| validate(&n, ctx, req)));
-    let n = node.clone();
+    w.handle(wire::READ, Box::new(move |ctx, req| read(&s, ctx, req, &mut buf)));
+    let s = serve.clone();
+    w.handle(wire::LOCK, Box::new(move |ctx, req| lock(&s, ctx, req)));
+    let s = serve.clone();
+    w.handle(wire::VALIDATE, Box::new(move |ctx, req| validate(&s, ctx, req)));
+    let s = serve.clone();
     let mut buf = Vec::new();
-    w.handle(wire::COMMIT, Box::new(move |ctx, req| commit(&n, ctx, req, &mut buf)));
-    let n = node.clone();
-    w.handle(wire::UNLOCK, Box::new(move |ctx, req| unlock(&n, ctx, req)));
+    w.handle(wire::COMMIT, Box::new(move |ctx, req| commit(&s, ctx, req, &mut buf)));
+    let s = serve.clone();
+    w.handle(wire::UNLOCK, Box::new(move |ctx, req| unlock(&s, ctx, req)));
     let n = node.clone();
     let mut buf = Vec::new();
     w.handle(wire::LOG, Box::new(move |ctx, req| log(&n, ctx, req, &mut buf)));
@@ -39,29 +55,46 @@ pub(crate) fn register<E: Endpoint + 'static>(w: &mut Worker<E>, node: &Arc<Node
     w.handle(wire::RECLAIM, Box::new(move |ctx, req| reclaim(&n, ctx, req, &mut buf)));
 }
 
-fn refuse(reply: &mut Vec<u8>) {
-    RecordReply { status: Status::Refused, lock: 0, version: 0, offset: 0 }.encode(reply);
+fn answer(status: Status, reply: &mut Vec<u8>) {
+    RecordReply { status, lock: 0, version: 0, offset: 0 }.encode(reply);
 }
 
-/// The primary replica of `table` here, if `key` belongs to this node's partition.
-fn primary(node: &NodeEngine, table: u16, key: u64) -> Option<&Replica> {
-    let c = node.catalog.as_ref();
-    if usize::from(table) >= c.tables().count() || key > hytra_store::layout::KEY_MAX {
-        return None;
+impl Serve {
+    /// This node's replica of `key`'s partition of `table`, if this node is its primary
+    /// under the configuration in force and the request was sent under that
+    /// configuration's epoch: else why not (`Refused`: a request that names no record of
+    /// this node; `Stale`: another epoch).
+    fn primary(&self, table: u16, key: u64, epoch: u32) -> Result<&Replica, Status> {
+        let c = self.node.catalog.as_ref();
+        if usize::from(table) >= c.tables().count() || key > hytra_store::layout::KEY_MAX {
+            return Err(Status::Refused);
+        }
+        let t = TableId(table);
+        let p = c.partition(t, key);
+        let config = self.view.get();
+        if config.epoch as u32 != epoch {
+            return Err(Status::Stale);
+        }
+        if config.primary(p) != self.node.node {
+            return Err(Status::Refused);
+        }
+        Ok(self.node.store.replica(t, p))
     }
-    let t = TableId(table);
-    (c.primary(c.partition(t, key)) == node.node).then(|| node.store.primary(t))
 }
 
 fn read<E: Endpoint>(
-    node: &NodeEngine,
+    serve: &Serve,
     ctx: &mut HandlerCtx<'_, E>,
     req: &[u8],
     payload: &mut Vec<u64>,
 ) {
+    let node = &serve.node;
     ctx.ep.charge_cpu(node.cfg.costs.record_ns);
-    let Some(r) = RecordReq::decode(req) else { return refuse(ctx.reply) };
-    let Some(replica) = primary(node, r.table, r.key) else { return refuse(ctx.reply) };
+    let Some(r) = RecordReq::decode(req) else { return answer(Status::Refused, ctx.reply) };
+    let replica = match serve.primary(r.table, r.key, r.epoch) {
+        Ok(replica) => replica,
+        Err(status) => return answer(status, ctx.reply),
+    };
     let Some(off) = replica.lookup(r.key) else {
         let absent = hytra_store::layout::ABSENT;
         return RecordReply { status: Status::Absent, lock: 0, version: absent, offset: 0 }
@@ -90,15 +123,19 @@ fn read<E: Endpoint>(
     wire::Out(ctx.reply).words(payload);
 }
 
-fn lock<E: Endpoint>(node: &NodeEngine, ctx: &mut HandlerCtx<'_, E>, req: &[u8]) {
+fn lock<E: Endpoint>(serve: &Serve, ctx: &mut HandlerCtx<'_, E>, req: &[u8]) {
+    let node = &serve.node;
     ctx.ep.charge_cpu(node.cfg.costs.record_ns);
-    let Some(r) = RecordReq::decode(req) else { return refuse(ctx.reply) };
-    let Some(replica) = primary(node, r.table, r.key) else { return refuse(ctx.reply) };
+    let Some(r) = RecordReq::decode(req) else { return answer(Status::Refused, ctx.reply) };
+    let replica = match serve.primary(r.table, r.key, r.epoch) {
+        Ok(replica) => replica,
+        Err(status) => return answer(status, ctx.reply),
+    };
     // A design that locks by NIC on a fabric whose atomics are not coherent with the
     // CPU's must never see a CPU CAS on a lock word (M6, T8): only NO_LOCK requests are
     // served.
     if r.flags & NO_LOCK == 0 && node.cfg.nic_locks() && !ctx.ep.caps().atomics_coherent {
-        return refuse(ctx.reply);
+        return answer(Status::Refused, ctx.reply);
     }
     let found = if r.flags & CREATE != 0 {
         node.insert_primary(TableId(r.table), r.key).map(Some)
@@ -132,10 +169,13 @@ fn lock<E: Endpoint>(node: &NodeEngine, ctx: &mut HandlerCtx<'_, E>, req: &[u8])
     RecordReply { status, lock: h.lock, version: h.version, offset: off }.encode(ctx.reply);
 }
 
-fn validate<E: Endpoint>(node: &NodeEngine, ctx: &mut HandlerCtx<'_, E>, req: &[u8]) {
-    ctx.ep.charge_cpu(node.cfg.costs.record_ns);
-    let Some(r) = RecordReq::decode(req) else { return refuse(ctx.reply) };
-    let Some(replica) = primary(node, r.table, r.key) else { return refuse(ctx.reply) };
+fn validate<E: Endpoint>(serve: &Serve, ctx: &mut HandlerCtx<'_, E>, req: &[u8]) {
+    ctx.ep.charge_cpu(serve.node.cfg.costs.record_ns);
+    let Some(r) = RecordReq::decode(req) else { return answer(Status::Refused, ctx.reply) };
+    let replica = match serve.primary(r.table, r.key, r.epoch) {
+        Ok(replica) => replica,
+        Err(status) => return answer(status, ctx.reply),
+    };
     match replica.lookup(r.key) {
         None => {
             let absent = hytra_store::layout::ABSENT;
@@ -151,14 +191,14 @@ fn validate<E: Endpoint>(node: &NodeEngine, ctx: &mut HandlerCtx<'_, E>, req: &[
 }
 
 fn commit<E: Endpoint>(
-    node: &NodeEngine,
+    serve: &Serve,
     ctx: &mut HandlerCtx<'_, E>,
     req: &[u8],
     payload: &mut Vec<u64>,
 ) {
-    ctx.ep.charge_cpu(node.cfg.costs.record_ns);
+    ctx.ep.charge_cpu(serve.node.cfg.costs.record_ns);
     let Some(c) = CommitReq::decode(req, payload) else { return wire::encode_word(0, ctx.reply) };
-    let Some(replica) = primary(node, c.table, c.key) else {
+    let Ok(replica) = serve.primary(c.table, c.key, c.epoch) else {
         return wire::encode_word(0, ctx.reply);
     };
     // A coordinator commits only records it locked, so they exist, with its table's
@@ -178,13 +218,16 @@ fn commit<E: Endpoint>(
     wire::encode_word(1, ctx.reply);
 }
 
-fn unlock<E: Endpoint>(node: &NodeEngine, ctx: &mut HandlerCtx<'_, E>, req: &[u8]) {
-    ctx.ep.charge_cpu(node.cfg.costs.record_ns);
+fn unlock<E: Endpoint>(serve: &Serve, ctx: &mut HandlerCtx<'_, E>, req: &[u8]) {
+    ctx.ep.charge_cpu(serve.node.cfg.costs.record_ns);
     if let Some(r) = RecordReq::decode(req) {
-        if let Some(off) =
-            primary(node, r.table, r.key).and_then(|rep| rep.lookup(r.key).map(|o| (rep, o)))
-        {
-            off.0.unlock_if(off.1, Owner(r.owner));
+        // A release frees only the sender's own attempt's lock: harmless under any epoch,
+        // so it is honoured under any.
+        let epoch = serve.view.get().epoch as u32;
+        if let Ok(replica) = serve.primary(r.table, r.key, epoch) {
+            if let Some(off) = replica.lookup(r.key) {
+                replica.unlock_if(off, Owner(r.owner));
+            }
         }
     }
     wire::encode_word(1, ctx.reply);

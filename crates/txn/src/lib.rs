@@ -4,6 +4,7 @@
 //! - `config`: per-phase strategies, optimisation switches, the design presets
 //!   (`drtmh`, `fasst`, `farm`, `drtmr`)
 //! - `engine`: setting the engine up on a backend; per-node and per-worker state
+//! - `membership`: the configuration (epoch, members, placement) and each node's view
 //! - `txn`: the transaction API ([`TxnCtx`], [`Txn`]) and the execution phase
 //! - `offload`: the `offload` execution strategy's NIC index and lookup programs
 //! - `validate`: locking the write set and validating the read set
@@ -41,6 +42,7 @@ pub mod config;
 mod engine;
 mod handlers;
 pub mod log;
+pub mod membership;
 mod offload;
 mod outcome;
 mod stats;
@@ -52,6 +54,7 @@ pub use config::{
     Design, ExecStrategy, LockStrategy, PlantedFault, Primitive, TxnConfig, TxnCosts,
 };
 pub use engine::{Engine, EngineError, NodeEngine, WorkerTxn, SCRATCH_CO_BYTES};
+pub use membership::{Config, Membership};
 pub use offload::NicLookups;
 pub use outcome::{Abort, AbortReason, Outcome};
 pub use stats::{TxnStats, PHASES, TIMELINE_BUCKETS_MAX, TXN_TYPES_MAX};

@@ -306,7 +306,7 @@ fn apply_entry(store: &NodeStore, entry: &[u64]) -> Result<(), ()> {
             return Err(());
         }
         let partition = store.catalog().partition(table, key);
-        let replica = store.replica_of(table, partition).ok_or(())?;
+        let replica = store.replica(table, partition);
         // A payload not of the table's length (it would leave a record whose checksum
         // covers other words than its reads do: torn for ever) is refused by the replica.
         replica.apply_logged(hint, key, version, payload).map_err(|_| ())?;
@@ -375,7 +375,7 @@ mod tests {
         // Even keys are partition 0: primary on node 0, backup on node 1.
         let keys: Vec<u64> = (0..KEYS).map(|i| i * 2).collect();
         let backup = &*stores[1];
-        let replica = backup.replica_of(TableId(0), 0).unwrap();
+        let replica = backup.replica(TableId(0), 0);
         for &k in &keys {
             replica.load(k, &[0, 0]).unwrap();
         }
@@ -464,7 +464,7 @@ mod tests {
         };
         let catalog = Catalog::new(vec![spec], 2, 2).unwrap();
         let (_, stores) = NodeStore::register(&mut backend, catalog, 0).unwrap();
-        stores[1].replica_of(TableId(0), 0).unwrap().load(4, &[1, 1]).unwrap();
+        stores[1].replica(TableId(0), 0).load(4, &[1, 1]).unwrap();
         let layout = LogLayout { rkey: Rkey(0), ring_bytes: 4096, rings: 1 };
         let region = Region::zeroed(layout.region_bytes());
         (stores[1].clone(), region, layout)
@@ -493,7 +493,7 @@ mod tests {
             let got = apply(&store, &region, &layout, 0, entry.len() as u64 * 8, &mut Vec::new());
             assert!(got.is_err(), "table {table:?} key {key} payload {payload:?}: {got:?}");
         }
-        let replica = store.replica_of(TableId(0), 0).unwrap();
+        let replica = store.replica(TableId(0), 0);
         let mut p = [0; 2];
         replica.read(replica.lookup(4).unwrap(), 4, &mut p).unwrap();
         assert_eq!(p, [1, 1], "the record is untouched and whole");

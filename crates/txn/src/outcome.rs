@@ -17,11 +17,14 @@ pub enum AbortReason {
     User,
     /// A store limit (partition or scratch space) was hit.
     Full,
+    /// The cluster's configuration changed during the attempt (a node failed, a
+    /// partition moved): it ran against a placement no longer in force.
+    Reconfigured,
 }
 
 impl AbortReason {
     /// Every reason, for reports.
-    pub const ALL: [AbortReason; 7] = [
+    pub const ALL: [AbortReason; 8] = [
         AbortReason::Conflict,
         AbortReason::Validation,
         AbortReason::Timeout,
@@ -29,6 +32,7 @@ impl AbortReason {
         AbortReason::Torn,
         AbortReason::User,
         AbortReason::Full,
+        AbortReason::Reconfigured,
     ];
 
     /// Whether running the same transaction again may succeed.
@@ -46,6 +50,7 @@ impl AbortReason {
             AbortReason::Torn => "torn",
             AbortReason::User => "user",
             AbortReason::Full => "full",
+            AbortReason::Reconfigured => "reconfigured",
         }
     }
 

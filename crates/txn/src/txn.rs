@@ -24,17 +24,18 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use hytra_fabric::{
-    Endpoint, LocalAddr, NodeId, PostError, Qp, Region, RemoteAddr, WorkRequest, WorkerId,
+    Endpoint, LocalAddr, NodeId, PostError, Qp, Region, RemoteAddr, Rkey, WorkRequest, WorkerId,
 };
 use hytra_rt::{CallTicket, Co, OpError, OpTicket, RpcError, RpcType};
 use hytra_store::layout::{
     self, search_bucket, RecordHeader, ABSENT, BUCKET_BYTES, RECORD_HEADER_WORDS,
 };
-use hytra_store::{Owner, TableId};
+use hytra_store::{Owner, Replica, TableId};
 
 use crate::config::{ExecStrategy, LockStrategy, PlantedFault};
 use crate::engine::{NodeEngine, WorkerTxn, SCRATCH_ATTEMPT_BYTES, SCRATCH_CO_BYTES};
 use crate::log::EntryBuilder;
+use crate::membership::Config;
 use crate::offload::{self, Slot};
 use crate::outcome::{Abort, AbortReason, Outcome};
 use crate::wire::{self, RecordReply, RecordReq, Status, LOCK_IT, WANT_OFFSET};
@@ -73,6 +74,8 @@ pub(crate) enum Locked {
 pub(crate) struct Access {
     pub(crate) table: TableId,
     pub(crate) key: u64,
+    /// The key's partition, and its primary under the attempt's configuration.
+    pub(crate) partition: u16,
     pub(crate) node: NodeId,
     /// Record offset at the primary, once known.
     pub(crate) off: Option<u64>,
@@ -199,6 +202,8 @@ pub struct TxnCtx<E: Endpoint> {
     nic: Vec<Vec<NicSlot>>,
     /// The region of this worker's lookup slots.
     nic_region: Option<Region>,
+    /// The configuration the current attempt runs under (taken at its start).
+    pub(crate) config: Arc<Config>,
 }
 
 impl<E: Endpoint> Drop for TxnCtx<E> {
@@ -213,6 +218,7 @@ impl<E: Endpoint> Drop for TxnCtx<E> {
 impl<E: Endpoint> TxnCtx<E> {
     pub(crate) fn new(co: Co<E>, wt: Rc<WorkerTxn>, co_index: u16) -> TxnCtx<E> {
         let node = wt.node.clone();
+        let config = wt.view.get().clone();
         let scratch = node.scratch.base(co.me().index, co_index);
         let scratch_region = co.region(scratch.rkey).expect("scratch region");
         let nodes = usize::from(co.shape().nodes);
@@ -267,6 +273,7 @@ impl<E: Endpoint> TxnCtx<E> {
             phase_ns: [0; 4],
             nic,
             nic_region,
+            config,
         }
     }
 
@@ -297,6 +304,9 @@ impl<E: Endpoint> TxnCtx<E> {
     }
 
     fn start_attempt(&mut self) -> Txn<'_, E> {
+        if self.config.epoch != self.wt.view.get().epoch {
+            self.config = self.wt.view.get().clone();
+        }
         self.seq = self.seq.wrapping_add(1);
         self.owner = Owner::new(self.wt.me_idx, self.co_index, self.seq);
         self.attempts += 1;
@@ -327,6 +337,27 @@ impl<E: Endpoint> TxnCtx<E> {
             LocalAddr { rkey: self.scratch.rkey, offset: self.scratch.offset + self.scratch_used };
         self.scratch_used += bytes;
         Ok(addr)
+    }
+
+    /// The epoch of the attempt's configuration, as messages carry it.
+    pub(crate) fn epoch(&self) -> u32 {
+        self.config.epoch as u32
+    }
+
+    /// The region key of access `a`'s record at its primary (the same on every node).
+    pub(crate) fn rkey(&self, a: &Access) -> Rkey {
+        self.node.catalog.rkey(a.table, a.partition)
+    }
+
+    /// The generation of access `a`'s partition's placement, as the location cache
+    /// keeps it.
+    pub(crate) fn generation(&self, a: &Access) -> u8 {
+        self.config.placement.part(a.partition).generation
+    }
+
+    /// This node's replica of access `a`'s partition (its primary's, for a local access).
+    pub(crate) fn replica(&self, a: &Access) -> &Replica {
+        self.node.store.replica(a.table, a.partition)
     }
 
     /// The staging area for write-backs that do not fit inline.
@@ -520,10 +551,12 @@ impl<E: Endpoint> TxnCtx<E> {
         let len = c.spec(table).payload_words;
         let at = self.payload.len() as u32;
         self.payload.resize(self.payload.len() + usize::from(len), 0);
+        let partition = c.partition(table, key);
         self.acc.push(Access {
             table,
             key,
-            node: c.primary(c.partition(table, key)),
+            partition,
+            node: self.config.primary(partition),
             off: None,
             read_version: None,
             lock_version: 0,
@@ -665,7 +698,7 @@ impl<E: Endpoint> TxnCtx<E> {
         let lock_now = for_update && self.node.cfg.lock == LockStrategy::AtExecution;
         let cached = match self.node.cfg.exec {
             ExecStrategy::Hybrid | ExecStrategy::OneSidedCached | ExecStrategy::Offload => {
-                let hit = self.node.store.cache().get(a.table, a.key);
+                let hit = self.node.store.cache().get(a.table, a.key, self.generation(&a));
                 let mut s = self.wt.stats.borrow_mut();
                 if hit.is_some() {
                     s.cache_hits += 1
@@ -739,7 +772,7 @@ impl<E: Endpoint> TxnCtx<E> {
         let mut entries = [0u64; (ENTRIES_BYTES / 8) as usize];
         region.read_words(base + offload::ENTRIES, &mut entries);
         let words = (RECORD_HEADER_WORDS + u64::from(a.len)) as usize;
-        let rkey = self.node.catalog.rkey(a.table, 0);
+        let rkey = self.rkey(&a);
         // Both responses write the item, the second last: the second's record is there
         // if both buckets matched the tag.
         let sent = match fired(&entries) {
@@ -764,7 +797,8 @@ impl<E: Endpoint> TxnCtx<E> {
 
     fn read_local(&mut self, i: usize, for_update: bool) -> Result<(), Abort> {
         let a = self.acc[i];
-        let replica = self.node.store.primary(a.table);
+        let node = self.node.clone();
+        let replica = node.store.replica(a.table, a.partition);
         let Some(off) = replica.lookup(a.key) else {
             self.took(i, ABSENT);
             return Ok(());
@@ -790,7 +824,8 @@ impl<E: Endpoint> TxnCtx<E> {
         let a = self.acc[i];
         let flags = if lock_now { LOCK_IT } else { 0 } | if want_offset { WANT_OFFSET } else { 0 };
         let owner = if lock_now { self.owner.0 } else { 0 };
-        RecordReq { table: a.table.0, flags, key: a.key, owner }.encode(&mut self.req);
+        RecordReq { table: a.table.0, flags, epoch: self.epoch(), key: a.key, owner }
+            .encode(&mut self.req);
         let t = self.send_call(self.peer(a.node), wire::READ, &self.req).await;
         if lock_now {
             // Until the reply says otherwise, we may hold it.
@@ -836,14 +871,14 @@ impl<E: Endpoint> TxnCtx<E> {
         };
         let a = self.acc[i];
         let bytes = (RECORD_HEADER_WORDS + u64::from(a.len)) * 8;
-        let rkey = self.node.catalog.rkey(a.table, 0);
+        let rkey = self.rkey(&a);
         self.one_sided_read(a.node, RemoteAddr { node: a.node, rkey, offset: off }, bytes, stage)
             .await
     }
 
     async fn read_bucket(&mut self, i: usize, bucket: u64) -> Result<Pending, Abort> {
         let a = self.acc[i];
-        let rkey = self.node.catalog.rkey(a.table, 0);
+        let rkey = self.rkey(&a);
         let offset = self.node.catalog.geometry(a.table).bucket_offset(bucket);
         self.one_sided_read(
             a.node,
@@ -940,7 +975,8 @@ impl<E: Endpoint> TxnCtx<E> {
                 }
                 if reply.offset != 0 {
                     a.off = Some(reply.offset);
-                    self.node.store.cache().put(a.table, a.key, reply.offset);
+                    let (table, key, generation) = (a.table, a.key, self.generation(&self.acc[i]));
+                    self.node.store.cache().put(table, key, generation, reply.offset);
                 }
                 Ok(Next::Done)
             }
@@ -962,6 +998,7 @@ impl<E: Endpoint> TxnCtx<E> {
                 self.wt.stats.borrow_mut().torn_reads += 1;
                 Ok(Next::Call { lock_now, want_offset })
             }
+            Status::Stale => Err(Abort(AbortReason::Reconfigured)),
             Status::Refused | Status::Full => {
                 panic!("READ refused for {:?}: a routing bug", self.acc[i])
             }
@@ -1032,7 +1069,8 @@ impl<E: Endpoint> TxnCtx<E> {
                 let a = &mut self.acc[i];
                 a.off = Some(off);
                 if matches!(stage, Stage::Record(_)) {
-                    self.node.store.cache().put(a.table, a.key, off);
+                    let (table, key, generation) = (a.table, a.key, self.generation(&self.acc[i]));
+                    self.node.store.cache().put(table, key, generation, off);
                 }
                 Ok(Next::Done)
             }

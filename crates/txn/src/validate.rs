@@ -122,7 +122,8 @@ impl<E: Endpoint> TxnCtx<E> {
         let local = a.node == self.co.me().node;
         let nic = self.node.cfg.nic_locks() && !(local && self.wt.coherent);
         if local && !nic {
-            let replica = self.node.store.primary(a.table);
+            let node = self.node.clone();
+            let replica = node.store.replica(a.table, a.partition);
             // A write whose record was never inserted (an insert, or a key read as
             // absent) locks a record created absent, as the remote paths do.
             let off = match a.off {
@@ -149,11 +150,7 @@ impl<E: Endpoint> TxnCtx<E> {
         }
         let off = self.acc[i].off.expect("resolved above");
         let cas_buf = self.scratch(24)?;
-        let remote = RemoteAddr {
-            node: a.node,
-            rkey: self.node.catalog.rkey(a.table, 0),
-            offset: off + LOCK_WORD * 8,
-        };
+        let remote = RemoteAddr { node: a.node, rkey: self.rkey(&a), offset: off + LOCK_WORD * 8 };
         // The planted fault "locks" an insert with a CAS that changes nothing.
         let swap = match a.insert && self.node.cfg.planted(PlantedFault::SkipInsertLock) {
             true => 0,
@@ -180,7 +177,8 @@ impl<E: Endpoint> TxnCtx<E> {
         if a.node == self.co.me().node {
             return self.node.insert_primary(a.table, a.key).map_err(|_| Abort(AbortReason::Full));
         }
-        RecordReq { table: a.table.0, flags: CREATE | NO_LOCK, key: a.key, owner: 0 }
+        let epoch = self.epoch();
+        RecordReq { table: a.table.0, flags: CREATE | NO_LOCK, epoch, key: a.key, owner: 0 }
             .encode(&mut self.req);
         let t = self.send_call(self.peer(a.node), wire::LOCK, &self.req).await;
         let mut tmp = std::mem::take(&mut self.tmp);
@@ -190,6 +188,7 @@ impl<E: Endpoint> TxnCtx<E> {
         match reply.status {
             Status::Ok => Ok(reply.offset),
             Status::Full => Err(Abort(AbortReason::Full)),
+            Status::Stale => Err(Abort(AbortReason::Reconfigured)),
             s => panic!("create-only LOCK answered {s:?}"),
         }
     }
@@ -199,7 +198,7 @@ impl<E: Endpoint> TxnCtx<E> {
         let read = a.read_version.expect("a read record has a read version");
         self.co.charge(self.node.cfg.costs.record_ns);
         if a.node == self.co.me().node {
-            let replica = self.node.store.primary(a.table);
+            let replica = self.replica(&a);
             let (lock, version) = match a.off.or_else(|| replica.lookup(a.key)) {
                 Some(off) => {
                     let h = replica.header(off);
@@ -212,11 +211,8 @@ impl<E: Endpoint> TxnCtx<E> {
         match (self.node.cfg.validate, a.off) {
             (Primitive::OneSided, Some(off)) => {
                 let buf = self.scratch(16)?;
-                let remote = RemoteAddr {
-                    node: a.node,
-                    rkey: self.node.catalog.rkey(a.table, 0),
-                    offset: off + LOCK_WORD * 8,
-                };
+                let remote =
+                    RemoteAddr { node: a.node, rkey: self.rkey(&a), offset: off + LOCK_WORD * 8 };
                 let qp = self.qp(a.node);
                 let wr = WorkRequest::Read { remote, local: buf, len: 16 };
                 let t = self.post(|co| co.issue_deferred(qp, &[wr])).await;
@@ -288,6 +284,7 @@ impl<E: Endpoint> TxnCtx<E> {
                         Status::Ok | Status::Absent => {
                             Self::check_unchanged(reply.lock, reply.version, read)
                         }
+                        Status::Stale => Err(Abort(AbortReason::Reconfigured)),
                         s => panic!("VALIDATE answered {s:?}"),
                     }
                 }
@@ -306,7 +303,8 @@ impl<E: Endpoint> TxnCtx<E> {
             }
             false => (wire::VALIDATE, 0, 0),
         };
-        RecordReq { table: a.table.0, flags, key: a.key, owner }.encode(&mut self.req);
+        RecordReq { table: a.table.0, flags, epoch: self.epoch(), key: a.key, owner }
+            .encode(&mut self.req);
         self.send_call(self.peer(a.node), ty, &self.req).await
     }
 
@@ -328,6 +326,11 @@ impl<E: Endpoint> TxnCtx<E> {
             Status::Full => {
                 self.acc[i].locked = Locked::No;
                 Err(Abort(AbortReason::Full))
+            }
+            Status::Stale => {
+                // Refused under another epoch: nothing was locked.
+                self.acc[i].locked = Locked::No;
+                Err(Abort(AbortReason::Reconfigured))
             }
             s => panic!("LOCK answered {s:?}"),
         }

@@ -57,6 +57,8 @@ pub enum Status {
     Refused = 4,
     /// A store limit was hit (partition full).
     Full = 5,
+    /// The request's configuration epoch is not the one in force here: nothing was done.
+    Stale = 6,
 }
 
 impl Status {
@@ -69,6 +71,7 @@ impl Status {
             3 => Status::Torn,
             4 => Status::Refused,
             5 => Status::Full,
+            6 => Status::Stale,
             _ => return None,
         })
     }
@@ -153,13 +156,15 @@ impl In<'_> {
     }
 }
 
-/// A record request: table, flags, key, owner (READ, LOCK, VALIDATE, UNLOCK).
+/// A record request: table, flags, epoch, key, owner (READ, LOCK, VALIDATE, UNLOCK).
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]
 pub struct RecordReq {
     /// Table id.
     pub table: u16,
-    /// Flags (`WANT_OFFSET`, `LOCK_IT`, `CREATE`).
+    /// Flags (`WANT_OFFSET`, `LOCK_IT`, `CREATE`, `NO_LOCK`).
     pub flags: u8,
+    /// The sender's configuration epoch (its low 32 bits).
+    pub epoch: u32,
     /// Key.
     pub key: u64,
     /// Lock owner (0 if the request locks nothing).
@@ -170,7 +175,7 @@ impl RecordReq {
     /// Encodes into `buf` (cleared first).
     pub fn encode(&self, buf: &mut Vec<u8>) {
         buf.clear();
-        Out(buf).u16(self.table).u8(self.flags).u8(0).u32(0).u64(self.key).u64(self.owner);
+        Out(buf).u16(self.table).u8(self.flags).u8(0).u32(self.epoch).u64(self.key).u64(self.owner);
     }
 
     /// Decodes.
@@ -178,9 +183,9 @@ impl RecordReq {
         let mut i = In(b);
         let (table, flags) = (i.u16()?, i.u8()?);
         i.u8()?;
-        i.u32()?;
+        let epoch = i.u32()?;
         let (key, owner) = (i.u64()?, i.u64()?);
-        (i.remaining() == 0).then_some(RecordReq { table, flags, key, owner })
+        (i.remaining() == 0).then_some(RecordReq { table, flags, epoch, key, owner })
     }
 }
 
@@ -234,6 +239,8 @@ pub struct CommitReq {
     pub table: u16,
     /// `DELETE` or 0.
     pub flags: u8,
+    /// The sender's configuration epoch (its low 32 bits).
+    pub epoch: u32,
     /// Key.
     pub key: u64,
     /// Lock owner.
@@ -250,7 +257,7 @@ impl CommitReq {
             .u16(self.table)
             .u8(self.flags)
             .u8(0)
-            .u32(0)
+            .u32(self.epoch)
             .u64(self.key)
             .u64(self.owner)
             .u64(self.version)
@@ -262,10 +269,10 @@ impl CommitReq {
         let mut i = In(b);
         let (table, flags) = (i.u16()?, i.u8()?);
         i.u8()?;
-        i.u32()?;
+        let epoch = i.u32()?;
         let (key, owner, version) = (i.u64()?, i.u64()?, i.u64()?);
         i.rest_words(payload)?;
-        Some(CommitReq { table, flags, key, owner, version })
+        Some(CommitReq { table, flags, epoch, key, owner, version })
     }
 }
 
@@ -319,7 +326,7 @@ mod tests {
     #[test]
     fn round_trips_and_truncation() {
         let mut buf = Vec::new();
-        let r = RecordReq { table: 3, flags: WANT_OFFSET | LOCK_IT, key: 99, owner: 7 };
+        let r = RecordReq { table: 3, flags: WANT_OFFSET | LOCK_IT, epoch: 5, key: 99, owner: 7 };
         r.encode(&mut buf);
         assert_eq!(RecordReq::decode(&buf), Some(r));
         assert_eq!(RecordReq::decode(&buf[..buf.len() - 1]), None);
@@ -332,7 +339,7 @@ mod tests {
         assert_eq!(p, vec![11, 12]);
         buf.push(0);
         assert_eq!(RecordReply::decode(&buf, &mut p), None, "ragged payload");
-        let c = CommitReq { table: 1, flags: DELETE, key: 2, owner: 3, version: 4 };
+        let c = CommitReq { table: 1, flags: DELETE, epoch: 5, key: 2, owner: 3, version: 4 };
         c.encode(&[8, 9], &mut buf);
         assert_eq!(CommitReq::decode(&buf, &mut p), Some(c));
         assert_eq!(p, vec![8, 9]);
@@ -341,5 +348,6 @@ mod tests {
         encode_reclaim(SYNC, 128, &mut buf);
         assert_eq!(decode_reclaim(&buf), Some((SYNC, 128)));
         assert_eq!(Status::from_u8(9), None);
+        assert_eq!(Status::from_u8(Status::Stale as u8), Some(Status::Stale));
     }
 }

@@ -73,7 +73,9 @@ fn word(v: u64) -> Vec<u8> {
 fn a_forged_commit_is_refused() {
     let commit = |key, payload: &[u64]| {
         let mut b = Vec::new();
-        CommitReq { table: 0, flags: 0, key, owner: 5, version: 1 << 8 }.encode(payload, &mut b);
+        let epoch = hytra_txn::membership::EPOCH_FIRST as u32;
+        CommitReq { table: 0, flags: 0, epoch, key, owner: 5, version: 1 << 8 }
+            .encode(payload, &mut b);
         (wire::COMMIT, b)
     };
     let got = answers(vec![commit(41, &[1, 1]), commit(3, &[1]), commit(3, &[1, 1, 1])]);
@@ -86,7 +88,8 @@ fn a_forged_commit_is_refused() {
 fn forged_record_and_log_requests_are_refused() {
     let record = |ty, table, key| {
         let mut b = Vec::new();
-        RecordReq { table, flags: wire::WANT_OFFSET, key, owner: 5 }.encode(&mut b);
+        let epoch = hytra_txn::membership::EPOCH_FIRST as u32;
+        RecordReq { table, flags: wire::WANT_OFFSET, epoch, key, owner: 5 }.encode(&mut b);
         (ty, b)
     };
     // Off a word, and so near the end of the stream that the entry wraps: placing it

@@ -80,6 +80,7 @@ pub trait Workload: Sync {
 /// drained. Returns (ok, details).
 pub fn check_replicas(engine: &Engine) -> (bool, Vec<String>) {
     let catalog = &engine.catalog;
+    let config = engine.final_config();
     let mut details = Vec::new();
     let (mut differing, mut locked, mut records) = (0u64, 0u64, 0u64);
     let mut p = Vec::new();
@@ -87,8 +88,7 @@ pub fn check_replicas(engine: &Engine) -> (bool, Vec<String>) {
     for spec in catalog.tables() {
         p.resize(usize::from(spec.payload_words), 0);
         q.resize(usize::from(spec.payload_words), 0);
-        for node in &engine.nodes {
-            let primary = node.store.primary(spec.id);
+        for primary in engine.primaries(spec.id) {
             for (off, key) in primary.records() {
                 records += 1;
                 let snap = primary.read(off, key, &mut p).expect("no writer after the run");
@@ -102,9 +102,9 @@ pub fn check_replicas(engine: &Engine) -> (bool, Vec<String>) {
                         ));
                     }
                 }
-                for (j, b) in catalog.backups(primary.partition).enumerate() {
+                for b in config.placement.backups(primary.partition) {
                     let replica =
-                        engine.nodes[usize::from(b.0)].store.replica(spec.id, j as u16 + 1);
+                        engine.nodes[usize::from(b.0)].store.replica(spec.id, primary.partition);
                     let backup = replica.lookup(key).map(|o| {
                         let s = replica.read(o, key, &mut q).expect("no writer after the run");
                         (s.version, q == p)
@@ -260,8 +260,8 @@ pub struct PlacedImage {
     pub node: u16,
     /// Table id.
     pub table: u16,
-    /// Replica slot on the node (0: primary).
-    pub slot: u16,
+    /// Partition of the replica region.
+    pub partition: u16,
     /// The contents.
     pub image: ReplicaImage,
 }
@@ -292,15 +292,15 @@ impl<R: serde::Serialize + serde::de::DeserializeOwned> Part<R> {
     /// The part as sent to the first process, followed by the images of every replica of
     /// the sender's nodes, in binary (taken one at a time, so that only their encoding
     /// is held whole): the length of the JSON, the JSON, the number of images, then each
-    /// image's node, table and slot (one word) and the image.
+    /// image's node, table and partition (one word) and the image.
     pub fn encode(&self, images: impl ExactSizeIterator<Item = PlacedImage>) -> Vec<u8> {
         let json = serde_json::to_vec(self).expect("results serialize");
         let mut out = Vec::with_capacity(json.len() + 16);
         out.extend_from_slice(&(json.len() as u64).to_le_bytes());
         out.extend_from_slice(&json);
         out.extend_from_slice(&(images.len() as u64).to_le_bytes());
-        for PlacedImage { node, table, slot, image } in images {
-            let place = u64::from(node) << 32 | u64::from(table) << 16 | u64::from(slot);
+        for PlacedImage { node, table, partition, image } in images {
+            let place = u64::from(node) << 32 | u64::from(table) << 16 | u64::from(partition);
             out.extend_from_slice(&place.to_le_bytes());
             image.encode(&mut out);
         }
@@ -325,8 +325,9 @@ impl<R: serde::Serialize + serde::de::DeserializeOwned> Part<R> {
         for _ in 0..count {
             let place = take_word(&mut rest)?;
             let image = ReplicaImage::decode(&mut rest)?;
-            let (node, table, slot) = ((place >> 32) as u16, (place >> 16) as u16, place as u16);
-            images.push(PlacedImage { node, table, slot, image });
+            let (node, table, partition) =
+                ((place >> 32) as u16, (place >> 16) as u16, place as u16);
+            images.push(PlacedImage { node, table, partition, image });
         }
         if !rest.is_empty() {
             return Err(PartDecodeError::Trailing(rest.len()));
@@ -337,17 +338,17 @@ impl<R: serde::Serialize + serde::de::DeserializeOwned> Part<R> {
 
 /// Restores the replica images a peer sent into this process's shadows of the peer's
 /// nodes (images of nodes this process hosts are its own, and skipped). An image placed
-/// on a node, table or replica slot that does not exist is refused: the bytes came from
+/// on a node, table or partition that does not exist is refused: the bytes came from
 /// another process.
 fn restore_images(engine: &Engine, images: Vec<PlacedImage>) -> Result<(), BenchError> {
-    for PlacedImage { node, table, slot, image } in images {
+    for PlacedImage { node, table, partition, image } in images {
         let replica = engine
             .nodes
             .get(usize::from(node))
-            .and_then(|n| n.store.replica_at(hytra_store::TableId(table), slot));
+            .and_then(|n| n.store.replica_at(hytra_store::TableId(table), partition));
         let Some(replica) = replica else {
             return Err(BenchError::Params(format!(
-                "a peer sent an image of node {node}, table {table}, slot {slot}, which this cluster does not have"
+                "a peer sent an image of node {node}, table {table}, partition {partition}, which this cluster does not have"
             )));
         };
         if !engine.hosts(hytra_fabric::NodeId(node)) {
@@ -436,16 +437,18 @@ pub fn run_partial<B: Backend, W: Workload>(
     let parts = if everywhere {
         vec![part]
     } else {
+        // Only what was written travels: the regions of partitions a node never held
+        // are empty.
         let replicas: Vec<_> = engine
             .nodes
             .iter()
             .filter(|n| engine.hosts(n.node))
-            .flat_map(|n| n.store.replicas().map(move |r| (n.node.0, r)))
+            .flat_map(|n| n.store.replicas().filter(|r| !r.is_empty()).map(move |r| (n.node.0, r)))
             .collect();
         let images = replicas.iter().map(|(node, r)| PlacedImage {
             node: *node,
             table: r.table.0,
-            slot: r.slot,
+            partition: r.partition,
             image: r.image(),
         });
         let Some(blobs) = backend.gather(part.encode(images))? else { return Ok(None) };
@@ -643,7 +646,7 @@ mod tests {
             next_overflow: 1,
             pages: vec![(4096 * n, vec![n, 0, u64::MAX])],
         };
-        let placed = |node, table, slot, image| PlacedImage { node, table, slot, image };
+        let placed = |node, table, partition, image| PlacedImage { node, table, partition, image };
         let images = vec![placed(2, 7, 1, image(1)), placed(65535, 65535, 65535, image(2))];
         let bytes = part.encode(images.clone().into_iter());
         let (back, back_images) = Part::<u32>::decode(&bytes).unwrap();
@@ -658,7 +661,7 @@ mod tests {
         assert!(Part::<u32>::decode(&longer).is_err(), "a trailing byte was accepted");
     }
 
-    /// A peer's image placed on a node, table or slot the cluster does not have is
+    /// A peer's image placed on a node, table or partition the cluster does not have is
     /// refused; it used to index the engine's nodes and the store's replicas directly.
     #[test]
     fn an_image_placed_outside_the_cluster_is_refused() {
@@ -679,13 +682,14 @@ mod tests {
         let catalog = Catalog::new(vec![table], 2, 2).unwrap();
         let engine = Engine::setup(&mut b, catalog, cfg, 1).unwrap();
         let image = ReplicaImage { next_record: 0, next_overflow: 0, pages: Vec::new() };
-        let placed = |node, table, slot| PlacedImage { node, table, slot, image: image.clone() };
+        let placed =
+            |node, table, partition| PlacedImage { node, table, partition, image: image.clone() };
         assert!(restore_images(&engine, vec![placed(1, 0, 1)]).is_ok(), "a real replica");
-        for (node, table, slot) in [(2, 0, 0), (u16::MAX, 0, 0), (0, 1, 0), (0, 0, 2)] {
-            let got = restore_images(&engine, vec![placed(node, table, slot)]);
+        for (node, table, partition) in [(2, 0, 0), (u16::MAX, 0, 0), (0, 1, 0), (0, 0, 2)] {
+            let got = restore_images(&engine, vec![placed(node, table, partition)]);
             assert!(
                 matches!(got, Err(BenchError::Params(_))),
-                "node {node} table {table} slot {slot}"
+                "node {node} table {table} partition {partition}"
             );
         }
     }

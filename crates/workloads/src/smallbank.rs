@@ -286,8 +286,7 @@ impl Workload for SmallBank {
         let mut expected: i64 = reports.iter().map(|r| r.delta).sum();
         let mut total = 0i64;
         for table in [SAVINGS, CHECKING] {
-            for node in &engine.nodes {
-                let primary = node.store.primary(table);
+            for primary in engine.primaries(table) {
                 let mut p = [0u64];
                 for (off, key) in primary.records() {
                     expected += initial_balance(table, key);

@@ -412,16 +412,13 @@ impl Workload for Tatp {
         let deleted: u64 = reports.iter().map(|r| r.cf_deleted).sum();
         let loaded = self.loaded_cf.load(std::sync::atomic::Ordering::Relaxed);
         let present = |table: TableId, key: u64| {
-            let c = &engine.catalog;
-            let node = &engine.nodes[usize::from(c.primary(c.partition(table, key)).0)];
-            let replica = node.store.primary(table);
+            let replica = engine.primary_of(table, key);
             replica
                 .lookup(key)
                 .is_some_and(|off| hytra_store::layout::is_present(replica.header(off).version))
         };
         let (mut rows, mut orphans) = (0u64, 0u64);
-        for node in &engine.nodes {
-            let primary = node.store.primary(CALL_FORWARDING);
+        for primary in engine.primaries(CALL_FORWARDING) {
             for (off, key) in primary.records() {
                 if hytra_store::layout::is_present(primary.header(off).version) {
                     rows += 1;

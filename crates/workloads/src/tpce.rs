@@ -294,8 +294,7 @@ impl Workload for Tpce {
         let sum = |table: TableId, word: usize| {
             let mut total = 0;
             let mut p = vec![0u64; usize::from(engine.catalog.spec(table).payload_words)];
-            for node in &engine.nodes {
-                let primary = node.store.primary(table);
+            for primary in engine.primaries(table) {
                 for (off, key) in primary.records() {
                     primary.read(off, key, &mut p).expect("no writer after the run");
                     total += p[word];

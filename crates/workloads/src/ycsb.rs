@@ -474,8 +474,7 @@ impl Workload for Ycsb {
         let mut updates = 0u64;
         let mut rows = 0u64;
         let mut value = vec![0u64; usize::from(p.words())];
-        for node in &engine.nodes {
-            let primary = node.store.primary(USERTABLE);
+        for primary in engine.primaries(USERTABLE) {
             for (off, key) in primary.records() {
                 let snap = primary.read(off, key, &mut value).expect("no writer after the run");
                 if hytra_store::layout::is_present(snap.version) {

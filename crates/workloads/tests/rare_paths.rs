@@ -123,7 +123,7 @@ fn run_on(
                     while co.now_ns() < PUBLISH_AT_NS {
                         co.yield_now().await;
                     }
-                    primary.store.primary(T).region().store(at, off);
+                    primary.store.replica(T, 1).region().store(at, off);
                 });
             }
             (wt, out)
@@ -139,7 +139,7 @@ fn run_on(
 /// Inserts `NEW` at node 1 and zeroes its index slot's offset word; returns where that
 /// word is and what belongs there.
 fn hide_offset(engine: &Engine) -> (u64, u64) {
-    let primary = engine.nodes[1].store.primary(T);
+    let primary = engine.nodes[1].store.replica(T, 1);
     let off = primary.lookup_or_insert(NEW).unwrap();
     primary.write_back(off, 0, NEW, &[NEW, NEW]);
     let g = primary.geometry();
@@ -156,7 +156,7 @@ async fn play<E: Endpoint>(
     here: &Arc<NodeEngine>,
     there: &Arc<NodeEngine>,
 ) -> (Vec<Outcome>, Vec<u64>) {
-    let primary = there.store.primary(T);
+    let primary = there.store.replica(T, 1);
     let off = primary.lookup(KEY).unwrap();
     let payload_at = off + RECORD_HEADER_WORDS * 8;
     let foreign = Owner::new(1, 0, 77);
@@ -164,13 +164,13 @@ async fn play<E: Endpoint>(
     match scenario {
         Scenario::Torn => primary.region().store(payload_at, 999),
         Scenario::StaleCache => {
-            here.store.cache().put(T, KEY, primary.lookup(OTHER).unwrap());
+            here.store.cache().put(T, KEY, 0, primary.lookup(OTHER).unwrap());
         }
         Scenario::Locked => primary.try_lock(off, foreign).unwrap(),
         Scenario::ReadAbsentForUpdate => {
             // Deleted at version 5, at the primary and its backup alike.
             for node in [here, there] {
-                let r = node.store.replica_of(T, 1).unwrap();
+                let r = node.store.replica(T, 1);
                 let at = r.lookup(KEY).unwrap();
                 r.write_back(at, 5 | ABSENT, KEY, &[KEY, KEY]);
             }

@@ -29,7 +29,7 @@ pub(super) fn replica() -> Replica {
     };
     let catalog = Catalog::new(vec![spec], 1, 1).expect("a valid catalog");
     let g = catalog.geometry(TableId(0));
-    Replica::new(TableId(0), 0, 0, Rkey(0), Region::zeroed(g.region_bytes()), g)
+    Replica::new(TableId(0), 0, Rkey(0), Region::zeroed(g.region_bytes()), g)
 }
 
 /// Images of the replica holding `0`, a few and all of its records.

@@ -56,8 +56,14 @@ pub const TARGETS: &[Target] = &[
 
 fn record_req_seeds() -> Vec<Vec<u8>> {
     let reqs = [
-        RecordReq { table: 0, flags: wire::WANT_OFFSET, key: 42, owner: 0 },
-        RecordReq { table: 3, flags: wire::LOCK_IT | wire::CREATE, key: 1 << 40, owner: 77 },
+        RecordReq { table: 0, flags: wire::WANT_OFFSET, epoch: 1, key: 42, owner: 0 },
+        RecordReq {
+            table: 3,
+            flags: wire::LOCK_IT | wire::CREATE,
+            epoch: 7,
+            key: 1 << 40,
+            owner: 77,
+        },
     ];
     reqs.iter()
         .map(|r| {
@@ -102,7 +108,8 @@ fn record_reply_run(input: &[u8]) {
 }
 
 fn commit_seeds() -> Vec<Vec<u8>> {
-    let c = CommitReq { table: 1, flags: wire::DELETE, key: 9, owner: 3, version: 4 << 8 };
+    let c =
+        CommitReq { table: 1, flags: wire::DELETE, epoch: 2, key: 9, owner: 3, version: 4 << 8 };
     let (mut a, mut b) = (Vec::new(), Vec::new());
     c.encode(&[7, 8, 9], &mut a);
     CommitReq { flags: 0, ..c }.encode(&[], &mut b);

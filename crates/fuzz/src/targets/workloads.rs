@@ -40,7 +40,7 @@ fn seeds() -> Vec<Vec<u8>> {
         TxnRecord { id: 1, reads: vec![access(3, 0)], writes: vec![access(3, 1)] },
         TxnRecord { id: 2, reads: vec![access(3, 1), access(4, 0)], writes: vec![access(4, 1)] },
     ];
-    let placed = |node, slot, image| PlacedImage { node, table: 0, slot, image };
+    let placed = |node, partition, image| PlacedImage { node, table: 0, partition, image };
     let images = super::store::images();
     vec![
         part(vec![(0, vec![1, 2])], Vec::new()).encode(std::iter::empty()),

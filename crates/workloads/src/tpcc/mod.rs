@@ -378,8 +378,7 @@ fn warehouses_per_node(engine: &Engine) -> u64 {
 fn rows(engine: &Engine, table: hytra_store::TableId, mut f: impl FnMut(u64, &[u64])) {
     let words = usize::from(engine.catalog.spec(table).payload_words);
     let mut p = vec![0u64; words];
-    for node in &engine.nodes {
-        let primary = node.store.primary(table);
+    for primary in engine.primaries(table) {
         for (off, key) in primary.records() {
             let snap = primary.read(off, key, &mut p).expect("no writer after the run");
             if hytra_store::layout::is_present(snap.version) {

@@ -1,0 +1,184 @@
+//! The cluster's configuration — its epoch, its members, and where every partition's
+//! replicas live — and each node's view of the one in force.
+//!
+//! Every routing decision goes through a configuration: which node is a partition's
+//! primary (reads, locks, write-backs) and which are its backups (logs). A node installs
+//! a new configuration when recovery commits one; its workers pick it up at their next
+//! transaction attempt (one atomic load of the epoch per attempt). Not for: deciding a
+//! new configuration (see `recover.rs`).
+
+use std::cell::{Ref, RefCell};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use hytra_fabric::NodeId;
+use hytra_store::Placement;
+
+/// The epoch of the configuration a cluster starts with.
+pub const EPOCH_FIRST: u64 = 1;
+
+/// A configuration: an epoch, the member nodes, and the placement of every partition.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// Increases with every new configuration; messages carry it, and a message from an
+    /// older epoch is refused.
+    pub epoch: u64,
+    /// Per node, whether it is a member.
+    members: Vec<bool>,
+    /// Where every partition's replicas live (only on members).
+    pub placement: Placement,
+}
+
+impl Config {
+    /// The configuration a cluster of `nodes` starts with: every node a member, the
+    /// initial placement with `replication` copies.
+    pub fn initial(nodes: u16, replication: u16) -> Config {
+        Config {
+            epoch: EPOCH_FIRST,
+            members: vec![true; usize::from(nodes)],
+            placement: Placement::initial(nodes, replication),
+        }
+    }
+
+    /// A configuration of `members` (per node) and `placement`, checked: the placement
+    /// fits the cluster and names members only.
+    pub fn new(epoch: u64, members: Vec<bool>, placement: Placement) -> Result<Config, String> {
+        let nodes = members.len() as u16;
+        placement.check(nodes)?;
+        for (p, part) in placement.parts().iter().enumerate() {
+            let named = std::iter::once(part.primary).chain(part.backups.iter().map(|&(n, _)| n));
+            for n in named {
+                if !members[usize::from(n.0)] {
+                    return Err(format!("partition {p} placed on {n}, which is not a member"));
+                }
+            }
+        }
+        if !members.iter().any(|&m| m) {
+            return Err("a configuration without members".into());
+        }
+        Ok(Config { epoch, members, placement })
+    }
+
+    /// Nodes of the cluster (members or not).
+    pub fn nodes(&self) -> u16 {
+        self.members.len() as u16
+    }
+
+    /// Whether `node` is a member.
+    pub fn is_member(&self, node: NodeId) -> bool {
+        self.members.get(usize::from(node.0)).copied().unwrap_or(false)
+    }
+
+    /// The members, in node order.
+    pub fn members(&self) -> impl Iterator<Item = NodeId> + '_ {
+        (0..self.nodes()).map(NodeId).filter(|&n| self.is_member(n))
+    }
+
+    /// The configuration manager: the lowest member.
+    pub fn manager(&self) -> NodeId {
+        self.members().next().expect("a configuration has members")
+    }
+
+    /// Partition `p`'s primary.
+    pub fn primary(&self, p: u16) -> NodeId {
+        self.placement.primary(p)
+    }
+}
+
+/// A node's view of the configuration in force, shared by its workers (threads on real
+/// backends).
+pub struct Membership {
+    /// The installed configuration's epoch, read by every attempt.
+    epoch: AtomicU64,
+    config: Mutex<Arc<Config>>,
+}
+
+impl Membership {
+    /// A view that starts with `config`.
+    pub fn new(config: Config) -> Membership {
+        Membership { epoch: AtomicU64::new(config.epoch), config: Mutex::new(Arc::new(config)) }
+    }
+
+    /// The epoch in force.
+    pub fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
+    }
+
+    /// The configuration in force.
+    pub fn current(&self) -> Arc<Config> {
+        self.config.lock().expect("no installer panicked").clone()
+    }
+
+    /// Installs a newer configuration; an older or equal one is ignored. Returns whether
+    /// it was installed.
+    pub fn install(&self, config: Arc<Config>) -> bool {
+        let mut current = self.config.lock().expect("no installer panicked");
+        if config.epoch <= current.epoch {
+            return false;
+        }
+        assert_eq!(config.nodes(), current.nodes(), "a configuration of another cluster");
+        self.epoch.store(config.epoch, Ordering::Release);
+        *current = config;
+        true
+    }
+}
+
+/// One worker's copy of its node's configuration, refreshed when the epoch moves: the
+/// hot paths read it without a lock.
+pub(crate) struct View {
+    membership: Arc<Membership>,
+    cached: RefCell<Arc<Config>>,
+}
+
+impl View {
+    pub(crate) fn new(membership: Arc<Membership>) -> View {
+        let cached = RefCell::new(membership.current());
+        View { membership, cached }
+    }
+
+    /// The configuration in force (refreshed first if a newer one was installed).
+    pub(crate) fn get(&self) -> Ref<'_, Arc<Config>> {
+        if self.cached.borrow().epoch != self.membership.epoch() {
+            *self.cached.borrow_mut() = self.membership.current();
+        }
+        self.cached.borrow()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_view_follows_installed_configurations_and_ignores_older_ones() {
+        let m = Arc::new(Membership::new(Config::initial(4, 3)));
+        let view = View::new(m.clone());
+        assert_eq!(view.get().epoch, EPOCH_FIRST);
+        assert_eq!(view.get().manager(), NodeId(0));
+        let mut members = vec![true; 4];
+        members[0] = false;
+        let mut parts = Placement::initial(4, 3).parts().to_vec();
+        for part in &mut parts {
+            if part.primary == NodeId(0) {
+                part.primary = part.backups.remove(0).0;
+            }
+            part.backups.retain(|&(n, _)| n != NodeId(0));
+        }
+        let next = Config::new(2, members, Placement::from_parts(parts)).unwrap();
+        assert!(m.install(Arc::new(next.clone())));
+        assert_eq!(view.get().epoch, 2);
+        assert_eq!(view.get().manager(), NodeId(1));
+        assert_eq!(view.get().primary(0), NodeId(1));
+        assert!(!m.install(Arc::new(Config::initial(4, 3))), "an older epoch");
+        assert_eq!(m.epoch(), 2);
+    }
+
+    #[test]
+    fn a_configuration_places_partitions_on_members_only() {
+        let mut members = vec![true; 3];
+        members[2] = false;
+        let err = Config::new(2, members, Placement::initial(3, 2)).unwrap_err();
+        assert!(err.contains("not a member"), "{err}");
+        assert!(Config::new(2, vec![false; 3], Placement::initial(3, 1)).is_err());
+    }
+}
