@@ -33,6 +33,8 @@ mod endpoint;
 pub mod exchange;
 mod ffi;
 pub mod minimal;
+#[cfg(feature = "pmix")]
+pub mod pmix;
 
 use std::ffi::{c_void, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -44,6 +46,8 @@ use std::time::{Duration, Instant};
 pub use self::bootstrap::TcpExchange;
 pub use self::endpoint::UcxEndpoint;
 pub use self::exchange::{Exchange, Quiescence, Solo, Waves};
+#[cfg(feature = "pmix")]
+pub use self::pmix::PmixExchange;
 use crate::constants::{DATAGRAM_MTU, INLINE_MAX, SQ_DEPTH};
 use crate::endpoint::{Backend, BackendError, Caps, Program, RegionSpec, RunLimits, RunStats};
 use crate::exec::check_region;
