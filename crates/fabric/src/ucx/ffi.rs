@@ -49,6 +49,7 @@ pub(crate) struct Cqe {
 extern "C" {
     pub(crate) fn hx_context_create(
         tls: *const c_char,
+        atomic_mode: *const c_char,
         err: *mut c_char,
         err_len: usize,
     ) -> *mut Context;
@@ -92,6 +93,8 @@ extern "C" {
         err_len: usize,
     ) -> *mut Ep;
     pub(crate) fn hx_ep_failed(e: *const Ep) -> i32;
+    pub(crate) fn hx_ep_info(e: *mut Ep, buf: *mut c_char, buf_len: usize) -> i64;
+    pub(crate) fn hx_ep_set_order(e: *mut Ep, order: i32);
     pub(crate) fn hx_ep_destroy(w: *mut Worker, e: *mut Ep);
     pub(crate) fn hx_rkey_unpack(
         e: *mut Ep,

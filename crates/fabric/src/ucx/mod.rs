@@ -14,8 +14,14 @@
 //! - READ/WRITE are `ucp_get_nbx`/`ucp_put_nbx`, CAS/FAA `ucp_atomic_op_nbx` (CSWAP,
 //!   ADD with a reply); a signaled WRITE is followed by an endpoint flush, so that its
 //!   completion means the data is at the target, as with RC;
-//! - FIFO per connection: UCP does not order RMA on an endpoint, so an operation issued
-//!   while earlier ones on the same endpoint are in flight is preceded by a fence;
+//! - FIFO per connection: UCP orders nothing by itself; each endpoint is kept in order
+//!   as the lanes UCP chose for it require (`lanes.rs`: a fence behind an operation in
+//!   flight on shared memory, behind a READ or atomic on one network lane, a flush
+//!   between RMA and atomics on different lanes);
+//! - what the fabric promises (atomics coherent with the CPU's, one-sided operations
+//!   without the target's CPU) is read from the lanes every process's endpoints got, not
+//!   from the transport list; where an RDMA NIC may be used, atomics run in device mode so
+//!   that a node's own lock words are also changed by the NIC (M6);
 //! - `MORE` is accepted and ignored: UCP hands each operation to the transport at once
 //!   and batches on its own (shared memory completes most operations inline);
 //! - remote protection checks (key, bounds, alignment) are made by the poster against
@@ -32,6 +38,7 @@ pub mod bootstrap;
 mod endpoint;
 pub mod exchange;
 mod ffi;
+mod lanes;
 pub mod minimal;
 #[cfg(feature = "pmix")]
 pub mod pmix;
@@ -46,6 +53,7 @@ use std::time::{Duration, Instant};
 pub use self::bootstrap::TcpExchange;
 pub use self::endpoint::UcxEndpoint;
 pub use self::exchange::{Exchange, Quiescence, Solo, Waves};
+
 #[cfg(feature = "pmix")]
 pub use self::pmix::PmixExchange;
 use crate::constants::{DATAGRAM_MTU, INLINE_MAX, SQ_DEPTH};
@@ -69,12 +77,32 @@ pub struct UcxConfig {
     /// OS threads for this process's workers; `None`: one per core, at most one per
     /// hosted worker.
     pub threads: Option<usize>,
+    /// How connections are kept in order.
+    pub ordering: UcxOrdering,
+}
+
+/// How the backend keeps each connection's operations in order (R1).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub enum UcxOrdering {
+    /// As the lanes UCP chose for each endpoint require: the cheapest correct way.
+    #[default]
+    Auto,
+    /// Every operation waits until the previous ones of its connection are complete at
+    /// the target: the path of endpoints whose RMA and atomics take different lanes,
+    /// forced everywhere so that tests on any host exercise it.
+    Flush,
 }
 
 impl UcxConfig {
     /// All nodes in this process, UCX's transports, one thread per core.
     pub fn new(shape: ClusterShape) -> Self {
-        UcxConfig { shape, hosted: None, transports: None, threads: None }
+        UcxConfig {
+            shape,
+            hosted: None,
+            transports: None,
+            threads: None,
+            ordering: UcxOrdering::Auto,
+        }
     }
 
     /// Whether this configuration hosts `node`.
@@ -86,35 +114,25 @@ impl UcxConfig {
         tls_list(self.transports.as_deref())
     }
 
-    /// What the fabric promises under these transports. RDMA NICs execute atomics in
-    /// the device, which is not atomic with respect to CPU atomics (DrTM+H §5.2); shared
-    /// memory uses CPU atomics, and TCP emulates them with CPU atomics at the target.
-    /// Over TCP, one-sided operations need the target's worker to make progress.
-    fn caps(&self) -> Caps {
-        let (coherent, bypass) = match self.tls() {
-            Some(t) => {
-                let names: Vec<&str> = t.split(',').map(str::trim).collect();
-                let rdma = names.iter().any(|n| {
-                    matches!(*n, "rc" | "rc_v" | "rc_x" | "rc_mlx5" | "ud" | "ud_v" | "ud_x")
-                        || n.starts_with("dc")
-                        || n.starts_with("ib")
-                        || n.starts_with("rc_")
-                        || n.starts_with("ud_")
-                });
-                (!rdma, !names.contains(&"tcp"))
-            }
-            None => {
-                let rdma = rdma_devices_present();
-                (!rdma, rdma)
-            }
-        };
-        Caps {
-            mtu: DATAGRAM_MTU,
-            inline_max: INLINE_MAX,
-            sq_depth: SQ_DEPTH,
-            atomics_coherent: coherent,
-            one_sided_bypasses_target: bypass,
-        }
+    /// The `UCX_ATOMIC_MODE` to ask for: `device` where an RDMA NIC may carry the
+    /// cluster, so that every endpoint, a worker's own included, executes atomics in that
+    /// one NIC and a lock word never sees CPU and NIC atomics (M6); unless the user set
+    /// `UCX_ATOMIC_MODE`, which then rules (the lanes still show what it gave).
+    fn atomic_mode(&self) -> Option<&'static str> {
+        let user = std::env::var_os("UCX_ATOMIC_MODE").is_some();
+        (!user && rdma_devices_present() && lanes::may_use_rdma(self.tls().as_deref()))
+            .then_some("device")
+    }
+}
+
+/// The capabilities of a cluster whose endpoints promise `p`.
+fn caps_of(p: lanes::Promises) -> Caps {
+    Caps {
+        mtu: DATAGRAM_MTU,
+        inline_max: INLINE_MAX,
+        sq_depth: SQ_DEPTH,
+        atomics_coherent: p.atomics_coherent,
+        one_sided_bypasses_target: p.one_sided_bypasses_target,
     }
 }
 
@@ -245,11 +263,14 @@ impl UcxCluster {
             }
         }
         let tls = config.tls().map(|t| CString::new(t).expect("transport names have no NUL"));
+        let atomic_mode = config.atomic_mode().map(|m| CString::new(m).expect("no NUL"));
         let mut err = [0; ffi::ERR_LEN];
-        // SAFETY: `tls` is a valid C string or null, `err` a writable buffer of ERR_LEN.
+        // SAFETY: `tls` and `atomic_mode` are valid C strings or null, `err` a writable
+        // buffer of ERR_LEN.
         let raw = unsafe {
             ffi::hx_context_create(
                 tls.as_ref().map_or(std::ptr::null(), |t| t.as_ptr()),
+                atomic_mode.as_ref().map_or(std::ptr::null(), |m| m.as_ptr()),
                 err.as_mut_ptr(),
                 err.len(),
             )
@@ -359,9 +380,34 @@ impl Backend for UcxCluster {
         let blob = exchange::encode_local(shape, &workers, &self.regions);
         let all = self.exchange.allgather(blob)?;
         let peers = exchange::decode_all(shape, &all, &self.regions)?;
-        workers.connect(&peers, self.config.peer_errors())?;
-        // Everyone is connected: start the clocks together.
-        self.exchange.allgather(Vec::new())?;
+        let forced = match self.config.ordering {
+            UcxOrdering::Auto => None,
+            UcxOrdering::Flush => Some(lanes::Order::Flush),
+        };
+        let verdict = match workers.connect(&peers, self.config.peer_errors(), forced) {
+            Ok(v) => v,
+            Err(e) => {
+                workers.destroy();
+                return Err(e);
+            }
+        };
+        // Everyone is connected: agree on what the fabric promises, and start the clocks
+        // together.
+        let caps = self.exchange.allgather(verdict.encode()).and_then(|all| {
+            let all: Vec<lanes::Verdict> = all
+                .iter()
+                .map(|b| lanes::Verdict::decode(b))
+                .collect::<Result<_, _>>()
+                .map_err(BackendError::Config)?;
+            lanes::Verdict::merge(&all).map(caps_of).map_err(BackendError::Config)
+        });
+        let caps = match caps {
+            Ok(c) => c,
+            Err(e) => {
+                workers.destroy();
+                return Err(e);
+            }
+        };
         let threads = self
             .config
             .threads
@@ -369,7 +415,7 @@ impl Backend for UcxCluster {
         let threads = threads.clamp(1, hosted.len());
         let run_shared = Arc::new(RunShared {
             shape,
-            caps: self.config.caps(),
+            caps,
             start: Instant::now(),
             done: AtomicUsize::new(0),
             threads,
