@@ -37,8 +37,7 @@ thread_local! {
     static FABRIC: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Witness states of a word.
-const UNTOUCHED: u32 = 0;
+/// Witness states of a word (0: no atomic changed it yet).
 const CPU_ATOMIC: u32 = 1;
 const NIC_ATOMIC: u32 = 2;
 

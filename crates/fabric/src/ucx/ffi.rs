@@ -57,15 +57,22 @@ extern "C" {
     pub(crate) fn hx_mem_alloc(
         ctx: *mut Context,
         len: usize,
+        huge: c_int,
         memh: *mut *mut MemHandle,
         addr: *mut *mut c_void,
         rkey_buf: *mut *mut c_void,
         rkey_len: *mut usize,
+        mapped: *mut usize,
         err: *mut c_char,
         err_len: usize,
     ) -> c_int;
     pub(crate) fn hx_rkey_buffer_release(buf: *mut c_void);
-    pub(crate) fn hx_mem_free(ctx: *mut Context, memh: *mut MemHandle);
+    pub(crate) fn hx_mem_free(
+        ctx: *mut Context,
+        memh: *mut MemHandle,
+        addr: *mut c_void,
+        mapped: usize,
+    );
 
     pub(crate) fn hx_worker_create(
         ctx: *mut Context,

@@ -166,6 +166,28 @@ pub(crate) fn tls_list(transports: Option<&str>) -> Option<String> {
     }
 }
 
+/// Free explicit huge pages of the host, if it says.
+fn free_huge_pages() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("HugePages_Free:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// What to add to a failed registration's reason: RDMA NICs pin registered memory, which
+/// the locked-memory limit bounds (`ulimit -l`; batch systems often set it low).
+fn memlock_hint() -> String {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes one rlimit into the live local it is given.
+    let rc = unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut lim) };
+    if rc != 0 || lim.rlim_cur == libc::RLIM_INFINITY {
+        return String::new();
+    }
+    format!(
+        " (registered memory is pinned and the locked-memory limit is {} KiB: raise `ulimit -l`, e.g. to unlimited in the job's limits)",
+        lim.rlim_cur / 1024
+    )
+}
+
 fn rdma_devices_present() -> bool {
     std::fs::read_dir("/sys/class/infiniband").is_ok_and(|mut d| d.next().is_some())
 }
@@ -190,13 +212,16 @@ impl Drop for Context {
     }
 }
 
-/// Memory UCP allocated and mapped for one region.
+/// Memory UCP allocated and mapped for one region (or huge pages hytra mapped and UCP
+/// registered: `mapped` bytes at `addr`).
 struct Mapping {
     ctx: Arc<Context>,
     memh: NonNull<ffi::MemHandle>,
+    addr: *mut c_void,
+    mapped: usize,
 }
 
-// SAFETY: the handle is only used to unmap, once, on drop; UCP's memory map calls on a
+// SAFETY: the handle and address are only used to unmap, once, on drop; UCP's memory map calls on a
 // context created with `mt_workers_shared` may run on any thread.
 unsafe impl Send for Mapping {}
 // SAFETY: as above.
@@ -204,9 +229,12 @@ unsafe impl Sync for Mapping {}
 
 impl Drop for Mapping {
     fn drop(&mut self) {
-        // SAFETY: memh came from hx_mem_alloc on this context and is unmapped only here;
-        // the Region that points into the memory owns this Mapping, so it is gone too.
-        unsafe { ffi::hx_mem_free(self.ctx.raw.as_ptr(), self.memh.as_ptr()) }
+        // SAFETY: memh, addr and mapped came from hx_mem_alloc on this context and are
+        // released only here; the Region that points into the memory owns this Mapping,
+        // so it is gone too.
+        unsafe {
+            ffi::hx_mem_free(self.ctx.raw.as_ptr(), self.memh.as_ptr(), self.addr, self.mapped)
+        }
     }
 }
 
@@ -287,29 +315,46 @@ impl UcxCluster {
         &self.config
     }
 
+    /// Whether a region of `len` bytes goes on explicit huge pages: a large one, where no
+    /// shared-memory peer needs UCP's own allocation to map it, and the host has enough
+    /// free huge pages (`HugePages_Free`, 2 MiB each).
+    fn wants_huge_pages(&self, len: u64) -> bool {
+        const HUGE: u64 = 2 << 20;
+        let tls = self.config.tls();
+        let network = match &tls {
+            Some(_) => self.config.peer_errors(),
+            None => rdma_devices_present(),
+        };
+        len >= HUGE && network && free_huge_pages().is_some_and(|n| n * HUGE >= len)
+    }
+
     fn alloc(&self, node: NodeId, len: u64) -> Result<HostedRegion, BackendError> {
         let fail = |reason: String| BackendError::Register { node, len_bytes: len, reason };
         let bytes = usize::try_from(len).map_err(|_| fail("larger than memory".into()))?;
+        let huge = self.wants_huge_pages(len);
         let mut memh = std::ptr::null_mut();
         let mut addr: *mut c_void = std::ptr::null_mut();
         let mut rkey_buf: *mut c_void = std::ptr::null_mut();
         let mut rkey_len = 0usize;
+        let mut mapped = 0usize;
         let mut err = [0; ffi::ERR_LEN];
         // SAFETY: every out-pointer refers to a live local; the context is alive.
         let rc = unsafe {
             ffi::hx_mem_alloc(
                 self.ctx.raw.as_ptr(),
                 bytes,
+                i32::from(huge),
                 &mut memh,
                 &mut addr,
                 &mut rkey_buf,
                 &mut rkey_len,
+                &mut mapped,
                 err.as_mut_ptr(),
                 err.len(),
             )
         };
         if rc != 0 {
-            return Err(fail(format!("UCX: {}", ffi::err_text(&err))));
+            return Err(fail(format!("UCX: {}{}", ffi::err_text(&err), memlock_hint())));
         }
         // SAFETY: on success the shim returned a packed key of `rkey_len` bytes that we
         // copy and then release exactly once.
@@ -320,7 +365,7 @@ impl UcxCluster {
         };
         let memh = NonNull::new(memh).expect("hx_mem_alloc returned a handle");
         let ptr = NonNull::new(addr.cast::<u64>()).expect("hx_mem_alloc returned memory");
-        let owner = Arc::new(Mapping { ctx: self.ctx.clone(), memh });
+        let owner = Arc::new(Mapping { ctx: self.ctx.clone(), memh, addr, mapped });
         // SAFETY: the shim checked that the mapping is 8-byte aligned and at least `len`
         // bytes, and zeroed it; `owner` unmaps it only when the last Region clone is gone;
         // peers touch it only through UCP (DMA-like copies and CPU atomics).

@@ -363,12 +363,54 @@ static void zero_fresh(void *addr, size_t len)
     free(resident);
 }
 
+/* Huge pages are 2 MiB on the hosts this targets; a region on them is rounded up. */
+#define HX_HUGE_BYTES (2ul << 20)
+
+/* Maps `len` bytes of explicit huge pages (hugetlbfs, zeroed by the kernel) and registers
+ * them with UCP; 0 on success with `*mapped` the mapping's length, -1 (nothing left
+ * behind) when the host has none to give or UCP refuses them. */
+static int mem_huge(ucp_context_h ctx, size_t len, ucp_mem_h *memh, void **addr, size_t *mapped)
+{
+    size_t n = (len + HX_HUGE_BYTES - 1) & ~(HX_HUGE_BYTES - 1);
+    void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB,
+                   -1, 0);
+    if (p == MAP_FAILED) {
+        return -1;
+    }
+    ucp_mem_map_params_t mp;
+    memset(&mp, 0, sizeof mp);
+    mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+    mp.address = p;
+    mp.length = n;
+    if (ucp_mem_map(ctx, &mp, memh) != UCS_OK) {
+        munmap(p, n);
+        return -1;
+    }
+    *addr = p;
+    *mapped = n;
+    return 0;
+}
+
 /* Allocates and maps `len` bytes through UCP (so that shared-memory peers can map them
  * and complete one-sided operations without this process), zeroes them, and packs the
- * remote key. */
-int hx_mem_alloc(ucp_context_h ctx, size_t len, ucp_mem_h *memh, void **addr, void **rkey_buf,
-                 size_t *rkey_len, char *err, size_t err_len)
+ * remote key. `huge`: try explicit huge pages first (fewer translations for the NIC to
+ * cache; only where no shared-memory peer needs UCP's own allocation); `*mapped` is then
+ * the length hytra mapped itself (0 when UCP allocated), for hx_mem_free. */
+int hx_mem_alloc(ucp_context_h ctx, size_t len, int huge, ucp_mem_h *memh, void **addr,
+                 void **rkey_buf, size_t *rkey_len, size_t *mapped, char *err, size_t err_len)
 {
+    *mapped = 0;
+    ucs_status_t st;
+    if (huge && mem_huge(ctx, len, memh, addr, mapped) == 0) {
+        st = ucp_rkey_pack(ctx, *memh, rkey_buf, rkey_len);
+        if (st != UCS_OK) {
+            snprintf(err, err_len, "ucp_rkey_pack: %s", ucs_status_string(st));
+            ucp_mem_unmap(ctx, *memh);
+            munmap(*addr, *mapped);
+            return -1;
+        }
+        return 0;
+    }
     ucp_mem_map_params_t mp;
     memset(&mp, 0, sizeof mp);
     mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
@@ -376,7 +418,7 @@ int hx_mem_alloc(ucp_context_h ctx, size_t len, ucp_mem_h *memh, void **addr, vo
     mp.address = NULL;
     mp.length = len;
     mp.flags = UCP_MEM_MAP_ALLOCATE;
-    ucs_status_t st = ucp_mem_map(ctx, &mp, memh);
+    st = ucp_mem_map(ctx, &mp, memh);
     if (st != UCS_OK) {
         snprintf(err, err_len, "ucp_mem_map(%zu bytes): %s", len, ucs_status_string(st));
         return -1;
@@ -389,6 +431,11 @@ int hx_mem_alloc(ucp_context_h ctx, size_t len, ucp_mem_h *memh, void **addr, vo
         snprintf(err, err_len, "ucp_mem_query: %s", ucs_status_string(st));
         ucp_mem_unmap(ctx, *memh);
         return -1;
+    }
+    if (len >= HX_HUGE_BYTES) {
+        /* Transparent huge pages where the kernel gives them for this kind of memory;
+         * a refusal changes nothing. */
+        (void)madvise(attr.address, len, MADV_HUGEPAGE);
     }
     zero_fresh(attr.address, len);
     st = ucp_rkey_pack(ctx, *memh, rkey_buf, rkey_len);
@@ -406,9 +453,13 @@ void hx_rkey_buffer_release(void *buf)
     ucp_rkey_buffer_release(buf);
 }
 
-void hx_mem_free(ucp_context_h ctx, ucp_mem_h memh)
+/* Unregisters (and, if hytra mapped it: `mapped` > 0, unmaps) a region. */
+void hx_mem_free(ucp_context_h ctx, ucp_mem_h memh, void *addr, size_t mapped)
 {
     ucp_mem_unmap(ctx, memh);
+    if (mapped > 0) {
+        munmap(addr, mapped);
+    }
 }
 
 /* ---- workers ---- */
