@@ -2,7 +2,7 @@
 //! atomics are not coherent with the CPU's, a CPU CAS after a NIC CAS on one word, a NIC
 //! CAS after a CPU CAS, and a CPU store to a word NIC atomics use each panic, while NIC
 //! atomics with NIC WRITEs, and CPU atomics on other words, do not. The engine's side
-//! (every design never mixes the two) is `hytra-workloads`' `tests/atomics_witness.rs`.
+//! (every design never mixes the two) is `hytra-workloads`' `tests/witness.rs`.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 

@@ -1,4 +1,4 @@
-//! M6 and T5 hold in the engine: on the simulator, whose NIC atomics are not coherent
+//! M6 and T5 hold in the engine (the witness of registered memory): on the simulator, whose NIC atomics are not coherent
 //! with the CPU's, every design runs SmallBank and TPC-C (lossy too) with the witness of
 //! registered memory on, which panics the moment a word changed by NIC atomics is
 //! changed by a CPU atomic or a CPU write, or a word changed by CPU atomics by a NIC
