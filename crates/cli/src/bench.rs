@@ -388,7 +388,7 @@ fn run_ucx<W: Workload>(
     cfg: TxnConfig,
     params: BenchParams,
 ) -> Result<Option<BenchResult<W::Report>>, BenchError> {
-    use hytra_fabric::ucx::{TcpExchange, UcxCluster, UcxConfig};
+    use hytra_fabric::ucx::{UcxCluster, UcxConfig};
     let mut uc = UcxConfig::new(shape);
     uc.transports = Some(a.transports.clone());
     uc.threads = a.threads;
@@ -396,8 +396,7 @@ fn run_ucx<W: Workload>(
         None => UcxCluster::new(uc)?,
         Some(p) => {
             uc.hosted = Some(vec![hytra_fabric::NodeId(p.me)]);
-            let ex = TcpExchange::join(p.me, shape.nodes, p.root, &p.token, p.timeout)?;
-            UcxCluster::with_exchange(uc, Box::new(ex))?
+            UcxCluster::with_exchange(uc, p.exchange(shape.nodes)?)?
         }
     };
     hytra_workloads::bench::run_partial(&mut b, workload, cfg, params)

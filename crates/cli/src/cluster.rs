@@ -1,10 +1,13 @@
 //! `hytra node` and `hytra cluster`: a benchmark on a cluster of processes over UCX.
 //!
-//! A cluster file (TOML) names the nodes (host and bootstrap port), the cluster token,
-//! the UCX transports and the benchmark. `hytra node --id N` runs node N: it joins the
-//! others through node 0's bootstrap port, runs its workers, and sends its results to
-//! node 0, which prints the cluster's report. `hytra cluster` starts every node of a
-//! one-machine file as a child process and stops them all on exit, error or Ctrl-C.
+//! A cluster file (TOML) names the nodes (host and bootstrap port, or only their number),
+//! the cluster token, the UCX transports and the benchmark. `hytra node` runs one node
+//! and learns which in one of two ways: under a PMIx launcher (`srun --mpi=pmix`,
+//! `mpirun`; feature `pmix`) its rank is its node, and the launcher's key-value store
+//! carries addresses and results; with `--id N` it is node N of the file's `[[nodes]]`
+//! and joins the others through node 0's TCP bootstrap port. Either way node 0 prints the
+//! cluster's report. `hytra cluster` starts every node of a one-machine file as a child
+//! process and stops them all on exit, error or Ctrl-C.
 //!
 //! `workload = "io"` runs one point of `hytra io` on two nodes instead (node 0 reads
 //! node 1's file; `bench_args` are `hytra io` options, `workers` its connections).
@@ -13,6 +16,8 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
+#[cfg(feature = "pmix")]
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use clap::{Args, Parser};
@@ -28,12 +33,56 @@ use crate::{usage, CliError};
 pub struct Placement {
     /// Node id.
     pub me: u16,
-    /// Node 0's bootstrap address.
-    pub root: SocketAddr,
-    /// The cluster token.
-    pub token: String,
+    /// How the processes meet.
+    pub bootstrap: Bootstrap,
     /// Bound on joining and on every exchange.
     pub timeout: Duration,
+}
+
+/// How the processes of a cluster meet.
+#[derive(Clone, Debug)]
+#[cfg_attr(not(feature = "ucx"), allow(dead_code))]
+pub enum Bootstrap {
+    /// A TCP star around node 0, which listens at `root`; `token` admits a node.
+    Tcp {
+        /// Node 0's bootstrap address.
+        root: SocketAddr,
+        /// The cluster token.
+        token: String,
+    },
+    /// The key-value store of the PMIx launcher that started the process, joined (and
+    /// the token checked) already; the run takes it.
+    #[cfg(feature = "pmix")]
+    Pmix(Arc<Mutex<Option<hytra_fabric::ucx::PmixExchange>>>),
+}
+
+impl Placement {
+    /// Joins the other processes of a cluster of `nodes` nodes.
+    #[cfg(feature = "ucx")]
+    pub fn exchange(
+        &self,
+        nodes: u16,
+    ) -> Result<Box<dyn hytra_fabric::ucx::Exchange>, hytra_fabric::BackendError> {
+        match &self.bootstrap {
+            Bootstrap::Tcp { root, token } => Ok(Box::new(hytra_fabric::ucx::TcpExchange::join(
+                self.me,
+                nodes,
+                *root,
+                token,
+                self.timeout,
+            )?)),
+            #[cfg(feature = "pmix")]
+            Bootstrap::Pmix(slot) => {
+                let ex = slot.lock().expect("the PMIx slot is never poisoned").take();
+                let ex = ex.ok_or_else(|| {
+                    hytra_fabric::BackendError::Cluster(
+                        "the PMIx job serves one run per process".into(),
+                    )
+                })?;
+                Ok(Box::new(ex))
+            }
+        }
+    }
 }
 
 /// Reads and checks a cluster file; every message names the file.
@@ -67,7 +116,7 @@ fn bench_args(f: &ClusterFile, json: Option<&Path>) -> Result<BenchArgs, CliErro
     let mut own = vec![
         ("workload", f.workload.clone()),
         ("design", f.design.clone()),
-        ("nodes", f.nodes.len().to_string()),
+        ("nodes", f.node_count().to_string()),
         ("workers", f.workers.to_string()),
     ];
     own.extend(f.coroutines.map(|c| ("coroutines", c.to_string())));
@@ -125,9 +174,10 @@ pub struct NodeArgs {
     /// The cluster file (TOML).
     #[arg(long)]
     config: PathBuf,
-    /// This node's id (its position in the file's `[[nodes]]`).
+    /// This node's id (its position in the file's `[[nodes]]`), for the TCP bootstrap;
+    /// leave it out under a PMIx launcher (`srun --mpi=pmix`, `mpirun`), which gives it.
     #[arg(long)]
-    id: u16,
+    id: Option<u16>,
     /// Write node 0's report as JSON here (ignored on other nodes).
     #[arg(long)]
     json: Option<PathBuf>,
@@ -136,21 +186,19 @@ pub struct NodeArgs {
 /// Runs `hytra node`.
 pub fn run_node(a: NodeArgs) -> Result<(), CliError> {
     let f = read_file(&a.config)?;
-    let nodes = u16::try_from(f.nodes.len()).unwrap_or(u16::MAX);
-    if a.id >= nodes {
-        return usage(format!(
-            "--id {} is not a node of {} (0..{nodes})",
-            a.id,
-            a.config.display()
-        ));
-    }
-    let placement = Placement {
-        me: a.id,
-        root: resolve(&f.nodes[0])?,
-        token: f.token.clone(),
-        timeout: Duration::from_secs(f.timeout_s),
+    let timeout = Duration::from_secs(f.timeout_s);
+    let placement = match a.id {
+        Some(id) => tcp_placement(&f, &a.config, id, timeout)?,
+        None if launched_by_pmix() => pmix_placement(&f, &a.config, timeout)?,
+        None => {
+            return usage(format!(
+                "hytra node needs its place in the cluster: start it under a PMIx launcher (srun --mpi=pmix or mpirun, in a build with --features pmix), or give --id N with the hosts listed as [[nodes]] in {}",
+                a.config.display()
+            ))
+        }
     };
-    match job(&f, if a.id == 0 { a.json.as_deref() } else { None })? {
+    let json = if placement.me == 0 { a.json.as_deref() } else { None };
+    match job(&f, json)? {
         Job::Bench(mut args) => {
             args.placement = Some(placement);
             run_bench(*args)
@@ -160,6 +208,65 @@ pub fn run_node(a: NodeArgs) -> Result<(), CliError> {
             crate::io::run(*args)
         }
     }
+}
+
+/// Node `id` of the file's `[[nodes]]`, meeting the others through node 0's TCP port.
+fn tcp_placement(
+    f: &ClusterFile,
+    config: &Path,
+    id: u16,
+    timeout: Duration,
+) -> Result<Placement, CliError> {
+    if f.nodes.is_empty() {
+        return usage(format!(
+            "--id needs the hosts listed as [[nodes]] in {} (or start hytra node under a PMIx launcher: srun --mpi=pmix, mpirun)",
+            config.display()
+        ));
+    }
+    let nodes = u16::try_from(f.nodes.len()).unwrap_or(u16::MAX);
+    if id >= nodes {
+        return usage(format!("--id {id} is not a node of {} (0..{nodes})", config.display()));
+    }
+    let root = resolve(&f.nodes[0])?;
+    Ok(Placement { me: id, bootstrap: Bootstrap::Tcp { root, token: f.token.clone() }, timeout })
+}
+
+/// Whether a PMIx launcher started this process: it tells its children their namespace
+/// and rank in the environment (Slurm's `srun --mpi=pmix` and Open MPI's `mpirun` both).
+fn launched_by_pmix() -> bool {
+    std::env::var_os("PMIX_NAMESPACE").is_some() && std::env::var_os("PMIX_RANK").is_some()
+}
+
+/// This process's rank of the launcher's job as its node. Every check fails the same way
+/// in every process of the job, so all stop at once, without waiting for each other.
+#[cfg(feature = "pmix")]
+fn pmix_placement(
+    f: &ClusterFile,
+    config: &Path,
+    timeout: Duration,
+) -> Result<Placement, CliError> {
+    use hytra_fabric::ucx::PmixExchange;
+    let mut ex = PmixExchange::join(timeout).map_err(|e| CliError::Usage(e.to_string()))?;
+    let (rank, size, count) = (ex.rank(), ex.size(), f.node_count());
+    if size as usize != count {
+        return usage(format!(
+            "the PMIx job has {size} processes but {} describes {count} nodes: start one process per node (mpirun -np {count}, srun -n {count})",
+            config.display()
+        ));
+    }
+    let me = u16::try_from(rank).ok().filter(|&r| usize::from(r) < count).ok_or_else(|| {
+        CliError::Usage(format!(
+            "PMIx rank {rank} is not a node of {} (0..{count})",
+            config.display()
+        ))
+    })?;
+    ex.check_token(&f.token).map_err(|e| CliError::Usage(e.to_string()))?;
+    Ok(Placement { me, bootstrap: Bootstrap::Pmix(Arc::new(Mutex::new(Some(ex)))), timeout })
+}
+
+#[cfg(not(feature = "pmix"))]
+fn pmix_placement(_: &ClusterFile, _: &Path, _: Duration) -> Result<Placement, CliError> {
+    usage("a PMIx launcher started hytra node, but this build has no PMIx support: install libpmix-dev and build with --features pmix (or give --id N with the hosts as [[nodes]])")
 }
 
 /// Options of `hytra cluster`.
@@ -196,13 +303,14 @@ pub fn run_cluster(a: ClusterArgs) -> Result<(), CliError> {
     let f = read_file(&a.config)?;
     // Check the benchmark options here once, not in every child.
     if let Job::Io(mut args) = job(&f, a.json.as_deref())? {
-        args.placement = Some(Placement {
-            me: 0,
-            root: resolve(&f.nodes[0])?,
-            token: f.token.clone(),
-            timeout: Duration::from_secs(f.timeout_s),
-        });
+        args.placement = Some(tcp_placement(&f, &a.config, 0, Duration::from_secs(f.timeout_s))?);
         crate::io::check(&args)?;
+    }
+    if f.nodes.is_empty() {
+        return usage(format!(
+            "hytra cluster starts the processes of the [[nodes]] in {}, and it lists none (a file with only node_count is for srun or mpirun)",
+            a.config.display()
+        ));
     }
     for n in &f.nodes {
         let addr = resolve(n)?;

@@ -262,16 +262,17 @@ fn measure(
         }
         #[cfg(feature = "ucx")]
         BackendKind::Ucx => {
-            use hytra_fabric::ucx::{TcpExchange, UcxCluster, UcxConfig};
+            use hytra_fabric::ucx::{UcxCluster, UcxConfig};
             let mut cfg = UcxConfig::new(shape);
             cfg.transports = Some(a.transports.clone());
             let mut b = match &a.placement {
                 None => UcxCluster::new(cfg).context("starting UCX")?,
                 Some(p) => {
                     cfg.hosted = Some(vec![hytra_fabric::NodeId(p.me)]);
-                    let ex = TcpExchange::join(p.me, shape.nodes, p.root, &p.token, p.timeout)
+                    let ex = p
+                        .exchange(shape.nodes)
                         .map_err(|e| CliError::Run(anyhow::anyhow!("{e}")))?;
-                    UcxCluster::with_exchange(cfg, Box::new(ex)).context("starting UCX")?
+                    UcxCluster::with_exchange(cfg, ex).context("starting UCX")?
                 }
             };
             match &trace {

@@ -284,6 +284,38 @@ fn cluster_files_are_checked_before_anything_starts() {
     assert_usage_errors(&[&["node", "--config", ok.to_str().unwrap(), "--id", "5"]]);
 }
 
+/// `hytra node` learns its place from a PMIx launcher or from `--id` and the file's
+/// hosts; with neither it says both ways in one line.
+#[test]
+fn a_node_without_a_launcher_or_hosts_names_both_ways_to_start_it() {
+    let counted = temp("counted.toml");
+    std::fs::write(&counted, "token = \"t\"\nnode_count = 3\n").unwrap();
+    let hosts = temp("hosts.toml");
+    std::fs::write(&hosts, "token = \"t\"\n[[nodes]]\nhost = \"127.0.0.1\"\nport = 7000\n")
+        .unwrap();
+    let (counted, hosts) = (counted.to_str().unwrap(), hosts.to_str().unwrap());
+    for args in [
+        &["node", "--config", counted][..],
+        &["node", "--config", hosts],
+        &["node", "--config", counted, "--id", "0"],
+        &["cluster", "--config", counted],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_hytra"))
+            .args(args)
+            .env_remove("PMIX_RANK")
+            .env_remove("PMIX_NAMESPACE")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert_eq!(stderr.trim_end().lines().count(), 1, "{args:?}: not one line: {stderr}");
+        if args[0] == "node" {
+            assert!(stderr.contains("mpirun") && stderr.contains("srun --mpi=pmix"), "{stderr}");
+            assert!(stderr.contains("[[nodes]]"), "{args:?}: {stderr}");
+        }
+    }
+}
+
 /// Without the `ucx` feature, asking for the backend is a clear usage error.
 #[cfg(not(feature = "ucx"))]
 #[test]

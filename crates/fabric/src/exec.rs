@@ -264,7 +264,8 @@ pub(crate) fn execute(target: Option<&Region>, op: TargetOp<'_>) -> (Status, u64
     if let Err(e) = region.check(offset, len) {
         return (Status::RemoteAccess(e), 0);
     }
-    let value = match op {
+    // What follows is the NIC's doing, not a CPU's (for the M6 witness).
+    let value = crate::memory::as_fabric(|| match op {
         TargetOp::Read { offset, len, dst, dst_offset } => {
             region.copy_to(offset, dst, dst_offset, len);
             0
@@ -287,6 +288,6 @@ pub(crate) fn execute(target: Option<&Region>, op: TargetOp<'_>) -> (Status, u64
             dst.store(dst_offset, old);
             old
         }
-    };
+    });
     (Status::Success, value)
 }

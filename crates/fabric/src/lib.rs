@@ -45,7 +45,7 @@ pub use endpoint::{
     Backend, BackendError, Caps, Endpoint, Program, RegionSpec, RunLimits, RunStats, Step,
 };
 pub use ids::{ClusterShape, LocalAddr, NodeId, Qp, RemoteAddr, Rkey, WorkerId, WrId};
-pub use memory::{zeroed_u32s, zeroed_words, zeroed_words_small_pages, Region};
+pub use memory::{witness_atomics, zeroed_u32s, zeroed_words, zeroed_words_small_pages, Region};
 pub use verbs::{
     AccessError, BatchPost, BatchRefused, Completion, OpFlags, OpKind, PostError, Status,
     WorkRequest, WriteSrc,

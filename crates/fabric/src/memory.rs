@@ -5,9 +5,14 @@
 //! aliases memory a peer may read or write at the same moment (docs/INVARIANTS.md, M1).
 //! Not for: deciding who may access what; protection checks live in [`Region::check`]
 //! and are applied by each backend on the target side of an operation.
+//!
+//! For tests, regions can carry a witness of M6 ([`witness_atomics`]): it remembers, per
+//! word, whether CPU or fabric atomics changed it, and panics when the other kind (or a
+//! CPU write, T5) changes a word that fabric atomics use.
 
+use std::cell::Cell;
 use std::ptr::NonNull;
-use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::constants::WORD;
@@ -20,6 +25,43 @@ pub struct Region {
     words: usize,
     /// Keeps the memory behind `ptr` alive (a boxed slice here, a UCX mapping elsewhere).
     _owner: Arc<dyn Send + Sync>,
+    /// Per word, which kind of atomic changed it ([`witness_atomics`]); `None` normally.
+    witness: Option<Arc<[AtomicU32]>>,
+}
+
+/// Whether regions made from now on carry a witness of M6.
+static WITNESS: AtomicBool = AtomicBool::new(false);
+
+thread_local! {
+    /// Set while a backend applies a one-sided request's effect (the NIC's side).
+    static FABRIC: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Witness states of a word (0: no atomic changed it yet).
+const CPU_ATOMIC: u32 = 1;
+const NIC_ATOMIC: u32 = 2;
+
+/// Makes every region created from now on in this process check docs/INVARIANTS.md M6
+/// and T5: a word changed by a fabric atomic is never changed by a CPU atomic or a CPU
+/// write, and a word changed by a CPU atomic never by a fabric atomic; a violation
+/// panics. For tests of fabrics whose atomics are not coherent (the simulator's NIC
+/// profiles): on a coherent fabric the engine mixes the two on purpose. Costs four bytes
+/// of (lazily mapped) memory per word and a check per write.
+pub fn witness_atomics(on: bool) {
+    WITNESS.store(on, Ordering::SeqCst);
+}
+
+/// Runs `f` as the fabric: the region changes it makes are the NIC's, not the CPU's.
+pub(crate) fn as_fabric<T>(f: impl FnOnce() -> T) -> T {
+    /// Restores the thread's state even when `f` panics (a witness that fired).
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            FABRIC.with(|c| c.set(self.0));
+        }
+    }
+    let _restore = Restore(FABRIC.with(|c| c.replace(true)));
+    f()
 }
 
 // SAFETY: a Region only hands out shared references to `AtomicU64`s, which are Sync, and
@@ -42,7 +84,8 @@ impl Region {
         let words = usize::try_from(len_bytes / WORD).expect("region fits in memory");
         let mem = zeroed_words(words);
         let ptr = NonNull::new(mem.as_ptr().cast_mut()).unwrap_or(NonNull::dangling());
-        Region { ptr, words, _owner: Arc::new(mem) }
+        let witness = WITNESS.load(Ordering::SeqCst).then(|| Arc::from(zeroed_u32s(words)));
+        Region { ptr, words, _owner: Arc::new(mem), witness }
     }
 
     /// Wraps memory that something else allocated and keeps alive (UCX's `ucp_mem_map`).
@@ -52,7 +95,37 @@ impl Region {
     /// as long as `owner` lives, and accessed by everyone else only through atomics or by
     /// hardware that behaves like an RNIC's DMA.
     pub unsafe fn from_raw(ptr: NonNull<u64>, words: usize, owner: Arc<dyn Send + Sync>) -> Region {
-        Region { ptr: ptr.cast(), words, _owner: owner }
+        Region { ptr: ptr.cast(), words, _owner: owner, witness: None }
+    }
+
+    /// The witness's part of an atomic on the word at `offset` (M6).
+    fn witness_atomic(&self, offset: u64) {
+        let Some(w) = &self.witness else { return };
+        let (mine, other, who) = if FABRIC.with(Cell::get) {
+            (NIC_ATOMIC, CPU_ATOMIC, "a fabric atomic after CPU atomics")
+        } else {
+            (CPU_ATOMIC, NIC_ATOMIC, "a CPU atomic after fabric atomics")
+        };
+        let was = w[(offset / WORD) as usize].swap(mine, Ordering::Relaxed);
+        assert!(was != other, "M6 broken: {who} on the word at offset {offset}");
+    }
+
+    /// The witness's part of a write of `words` words at `offset`: the CPU must not
+    /// write a word that fabric atomics use (T5); the fabric's WRITEs may.
+    fn witness_write(&self, offset: u64, words: usize) {
+        let Some(w) = &self.witness else { return };
+        if FABRIC.with(Cell::get) {
+            return;
+        }
+        let first = (offset / WORD) as usize;
+        for (i, s) in w[first..][..words].iter().enumerate() {
+            let state = s.load(Ordering::Relaxed);
+            assert!(
+                state != NIC_ATOMIC,
+                "T5 broken: a CPU write to the word at offset {}, which fabric atomics use",
+                offset + i as u64 * WORD
+            );
+        }
     }
 
     fn words(&self) -> &[AtomicU64] {
@@ -99,12 +172,14 @@ impl Region {
 
     /// Stores one word with release ordering.
     pub fn store(&self, offset: u64, value: u64) {
+        self.witness_write(offset, 1);
         self.word(offset).store(value, Ordering::Release)
     }
 
     /// Compare-and-swap on one word; returns the previous value (equal to `current` iff
     /// the swap happened).
     pub fn cas(&self, offset: u64, current: u64, new: u64) -> u64 {
+        self.witness_atomic(offset);
         match self.word(offset).compare_exchange(current, new, Ordering::AcqRel, Ordering::Acquire)
         {
             Ok(v) | Err(v) => v,
@@ -113,6 +188,7 @@ impl Region {
 
     /// Fetch-and-add on one word (wrapping); returns the previous value.
     pub fn faa(&self, offset: u64, add: u64) -> u64 {
+        self.witness_atomic(offset);
         self.word(offset).fetch_add(add, Ordering::AcqRel)
     }
 
@@ -134,6 +210,7 @@ impl Region {
     /// rest, which is what "poll the last word of a message" protocols rely on (and what
     /// RNICs provide by writing a message in address order).
     pub fn write_words(&self, offset: u64, data: &[u64]) {
+        self.witness_write(offset, data.len());
         let dst = &self.words()[(offset / WORD) as usize..][..data.len()];
         publish(dst, data.iter().copied());
     }
@@ -153,6 +230,7 @@ impl Region {
     /// is published with release ordering (see [`Region::write_words`]).
     pub fn write_bytes(&self, offset: u64, data: &[u8]) {
         assert!(offset % WORD == 0 && data.len() % 8 == 0, "unaligned byte write");
+        self.witness_write(offset, data.len() / 8);
         let dst = &self.words()[(offset / WORD) as usize..][..data.len() / 8];
         publish(
             dst,
@@ -165,6 +243,7 @@ impl Region {
     /// The last word is published with release ordering (see [`Region::write_words`]).
     pub fn copy_to(&self, offset: u64, dst: &Region, dst_offset: u64, len: u64) {
         let n = (len / WORD) as usize;
+        dst.witness_write(dst_offset, n);
         let src = &self.words()[(offset / WORD) as usize..][..n];
         let to = &dst.words()[(dst_offset / WORD) as usize..][..n];
         // Source words in address order, each with acquire ordering (see `read_words`).
@@ -173,6 +252,7 @@ impl Region {
 
     /// Fills `[offset, offset + len)` with zeros.
     pub fn zero(&self, offset: u64, len: u64) {
+        self.witness_write(offset, (len / WORD) as usize);
         for w in &self.words()[(offset / WORD) as usize..][..(len / WORD) as usize] {
             w.store(0, Ordering::Relaxed);
         }

@@ -44,11 +44,15 @@ impl TestBackend for LocalCluster {
 impl TestBackend for crate::ucx::UcxCluster {
     const NAME: &'static str = "ucx";
     /// Every node in this process, over the transports in `HYTRA_UCX_TLS` (default
-    /// `sm`: shared memory).
+    /// `sm`: shared memory); `HYTRA_UCX_ORDER=flush` forces the strictest ordering on
+    /// every connection (the path of endpoints with RMA and atomics on different lanes).
     fn for_test(shape: ClusterShape, _seed: u64) -> Self {
         let mut config = crate::ucx::UcxConfig::new(shape);
         config.transports =
             Some(std::env::var("HYTRA_UCX_TLS").unwrap_or_else(|_| "sm".to_string()));
+        if std::env::var("HYTRA_UCX_ORDER").is_ok_and(|o| o == "flush") {
+            config.ordering = crate::ucx::UcxOrdering::Flush;
+        }
         crate::ucx::UcxCluster::new(config).expect("UCX test cluster")
     }
     fn test_time_limit_ns() -> u64 {

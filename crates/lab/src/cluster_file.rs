@@ -1,5 +1,6 @@
 //! The cluster file: a TOML file that names the nodes of a cluster of processes (host and
-//! bootstrap port), the cluster token, the UCX transports and the benchmark to run.
+//! bootstrap port; or only their number, for processes a PMIx launcher starts), the
+//! cluster token, the UCX transports and the benchmark to run.
 //! [`parse`] reads and checks one; running it is the `hytra` binary's business (`hytra
 //! node`, `hytra cluster`). Not for: resolving hosts or building the benchmark's options.
 
@@ -39,8 +40,20 @@ pub struct ClusterFile {
     /// Further `hytra bench` (or `hytra io`) options, spelled as on its command line.
     #[serde(default)]
     pub bench_args: Vec<String>,
-    /// The nodes, node 0 first.
+    /// The nodes, node 0 first, where `hytra node --id` meets its peers (the TCP
+    /// bootstrap). Not needed under a PMIx launcher, which tells every process its place.
+    #[serde(default)]
     pub nodes: Vec<NodeEntry>,
+    /// How many nodes the cluster has, for a file without `[[nodes]]`; with them, it
+    /// must equal their number. Under a launcher the job must have this many processes.
+    pub node_count: Option<u16>,
+}
+
+impl ClusterFile {
+    /// How many nodes the cluster has (checked by [`parse`] to be at least one).
+    pub fn node_count(&self) -> usize {
+        self.node_count.map_or(self.nodes.len(), usize::from)
+    }
 }
 
 /// One node of a cluster file.
@@ -76,9 +89,17 @@ pub enum ClusterFileError {
     /// Not TOML, or not the fields of a cluster file.
     #[error("{0}")]
     Toml(String),
-    /// No `[[nodes]]`.
-    #[error("no [[nodes]]")]
+    /// Neither `[[nodes]]` nor a positive `node_count`.
+    #[error("no [[nodes]] and no node_count (say how many nodes the cluster has)")]
     NoNodes,
+    /// `node_count` and the `[[nodes]]` disagree.
+    #[error("node_count = {count} but {listed} [[nodes]] are listed")]
+    NodeCount {
+        /// `node_count`.
+        count: u16,
+        /// How many `[[nodes]]`.
+        listed: usize,
+    },
     /// An empty token.
     #[error("the token must not be empty")]
     EmptyToken,
@@ -97,15 +118,20 @@ pub enum ClusterFileError {
 pub fn parse(text: &str) -> Result<ClusterFile, ClusterFileError> {
     let f: ClusterFile =
         toml::from_str(text).map_err(|e| ClusterFileError::Toml(e.message().to_string()))?;
-    if f.nodes.is_empty() {
-        return Err(ClusterFileError::NoNodes);
+    match f.node_count {
+        Some(0) => return Err(ClusterFileError::NoNodes),
+        Some(count) if !f.nodes.is_empty() && usize::from(count) != f.nodes.len() => {
+            return Err(ClusterFileError::NodeCount { count, listed: f.nodes.len() })
+        }
+        None if f.nodes.is_empty() => return Err(ClusterFileError::NoNodes),
+        _ => {}
     }
     if f.token.is_empty() {
         return Err(ClusterFileError::EmptyToken);
     }
     if f.workload == "io" {
-        if f.nodes.len() != 2 {
-            return Err(ClusterFileError::IoNodes(f.nodes.len()));
+        if f.node_count() != 2 {
+            return Err(ClusterFileError::IoNodes(f.node_count()));
         }
         if f.coroutines.is_some() || f.replication.is_some() {
             return Err(ClusterFileError::IoSettings);
@@ -144,5 +170,17 @@ mod tests {
         );
         assert!(matches!(parse("token = 3\n"), Err(ClusterFileError::Toml(_))));
         assert!(parse(&format!("token = \"t\"\nextra = 1\n{one}")).is_err(), "unknown field");
+        // A launcher's job needs only the number of nodes.
+        let counted = parse("token = \"t\"\nnode_count = 3\n").unwrap();
+        assert_eq!((counted.node_count(), counted.nodes.len()), (3, 0));
+        assert_eq!(parse("token = \"t\"\nnode_count = 0\n"), Err(ClusterFileError::NoNodes));
+        assert_eq!(
+            parse(&format!("token = \"t\"\nnode_count = 2\n{one}")),
+            Err(ClusterFileError::NodeCount { count: 2, listed: 1 })
+        );
+        assert_eq!(
+            parse(&format!("token = \"t\"\nnode_count = 1\n{one}")).unwrap().node_count(),
+            1
+        );
     }
 }

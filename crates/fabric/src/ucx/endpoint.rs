@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::exchange::Peers;
+use super::lanes::{self, Order, Verdict};
 use super::{ffi, Context, RunShared};
 use crate::constants::{SQ_DEPTH, WORD};
 use crate::endpoint::post_each;
@@ -83,7 +84,29 @@ pub(crate) struct WorkerSet {
 unsafe impl Send for WorkerSet {}
 
 fn err_of(what: &str, err: &[std::ffi::c_char; ffi::ERR_LEN]) -> BackendError {
-    BackendError::Config(format!("UCX {what}: {}", ffi::err_text(err)))
+    err_of_text(what, &ffi::err_text(err))
+}
+
+fn err_of_text(what: &str, text: &str) -> BackendError {
+    BackendError::Config(format!("UCX {what}: {text}"))
+}
+
+/// Reads the lanes UCP chose for `ep` and tells the shim how to keep its operations in
+/// order: as the lanes require, or `forced`.
+fn adopt(ep: *mut ffi::Ep, forced: Option<Order>) -> Result<lanes::EpLanes, String> {
+    let mut buf = vec![0 as std::ffi::c_char; 16 << 10];
+    // SAFETY: `ep` was just created and is alive; `buf` is writable for its length, and
+    // the shim NUL-terminates what it writes there.
+    let n = unsafe { ffi::hx_ep_info(ep, buf.as_mut_ptr(), buf.len()) };
+    if n < 0 || n as usize >= buf.len() {
+        return Err(format!("UCP's description of the endpoint is unreadable ({n} bytes)"));
+    }
+    let text: Vec<u8> = buf[..n as usize].iter().map(|&c| c as u8).collect();
+    let chosen = lanes::parse(&String::from_utf8_lossy(&text))?;
+    let order = forced.unwrap_or_else(|| chosen.order());
+    // SAFETY: `ep` is alive and has not posted anything yet.
+    unsafe { ffi::hx_ep_set_order(ep, order as i32) };
+    Ok(chosen)
 }
 
 impl WorkerSet {
@@ -138,10 +161,18 @@ impl WorkerSet {
         &self.workers.iter().find(|w| w.index == index).expect("a hosted worker").address
     }
 
-    /// Creates every endpoint and unpacks every remote key.
+    /// Creates every endpoint, unpacks every remote key, and sets how each endpoint
+    /// keeps order from the lanes UCP chose for it (`forced`: this order everywhere).
     /// `peer_errors`: ask UCP to report failed peers (not available on shared memory).
-    pub(crate) fn connect(&mut self, peers: &Peers, peer_errors: bool) -> Result<(), BackendError> {
+    /// Returns what this process's endpoints promise.
+    pub(crate) fn connect(
+        &mut self,
+        peers: &Peers,
+        peer_errors: bool,
+        forced: Option<Order>,
+    ) -> Result<Verdict, BackendError> {
         let shape = self.shape;
+        let mut verdict = Verdict::default();
         for w in &mut self.workers {
             let me = shape.worker_at(w.index);
             let ep_to =
@@ -165,7 +196,11 @@ impl WorkerSet {
                     Ok(ep)
                 };
             for t in 0..shape.workers_total() {
-                w.eps.push(ep_to(w.raw, t)?);
+                let ep = ep_to(w.raw, t)?;
+                w.eps.push(ep);
+                let chosen = adopt(ep, forced)
+                    .map_err(|e| err_of_text(&format!("endpoint to {}", shape.worker_at(t)), &e))?;
+                verdict.add(&format!("worker {}", shape.worker_at(t)), &chosen);
             }
             for n in 0..shape.nodes {
                 let target = shape.worker_index(WorkerId { node: NodeId(n), index: me.index });
@@ -175,6 +210,7 @@ impl WorkerSet {
                     } else {
                         let ep = ep_to(w.raw, target)?;
                         w.lane_eps.push(ep);
+                        adopt(ep, forced).map_err(|e| err_of_text("an endpoint", &e))?;
                         ep
                     };
                     let mut regions = Vec::new();
@@ -196,7 +232,7 @@ impl WorkerSet {
                 }
             }
         }
-        Ok(())
+        Ok(verdict)
     }
 
     /// What each hosted worker's endpoint is built from, in hosted order.

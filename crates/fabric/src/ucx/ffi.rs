@@ -49,6 +49,7 @@ pub(crate) struct Cqe {
 extern "C" {
     pub(crate) fn hx_context_create(
         tls: *const c_char,
+        atomic_mode: *const c_char,
         err: *mut c_char,
         err_len: usize,
     ) -> *mut Context;
@@ -56,15 +57,22 @@ extern "C" {
     pub(crate) fn hx_mem_alloc(
         ctx: *mut Context,
         len: usize,
+        huge: c_int,
         memh: *mut *mut MemHandle,
         addr: *mut *mut c_void,
         rkey_buf: *mut *mut c_void,
         rkey_len: *mut usize,
+        mapped: *mut usize,
         err: *mut c_char,
         err_len: usize,
     ) -> c_int;
     pub(crate) fn hx_rkey_buffer_release(buf: *mut c_void);
-    pub(crate) fn hx_mem_free(ctx: *mut Context, memh: *mut MemHandle);
+    pub(crate) fn hx_mem_free(
+        ctx: *mut Context,
+        memh: *mut MemHandle,
+        addr: *mut c_void,
+        mapped: usize,
+    );
 
     pub(crate) fn hx_worker_create(
         ctx: *mut Context,
@@ -92,6 +100,8 @@ extern "C" {
         err_len: usize,
     ) -> *mut Ep;
     pub(crate) fn hx_ep_failed(e: *const Ep) -> i32;
+    pub(crate) fn hx_ep_info(e: *mut Ep, buf: *mut c_char, buf_len: usize) -> i64;
+    pub(crate) fn hx_ep_set_order(e: *mut Ep, order: i32);
     pub(crate) fn hx_ep_destroy(w: *mut Worker, e: *mut Ep);
     pub(crate) fn hx_rkey_unpack(
         e: *mut Ep,

@@ -14,8 +14,14 @@
 //! - READ/WRITE are `ucp_get_nbx`/`ucp_put_nbx`, CAS/FAA `ucp_atomic_op_nbx` (CSWAP,
 //!   ADD with a reply); a signaled WRITE is followed by an endpoint flush, so that its
 //!   completion means the data is at the target, as with RC;
-//! - FIFO per connection: UCP does not order RMA on an endpoint, so an operation issued
-//!   while earlier ones on the same endpoint are in flight is preceded by a fence;
+//! - FIFO per connection: UCP orders nothing by itself; each endpoint is kept in order
+//!   as the lanes UCP chose for it require (`lanes.rs`: a fence behind an operation in
+//!   flight on shared memory, behind a READ or atomic on one network lane, a flush
+//!   between RMA and atomics on different lanes);
+//! - what the fabric promises (atomics coherent with the CPU's, one-sided operations
+//!   without the target's CPU) is read from the lanes every process's endpoints got, not
+//!   from the transport list; where an RDMA NIC may be used, atomics run in device mode so
+//!   that a node's own lock words are also changed by the NIC (M6);
 //! - `MORE` is accepted and ignored: UCP hands each operation to the transport at once
 //!   and batches on its own (shared memory completes most operations inline);
 //! - remote protection checks (key, bounds, alignment) are made by the poster against
@@ -32,7 +38,10 @@ pub mod bootstrap;
 mod endpoint;
 pub mod exchange;
 mod ffi;
+mod lanes;
 pub mod minimal;
+#[cfg(feature = "pmix")]
+pub mod pmix;
 
 use std::ffi::{c_void, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -44,6 +53,9 @@ use std::time::{Duration, Instant};
 pub use self::bootstrap::TcpExchange;
 pub use self::endpoint::UcxEndpoint;
 pub use self::exchange::{Exchange, Quiescence, Solo, Waves};
+
+#[cfg(feature = "pmix")]
+pub use self::pmix::PmixExchange;
 use crate::constants::{DATAGRAM_MTU, INLINE_MAX, SQ_DEPTH};
 use crate::endpoint::{Backend, BackendError, Caps, Program, RegionSpec, RunLimits, RunStats};
 use crate::exec::check_region;
@@ -65,12 +77,32 @@ pub struct UcxConfig {
     /// OS threads for this process's workers; `None`: one per core, at most one per
     /// hosted worker.
     pub threads: Option<usize>,
+    /// How connections are kept in order.
+    pub ordering: UcxOrdering,
+}
+
+/// How the backend keeps each connection's operations in order (R1).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub enum UcxOrdering {
+    /// As the lanes UCP chose for each endpoint require: the cheapest correct way.
+    #[default]
+    Auto,
+    /// Every operation waits until the previous ones of its connection are complete at
+    /// the target: the path of endpoints whose RMA and atomics take different lanes,
+    /// forced everywhere so that tests on any host exercise it.
+    Flush,
 }
 
 impl UcxConfig {
     /// All nodes in this process, UCX's transports, one thread per core.
     pub fn new(shape: ClusterShape) -> Self {
-        UcxConfig { shape, hosted: None, transports: None, threads: None }
+        UcxConfig {
+            shape,
+            hosted: None,
+            transports: None,
+            threads: None,
+            ordering: UcxOrdering::Auto,
+        }
     }
 
     /// Whether this configuration hosts `node`.
@@ -82,35 +114,25 @@ impl UcxConfig {
         tls_list(self.transports.as_deref())
     }
 
-    /// What the fabric promises under these transports. RDMA NICs execute atomics in
-    /// the device, which is not atomic with respect to CPU atomics (DrTM+H §5.2); shared
-    /// memory uses CPU atomics, and TCP emulates them with CPU atomics at the target.
-    /// Over TCP, one-sided operations need the target's worker to make progress.
-    fn caps(&self) -> Caps {
-        let (coherent, bypass) = match self.tls() {
-            Some(t) => {
-                let names: Vec<&str> = t.split(',').map(str::trim).collect();
-                let rdma = names.iter().any(|n| {
-                    matches!(*n, "rc" | "rc_v" | "rc_x" | "rc_mlx5" | "ud" | "ud_v" | "ud_x")
-                        || n.starts_with("dc")
-                        || n.starts_with("ib")
-                        || n.starts_with("rc_")
-                        || n.starts_with("ud_")
-                });
-                (!rdma, !names.contains(&"tcp"))
-            }
-            None => {
-                let rdma = rdma_devices_present();
-                (!rdma, rdma)
-            }
-        };
-        Caps {
-            mtu: DATAGRAM_MTU,
-            inline_max: INLINE_MAX,
-            sq_depth: SQ_DEPTH,
-            atomics_coherent: coherent,
-            one_sided_bypasses_target: bypass,
-        }
+    /// The `UCX_ATOMIC_MODE` to ask for: `device` where an RDMA NIC may carry the
+    /// cluster, so that every endpoint, a worker's own included, executes atomics in that
+    /// one NIC and a lock word never sees CPU and NIC atomics (M6); unless the user set
+    /// `UCX_ATOMIC_MODE`, which then rules (the lanes still show what it gave).
+    fn atomic_mode(&self) -> Option<&'static str> {
+        let user = std::env::var_os("UCX_ATOMIC_MODE").is_some();
+        (!user && rdma_devices_present() && lanes::may_use_rdma(self.tls().as_deref()))
+            .then_some("device")
+    }
+}
+
+/// The capabilities of a cluster whose endpoints promise `p`.
+fn caps_of(p: lanes::Promises) -> Caps {
+    Caps {
+        mtu: DATAGRAM_MTU,
+        inline_max: INLINE_MAX,
+        sq_depth: SQ_DEPTH,
+        atomics_coherent: p.atomics_coherent,
+        one_sided_bypasses_target: p.one_sided_bypasses_target,
     }
 }
 
@@ -144,6 +166,28 @@ pub(crate) fn tls_list(transports: Option<&str>) -> Option<String> {
     }
 }
 
+/// Free explicit huge pages of the host, if it says.
+fn free_huge_pages() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("HugePages_Free:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// What to add to a failed registration's reason: RDMA NICs pin registered memory, which
+/// the locked-memory limit bounds (`ulimit -l`; batch systems often set it low).
+fn memlock_hint() -> String {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes one rlimit into the live local it is given.
+    let rc = unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut lim) };
+    if rc != 0 || lim.rlim_cur == libc::RLIM_INFINITY {
+        return String::new();
+    }
+    format!(
+        " (registered memory is pinned and the locked-memory limit is {} KiB: raise `ulimit -l`, e.g. to unlimited in the job's limits)",
+        lim.rlim_cur / 1024
+    )
+}
+
 fn rdma_devices_present() -> bool {
     std::fs::read_dir("/sys/class/infiniband").is_ok_and(|mut d| d.next().is_some())
 }
@@ -168,13 +212,16 @@ impl Drop for Context {
     }
 }
 
-/// Memory UCP allocated and mapped for one region.
+/// Memory UCP allocated and mapped for one region (or huge pages hytra mapped and UCP
+/// registered: `mapped` bytes at `addr`).
 struct Mapping {
     ctx: Arc<Context>,
     memh: NonNull<ffi::MemHandle>,
+    addr: *mut c_void,
+    mapped: usize,
 }
 
-// SAFETY: the handle is only used to unmap, once, on drop; UCP's memory map calls on a
+// SAFETY: the handle and address are only used to unmap, once, on drop; UCP's memory map calls on a
 // context created with `mt_workers_shared` may run on any thread.
 unsafe impl Send for Mapping {}
 // SAFETY: as above.
@@ -182,9 +229,12 @@ unsafe impl Sync for Mapping {}
 
 impl Drop for Mapping {
     fn drop(&mut self) {
-        // SAFETY: memh came from hx_mem_alloc on this context and is unmapped only here;
-        // the Region that points into the memory owns this Mapping, so it is gone too.
-        unsafe { ffi::hx_mem_free(self.ctx.raw.as_ptr(), self.memh.as_ptr()) }
+        // SAFETY: memh, addr and mapped came from hx_mem_alloc on this context and are
+        // released only here; the Region that points into the memory owns this Mapping,
+        // so it is gone too.
+        unsafe {
+            ffi::hx_mem_free(self.ctx.raw.as_ptr(), self.memh.as_ptr(), self.addr, self.mapped)
+        }
     }
 }
 
@@ -241,11 +291,14 @@ impl UcxCluster {
             }
         }
         let tls = config.tls().map(|t| CString::new(t).expect("transport names have no NUL"));
+        let atomic_mode = config.atomic_mode().map(|m| CString::new(m).expect("no NUL"));
         let mut err = [0; ffi::ERR_LEN];
-        // SAFETY: `tls` is a valid C string or null, `err` a writable buffer of ERR_LEN.
+        // SAFETY: `tls` and `atomic_mode` are valid C strings or null, `err` a writable
+        // buffer of ERR_LEN.
         let raw = unsafe {
             ffi::hx_context_create(
                 tls.as_ref().map_or(std::ptr::null(), |t| t.as_ptr()),
+                atomic_mode.as_ref().map_or(std::ptr::null(), |m| m.as_ptr()),
                 err.as_mut_ptr(),
                 err.len(),
             )
@@ -262,29 +315,46 @@ impl UcxCluster {
         &self.config
     }
 
+    /// Whether a region of `len` bytes goes on explicit huge pages: a large one, where no
+    /// shared-memory peer needs UCP's own allocation to map it, and the host has enough
+    /// free huge pages (`HugePages_Free`, 2 MiB each).
+    fn wants_huge_pages(&self, len: u64) -> bool {
+        const HUGE: u64 = 2 << 20;
+        let tls = self.config.tls();
+        let network = match &tls {
+            Some(_) => self.config.peer_errors(),
+            None => rdma_devices_present(),
+        };
+        len >= HUGE && network && free_huge_pages().is_some_and(|n| n * HUGE >= len)
+    }
+
     fn alloc(&self, node: NodeId, len: u64) -> Result<HostedRegion, BackendError> {
         let fail = |reason: String| BackendError::Register { node, len_bytes: len, reason };
         let bytes = usize::try_from(len).map_err(|_| fail("larger than memory".into()))?;
+        let huge = self.wants_huge_pages(len);
         let mut memh = std::ptr::null_mut();
         let mut addr: *mut c_void = std::ptr::null_mut();
         let mut rkey_buf: *mut c_void = std::ptr::null_mut();
         let mut rkey_len = 0usize;
+        let mut mapped = 0usize;
         let mut err = [0; ffi::ERR_LEN];
         // SAFETY: every out-pointer refers to a live local; the context is alive.
         let rc = unsafe {
             ffi::hx_mem_alloc(
                 self.ctx.raw.as_ptr(),
                 bytes,
+                i32::from(huge),
                 &mut memh,
                 &mut addr,
                 &mut rkey_buf,
                 &mut rkey_len,
+                &mut mapped,
                 err.as_mut_ptr(),
                 err.len(),
             )
         };
         if rc != 0 {
-            return Err(fail(format!("UCX: {}", ffi::err_text(&err))));
+            return Err(fail(format!("UCX: {}{}", ffi::err_text(&err), memlock_hint())));
         }
         // SAFETY: on success the shim returned a packed key of `rkey_len` bytes that we
         // copy and then release exactly once.
@@ -295,7 +365,7 @@ impl UcxCluster {
         };
         let memh = NonNull::new(memh).expect("hx_mem_alloc returned a handle");
         let ptr = NonNull::new(addr.cast::<u64>()).expect("hx_mem_alloc returned memory");
-        let owner = Arc::new(Mapping { ctx: self.ctx.clone(), memh });
+        let owner = Arc::new(Mapping { ctx: self.ctx.clone(), memh, addr, mapped });
         // SAFETY: the shim checked that the mapping is 8-byte aligned and at least `len`
         // bytes, and zeroed it; `owner` unmaps it only when the last Region clone is gone;
         // peers touch it only through UCP (DMA-like copies and CPU atomics).
@@ -355,9 +425,34 @@ impl Backend for UcxCluster {
         let blob = exchange::encode_local(shape, &workers, &self.regions);
         let all = self.exchange.allgather(blob)?;
         let peers = exchange::decode_all(shape, &all, &self.regions)?;
-        workers.connect(&peers, self.config.peer_errors())?;
-        // Everyone is connected: start the clocks together.
-        self.exchange.allgather(Vec::new())?;
+        let forced = match self.config.ordering {
+            UcxOrdering::Auto => None,
+            UcxOrdering::Flush => Some(lanes::Order::Flush),
+        };
+        let verdict = match workers.connect(&peers, self.config.peer_errors(), forced) {
+            Ok(v) => v,
+            Err(e) => {
+                workers.destroy();
+                return Err(e);
+            }
+        };
+        // Everyone is connected: agree on what the fabric promises, and start the clocks
+        // together.
+        let caps = self.exchange.allgather(verdict.encode()).and_then(|all| {
+            let all: Vec<lanes::Verdict> = all
+                .iter()
+                .map(|b| lanes::Verdict::decode(b))
+                .collect::<Result<_, _>>()
+                .map_err(BackendError::Config)?;
+            lanes::Verdict::merge(&all).map(caps_of).map_err(BackendError::Config)
+        });
+        let caps = match caps {
+            Ok(c) => c,
+            Err(e) => {
+                workers.destroy();
+                return Err(e);
+            }
+        };
         let threads = self
             .config
             .threads
@@ -365,7 +460,7 @@ impl Backend for UcxCluster {
         let threads = threads.clamp(1, hosted.len());
         let run_shared = Arc::new(RunShared {
             shape,
-            caps: self.config.caps(),
+            caps,
             start: Instant::now(),
             done: AtomicUsize::new(0),
             threads,

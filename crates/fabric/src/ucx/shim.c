@@ -15,6 +15,17 @@
  *
  * The data-path functions return 0, or HX_EP_FAILED without posting when the endpoint's
  * peer has failed (the caller reports that as a completion).
+ *
+ * Order per connection (docs/INVARIANTS.md R1): UCP orders nothing unless told, and its
+ * fence (UCX 1.13 has only the weak one) orders operations of one transport lane, not
+ * across lanes. Each endpoint gets a mode from the lanes UCP chose for it (see
+ * ucx/lanes.rs): shared memory completes operations inside the call, so only one still
+ * in flight needs a fence; one network lane executes in order at the target except that
+ * a later WRITE or atomic may pass an earlier READ or atomic there, which a fence
+ * forbids; RMA and atomics on different lanes need a flush between the two kinds. An
+ * operation that must wait for a flush is kept in the endpoint's `waiting` list and
+ * issued when the flush completes, so that no thread ever blocks on a peer it may be
+ * the one to progress.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -28,6 +39,16 @@
 #define HX_EP_FAILED 1
 #define HX_RING_BYTES (1u << 20)
 
+/* Ordering modes of an endpoint (hx_ep_set_order; the same numbers in ucx/lanes.rs). */
+#define HX_ORDER_SYNC 0  /* shared memory: fence only behind an operation in flight */
+#define HX_ORDER_QUEUE 1 /* one network lane: also fence a write or atomic behind a fetch */
+#define HX_ORDER_LANES 2 /* RMA and atomics on different lanes: flush between the kinds */
+#define HX_ORDER_FLUSH 3 /* every operation waits for the previous ones at the target */
+
+/* Kinds of operation, as bits of hx_ep.kinds. */
+#define HX_KIND_RMA 1
+#define HX_KIND_AMO 2
+
 typedef struct hx_cqe {
     uint64_t wr_id;
     uint64_t value;
@@ -36,13 +57,35 @@ typedef struct hx_cqe {
     int32_t _pad;
 } hx_cqe;
 
+struct hx_worker;
+struct hx_deferred;
+
 typedef struct hx_ep {
     ucp_ep_h ep;
+    struct hx_worker *w;
     uint32_t inflight;
-    int32_t failed; /* a ucs_status_t once the peer failed, else 0 */
+    int32_t failed;   /* a ucs_status_t once the peer failed, else 0 */
+    int32_t order;    /* HX_ORDER_* */
+    int32_t fetched;  /* a READ or atomic was issued since the last fence */
+    int32_t kinds;    /* HX_KIND_* issued since the last flush */
+    int32_t flushing; /* a flush is in progress: later operations wait */
+    struct hx_deferred *wait_head, *wait_tail;
 } hx_ep;
 
-struct hx_worker;
+/* An operation held back until a flush of its endpoint completes, with everything needed
+ * to issue it then. At most a send queue's depth per connection (the poster counts). */
+typedef struct hx_deferred {
+    int kind; /* 0 READ, 1 WRITE, 2 atomic */
+    void *local;      /* READ destination, WRITE source, atomic result */
+    size_t len;
+    uint64_t raddr;
+    ucp_rkey_h rkey;
+    uint64_t wr_id, tag;
+    int signaled, copy, cas;
+    uint64_t compare, operand;
+    void *owned; /* the copy of an inline WRITE's payload */
+    struct hx_deferred *next;
+} hx_deferred;
 
 typedef struct hx_op {
     struct hx_worker *w;
@@ -71,6 +114,7 @@ typedef struct hx_worker {
     hx_op *free_ops;
     uint64_t ops_live;
     uint64_t posted;    /* operations posted so far */
+    uint64_t deferred;  /* operations waiting in endpoints for a flush */
     void *flush_req;    /* a worker flush in progress (polled, no callback) */
     uint64_t flush_from; /* `posted` when it started */
     uint64_t clean_at;  /* `posted` when the last finished flush started */
@@ -185,12 +229,36 @@ static inline void settle(hx_op *op, ucs_status_ptr_t sp)
     }
 }
 
-/* Keeps per-connection FIFO order: an operation issued while earlier ones on the same
- * endpoint are still in flight is fenced behind them (UCP does not order RMA otherwise). */
-static void order_after_inflight(hx_worker *w, hx_ep *ep)
+/* Fences an operation of `kind` (0 READ, 1 WRITE, 2 atomic) behind the earlier ones of
+ * its endpoint where its mode asks for it (see the top of this file), and records it. */
+static void fence_before(hx_worker *w, hx_ep *ep, int kind)
 {
-    if (ep->inflight > 0) {
+    int need = ep->inflight > 0;
+    if (ep->order != HX_ORDER_SYNC && kind != 0 && ep->fetched) {
+        need = 1;
+    }
+    if (need) {
         ucp_worker_fence(w->worker);
+        ep->fetched = 0;
+    }
+    ep->fetched |= kind != 1;
+    ep->kinds |= kind == 2 ? HX_KIND_AMO : HX_KIND_RMA;
+}
+
+static void drain(hx_ep *e);
+
+/* Whether an operation of `kind` must wait until what the endpoint issued before it is
+ * complete at the target. */
+static int needs_flush(const hx_ep *ep, int kind)
+{
+    int bit = kind == 2 ? HX_KIND_AMO : HX_KIND_RMA;
+    switch (ep->order) {
+    case HX_ORDER_FLUSH:
+        return ep->kinds != 0;
+    case HX_ORDER_LANES:
+        return (ep->kinds & ~bit) != 0;
+    default:
+        return 0;
     }
 }
 
@@ -207,7 +275,11 @@ static void op_param(ucp_request_param_t *p, hx_op *op)
 
 /* ---- context and memory ---- */
 
-ucp_context_h hx_context_create(const char *tls, char *err, size_t err_len)
+/* `atomic_mode`: UCX_ATOMIC_MODE for this context (NULL: the environment's or UCX's
+ * guess). "device" makes every endpoint, a worker's own included, execute atomics in the
+ * one NIC chosen for them, so that no lock word sees both NIC and CPU atomics. */
+ucp_context_h hx_context_create(const char *tls, const char *atomic_mode, char *err,
+                                size_t err_len)
 {
     ucp_config_t *config = NULL;
     ucs_status_t st = ucp_config_read(NULL, NULL, &config);
@@ -219,6 +291,14 @@ ucp_context_h hx_context_create(const char *tls, char *err, size_t err_len)
         st = ucp_config_modify(config, "TLS", tls);
         if (st != UCS_OK) {
             snprintf(err, err_len, "UCX_TLS=%s: %s", tls, ucs_status_string(st));
+            ucp_config_release(config);
+            return NULL;
+        }
+    }
+    if (atomic_mode != NULL) {
+        st = ucp_config_modify(config, "ATOMIC_MODE", atomic_mode);
+        if (st != UCS_OK) {
+            snprintf(err, err_len, "UCX_ATOMIC_MODE=%s: %s", atomic_mode, ucs_status_string(st));
             ucp_config_release(config);
             return NULL;
         }
@@ -283,12 +363,54 @@ static void zero_fresh(void *addr, size_t len)
     free(resident);
 }
 
+/* Huge pages are 2 MiB on the hosts this targets; a region on them is rounded up. */
+#define HX_HUGE_BYTES (2ul << 20)
+
+/* Maps `len` bytes of explicit huge pages (hugetlbfs, zeroed by the kernel) and registers
+ * them with UCP; 0 on success with `*mapped` the mapping's length, -1 (nothing left
+ * behind) when the host has none to give or UCP refuses them. */
+static int mem_huge(ucp_context_h ctx, size_t len, ucp_mem_h *memh, void **addr, size_t *mapped)
+{
+    size_t n = (len + HX_HUGE_BYTES - 1) & ~(HX_HUGE_BYTES - 1);
+    void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB,
+                   -1, 0);
+    if (p == MAP_FAILED) {
+        return -1;
+    }
+    ucp_mem_map_params_t mp;
+    memset(&mp, 0, sizeof mp);
+    mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+    mp.address = p;
+    mp.length = n;
+    if (ucp_mem_map(ctx, &mp, memh) != UCS_OK) {
+        munmap(p, n);
+        return -1;
+    }
+    *addr = p;
+    *mapped = n;
+    return 0;
+}
+
 /* Allocates and maps `len` bytes through UCP (so that shared-memory peers can map them
  * and complete one-sided operations without this process), zeroes them, and packs the
- * remote key. */
-int hx_mem_alloc(ucp_context_h ctx, size_t len, ucp_mem_h *memh, void **addr, void **rkey_buf,
-                 size_t *rkey_len, char *err, size_t err_len)
+ * remote key. `huge`: try explicit huge pages first (fewer translations for the NIC to
+ * cache; only where no shared-memory peer needs UCP's own allocation); `*mapped` is then
+ * the length hytra mapped itself (0 when UCP allocated), for hx_mem_free. */
+int hx_mem_alloc(ucp_context_h ctx, size_t len, int huge, ucp_mem_h *memh, void **addr,
+                 void **rkey_buf, size_t *rkey_len, size_t *mapped, char *err, size_t err_len)
 {
+    *mapped = 0;
+    ucs_status_t st;
+    if (huge && mem_huge(ctx, len, memh, addr, mapped) == 0) {
+        st = ucp_rkey_pack(ctx, *memh, rkey_buf, rkey_len);
+        if (st != UCS_OK) {
+            snprintf(err, err_len, "ucp_rkey_pack: %s", ucs_status_string(st));
+            ucp_mem_unmap(ctx, *memh);
+            munmap(*addr, *mapped);
+            return -1;
+        }
+        return 0;
+    }
     ucp_mem_map_params_t mp;
     memset(&mp, 0, sizeof mp);
     mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
@@ -296,7 +418,7 @@ int hx_mem_alloc(ucp_context_h ctx, size_t len, ucp_mem_h *memh, void **addr, vo
     mp.address = NULL;
     mp.length = len;
     mp.flags = UCP_MEM_MAP_ALLOCATE;
-    ucs_status_t st = ucp_mem_map(ctx, &mp, memh);
+    st = ucp_mem_map(ctx, &mp, memh);
     if (st != UCS_OK) {
         snprintf(err, err_len, "ucp_mem_map(%zu bytes): %s", len, ucs_status_string(st));
         return -1;
@@ -309,6 +431,11 @@ int hx_mem_alloc(ucp_context_h ctx, size_t len, ucp_mem_h *memh, void **addr, vo
         snprintf(err, err_len, "ucp_mem_query: %s", ucs_status_string(st));
         ucp_mem_unmap(ctx, *memh);
         return -1;
+    }
+    if (len >= HX_HUGE_BYTES) {
+        /* Transparent huge pages where the kernel gives them for this kind of memory;
+         * a refusal changes nothing. */
+        (void)madvise(attr.address, len, MADV_HUGEPAGE);
     }
     zero_fresh(attr.address, len);
     st = ucp_rkey_pack(ctx, *memh, rkey_buf, rkey_len);
@@ -326,9 +453,13 @@ void hx_rkey_buffer_release(void *buf)
     ucp_rkey_buffer_release(buf);
 }
 
-void hx_mem_free(ucp_context_h ctx, ucp_mem_h memh)
+/* Unregisters (and, if hytra mapped it: `mapped` > 0, unmaps) a region. */
+void hx_mem_free(ucp_context_h ctx, ucp_mem_h memh, void *addr, size_t mapped)
 {
     ucp_mem_unmap(ctx, memh);
+    if (mapped > 0) {
+        munmap(addr, mapped);
+    }
 }
 
 /* ---- workers ---- */
@@ -462,6 +593,10 @@ unsigned hx_progress(hx_worker *w)
  * will land, and the failed endpoint reports the error. */
 int hx_worker_flush_poll(hx_worker *w)
 {
+    if (w->deferred > 0) {
+        /* Operations still wait in endpoints for their flush: not posted yet. */
+        return 0;
+    }
     if (w->flush_req != NULL) {
         if (ucp_request_check_status(w->flush_req) == UCS_INPROGRESS) {
             return 0;
@@ -565,7 +700,40 @@ hx_ep *hx_ep_create(hx_worker *w, const void *addr, int peer_errors, char *err, 
         free(e);
         return NULL;
     }
+    e->w = w;
+    e->order = HX_ORDER_SYNC;
     return e;
+}
+
+/* Writes UCP's description of the endpoint's lanes (ucp_ep_print_info) into `buf`,
+ * NUL-terminated and cut to fit; returns its full length, or -1. UCX 1.13 has no query
+ * of an endpoint's transports, and this text is what `ucx_info -e` shows. */
+int64_t hx_ep_info(hx_ep *e, char *buf, size_t buf_len)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (f == NULL) {
+        return -1;
+    }
+    ucp_ep_print_info(e->ep, f);
+    if (fclose(f) != 0 || text == NULL) {
+        free(text);
+        return -1;
+    }
+    if (buf_len > 0) {
+        size_t n = len < buf_len - 1 ? len : buf_len - 1;
+        memcpy(buf, text, n);
+        buf[n] = '\0';
+    }
+    free(text);
+    return (int64_t)len;
+}
+
+/* Sets how operations of the endpoint are kept in order (HX_ORDER_*), before any. */
+void hx_ep_set_order(hx_ep *e, int32_t order)
+{
+    e->order = order;
 }
 
 int32_t hx_ep_failed(const hx_ep *e)
@@ -575,6 +743,11 @@ int32_t hx_ep_failed(const hx_ep *e)
 
 void hx_ep_destroy(hx_worker *w, hx_ep *e)
 {
+    /* Whatever still waits for a flush fails instead of being issued on a closing
+     * endpoint (the run is over; nobody polls for it). */
+    if (e->failed == 0) {
+        e->failed = UCS_ERR_CANCELED;
+    }
     ucp_request_param_t p;
     memset(&p, 0, sizeof p);
     p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
@@ -585,6 +758,12 @@ void hx_ep_destroy(hx_worker *w, hx_ep *e)
             ucp_worker_progress(w->worker);
         }
         ucp_request_free(sp);
+    }
+    for (int i = 0; i < 100000 && e->flushing; i++) {
+        ucp_worker_progress(w->worker);
+    }
+    if (!e->flushing) {
+        drain(e);
     }
     free(e);
 }
@@ -601,38 +780,30 @@ void hx_rkey_destroy(ucp_rkey_h rkey)
 
 /* ---- data path ---- */
 
-/* READ `len` bytes at `raddr` into `dst`. */
-int hx_get(hx_worker *w, hx_ep *e, void *dst, size_t len, uint64_t raddr, ucp_rkey_h rkey,
-           uint64_t wr_id, uint64_t tag, int signaled)
+static void issue_get(hx_worker *w, hx_ep *e, void *dst, size_t len, uint64_t raddr,
+                      ucp_rkey_h rkey, uint64_t wr_id, uint64_t tag, int signaled)
 {
-    if (e->failed != 0) {
-        return HX_EP_FAILED;
-    }
-    order_after_inflight(w, e);
+    fence_before(w, e, 0);
     hx_op *op = op_next(w, e, wr_id, tag);
     op->report = signaled;
     ucp_request_param_t p;
     op_param(&p, op);
     settle(op, ucp_get_nbx(e->ep, dst, len, raddr, rkey, &p));
-    return 0;
 }
 
-/* WRITE `len` bytes from `src` to `raddr`. `copy`: the payload may change after this call
- * returns (inline), so keep a copy if UCP still needs it. `signaled` completes once the
- * data is at the target (a flush), not merely when `src` may be reused. */
-int hx_put(hx_worker *w, hx_ep *e, const void *src, size_t len, uint64_t raddr, ucp_rkey_h rkey,
-           uint64_t wr_id, uint64_t tag, int signaled, int copy)
+/* `owned`: a copy of the payload that this call takes over (a deferred inline WRITE). */
+static void issue_put(hx_worker *w, hx_ep *e, const void *src, size_t len, uint64_t raddr,
+                      ucp_rkey_h rkey, uint64_t wr_id, uint64_t tag, int signaled, int copy,
+                      void *owned)
 {
-    if (e->failed != 0) {
-        return HX_EP_FAILED;
-    }
-    order_after_inflight(w, e);
+    fence_before(w, e, 1);
     hx_op *op = op_next(w, e, wr_id, tag);
     op->silent = signaled;
+    op->owned = owned;
     ucp_request_param_t p;
     op_param(&p, op);
     ucs_status_ptr_t sp;
-    if (copy) {
+    if (copy && owned == NULL) {
         p.op_attr_mask |= UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL;
         sp = ucp_put_nbx(e->ep, src, len, raddr, rkey, &p);
         if (UCS_PTR_IS_ERR(sp) && UCS_PTR_STATUS(sp) == UCS_ERR_NO_RESOURCE) {
@@ -645,11 +816,11 @@ int hx_put(hx_worker *w, hx_ep *e, const void *src, size_t len, uint64_t raddr, 
             sp = ucp_put_nbx(e->ep, op->owned, len, raddr, rkey, &p);
         }
     } else {
-        sp = ucp_put_nbx(e->ep, src, len, raddr, rkey, &p);
+        sp = ucp_put_nbx(e->ep, owned != NULL ? owned : src, len, raddr, rkey, &p);
     }
     settle(op, sp);
     if (!signaled) {
-        return 0;
+        return;
     }
     /* Remote completion: a flush completes when everything before it on the endpoint
      * is done at the target. */
@@ -658,19 +829,13 @@ int hx_put(hx_worker *w, hx_ep *e, const void *src, size_t len, uint64_t raddr, 
     ucp_request_param_t fp;
     op_param(&fp, fl);
     settle(fl, ucp_ep_flush_nbx(e->ep, &fp));
-    return 0;
 }
 
-/* CAS (`cas` != 0: compare with `compare`, swap in `operand`) or fetch-and-add
- * (`operand` added) on the word at `raddr`; the old value lands in `*result`. */
-int hx_atomic(hx_worker *w, hx_ep *e, int cas, uint64_t compare, uint64_t operand,
-              uint64_t *result, uint64_t raddr, ucp_rkey_h rkey, uint64_t wr_id, uint64_t tag,
-              int signaled)
+static void issue_atomic(hx_worker *w, hx_ep *e, int cas, uint64_t compare, uint64_t operand,
+                         uint64_t *result, uint64_t raddr, ucp_rkey_h rkey, uint64_t wr_id,
+                         uint64_t tag, int signaled)
 {
-    if (e->failed != 0) {
-        return HX_EP_FAILED;
-    }
-    order_after_inflight(w, e);
+    fence_before(w, e, 2);
     hx_op *op = op_next(w, e, wr_id, tag);
     op->report = signaled;
     op->reply = result;
@@ -690,6 +855,174 @@ int hx_atomic(hx_worker *w, hx_ep *e, int cas, uint64_t compare, uint64_t operan
         sp = ucp_atomic_op_nbx(e->ep, UCP_ATOMIC_OP_ADD, &op->operand, 1, raddr, rkey, &p);
     }
     settle(op, sp);
+}
+
+static void issue(hx_worker *w, hx_ep *e, hx_deferred *d)
+{
+    switch (d->kind) {
+    case 0:
+        issue_get(w, e, d->local, d->len, d->raddr, d->rkey, d->wr_id, d->tag, d->signaled);
+        break;
+    case 1:
+        issue_put(w, e, d->local, d->len, d->raddr, d->rkey, d->wr_id, d->tag, d->signaled,
+                  d->copy, d->owned);
+        break;
+    default:
+        issue_atomic(w, e, d->cas, d->compare, d->operand, d->local, d->raddr, d->rkey,
+                     d->wr_id, d->tag, d->signaled);
+        break;
+    }
+}
+
+static void flush_done(void *request, ucs_status_t status, void *user_data);
+
+/* Starts a flush of `e`; 1 if it completed at once. Operations issued later wait. */
+static int flush_start(hx_ep *e)
+{
+    e->kinds = 0;
+    e->fetched = 0;
+    ucp_request_param_t p;
+    memset(&p, 0, sizeof p);
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    p.cb.send = flush_done;
+    p.user_data = e;
+    ucs_status_ptr_t sp = ucp_ep_flush_nbx(e->ep, &p);
+    if (sp == NULL) {
+        return 1;
+    }
+    if (UCS_PTR_IS_ERR(sp)) {
+        e->failed = UCS_PTR_STATUS(sp);
+        return 1;
+    }
+    e->flushing = 1;
+    return 0;
+}
+
+/* Issues the waiting operations of `e` in order, each after the flush it needs; fails
+ * them once the peer has failed. Called when a flush completes. */
+static void drain(hx_ep *e)
+{
+    hx_worker *w = e->w;
+    while (e->wait_head != NULL && !e->flushing) {
+        hx_deferred *d = e->wait_head;
+        if (e->failed == 0 && needs_flush(e, d->kind) && !flush_start(e)) {
+            return;
+        }
+        e->wait_head = d->next;
+        if (e->wait_head == NULL) {
+            e->wait_tail = NULL;
+        }
+        w->deferred--;
+        if (e->failed != 0) {
+            free(d->owned);
+            cq_push(w, d->wr_id, d->tag, e->failed, 0);
+        } else {
+            issue(w, e, d);
+        }
+        free(d);
+    }
+}
+
+static void flush_done(void *request, ucs_status_t status, void *user_data)
+{
+    hx_ep *e = user_data;
+    e->flushing = 0;
+    if (status != UCS_OK && e->failed == 0) {
+        e->failed = status;
+    }
+    ucp_request_free(request);
+    drain(e);
+}
+
+/* Whether an operation of `kind` must wait in `e`'s list (behind a flush, or behind
+ * others waiting); starts the flush it needs. */
+static int must_wait(hx_ep *e, int kind)
+{
+    if (e->flushing || e->wait_head != NULL) {
+        return 1;
+    }
+    return needs_flush(e, kind) && !flush_start(e);
+}
+
+static void wait_push(hx_worker *w, hx_ep *e, hx_deferred d)
+{
+    hx_deferred *n = malloc(sizeof *n);
+    if (n == NULL) {
+        abort();
+    }
+    *n = d;
+    n->next = NULL;
+    if (e->wait_tail != NULL) {
+        e->wait_tail->next = n;
+    } else {
+        e->wait_head = n;
+    }
+    e->wait_tail = n;
+    w->deferred++;
+}
+
+/* READ `len` bytes at `raddr` into `dst`. */
+int hx_get(hx_worker *w, hx_ep *e, void *dst, size_t len, uint64_t raddr, ucp_rkey_h rkey,
+           uint64_t wr_id, uint64_t tag, int signaled)
+{
+    if (e->failed != 0) {
+        return HX_EP_FAILED;
+    }
+    if (must_wait(e, 0)) {
+        hx_deferred d = { .kind = 0, .local = dst, .len = len, .raddr = raddr, .rkey = rkey,
+                          .wr_id = wr_id, .tag = tag, .signaled = signaled };
+        wait_push(w, e, d);
+        return 0;
+    }
+    issue_get(w, e, dst, len, raddr, rkey, wr_id, tag, signaled);
+    return 0;
+}
+
+/* WRITE `len` bytes from `src` to `raddr`. `copy`: the payload may change after this call
+ * returns (inline), so keep a copy if UCP still needs it. `signaled` completes once the
+ * data is at the target (a flush), not merely when `src` may be reused. */
+int hx_put(hx_worker *w, hx_ep *e, const void *src, size_t len, uint64_t raddr, ucp_rkey_h rkey,
+           uint64_t wr_id, uint64_t tag, int signaled, int copy)
+{
+    if (e->failed != 0) {
+        return HX_EP_FAILED;
+    }
+    if (must_wait(e, 1)) {
+        hx_deferred d = { .kind = 1, .local = (void *)src, .len = len, .raddr = raddr,
+                          .rkey = rkey, .wr_id = wr_id, .tag = tag, .signaled = signaled,
+                          .copy = copy };
+        if (copy) {
+            /* An inline payload may change once this call returns. */
+            d.owned = malloc(len > 0 ? len : 1);
+            if (d.owned == NULL) {
+                abort();
+            }
+            memcpy(d.owned, src, len);
+        }
+        wait_push(w, e, d);
+        return 0;
+    }
+    issue_put(w, e, src, len, raddr, rkey, wr_id, tag, signaled, copy, NULL);
+    return 0;
+}
+
+/* CAS (`cas` != 0: compare with `compare`, swap in `operand`) or fetch-and-add
+ * (`operand` added) on the word at `raddr`; the old value lands in `*result`. */
+int hx_atomic(hx_worker *w, hx_ep *e, int cas, uint64_t compare, uint64_t operand,
+              uint64_t *result, uint64_t raddr, ucp_rkey_h rkey, uint64_t wr_id, uint64_t tag,
+              int signaled)
+{
+    if (e->failed != 0) {
+        return HX_EP_FAILED;
+    }
+    if (must_wait(e, 2)) {
+        hx_deferred d = { .kind = 2, .local = result, .raddr = raddr, .rkey = rkey,
+                          .wr_id = wr_id, .tag = tag, .signaled = signaled, .cas = cas,
+                          .compare = compare, .operand = operand };
+        wait_push(w, e, d);
+        return 0;
+    }
+    issue_atomic(w, e, cas, compare, operand, result, raddr, rkey, wr_id, tag, signaled);
     return 0;
 }
 

@@ -24,6 +24,7 @@ fn seeds() -> Vec<Vec<u8>> {
         "# one point of hytra io\ntoken = \"io\"\nworkload = \"io\"\nworkers = 2\n\
          bench_args = [\"--depths\", \"1,4\"]\n\
          [[nodes]]\nhost = \"localhost\"\nport = 9000\n[[nodes]]\nhost = \"localhost\"\nport = 9001\n",
+        "token = \"job\"\ntransports = \"rc\"\nnode_count = 4\n",
     ];
     files.iter().map(|f| f.as_bytes().to_vec()).collect()
 }
@@ -31,9 +32,10 @@ fn seeds() -> Vec<Vec<u8>> {
 fn run(input: &[u8]) {
     let text = String::from_utf8_lossy(input);
     if let Ok(f) = parse(&text) {
-        assert!(!f.nodes.is_empty() && !f.token.is_empty());
+        assert!(f.node_count() > 0 && !f.token.is_empty());
+        assert!(f.nodes.is_empty() || f.nodes.len() == f.node_count());
         if f.workload == "io" {
-            assert_eq!(f.nodes.len(), 2);
+            assert_eq!(f.node_count(), 2);
         } else {
             assert!(WORKLOADS.contains(&f.workload.as_str()));
         }
