@@ -81,6 +81,16 @@ pub trait Endpoint {
     /// returns its sender and length, or `None` if nothing has arrived.
     fn recv(&mut self, buf: &mut [u8]) -> Option<(WorkerId, usize)>;
 
+    /// Fences `node` off this node: from now on this node's NIC refuses every one-sided
+    /// request of `node`'s workers (they complete `Unreachable`) and drops their
+    /// datagrams, as closing every connection with a node does. Returns whether the
+    /// fabric can: one that cannot (shared memory mapped by the other process) leaves it
+    /// to the fenced node to stop itself when its lease runs out.
+    fn fence(&mut self, node: NodeId) -> bool {
+        let _ = node;
+        false
+    }
+
     /// Verb programs: rings the doorbell of work queue `wq` of this node after the host
     /// wrote entries and advanced the queue's doorbell record (see [`crate::wq`]).
     /// Backends without a NIC model refuse with [`PostError::Unsupported`].
@@ -190,6 +200,8 @@ pub struct RunStats {
     pub trace_hash: u64,
     /// Datagrams dropped by the fabric (faults or full receive queues).
     pub datagrams_dropped: u64,
+    /// Nodes that crashed during the run (their programs were stopped where they were).
+    pub crashed: Vec<NodeId>,
 }
 
 /// Errors of setting up or running a cluster.
@@ -265,6 +277,12 @@ pub trait Backend {
     fn wq_counters(&self, node: NodeId, wq: WqId) -> Option<WqCounters> {
         let _ = (node, wq);
         None
+    }
+
+    /// Whether the cluster's clocks are virtual (the simulator): no host pauses a worker
+    /// there, so timeouts such as leases can be as short as the modelled hardware allows.
+    fn virtual_time(&self) -> bool {
+        false
     }
 
     /// Whether `node` lives in this process (always, except for a UCX cluster spread

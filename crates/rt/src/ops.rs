@@ -62,6 +62,10 @@ struct QpAccount {
     outstanding: u32,
     /// Unsignaled requests since the last signaled one.
     unsignaled_run: u32,
+    /// Requests posted on the connection since the start, and of those retired by a
+    /// completion (known to have taken effect): marks for [`Co::qp_mark`].
+    posted: u64,
+    retired: u64,
 }
 
 /// How the next batch on a connection must be posted. Two words, so that it comes back
@@ -183,7 +187,14 @@ impl OpTable {
             Plan { wr_id: UNSIGNALED, ticketed: false }
         };
         self.qps[qp as usize].outstanding += n;
+        self.qps[qp as usize].posted += u64::from(n);
         Some(plan)
+    }
+
+    /// Requests posted on connection `qp` so far, and of those known to have taken effect.
+    pub(crate) fn marks(&self, qp: u32) -> (u64, u64) {
+        let a = &self.qps[qp as usize];
+        (a.posted, a.retired)
     }
 
     /// Undoes part of a plan whose posts were refused after `posted` of `n` requests went
@@ -191,6 +202,7 @@ impl OpTable {
     pub(crate) fn abandon(&mut self, qp: u32, plan: &Plan, n: u32, posted: u32) {
         let acct = &mut self.qps[qp as usize];
         acct.outstanding -= n - posted;
+        acct.posted -= u64::from(n - posted);
         if plan.signal_last() {
             let idx = (plan.wr_id & 0xFFFF_FFFF) as usize;
             let covers = self.slots[idx].covers;
@@ -234,6 +246,7 @@ impl OpTable {
         let status = slot.first_error.unwrap_or(c.status);
         let (qp, covers, internal) = (slot.qp, slot.covers, slot.internal);
         self.qps[qp as usize].outstanding -= covers;
+        self.qps[qp as usize].retired += u64::from(covers);
         if internal {
             if status != Status::Success {
                 self.stats.unsignaled_errors += 1;

@@ -502,35 +502,42 @@ impl Calls {
     }
 }
 
-/// Recently served calls, so that a duplicated request is served only once: a duplicate
-/// arriving after its original was answered (or after its caller gave up) could otherwise
-/// redo work its caller no longer expects, such as taking a lock for a finished
-/// transaction. Per source worker, the last `DEDUP_DEPTH` call ids: a duplicate arrives
-/// within microseconds of its original, far fewer requests than that from one source.
+/// Served calls, so that a duplicated request is served only once: a duplicate arriving
+/// after its original was answered (or after its caller gave up) could otherwise redo work
+/// its caller no longer expects, such as taking a lock for a finished transaction. A call
+/// id names the caller's call slot and the slot's generation, which grows with every
+/// reuse; per source worker and slot the newest generation served is kept, and a request
+/// of that generation or an older one is stale whatever its delay (its caller was done
+/// with it before the slot was reused).
 pub(crate) struct Dedup {
-    recent: Vec<[u64; DEDUP_DEPTH]>,
-    next: Vec<u8>,
+    served: Vec<Vec<u32>>,
 }
-
-/// Call ids remembered per source worker.
-pub(crate) const DEDUP_DEPTH: usize = 32;
 
 impl Dedup {
     pub(crate) fn new(sources: usize) -> Dedup {
-        Dedup { recent: vec![[0; DEDUP_DEPTH]; sources], next: vec![0; sources] }
+        Dedup { served: vec![Vec::new(); sources] }
     }
 
-    /// Whether (source, call id) was served already; remembers it if not. Call ids are
-    /// never 0 (generations start at 1), so zeroed memory remembers nothing.
+    /// Whether (source, call id) was served already, or is older than a call served from
+    /// the same slot; remembers it if not. Call ids are never 0 (generations start at
+    /// 1), so a slot never served remembers nothing; one naming a slot no caller has is
+    /// refused as if served.
     pub(crate) fn duplicate(&mut self, src: usize, call_id: u64) -> bool {
         debug_assert_ne!(call_id, 0);
-        let seen = &mut self.recent[src];
-        if seen.contains(&call_id) {
+        let (idx, gen) = ((call_id & 0xFFFF_FFFF) as usize, (call_id >> 32) as u32);
+        if idx >= CALLS_MAX {
             return true;
         }
-        let n = &mut self.next[src];
-        seen[usize::from(*n)] = call_id;
-        *n = (*n + 1) % DEDUP_DEPTH as u8;
+        let served = &mut self.served[src];
+        if served.len() <= idx {
+            served.resize(idx + 1, 0);
+        }
+        let last = served[idx];
+        // Generations wrap: `gen` is not newer if at most half the space behind `last`.
+        if last != 0 && (last.wrapping_sub(gen) as i32) >= 0 {
+            return true;
+        }
+        served[idx] = gen;
         false
     }
 }
@@ -594,16 +601,22 @@ mod tests {
 
     #[test]
     fn duplicates_are_recognised() {
+        let id = |gen: u64, slot: u64| gen << 32 | slot;
         let mut d = Dedup::new(8);
-        assert!(!d.duplicate(3, 77));
-        assert!(d.duplicate(3, 77));
-        assert!(!d.duplicate(4, 77), "another source's call");
-        for id in 100..100 + DEDUP_DEPTH as u64 - 1 {
-            assert!(!d.duplicate(3, id));
+        assert!(!d.duplicate(3, id(1, 77)));
+        assert!(d.duplicate(3, id(1, 77)));
+        assert!(!d.duplicate(4, id(1, 77)), "another source's call");
+        for slot in 0..1000 {
+            assert!(!d.duplicate(3, id(5, slot)));
         }
-        assert!(d.duplicate(3, 77), "still remembered after depth - 1 others");
-        assert!(!d.duplicate(3, 500));
-        assert!(!d.duplicate(3, 77), "forgotten after depth others");
+        assert!(d.duplicate(3, id(1, 77)), "remembered however many calls came since");
+        assert!(!d.duplicate(3, id(6, 77)), "the slot's next call");
+        assert!(d.duplicate(3, id(4, 77)), "an older call of the slot, delayed");
+        assert!(d.duplicate(3, id(1, CALLS_MAX as u64)), "no caller has this slot");
+        let mut d = Dedup::new(1);
+        assert!(!d.duplicate(0, id(u64::from(u32::MAX), 2)));
+        assert!(!d.duplicate(0, id(1, 2)), "generations wrap");
+        assert!(d.duplicate(0, id(u64::from(u32::MAX), 2)));
     }
 
     #[test]

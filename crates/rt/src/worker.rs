@@ -456,6 +456,20 @@ impl<E: Endpoint> Co<E> {
     }
 
     /// Posts `wrs` on `qp` as one batch (one doorbell when doorbell batching is on) with
+    /// How many requests were posted on connection `qp` so far: a mark that
+    /// [`Co::qp_landed`] later says whether everything up to it took effect.
+    pub fn qp_mark(&self, qp: Qp) -> u64 {
+        self.inner.ops.borrow().marks(self.qp_index(qp)).0
+    }
+
+    /// Whether every request posted on `qp` up to `mark` is known to have taken effect
+    /// (a completion retired it: R3). Unsignaled requests become known with the next
+    /// signaled completion of their connection.
+    pub fn qp_landed(&self, qp: Qp, mark: u64) -> bool {
+        self.inner.ops.borrow().marks(self.qp_index(qp)).1 >= mark
+    }
+
+    /// Posts a batch on one connection, with
     /// the last request signaled; returns its ticket. `QueueFull` means the connection's
     /// send queue is full right now: wait for earlier tickets, then retry.
     pub fn issue(&self, qp: Qp, wrs: &[WorkRequest<'_>]) -> Result<OpTicket, OpError> {

@@ -84,22 +84,45 @@ pub fn checksum(version: u64, key: u64, payload: &[u64]) -> u64 {
 }
 
 /// Identifies the holder of a record lock: a transaction attempt of a coroutine of a
-/// worker. Every attempt gets a new `seq`, so a delayed unlock of an old attempt cannot
-/// release a newer attempt's lock.
+/// worker, in an epoch of the cluster's configuration. Every attempt gets a new `seq`, so
+/// a delayed unlock of an old attempt cannot release a newer attempt's lock; and a lock
+/// taken in an earlier epoch than the one in force is free (recovery resolved every
+/// transaction of that epoch before the new one began: L6).
+///
+/// Word: `worker + 1` (18 bits) | coroutine (8 bits) | epoch (its low 14 bits) | `seq`
+/// (its low 24 bits).
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]
 pub struct Owner(pub u64);
 
+/// Bits of the epoch an owner word keeps.
+const OWNER_EPOCH_BITS: u32 = 14;
+/// Bits of the attempt number an owner word keeps.
+const OWNER_SEQ_BITS: u32 = 24;
+
 impl Owner {
     /// The owner word of attempt `seq` of coroutine `co` of the worker with dense index
-    /// `worker`.
-    pub fn new(worker: usize, co: u16, seq: u32) -> Owner {
-        assert!(worker < (1 << 24) - 1 && co < 256, "owner fields out of range");
-        Owner(((worker as u64 + 1) << 40) | (u64::from(co) << 32) | u64::from(seq))
+    /// `worker`, in configuration epoch `epoch`.
+    pub fn new(worker: usize, co: u16, epoch: u64, seq: u32) -> Owner {
+        assert!(worker < (1 << 18) - 1 && co < 256, "owner fields out of range");
+        let epoch = epoch & ((1 << OWNER_EPOCH_BITS) - 1);
+        let seq = u64::from(seq) & ((1 << OWNER_SEQ_BITS) - 1);
+        Owner(((worker as u64 + 1) << 46) | (u64::from(co) << 38) | (epoch << OWNER_SEQ_BITS) | seq)
     }
 
     /// Dense index of the worker that holds the lock (for recovery and diagnostics).
     pub fn worker(self) -> usize {
-        ((self.0 >> 40) - 1) as usize
+        ((self.0 >> 46) - 1) as usize
+    }
+
+    /// The low bits of the epoch the lock was taken in.
+    pub fn epoch_tag(self) -> u64 {
+        (self.0 >> OWNER_SEQ_BITS) & ((1 << OWNER_EPOCH_BITS) - 1)
+    }
+
+    /// Whether a lock held by this owner is still held for a transaction of `epoch`'s
+    /// owner: taken in the same epoch. A lock of an earlier epoch is stale (L6).
+    pub fn holds_in(self, epoch_of: Owner) -> bool {
+        self.epoch_tag() == epoch_of.epoch_tag()
     }
 }
 
@@ -164,11 +187,15 @@ mod tests {
 
     #[test]
     fn owners_are_distinct_and_nonzero() {
-        let a = Owner::new(0, 0, 0);
+        let a = Owner::new(0, 0, 1, 0);
         assert_ne!(a.0, 0);
-        assert_ne!(Owner::new(0, 0, 1), a);
-        assert_ne!(Owner::new(1, 0, 0), a);
-        assert_eq!(Owner::new(383, 7, 9).worker(), 383);
+        assert_ne!(Owner::new(0, 0, 1, 1), a);
+        assert_ne!(Owner::new(1, 0, 1, 0), a);
+        assert_ne!(Owner::new(0, 1, 1, 0), a);
+        assert_eq!(Owner::new(383, 7, 3, 9).worker(), 383);
+        assert_eq!(Owner::new(383, 7, 3, 9).epoch_tag(), 3);
+        assert!(Owner::new(5, 1, 3, 9).holds_in(Owner::new(7, 2, 3, 1)));
+        assert!(!Owner::new(5, 1, 3, 9).holds_in(Owner::new(7, 2, 4, 1)), "an older epoch");
     }
 
     #[test]

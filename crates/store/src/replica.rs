@@ -344,13 +344,21 @@ impl Replica {
     }
 
     /// CPU compare-and-swap of the lock word from free to `owner`; the current owner if
-    /// it is held (or `owner` itself, when a duplicate request locks again).
+    /// it is held (or `owner` itself, when a duplicate request locks again). A lock taken
+    /// in another epoch than `owner`'s is stale and is taken over (L6).
     pub fn try_lock(&self, off: u64, owner: Owner) -> Result<(), u64> {
-        match self.region.cas(off + LOCK_WORD * 8, 0, owner.0) {
-            0 => Ok(()),
-            o if o == owner.0 => Ok(()),
-            o => Err(o),
+        let at = off + LOCK_WORD * 8;
+        let mut expect = 0;
+        // A stale holder can be replaced by a newer stale one only through recovery,
+        // which runs no transactions: two rounds always settle it.
+        for _ in 0..3 {
+            match self.region.cas(at, expect, owner.0) {
+                o if o == expect || o == owner.0 => return Ok(()),
+                o if !Owner(o).holds_in(owner) => expect = o,
+                o => return Err(o),
+            }
         }
+        Err(self.region.load(at))
     }
 
     /// Releases a lock held by `owner`; a no-op if someone else holds it (a delayed or
@@ -708,14 +716,19 @@ mod tests {
     fn locks_have_one_owner() {
         let r = replica(4);
         let off = r.lookup_or_insert(1).unwrap();
-        let (a, b) = (Owner::new(0, 0, 1), Owner::new(1, 0, 1));
+        let (a, b) = (Owner::new(0, 0, 1, 1), Owner::new(1, 0, 1, 1));
         assert_eq!(r.try_lock(off, a), Ok(()));
         assert_eq!(r.try_lock(off, a), Ok(()), "a duplicate request is harmless");
         assert_eq!(r.try_lock(off, b), Err(a.0));
         assert!(!r.unlock_if(off, b));
-        assert!(!r.unlock_if(off, Owner::new(0, 0, 0)), "an older attempt cannot unlock");
+        assert!(!r.unlock_if(off, Owner::new(0, 0, 1, 0)), "an older attempt cannot unlock");
         assert!(r.unlock_if(off, a));
         assert_eq!(r.header(off).lock, 0);
+        // A lock of an earlier epoch is stale: the next epoch's attempt takes it over.
+        assert_eq!(r.try_lock(off, a), Ok(()));
+        let c = Owner::new(1, 0, 2, 1);
+        assert_eq!(r.try_lock(off, c), Ok(()));
+        assert_eq!(r.header(off).lock, c.0);
     }
 
     #[test]

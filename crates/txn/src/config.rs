@@ -204,6 +204,10 @@ pub struct TxnConfig {
     pub costs: TxnCosts,
     /// A bug planted on purpose (tests only; `None` in every real run).
     pub planted: Option<PlantedFault>,
+    /// Leases and the configuration store; `None`: what suits the backend
+    /// ([`crate::RecoveryParams::simulated`] on virtual time, else
+    /// [`crate::RecoveryParams::real`]).
+    pub recovery: Option<crate::recover::RecoveryParams>,
 }
 
 /// Why a configuration is refused.
@@ -240,6 +244,7 @@ impl TxnConfig {
             reclaim_after_bytes: 4 << 10,
             costs: TxnCosts::default(),
             planted: None,
+            recovery: None,
         };
         match design {
             Design::DrtmH => base,

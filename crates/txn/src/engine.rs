@@ -14,18 +14,20 @@ use std::task::Waker;
 
 use hytra_check::TxnRecord;
 use hytra_fabric::{
-    Backend, BackendError, Endpoint, LocalAddr, NodeId, Region, RegionSpec, Rkey, WorkerId,
+    Backend, BackendError, Endpoint, LocalAddr, NodeId, Qp, Region, RegionSpec, Rkey, WorkerId,
 };
-use hytra_rt::{CallTicket, Co, OpTicket, RpcError, RpcType, Worker};
+use hytra_rt::{CallTicket, Co, OpTicket, RpcType, Worker};
 use hytra_store::{Catalog, NodeStore, Replica, StoreError, TableId};
 use thiserror::Error;
 
 use crate::config::{ConfigError, ExecStrategy, TxnConfig};
+use crate::config_store::{ConfigStore, MemoryStore};
+use crate::handlers;
 use crate::log::{LogLayout, RingOut};
 use crate::membership::{Config, Membership, View};
 use crate::offload::{NicLookups, NodeIndex};
+use crate::recover::{NodeRecovery, RecoveryParams};
 use crate::stats::TxnStats;
-use crate::{handlers, wire};
 use hytra_offload::hash::tag;
 use hytra_offload::service::Waits;
 use hytra_store::layout::KEY_WORD;
@@ -60,7 +62,17 @@ pub struct ScratchLayout {
     pub coroutines: u16,
 }
 
+/// Bytes per worker, after every coroutine's scratch, where its recovery task's fence
+/// READs land (a cache line each, so that they disturb nothing else).
+const FENCE_SLOT_BYTES: u64 = 64;
+
 impl ScratchLayout {
+    /// Where worker `index`'s fence READs land.
+    pub fn fence(&self, index: u16, workers: u16) -> LocalAddr {
+        let after = u64::from(workers) * u64::from(self.coroutines) * SCRATCH_CO_BYTES;
+        LocalAddr { rkey: self.rkey, offset: after + u64::from(index) * FENCE_SLOT_BYTES }
+    }
+
     /// Start of the scratch of coroutine `co` of worker `index` on its node.
     pub fn base(&self, index: u16, co: u16) -> LocalAddr {
         assert!(
@@ -93,6 +105,8 @@ pub struct NodeEngine {
     pub(crate) offload: Option<(Arc<NicLookups>, NodeIndex)>,
     /// This node's view of the configuration in force.
     pub membership: Arc<Membership>,
+    /// What this node's workers share about recovery.
+    pub recovery: Arc<NodeRecovery>,
 }
 
 impl NodeEngine {
@@ -112,6 +126,30 @@ impl NodeEngine {
         if let Some((lookups, index)) = &self.offload {
             let len = self.catalog.geometry(table).record_bytes;
             index.file(table, lookups.table(table), key, self.catalog.rkey(table, p), off, len);
+        }
+    }
+
+    /// Files a record that recovery created or moved here, if this node is its
+    /// partition's primary and the offload strategy keeps a NIC index.
+    pub(crate) fn file_recovered(&self, table: TableId, p: u16, key: u64, off: u64) {
+        if self.membership.current().primary(p) == self.node {
+            self.file(table, p, key, off);
+        }
+    }
+
+    /// Files every record of the partitions `cfg` makes this node the primary of in the
+    /// NIC index (after a promotion: the old primary's index died with it).
+    pub(crate) fn refile_primaries(&self, cfg: &Config) {
+        if self.offload.is_none() {
+            return;
+        }
+        for p in cfg.placement.primaries_of(self.node) {
+            for spec in self.catalog.tables() {
+                let replica = self.store.replica(spec.id, p);
+                for (off, key) in replica.records() {
+                    self.file(spec.id, p, key, off);
+                }
+            }
         }
     }
 
@@ -160,6 +198,16 @@ impl Engine {
         }
         let (catalog, stores) = NodeStore::register(backend, catalog, cfg.cache_bytes)?;
         let initial = Arc::new(Config::initial(shape.nodes, cfg.replication));
+        let recovery = cfg.recovery.unwrap_or(match backend.virtual_time() {
+            true => RecoveryParams::simulated(),
+            false => RecoveryParams::real(),
+        });
+        let config_store: Arc<dyn ConfigStore> = Arc::new(MemoryStore::default());
+        let mut bytes = Vec::new();
+        initial.encode(&mut bytes);
+        config_store
+            .cas(0, initial.epoch, &bytes)
+            .expect("a fresh store takes the first configuration");
         let log_bytes = LogLayout {
             rkey: Rkey(0),
             ring_bytes: cfg.log_ring_bytes,
@@ -172,8 +220,8 @@ impl Engine {
             ring_bytes: cfg.log_ring_bytes,
             rings: shape.workers_total() as u64,
         };
-        let scratch_bytes =
-            u64::from(shape.workers_per_node) * u64::from(coroutines.max(1)) * SCRATCH_CO_BYTES;
+        let scratch_bytes = u64::from(shape.workers_per_node)
+            * (u64::from(coroutines.max(1)) * SCRATCH_CO_BYTES + FENCE_SLOT_BYTES);
         let scratch = ScratchLayout {
             rkey: backend.register_all(RegionSpec::new(scratch_bytes))?,
             coroutines: coroutines.max(1),
@@ -205,6 +253,12 @@ impl Engine {
                     scratch,
                     offload,
                     membership: Arc::new(Membership::new(Config::clone(&initial))),
+                    recovery: Arc::new(NodeRecovery::new(
+                        shape.nodes,
+                        shape.workers_per_node,
+                        config_store.clone(),
+                        recovery,
+                    )),
                 })
             })
             .collect();
@@ -239,6 +293,13 @@ impl Engine {
             .map(|n| n.membership.current())
             .max_by_key(|c| c.epoch)
             .unwrap_or_else(|| self.initial.clone())
+    }
+
+    /// Whether attempt `owner`, which was logging when its node stopped hearing of it,
+    /// committed: as recovery decided it at any node of this process (a transaction no
+    /// recovery decided never finished logging, and so never committed).
+    pub fn verdict(&self, owner: u64) -> bool {
+        self.nodes.iter().any(|n| n.recovery.committed(owner))
     }
 
     /// Every partition's primary replica of `table` under the configuration in force at
@@ -357,6 +418,7 @@ impl Engine {
         let node = self.nodes[usize::from(me.node.0)].clone();
         let view = Rc::new(View::new(node.membership.clone()));
         handlers::register(w, &node, &view);
+        crate::recover::register(w, &node);
         let waits = node.offload.as_ref().map(|(lookups, _)| {
             if me.index == 0 {
                 // Start this node's lookup programs (each waits for its first request).
@@ -377,6 +439,11 @@ impl Engine {
             coherent: co.caps().atomics_coherent,
             rings: RefCell::new(vec![RingOut::default(); usize::from(co.shape().nodes)]),
             acks: RefCell::new(VecDeque::new()),
+            acks_pushed: Cell::new(0),
+            acks_done: Cell::new(0),
+            unresolved: RefCell::new(VecDeque::new()),
+            spare: RefCell::new(Vec::new()),
+            doubt: RefCell::new(Vec::new()),
             orphans: RefCell::new(Vec::new()),
             acker: RefCell::new(None),
             stats: RefCell::new(TxnStats::default()),
@@ -385,12 +452,19 @@ impl Engine {
             window: Cell::new((0, u64::MAX)),
             timeline_ns: Cell::new(0),
             commits_total: Cell::new(0),
+            next_tseq: Cell::new(0),
             buffers: RefCell::new(Vec::new()),
             waits,
             view,
         });
         let bg = wt.clone();
         w.spawn(move |co| async move { crate::commit::background(co, bg).await });
+        let q = wt.clone();
+        w.spawn(move |co| async move { crate::recover::quiescer(co, q).await });
+        if me.index == 0 {
+            let m = wt.clone();
+            w.spawn(move |co| async move { crate::recover::membership(co, m).await });
+        }
         wt
     }
 }
@@ -402,6 +476,21 @@ pub(crate) struct PendingAck {
     pub(crate) ty: RpcType,
     pub(crate) bytes: Vec<u8>,
     pub(crate) call: Option<CallTicket>,
+    /// The epoch of the attempt that sent it: one of an epoch that is over is dropped
+    /// (recovery wrote the record back from the logs).
+    pub(crate) epoch: u64,
+}
+
+/// A passive-ACK commit whose log entries wait for its write-backs to land before their
+/// backups may apply them (L7).
+#[derive(Default)]
+pub(crate) struct Unresolved {
+    /// Its log entries: (backup, stream position).
+    pub(crate) starts: Vec<(NodeId, u64)>,
+    /// Per connection its write-backs used, the mark they lie before.
+    pub(crate) marks: Vec<(Qp, u64)>,
+    /// Acknowledgements to collect first (a count of those ever pushed; 0: none).
+    pub(crate) acks: u64,
 }
 
 /// State a worker's coroutines, handlers and background task share.
@@ -417,6 +506,16 @@ pub struct WorkerTxn {
     /// This worker's rings at every node (indexed by node).
     pub(crate) rings: RefCell<Vec<RingOut>>,
     pub(crate) acks: RefCell<VecDeque<PendingAck>>,
+    /// Acknowledgements ever pushed, and ever collected (or dropped).
+    acks_pushed: Cell<u64>,
+    pub(crate) acks_done: Cell<u64>,
+    /// Passive-ACK commits whose log entries are not resolved yet (bounded by the ring
+    /// credit their entries hold), and spares to reuse.
+    pub(crate) unresolved: RefCell<VecDeque<Unresolved>>,
+    spare: RefCell<Vec<Unresolved>>,
+    /// Records of attempts past the start of logging, whose fate a crash of this node
+    /// would leave to recovery (checked runs only).
+    doubt: RefCell<Vec<TxnRecord>>,
     /// Tickets of ended coroutines' last staged write-backs, for the background task.
     pub(crate) orphans: RefCell<Vec<OpTicket>>,
     pub(crate) acker: RefCell<Option<Waker>>,
@@ -430,6 +529,8 @@ pub struct WorkerTxn {
     pub(crate) timeline_ns: Cell<u64>,
     /// Commits in the whole run, window or not.
     pub(crate) commits_total: Cell<u64>,
+    /// The sequence number of this worker's last transaction that reserved log room.
+    pub(crate) next_tseq: Cell<u64>,
     /// Request buffers that outlive a coroutine's step (queued for acknowledgement).
     buffers: RefCell<Vec<Vec<u8>>>,
     /// Coroutines waiting for the answers of offloaded lookups (offload strategy only).
@@ -443,6 +544,7 @@ impl WorkerTxn {
     /// coroutines the engine was set up for).
     pub fn ctx<E: Endpoint>(self: &Rc<Self>, co: Co<E>, co_index: u16) -> crate::TxnCtx<E> {
         self.active.set(self.active.get() + 1);
+        self.node.recovery.client_started();
         crate::TxnCtx::new(co, self.clone(), co_index)
     }
 
@@ -496,16 +598,66 @@ impl WorkerTxn {
         }
     }
 
-    pub(crate) fn push_ack(&self, ack: PendingAck) {
+    /// Queues an acknowledgement for the background task; returns its mark (see
+    /// [`Unresolved::acks`]).
+    pub(crate) fn push_ack(&self, ack: PendingAck) -> u64 {
         self.acks.borrow_mut().push_back(ack);
+        let mark = self.acks_pushed.get() + 1;
+        self.acks_pushed.set(mark);
         if let Some(w) = self.acker.borrow_mut().take() {
             w.wake();
         }
+        mark
+    }
+
+    /// Counts the front acknowledgement collected (or dropped), recycles its buffer.
+    pub(crate) fn ack_done(&self, bytes: Vec<u8>) {
+        self.acks_done.set(self.acks_done.get() + 1);
+        self.give_buffer(bytes);
+    }
+
+    /// An empty [`Unresolved`], reusing a spare's vectors.
+    pub(crate) fn spare_unresolved(&self) -> Unresolved {
+        self.spare.borrow_mut().pop().unwrap_or_default()
+    }
+
+    pub(crate) fn give_unresolved(&self, mut u: Unresolved) {
+        u.starts.clear();
+        u.marks.clear();
+        self.spare.borrow_mut().push(u);
+    }
+
+    /// Forgets every unresolved commit: a recovery resolved the rings they wait on.
+    pub(crate) fn drop_unresolved(&self) {
+        let mut all = std::mem::take(&mut *self.unresolved.borrow_mut());
+        for u in all.drain(..) {
+            self.give_unresolved(u);
+        }
+        *self.unresolved.borrow_mut() = all;
+    }
+
+    pub(crate) fn push_doubt(&self, record: TxnRecord) {
+        self.doubt.borrow_mut().push(record);
+    }
+
+    /// Takes the record in doubt of attempt `owner`, if there is one.
+    pub(crate) fn take_doubt(&self, owner: u64) -> Option<TxnRecord> {
+        let mut doubt = self.doubt.borrow_mut();
+        let k = doubt.iter().rposition(|r| r.id == owner)?;
+        Some(doubt.swap_remove(k))
+    }
+
+    /// The records of attempts whose fate this worker never learned (its node crashed
+    /// or left the cluster while they logged): the run's end asks recovery's decisions
+    /// ([`Engine::verdict`]) which committed.
+    pub fn take_doubts(&self) -> Vec<TxnRecord> {
+        std::mem::take(&mut *self.doubt.borrow_mut())
     }
 
     /// Called when a transaction coroutine ends (its context is dropped).
     pub(crate) fn coroutine_done(&self) {
         self.active.set(self.active.get() - 1);
+        self.node.recovery.client_ended();
         if let Some(w) = self.acker.borrow_mut().take() {
             w.wake();
         }
@@ -515,32 +667,5 @@ impl WorkerTxn {
     /// same index, so every backup worker owns one ring per node of the cluster.
     pub(crate) fn ring_owner(&self, node: NodeId) -> WorkerId {
         WorkerId { node, index: self.me.index }
-    }
-}
-
-/// Sends `bytes` as a call of type `ty` to `dest` until a reply comes, for messages that
-/// must get through (unlocks, synchronous reclaims). Gives up only if the request cannot
-/// be sent at all.
-pub(crate) async fn call_reliably<E: Endpoint>(
-    co: &Co<E>,
-    dest: WorkerId,
-    ty: RpcType,
-    bytes: &[u8],
-) -> Result<u64, RpcError> {
-    loop {
-        let t = match co.call(dest, ty, bytes) {
-            Ok(t) => t,
-            Err(RpcError::Busy) => {
-                co.yield_now().await;
-                continue;
-            }
-            Err(e) => return Err(e),
-        };
-        match co.reply(t, wire::decode_word).await {
-            Ok(Some(v)) => return Ok(v),
-            Ok(None) => return Err(RpcError::Remote(hytra_rt::RemoteError::ReplyTooLarge)),
-            Err(RpcError::TimedOut) => continue,
-            Err(e) => return Err(e),
-        }
     }
 }

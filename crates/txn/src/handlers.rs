@@ -3,7 +3,9 @@
 //! touch only this node's store and log region, and are idempotent, because a request
 //! can arrive twice (docs/INVARIANTS.md P2). A request about a record is served only by
 //! its partition's primary under the configuration in force, and only if it was sent
-//! under that configuration's epoch.
+//! under that configuration's epoch; while the node recovers (or its lease ran out) it
+//! serves none: recovery relies on nothing of an older epoch changing memory once the
+//! node quiesced (docs/INVARIANTS.md F2).
 
 use std::rc::Rc;
 use std::sync::Arc;
@@ -72,7 +74,7 @@ impl Serve {
         let t = TableId(table);
         let p = c.partition(t, key);
         let config = self.view.get();
-        if config.epoch as u32 != epoch {
+        if config.epoch as u32 != epoch || !self.node.recovery.open() {
             return Err(Status::Stale);
         }
         if config.primary(p) != self.node.node {
@@ -198,8 +200,13 @@ fn commit<E: Endpoint>(
 ) {
     ctx.ep.charge_cpu(serve.node.cfg.costs.record_ns);
     let Some(c) = CommitReq::decode(req, payload) else { return wire::encode_word(0, ctx.reply) };
-    let Ok(replica) = serve.primary(c.table, c.key, c.epoch) else {
-        return wire::encode_word(0, ctx.reply);
+    // A write-back is the tail of a committed transaction: it is applied under a later
+    // epoch too, as long as the lock is still its own (recovery has not resolved it).
+    let epoch = serve.view.get().epoch as u32;
+    let replica = match serve.primary(c.table, c.key, epoch) {
+        Ok(r) => r,
+        Err(Status::Stale) => return wire::encode_word(wire::REFUSED, ctx.reply),
+        Err(_) => return wire::encode_word(0, ctx.reply),
     };
     // A coordinator commits only records it locked, so they exist, with its table's
     // payload; a request that says otherwise did not come from one and changes nothing.
@@ -224,10 +231,15 @@ fn unlock<E: Endpoint>(serve: &Serve, ctx: &mut HandlerCtx<'_, E>, req: &[u8]) {
         // A release frees only the sender's own attempt's lock: harmless under any epoch,
         // so it is honoured under any.
         let epoch = serve.view.get().epoch as u32;
-        if let Ok(replica) = serve.primary(r.table, r.key, epoch) {
-            if let Some(off) = replica.lookup(r.key) {
-                replica.unlock_if(off, Owner(r.owner));
+        match serve.primary(r.table, r.key, epoch) {
+            Ok(replica) => {
+                if let Some(off) = replica.lookup(r.key) {
+                    replica.unlock_if(off, Owner(r.owner));
+                }
             }
+            // Not serving now (recovering, or the lease ran out): the sender asks again.
+            Err(Status::Stale) => return wire::encode_word(wire::REFUSED, ctx.reply),
+            Err(_) => {}
         }
     }
     wire::encode_word(1, ctx.reply);
@@ -240,6 +252,14 @@ fn log<E: Endpoint>(
     entry: &mut Vec<u64>,
 ) {
     let Some(start) = wire::decode_log(req, entry) else { return wire::encode_word(0, ctx.reply) };
+    // Only entries of the epoch in force, and not while recovering: recovery reads the
+    // rings once every member quiesced, and nothing may land behind its back.
+    let Some(epoch) = crate::log::entry_epoch(entry) else {
+        return wire::encode_word(0, ctx.reply);
+    };
+    if epoch != node.membership.epoch() || !node.recovery.open() {
+        return wire::encode_word(wire::REFUSED, ctx.reply);
+    }
     ctx.ep.charge_cpu(node.cfg.costs.record_ns * (entry.len() as u64 / RECORD_HEADER_WORDS).max(1));
     let c = ctx.ep.shape().worker_index(ctx.src);
     if put(&node.log_region, &node.log, c, start, entry).is_err() {
@@ -254,7 +274,15 @@ fn reclaim<E: Endpoint>(
     req: &[u8],
     buf: &mut Vec<u64>,
 ) {
-    let Some((flags, up_to)) = wire::decode_reclaim(req) else { return };
+    let Some((flags, epoch, up_to)) = wire::decode_reclaim(req) else { return };
+    if epoch != node.membership.epoch() as u32 || !node.recovery.open() {
+        // The ring's head may be about to move (recovery resolves it): the sender learns
+        // it once the new configuration is active.
+        if flags & SYNC != 0 {
+            wire::encode_word(wire::REFUSED, ctx.reply);
+        }
+        return;
+    }
     let c = ctx.ep.shape().worker_index(ctx.src);
     let before = node.log_region.load(node.log.head_offset(c));
     let head = match apply(&node.store, &node.log_region, &node.log, c, up_to, buf) {

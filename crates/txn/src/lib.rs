@@ -5,6 +5,8 @@
 //!   (`drtmh`, `fasst`, `farm`, `drtmr`)
 //! - `engine`: setting the engine up on a backend; per-node and per-worker state
 //! - `membership`: the configuration (epoch, members, placement) and each node's view
+//! - `config_store`: where configurations are committed (compare-and-set on the epoch)
+//! - `recover`: leases, the configuration manager's reconfiguration, recovery
 //! - `txn`: the transaction API ([`TxnCtx`], [`Txn`]) and the execution phase
 //! - `offload`: the `offload` execution strategy's NIC index and lookup programs
 //! - `validate`: locking the write set and validating the read set
@@ -39,12 +41,14 @@
 
 mod commit;
 pub mod config;
+pub mod config_store;
 mod engine;
 mod handlers;
 pub mod log;
 pub mod membership;
 mod offload;
 mod outcome;
+pub mod recover;
 mod stats;
 mod txn;
 mod validate;
@@ -57,5 +61,6 @@ pub use engine::{Engine, EngineError, NodeEngine, WorkerTxn, SCRATCH_CO_BYTES};
 pub use membership::{Config, Membership};
 pub use offload::NicLookups;
 pub use outcome::{Abort, AbortReason, Outcome};
+pub use recover::RecoveryParams;
 pub use stats::{TxnStats, PHASES, TIMELINE_BUCKETS_MAX, TXN_TYPES_MAX};
 pub use txn::{Rec, Txn, TxnCtx};

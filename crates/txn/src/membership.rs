@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use hytra_fabric::NodeId;
-use hytra_store::Placement;
+use hytra_store::{BackupState, PartitionPlace, Placement};
 
 /// The epoch of the configuration a cluster starts with.
 pub const EPOCH_FIRST: u64 = 1;
@@ -82,6 +82,67 @@ impl Config {
     /// Partition `p`'s primary.
     pub fn primary(&self, p: u16) -> NodeId {
         self.placement.primary(p)
+    }
+}
+
+/// Why bytes did not decode as a configuration.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct ConfigDecodeError;
+
+impl Config {
+    /// The configuration as bytes (little endian): epoch, node count, a member bitmap,
+    /// then per partition its primary, generation, backup count and backups (node, with
+    /// bit 15 set for a syncing backup).
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.epoch.to_le_bytes());
+        out.extend_from_slice(&self.nodes().to_le_bytes());
+        for chunk in self.members.chunks(8) {
+            out.push(chunk.iter().enumerate().fold(0u8, |b, (i, &m)| b | u8::from(m) << i));
+        }
+        for part in self.placement.parts() {
+            out.extend_from_slice(&part.primary.0.to_le_bytes());
+            out.push(part.generation);
+            out.push(part.backups.len() as u8);
+            for &(n, state) in &part.backups {
+                let syncing = if state == BackupState::Syncing { 1 << 15 } else { 0 };
+                out.extend_from_slice(&(n.0 | syncing).to_le_bytes());
+            }
+        }
+    }
+
+    /// Reads what [`Config::encode`] wrote, checked like [`Config::new`].
+    pub fn decode(b: &[u8]) -> Result<Config, ConfigDecodeError> {
+        let mut i = 0usize;
+        let mut take = |n: usize| -> Result<&[u8], ConfigDecodeError> {
+            let s = b.get(i..i + n).ok_or(ConfigDecodeError)?;
+            i += n;
+            Ok(s)
+        };
+        let epoch = u64::from_le_bytes(take(8)?.try_into().expect("eight bytes"));
+        let nodes = u16::from_le_bytes(take(2)?.try_into().expect("two bytes"));
+        if nodes == 0 || nodes > hytra_fabric::constants::NODES_MAX {
+            return Err(ConfigDecodeError);
+        }
+        let bitmap = take(usize::from(nodes).div_ceil(8))?.to_vec();
+        let members = (0..usize::from(nodes)).map(|n| bitmap[n / 8] >> (n % 8) & 1 == 1).collect();
+        let mut parts = Vec::with_capacity(usize::from(nodes));
+        for _ in 0..nodes {
+            let primary = NodeId(u16::from_le_bytes(take(2)?.try_into().expect("two bytes")));
+            let head = take(2)?;
+            let (generation, count) = (head[0], head[1]);
+            let mut backups = Vec::with_capacity(usize::from(count));
+            for _ in 0..count {
+                let w = u16::from_le_bytes(take(2)?.try_into().expect("two bytes"));
+                let state =
+                    if w & 1 << 15 != 0 { BackupState::Syncing } else { BackupState::Ready };
+                backups.push((NodeId(w & !(1 << 15)), state));
+            }
+            parts.push(PartitionPlace { primary, backups, generation });
+        }
+        if i != b.len() {
+            return Err(ConfigDecodeError);
+        }
+        Config::new(epoch, members, Placement::from_parts(parts)).map_err(|_| ConfigDecodeError)
     }
 }
 
@@ -171,6 +232,30 @@ mod tests {
         assert_eq!(view.get().primary(0), NodeId(1));
         assert!(!m.install(Arc::new(Config::initial(4, 3))), "an older epoch");
         assert_eq!(m.epoch(), 2);
+    }
+
+    #[test]
+    fn a_configuration_travels_as_bytes_and_a_cut_one_is_refused() {
+        let mut parts = Placement::initial(5, 3).parts().to_vec();
+        parts[2].backups[1].1 = BackupState::Syncing;
+        parts[4].generation = 7;
+        let mut members = vec![true; 5];
+        members[4] = false;
+        for part in &mut parts {
+            part.backups.retain(|&(n, _)| n != NodeId(4));
+            if part.primary == NodeId(4) {
+                part.primary = part.backups.remove(0).0;
+            }
+        }
+        let c = Config::new(9, members, Placement::from_parts(parts)).unwrap();
+        let mut b = Vec::new();
+        c.encode(&mut b);
+        assert_eq!(Config::decode(&b), Ok(c));
+        for cut in [0, 1, 9, b.len() - 1] {
+            assert!(Config::decode(&b[..cut]).is_err(), "{cut} bytes");
+        }
+        b.push(0);
+        assert!(Config::decode(&b).is_err(), "a trailing byte");
     }
 
     #[test]

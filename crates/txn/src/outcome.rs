@@ -71,6 +71,10 @@ pub enum Outcome {
     Committed,
     /// Nothing it wrote is visible; every lock it took is released.
     Aborted(AbortReason),
+    /// This node left the cluster (it was removed, or the run cannot go on) while the
+    /// transaction was logging: recovery decided its fate elsewhere, and the run's end
+    /// learns it ([`crate::Engine::verdict`]). The client stops.
+    Unknown,
 }
 
 /// Carries an abort out of a transaction body with `?`.

@@ -51,6 +51,17 @@ const TORN_RETRIES_MAX: u32 = 16;
 /// ever commit on a lossy network), while a dead or paused peer still ends it (P6).
 pub(crate) const RPC_RESENDS_MAX: u8 = 3;
 
+/// An attempt whose configuration is no longer in force (a newer one was installed, or
+/// this node stopped): it may post nothing more (see [`TxnCtx::hold`]).
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub(crate) struct Frozen;
+
+impl From<Frozen> for Abort {
+    fn from(_: Frozen) -> Abort {
+        Abort(AbortReason::Reconfigured)
+    }
+}
+
 /// A record in the transaction's access set (an index into it).
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]
 pub struct Rec(pub(crate) u16);
@@ -190,7 +201,15 @@ pub struct TxnCtx<E: Endpoint> {
     stalled: Vec<(usize, Next)>,
     pub(crate) flights: Vec<(usize, crate::validate::Flight)>,
     pub(crate) log_flights: Vec<crate::commit::LogFlight>,
+    /// The partitions the attempt writes (logging).
+    pub(crate) written: Vec<u16>,
+    /// The attempt's log entries: (backup, part, stream position, SKIP position).
+    pub(crate) log_starts: Vec<(NodeId, u16, u64, Option<u64>)>,
     pub(crate) waits: Vec<OpTicket>,
+    /// Connections the attempt's one-sided write-backs went on, and the mark of its last
+    /// passive acknowledgement: what must land before its log entries resolve (L7).
+    pub(crate) landing: Vec<Qp>,
+    pub(crate) acks_mark: Option<u64>,
     pub(crate) owner: Owner,
     pub(crate) ty: u8,
     pub(crate) txn_start: u64,
@@ -264,7 +283,11 @@ impl<E: Endpoint> TxnCtx<E> {
             stalled: Vec::new(),
             flights: Vec::with_capacity(16),
             log_flights: Vec::with_capacity(8),
+            written: Vec::with_capacity(16),
+            log_starts: Vec::with_capacity(16),
             waits: Vec::with_capacity(16),
+            landing: Vec::with_capacity(8),
+            acks_mark: None,
             owner: Owner(0),
             ty: 0,
             txn_start: 0,
@@ -308,7 +331,7 @@ impl<E: Endpoint> TxnCtx<E> {
             self.config = self.wt.view.get().clone();
         }
         self.seq = self.seq.wrapping_add(1);
-        self.owner = Owner::new(self.wt.me_idx, self.co_index, self.seq);
+        self.owner = Owner::new(self.wt.me_idx, self.co_index, self.config.epoch, self.seq);
         self.attempts += 1;
         self.acc.clear();
         self.acc_index.clear();
@@ -337,6 +360,39 @@ impl<E: Endpoint> TxnCtx<E> {
             LocalAddr { rkey: self.scratch.rkey, offset: self.scratch.offset + self.scratch_used };
         self.scratch_used += bytes;
         Ok(addr)
+    }
+
+    /// Whether a newer configuration was installed since the attempt began: it may post
+    /// nothing more that changes another node's memory (the node is quiescing its
+    /// connections for recovery).
+    pub(crate) fn frozen(&self) -> bool {
+        self.config.epoch != self.node.membership.epoch()
+    }
+
+    /// Waits until the attempt may post: its configuration in force, no recovery in
+    /// progress and this node's lease valid. `Frozen` once a newer configuration is
+    /// installed or the node stopped: then it posts nothing more, ever (recovery counts
+    /// on it, see `recover.rs`). Every post and call of an attempt passes here in the
+    /// step that makes it.
+    pub(crate) async fn hold(&self) -> Result<(), Frozen> {
+        let rec = &self.node.recovery;
+        loop {
+            if self.frozen() {
+                return Err(Frozen);
+            }
+            if rec.open() {
+                return Ok(());
+            }
+            if rec.ended() {
+                return Err(Frozen);
+            }
+            self.co.sleep_until(self.co.now_ns() + rec.poll_ns()).await;
+        }
+    }
+
+    /// Whether this node left the cluster or the run cannot go on: clients stop.
+    pub fn halted(&self) -> bool {
+        self.node.recovery.ended()
     }
 
     /// The epoch of the attempt's configuration, as messages carry it.
@@ -376,6 +432,12 @@ pub struct Txn<'a, E: Endpoint> {
 }
 
 impl<E: Endpoint> Txn<'_, E> {
+    /// The attempt's identity, as the checker's history and [`crate::Engine::verdict`]
+    /// name it.
+    pub fn id(&self) -> u64 {
+        self.ctx.owner.0
+    }
+
     /// Reads a record.
     pub async fn read(&mut self, table: TableId, key: u64) -> Result<Rec, Abort> {
         let [r] = self.read_many([(table, key)], false).await?;
@@ -682,7 +744,7 @@ impl<E: Endpoint> TxnCtx<E> {
             Next::Record(stage) => self.read_record(i, stage).await,
             Next::Bucket(b) => self.read_bucket(i, b).await,
             Next::Call { lock_now, want_offset } => {
-                Ok(self.call_read(i, lock_now && for_update, want_offset).await)
+                self.call_read(i, lock_now && for_update, want_offset).await
             }
         }
     }
@@ -692,6 +754,9 @@ impl<E: Endpoint> TxnCtx<E> {
         let a = self.acc[i];
         self.co.charge(self.node.cfg.costs.record_ns);
         if a.node == self.co.me().node {
+            // Local memory is read without the fabric: the attempt still waits out a
+            // recovery (its node's records are being resolved).
+            self.hold().await?;
             self.read_local(i, for_update)?;
             return Ok(None);
         }
@@ -711,11 +776,11 @@ impl<E: Endpoint> TxnCtx<E> {
         };
         let home = self.node.catalog.geometry(a.table).home_bucket(a.key);
         let pending = match (self.node.cfg.exec, cached) {
-            (ExecStrategy::TwoSided, _) => self.call_read(i, lock_now, false).await,
+            (ExecStrategy::TwoSided, _) => self.call_read(i, lock_now, false).await?,
             (ExecStrategy::Hybrid, Some(off)) if !lock_now => {
                 self.read_record(i, Stage::Cached(off)).await?
             }
-            (ExecStrategy::Hybrid, _) => self.call_read(i, lock_now, true).await,
+            (ExecStrategy::Hybrid, _) => self.call_read(i, lock_now, true).await?,
             (ExecStrategy::OneSidedCached, Some(off)) => {
                 self.read_record(i, Stage::Cached(off)).await?
             }
@@ -725,7 +790,7 @@ impl<E: Endpoint> TxnCtx<E> {
             (ExecStrategy::Offload, Some(off)) => self.read_record(i, Stage::Cached(off)).await?,
             (ExecStrategy::Offload, None) => match self.nic_lookup(i) {
                 Some(p) => p,
-                None => self.call_read(i, false, true).await,
+                None => self.call_read(i, false, true).await?,
             },
         };
         Ok(Some(pending))
@@ -820,26 +885,38 @@ impl<E: Endpoint> TxnCtx<E> {
         Ok(())
     }
 
-    async fn call_read(&mut self, i: usize, lock_now: bool, want_offset: bool) -> Pending {
+    async fn call_read(
+        &mut self,
+        i: usize,
+        lock_now: bool,
+        want_offset: bool,
+    ) -> Result<Pending, Abort> {
         let a = self.acc[i];
         let flags = if lock_now { LOCK_IT } else { 0 } | if want_offset { WANT_OFFSET } else { 0 };
         let owner = if lock_now { self.owner.0 } else { 0 };
         RecordReq { table: a.table.0, flags, epoch: self.epoch(), key: a.key, owner }
             .encode(&mut self.req);
-        let t = self.send_call(self.peer(a.node), wire::READ, &self.req).await;
+        let t = self.send_call(self.peer(a.node), wire::READ, &self.req).await?;
         if lock_now {
             // Until the reply says otherwise, we may hold it.
             self.acc[i].locked = Locked::Unknown;
         }
-        Pending::Call(t)
+        Ok(Pending::Call(t))
     }
 
     /// Sends a call, waiting a step at a time while every call slot is taken or the
-    /// datagram queue is full: back-pressure, not a reason to abort.
-    pub(crate) async fn send_call(&self, dest: WorkerId, ty: RpcType, req: &[u8]) -> CallTicket {
+    /// datagram queue is full: back-pressure, not a reason to abort. `Frozen`: the
+    /// attempt may send nothing more (see [`TxnCtx::hold`]).
+    pub(crate) async fn send_call(
+        &self,
+        dest: WorkerId,
+        ty: RpcType,
+        req: &[u8],
+    ) -> Result<CallTicket, Frozen> {
         loop {
+            self.hold().await?;
             match self.co.call(dest, ty, req) {
-                Ok(t) => return t,
+                Ok(t) => return Ok(t),
                 Err(RpcError::Busy | RpcError::Post(PostError::QueueFull)) => {
                     self.co.ring_doorbells();
                     self.co.yield_now().await
@@ -851,11 +928,16 @@ impl<E: Endpoint> TxnCtx<E> {
 
     /// Posts one-sided requests with `post`, waiting a step at a time while the
     /// connection's send queue is full (completions free it whether or not anyone waits
-    /// for them yet).
-    pub(crate) async fn post<T>(&self, mut post: impl FnMut(&Co<E>) -> Result<T, OpError>) -> T {
+    /// for them yet). `Frozen`: the attempt may post nothing more (see
+    /// [`TxnCtx::hold`]).
+    pub(crate) async fn post<T>(
+        &self,
+        mut post: impl FnMut(&Co<E>) -> Result<T, OpError>,
+    ) -> Result<T, Frozen> {
         loop {
+            self.hold().await?;
             match post(&self.co) {
-                Ok(t) => return t,
+                Ok(t) => return Ok(t),
                 Err(OpError::Post(PostError::QueueFull)) => {
                     self.co.ring_doorbells();
                     self.co.yield_now().await
@@ -900,7 +982,7 @@ impl<E: Endpoint> TxnCtx<E> {
         let wr = WorkRequest::Read { remote, local, len: bytes as u32 };
         let qp = self.qp(node);
         // Reads of several records to one node share a doorbell; `drain` rings it.
-        let ticket = self.post(|co| co.issue_deferred(qp, &[wr])).await;
+        let ticket = self.post(|co| co.issue_deferred(qp, &[wr])).await?;
         Ok(Pending::Op { ticket, buf: local.offset, stage })
     }
 

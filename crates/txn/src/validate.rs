@@ -10,16 +10,21 @@
 use hytra_fabric::{Endpoint, LocalAddr, RemoteAddr, WorkRequest};
 use hytra_rt::{CallTicket, OpTicket, RpcError};
 use hytra_store::layout::{self, LOCK_WORD};
+use hytra_store::Owner;
 
 use crate::config::{PlantedFault, Primitive};
 use crate::outcome::{Abort, AbortReason};
-use crate::txn::{op_error_abort, rpc_abort, Locked, TxnCtx, RPC_RESENDS_MAX};
+
+/// Times a lock CAS that found a lock of an earlier epoch swaps it out before giving up.
+const STALE_TAKEOVERS_MAX: usize = 3;
+use crate::txn::{op_error_abort, rpc_abort, Frozen, Locked, TxnCtx, RPC_RESENDS_MAX};
 use crate::wire::{self, RecordReply, RecordReq, Status, CREATE, NO_LOCK};
 
 /// A lock or validation request in flight.
 pub(crate) enum Flight {
-    /// CAS (old value at `buf`) then READ of lock and version (at `buf + 8`).
-    Cas(OpTicket, u64),
+    /// CAS (old value at `buf`) then READ of lock and version (at `buf + 8`), of the
+    /// lock word at `remote`, expecting `compare` there (0, or a stale lock: L6).
+    Cas { ticket: OpTicket, buf: u64, remote: RemoteAddr, compare: u64 },
     /// READ of lock and version at `buf`.
     Read(OpTicket, u64),
     /// LOCK or VALIDATE RPC.
@@ -122,6 +127,7 @@ impl<E: Endpoint> TxnCtx<E> {
         let local = a.node == self.co.me().node;
         let nic = self.node.cfg.nic_locks() && !(local && self.wt.coherent);
         if local && !nic {
+            self.hold().await?;
             let node = self.node.clone();
             let replica = node.store.replica(a.table, a.partition);
             // A write whose record was never inserted (an insert, or a key read as
@@ -141,7 +147,7 @@ impl<E: Endpoint> TxnCtx<E> {
             return Ok(None);
         }
         if !nic {
-            let t = self.send_rpc(i, true).await;
+            let t = self.send_rpc(i, true).await?;
             self.acc[i].locked = Locked::Unknown;
             return Ok(Some(Flight::Call(t)));
         }
@@ -166,8 +172,8 @@ impl<E: Endpoint> TxnCtx<E> {
         ];
         let qp = self.qp(a.node);
         // The locks of several records on one node share a doorbell; `land` rings it.
-        let t = self.post(|co| co.issue_deferred(qp, &wrs)).await;
-        Ok(Some(Flight::Cas(t, cas_buf.offset)))
+        let ticket = self.post(|co| co.issue_deferred(qp, &wrs)).await?;
+        Ok(Some(Flight::Cas { ticket, buf: cas_buf.offset, remote, compare: 0 }))
     }
 
     /// The offset of a record to lock by NIC that the execution phase did not learn
@@ -175,12 +181,13 @@ impl<E: Endpoint> TxnCtx<E> {
     async fn create_for_nic_lock(&mut self, i: usize) -> Result<u64, Abort> {
         let a = self.acc[i];
         if a.node == self.co.me().node {
+            self.hold().await?;
             return self.node.insert_primary(a.table, a.key).map_err(|_| Abort(AbortReason::Full));
         }
         let epoch = self.epoch();
         RecordReq { table: a.table.0, flags: CREATE | NO_LOCK, epoch, key: a.key, owner: 0 }
             .encode(&mut self.req);
-        let t = self.send_call(self.peer(a.node), wire::LOCK, &self.req).await;
+        let t = self.send_call(self.peer(a.node), wire::LOCK, &self.req).await?;
         let mut tmp = std::mem::take(&mut self.tmp);
         let reply = self.co.reply(t, |r| RecordReply::decode(r, &mut tmp)).await;
         self.tmp = tmp;
@@ -198,6 +205,7 @@ impl<E: Endpoint> TxnCtx<E> {
         let read = a.read_version.expect("a read record has a read version");
         self.co.charge(self.node.cfg.costs.record_ns);
         if a.node == self.co.me().node {
+            self.hold().await?;
             let replica = self.replica(&a);
             let (lock, version) = match a.off.or_else(|| replica.lookup(a.key)) {
                 Some(off) => {
@@ -206,7 +214,7 @@ impl<E: Endpoint> TxnCtx<E> {
                 }
                 None => (0, layout::ABSENT),
             };
-            return Self::check_unchanged(lock, version, read).map(|()| None);
+            return self.check_unchanged(lock, version, read).map(|()| None);
         }
         match (self.node.cfg.validate, a.off) {
             (Primitive::OneSided, Some(off)) => {
@@ -215,12 +223,12 @@ impl<E: Endpoint> TxnCtx<E> {
                     RemoteAddr { node: a.node, rkey: self.rkey(&a), offset: off + LOCK_WORD * 8 };
                 let qp = self.qp(a.node);
                 let wr = WorkRequest::Read { remote, local: buf, len: 16 };
-                let t = self.post(|co| co.issue_deferred(qp, &[wr])).await;
+                let t = self.post(|co| co.issue_deferred(qp, &[wr])).await?;
                 Ok(Some(Flight::Read(t, buf.offset)))
             }
             // Two-sided validation, and reads that found the key absent (one-sided
             // verbs cannot check that a key is still absent in one READ).
-            _ => Ok(Some(Flight::Call(self.send_rpc(i, false).await))),
+            _ => Ok(Some(Flight::Call(self.send_rpc(i, false).await?))),
         }
     }
 
@@ -242,21 +250,41 @@ impl<E: Endpoint> TxnCtx<E> {
 
     async fn land_one(&mut self, i: usize, f: Flight, locking: bool) -> Result<(), Abort> {
         match f {
-            Flight::Cas(t, buf) => {
-                self.co.wait(t).await.map_err(op_error_abort)?;
-                let old = self.scratch_region.load(buf);
-                if old != 0 {
-                    return Err(Abort(AbortReason::Conflict));
+            Flight::Cas { mut ticket, buf, remote, mut compare } => {
+                // A lock left from an earlier epoch is free (L6): swap it out, a bounded
+                // number of times (only recovery, which runs no transactions, leaves one).
+                for _ in 0..STALE_TAKEOVERS_MAX {
+                    self.co.wait(ticket).await.map_err(op_error_abort)?;
+                    let old = self.scratch_region.load(buf);
+                    if old == compare {
+                        self.acc[i].locked = Locked::Nic;
+                        let version = self.scratch_region.load(buf + 16);
+                        return self.check_locked_version(i, version);
+                    }
+                    if Owner(old).holds_in(self.owner) || self.frozen() {
+                        return Err(Abort(AbortReason::Conflict));
+                    }
+                    compare = old;
+                    let local = LocalAddr { rkey: self.scratch.rkey, offset: buf };
+                    let wrs = [
+                        WorkRequest::Cas { remote, local, compare, swap: self.owner.0 },
+                        WorkRequest::Read {
+                            remote,
+                            local: LocalAddr { offset: buf + 8, ..local },
+                            len: 16,
+                        },
+                    ];
+                    let qp = self.qp(remote.node);
+                    ticket = self.post(|co| co.issue(qp, &wrs)).await?;
                 }
-                self.acc[i].locked = Locked::Nic;
-                let version = self.scratch_region.load(buf + 16);
-                self.check_locked_version(i, version)
+                self.co.wait(ticket).await.map_err(op_error_abort)?;
+                Err(Abort(AbortReason::Conflict))
             }
             Flight::Read(t, buf) => {
                 self.co.wait(t).await.map_err(op_error_abort)?;
                 let (lock, version) =
                     (self.scratch_region.load(buf), self.scratch_region.load(buf + 8));
-                Self::check_unchanged(lock, version, self.acc[i].read_version.expect("read"))
+                self.check_unchanged(lock, version, self.acc[i].read_version.expect("read"))
             }
             Flight::Call(mut t) => {
                 let mut tmp = std::mem::take(&mut self.tmp);
@@ -269,7 +297,7 @@ impl<E: Endpoint> TxnCtx<E> {
                         Err(RpcError::TimedOut) if self.acc[i].resends < RPC_RESENDS_MAX => {
                             self.acc[i].resends += 1;
                             self.wt.stats.borrow_mut().rpc_resends += 1;
-                            t = self.send_rpc(i, locking).await;
+                            t = self.send_rpc(i, locking).await?;
                         }
                         reply => break reply,
                     }
@@ -282,7 +310,7 @@ impl<E: Endpoint> TxnCtx<E> {
                     let read = self.acc[i].read_version.expect("read");
                     match reply.status {
                         Status::Ok | Status::Absent => {
-                            Self::check_unchanged(reply.lock, reply.version, read)
+                            self.check_unchanged(reply.lock, reply.version, read)
                         }
                         Status::Stale => Err(Abort(AbortReason::Reconfigured)),
                         s => panic!("VALIDATE answered {s:?}"),
@@ -294,7 +322,7 @@ impl<E: Endpoint> TxnCtx<E> {
 
     /// Sends access `i`'s LOCK (`locking`) or VALIDATE call. LOCK creates the record if
     /// it does not exist: a key read as absent is locked as an absent record.
-    async fn send_rpc(&mut self, i: usize, locking: bool) -> CallTicket {
+    async fn send_rpc(&mut self, i: usize, locking: bool) -> Result<CallTicket, Frozen> {
         let a = self.acc[i];
         let (ty, flags, owner) = match locking {
             true => {
@@ -354,8 +382,10 @@ impl<E: Endpoint> TxnCtx<E> {
         }
     }
 
-    fn check_unchanged(lock: u64, version: u64, read: u64) -> Result<(), Abort> {
-        if lock != 0 || version != read {
+    /// A record read at `read` is unchanged iff it is not locked (a lock of an earlier
+    /// epoch is no lock: L6) and its version is still `read`.
+    fn check_unchanged(&self, lock: u64, version: u64, read: u64) -> Result<(), Abort> {
+        if (lock != 0 && Owner(lock).holds_in(self.owner)) || version != read {
             return Err(Abort(AbortReason::Validation));
         }
         Ok(())

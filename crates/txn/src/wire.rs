@@ -290,22 +290,29 @@ pub fn decode_log(b: &[u8], entry: &mut Vec<u64>) -> Option<u64> {
     Some(position)
 }
 
-/// RECLAIM: apply the sender's ring up to `up_to`.
-pub fn encode_reclaim(flags: u8, up_to: u64, buf: &mut Vec<u8>) {
+/// RECLAIM: apply the sender's ring up to `up_to`, sent under configuration `epoch`
+/// (the backup refuses it under another, or while recovering: the ring's head may be
+/// about to move).
+pub fn encode_reclaim(flags: u8, epoch: u32, up_to: u64, buf: &mut Vec<u8>) {
     buf.clear();
-    Out(buf).u8(flags).u8(0).u16(0).u32(0).u64(up_to);
+    Out(buf).u8(flags).u8(0).u16(0).u32(epoch).u64(up_to);
 }
 
-/// Decodes RECLAIM: (flags, up_to).
-pub fn decode_reclaim(b: &[u8]) -> Option<(u8, u64)> {
+/// Decodes RECLAIM: (flags, epoch, up_to).
+pub fn decode_reclaim(b: &[u8]) -> Option<(u8, u32, u64)> {
     let mut i = In(b);
     let flags = i.u8()?;
     i.u8()?;
     i.u16()?;
-    i.u32()?;
+    let epoch = i.u32()?;
     let up_to = i.u64()?;
-    (i.remaining() == 0).then_some((flags, up_to))
+    (i.remaining() == 0).then_some((flags, epoch, up_to))
 }
+
+/// The answer of a LOG, RECLAIM or COMMIT the receiver refused for now (it is
+/// recovering, or the request is of another epoch): not a ring head, never an
+/// acknowledgement.
+pub const REFUSED: u64 = u64::MAX;
 
 /// An eight-byte reply (an acknowledgement, or a ring head).
 pub fn encode_word(v: u64, buf: &mut Vec<u8>) {
@@ -345,8 +352,8 @@ mod tests {
         assert_eq!(p, vec![8, 9]);
         encode_log(64, &[1, 2, 3], &mut buf);
         assert_eq!(decode_log(&buf, &mut p), Some(64));
-        encode_reclaim(SYNC, 128, &mut buf);
-        assert_eq!(decode_reclaim(&buf), Some((SYNC, 128)));
+        encode_reclaim(SYNC, 7, 128, &mut buf);
+        assert_eq!(decode_reclaim(&buf), Some((SYNC, 7, 128)));
         assert_eq!(Status::from_u8(9), None);
         assert_eq!(Status::from_u8(Status::Stale as u8), Some(Status::Stale));
     }

@@ -30,6 +30,14 @@ pub struct ClientPlan {
     pub retries_max: u32,
 }
 
+impl ClientPlan {
+    /// Whether a client starts another transaction: the run's time is not over, and its
+    /// node is still in the cluster.
+    pub fn running<E: Endpoint>(&self, ctx: &TxnCtx<E>) -> bool {
+        ctx.co().now_ns() < self.end_ns && !ctx.halted()
+    }
+}
+
 /// Whether the workload's invariants held.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct InvariantReport {
@@ -211,6 +219,9 @@ pub enum BenchError {
     /// Bad parameters.
     #[error("{0}")]
     Params(String),
+    /// A failure recovery could not survive (e.g. every replica of a partition lost).
+    #[error("recovery could not go on: {0}")]
+    Recovery(String),
 }
 
 /// Runs `workload` on `backend` with the transaction configuration `cfg`, on a backend
@@ -406,6 +417,7 @@ pub fn run_partial<B: Backend, W: Workload>(
                 shape.worker_index(w.co().me()),
                 wt.stats(),
                 wt.take_history(),
+                wt.take_doubts(),
                 w.stats(),
                 workload.report(state),
                 wt.finished_total(),
@@ -425,12 +437,18 @@ pub fn run_partial<B: Backend, W: Workload>(
         wall_ns: run.wall_ns,
         datagrams_dropped: run.datagrams_dropped,
     };
-    for (index, s, h, w, r, finished, leaked) in outs {
+    for (index, s, h, doubts, w, r, finished, leaked) in outs {
         part.attempts_total += finished;
-        part.leaked += leaked;
+        // A crashed node's coroutines stopped where they were, tickets in hand.
+        if !run.crashed.contains(&shape.worker_at(index).node) {
+            part.leaked += leaked;
+        }
         part.stats.merge(&s);
         merge_rt(&mut part.rt, &w);
         part.history.extend(h);
+        // Transactions whose coordinator crashed or left while they logged: recovery
+        // decided which committed.
+        part.history.extend(doubts.into_iter().filter(|r| engine.verdict(r.id)));
         part.reports.push((index, r));
     }
     let everywhere = (0..shape.nodes).all(|n| engine.hosts(hytra_fabric::NodeId(n)));
@@ -463,6 +481,9 @@ pub fn run_partial<B: Backend, W: Workload>(
         }
         parts
     };
+    if let Some(why) = engine.nodes.iter().find_map(|n| n.recovery.fatal()) {
+        return Err(BenchError::Recovery(why));
+    }
     if parts.iter().any(|p| !p.all_done) {
         return Err(BenchError::Hung(params.drain_ns));
     }
@@ -608,6 +629,8 @@ where
         let outcome = attempt(ctx, first).await;
         first = false;
         match outcome {
+            // A node that left the cluster runs nothing more.
+            Outcome::Aborted(_) if ctx.halted() => return outcome,
             Outcome::Aborted(r) if r.retryable() && ctx.attempts() < retries_max => {
                 let spins = rng.below(u64::from(ctx.attempts().min(16)) * 2 + 1);
                 for _ in 0..spins {

@@ -10,7 +10,7 @@
 //! minus the withdrawals of committed transactions; every backup equals its primary;
 //! plus the serializability check of the recorded history.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
 use hytra_fabric::rng::Rng;
@@ -77,6 +77,18 @@ pub struct SmallBankReport {
     /// Money added (deposits) minus money taken (withdrawals, checks) by committed
     /// transactions.
     pub delta: i64,
+    /// Transactions whose coordinator never learned their fate (its node crashed or left
+    /// the cluster while they committed): (attempt, money they add if committed).
+    #[serde(default)]
+    pub in_doubt: Vec<(u64, i64)>,
+}
+
+/// A worker's clients' tally: committed money, and per coroutine the attempt committing
+/// now with the money it adds.
+#[derive(Default)]
+pub struct Tally {
+    delta: Cell<i64>,
+    committing: RefCell<Vec<Option<(u64, i64)>>>,
 }
 
 /// Picks a customer: 90% from the hot 4%, else from the rest.
@@ -195,9 +207,10 @@ async fn client<E: Endpoint>(
     mut rng: Rng,
     accounts: u64,
     plan: ClientPlan,
-    delta: Rc<Cell<i64>>,
+    tally: Rc<Tally>,
+    co: usize,
 ) {
-    while ctx.co().now_ns() < plan.end_ns {
+    while plan.running(&ctx) {
         let roll = rng.below(100);
         let ty = match roll {
             0..25 => SEND_PAYMENT,
@@ -209,17 +222,27 @@ async fn client<E: Endpoint>(
         };
         let (a, b) = pick_two(&mut rng, accounts);
         let input = Input { a, b, amount: amount(ty) };
-        let committed =
-            run_body(&mut ctx, &mut rng, ty, plan.retries_max, async |t| body(t, ty, input).await)
-                .await;
+        let committed = run_body(&mut ctx, &mut rng, ty, plan.retries_max, async |t| {
+            let added = body(t, ty, input).await?;
+            // From here the attempt commits: should this node die before it learns the
+            // outcome, the run's end asks recovery.
+            tally.committing.borrow_mut()[co] = Some((t.id(), added));
+            Ok(added)
+        })
+        .await;
+        if ctx.halted() && committed.is_none() {
+            // Left the cluster: the last attempt's fate is recovery's to tell.
+            break;
+        }
+        tally.committing.borrow_mut()[co] = None;
         if let Some(added) = committed {
-            delta.set(delta.get() + added);
+            tally.delta.set(tally.delta.get() + added);
         }
     }
 }
 
 impl Workload for SmallBank {
-    type State = Rc<Cell<i64>>;
+    type State = Rc<Tally>;
     type Report = SmallBankReport;
 
     fn name(&self) -> &'static str {
@@ -271,19 +294,32 @@ impl Workload for SmallBank {
         w: &mut Worker<E>,
         wt: &Rc<WorkerTxn>,
         plan: ClientPlan,
-    ) -> Rc<Cell<i64>> {
-        let delta = Rc::new(Cell::new(0));
+    ) -> Rc<Tally> {
+        let tally = Rc::new(Tally::default());
+        *tally.committing.borrow_mut() = vec![None; usize::from(plan.coroutines)];
         let accounts = self.accounts(w.co().shape());
-        spawn_clients(w, wt, plan, |ctx, rng| client(ctx, rng, accounts, plan, delta.clone()));
-        delta
+        let mut co = 0;
+        spawn_clients(w, wt, plan, |ctx, rng| {
+            co += 1;
+            client(ctx, rng, accounts, plan, tally.clone(), co - 1)
+        });
+        tally
     }
 
-    fn report(&self, state: Rc<Cell<i64>>) -> SmallBankReport {
-        SmallBankReport { delta: state.get() }
+    fn report(&self, state: Rc<Tally>) -> SmallBankReport {
+        let in_doubt = state.committing.borrow().iter().flatten().copied().collect();
+        SmallBankReport { delta: state.delta.get(), in_doubt }
     }
 
     fn check(&self, engine: &Engine, reports: &[SmallBankReport]) -> InvariantReport {
         let mut expected: i64 = reports.iter().map(|r| r.delta).sum();
+        // What recovery committed of the transactions whose coordinators died mid-commit.
+        expected += reports
+            .iter()
+            .flat_map(|r| &r.in_doubt)
+            .filter(|&&(id, _)| engine.verdict(id))
+            .map(|&(_, added)| added)
+            .sum::<i64>();
         let mut total = 0i64;
         for table in [SAVINGS, CHECKING] {
             for primary in engine.primaries(table) {

@@ -179,7 +179,7 @@ async fn client<E: Endpoint>(
     plan: ClientPlan,
     st: Rc<ClientState>,
 ) {
-    while ctx.co().now_ns() < plan.end_ns {
+    while plan.running(&ctx) {
         let roll = rng.below(100);
         let kind: u8 = match roll {
             0..35 => 0,

@@ -112,7 +112,7 @@ async fn client<E: Endpoint>(
 ) {
     let mut scratch = Scratch::default();
     let mut moves = Vec::new();
-    while ctx.co().now_ns() < plan.end_ns {
+    while plan.running(&ctx) {
         let ty = if rng.below(100) < st.mf_pct { MF } else { CP };
         let customer = rng.below(st.customers);
         moves.clear();

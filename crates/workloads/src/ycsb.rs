@@ -274,7 +274,7 @@ async fn client<E: Endpoint>(
     let mut keys = Vec::new();
     let mut recs = Vec::new();
     let mut value = vec![0u64; usize::from(p.words())];
-    while ctx.co().now_ns() < plan.end_ns {
+    while plan.running(&ctx) {
         ops.clear();
         for _ in 0..p.ops_per_txn {
             let kind = p.mix.draw(&mut rng);

@@ -159,7 +159,7 @@ async fn play<E: Endpoint>(
     let primary = there.store.replica(T, 1);
     let off = primary.lookup(KEY).unwrap();
     let payload_at = off + RECORD_HEADER_WORDS * 8;
-    let foreign = Owner::new(1, 0, 77);
+    let foreign = Owner::new(1, 0, hytra_txn::membership::EPOCH_FIRST, 77);
     let key = if let Scenario::Unpublished = scenario { NEW } else { KEY };
     match scenario {
         Scenario::Torn => primary.region().store(payload_at, 999),

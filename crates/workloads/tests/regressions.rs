@@ -88,7 +88,11 @@ fn big_transactions_commit_on_a_lossy_network() {
     // aborted. The calls of an attempt are sent again instead.
     let shape = ClusterShape { nodes: 3, workers_per_node: 1, lanes_per_peer: 1 };
     let cfg = TxnConfig { replication: 1, ..TxnConfig::preset(Design::Fasst) };
-    let r = sim(shape, &ycsb(Mix::E, 300, 4), cfg, FaultConfig::lossy(50_000));
+    let mut c = SimConfig::new(shape, 3);
+    c.faults = FaultConfig::lossy(50_000);
+    // A scan transaction takes about a millisecond here: a window of several.
+    let params = BenchParams { measure_ns: 5_000_000, ..params(3) };
+    let r = run(&mut SimCluster::new(c).unwrap(), &ycsb(Mix::E, 300, 4), cfg, params).unwrap();
     assert_correct(&r, "fasst, lossy");
     assert!(r.stats.rpc_resends > 0, "the faults must strike");
     assert!(r.stats.commits > 0, "nothing committed");

@@ -73,7 +73,7 @@ fn assert_correct(r: &BenchResult<TpccReport>, what: &str) {
 fn every_design_keeps_tpcc_consistent_on_the_simulator() {
     let w = tpcc(TpccMix::Standard);
     for d in Design::ALL {
-        let r = sim_run(&w, TxnConfig::preset(d), 1, FaultConfig::none(), 400_000);
+        let r = sim_run(&w, TxnConfig::preset(d), 1, FaultConfig::none(), 1_000_000);
         assert_correct(&r, d.name());
         // Every transaction type ran.
         for (i, name) in w.txn_types().iter().enumerate() {

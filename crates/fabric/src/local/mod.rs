@@ -219,6 +219,7 @@ impl Backend for LocalCluster {
             verbs: 0,
             trace_hash: 0,
             datagrams_dropped: shared.dropped.load(Ordering::Relaxed),
+            crashed: Vec::new(),
         };
         Ok((results.into_iter().map(|r| r.expect("every worker ran")).collect(), stats))
     }

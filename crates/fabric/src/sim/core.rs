@@ -228,6 +228,8 @@ pub(super) struct Core {
     pub(super) offload: Option<OffloadModel>,
     /// Where atomics of verb programs that discard the old value put it.
     pub(super) wq_scratch: Region,
+    /// Per target node, the source nodes it fenced off.
+    pub(super) fenced: Vec<Vec<bool>>,
 }
 
 impl Core {
@@ -289,7 +291,19 @@ impl Core {
             wqs: (0..shape.nodes).map(|_| Vec::new()).collect(),
             offload: profile.offload.as_ref().map(OffloadModel::new),
             wq_scratch: Region::zeroed(8),
+            fenced: vec![vec![false; usize::from(shape.nodes)]; usize::from(shape.nodes)],
         }
+    }
+
+    /// `target`'s NIC refuses everything from `source` from now on.
+    pub(crate) fn fence(&mut self, target: NodeId, source: NodeId) {
+        self.fenced[usize::from(target.0)][usize::from(source.0)] = true;
+        self.trace.add(0xFE << 56 | u64::from(target.0) << 16 | u64::from(source.0));
+    }
+
+    /// Whether `target` fenced `source` off.
+    pub(crate) fn is_fenced(&self, target: NodeId, source: NodeId) -> bool {
+        self.fenced[usize::from(target.0)][usize::from(source.0)]
     }
 
     pub(crate) fn add_region(
@@ -465,11 +479,13 @@ impl Core {
         u32::from(node.0) * per..(u32::from(node.0) + 1) * per
     }
 
-    pub(crate) fn node_fault(&mut self, index: usize) {
+    /// Strikes the `index`-th configured node fault; returns the node if it crashed
+    /// (its workers will never run again).
+    pub(crate) fn node_fault(&mut self, index: usize) -> Option<NodeId> {
         let f = self.faults.node_faults[index];
         let nic = &mut self.nics[usize::from(f.node.0)];
         if nic.state == NodeState::Crashed {
-            return;
+            return None;
         }
         self.trace.add(0xFA << 56 | u64::from(f.node.0));
         match f.kind {
@@ -483,6 +499,15 @@ impl Core {
         for w in self.node_workers(f.node) {
             self.workers[w as usize].halted = true;
         }
+        (f.kind == NodeFaultKind::Crash).then_some(f.node)
+    }
+
+    /// The nodes that crashed so far.
+    pub(crate) fn crashed(&self) -> Vec<NodeId> {
+        (0..self.shape.nodes)
+            .map(NodeId)
+            .filter(|n| self.nics[usize::from(n.0)].state == NodeState::Crashed)
+            .collect()
     }
 
     pub(crate) fn resume(&mut self, node: NodeId) {

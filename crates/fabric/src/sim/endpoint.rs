@@ -75,6 +75,11 @@ impl Endpoint for SimEndpoint {
         self.core.borrow_mut().send(self.index, to, payload, flags)
     }
 
+    fn fence(&mut self, node: NodeId) -> bool {
+        self.core.borrow_mut().fence(self.me.node, node);
+        true
+    }
+
     fn recv(&mut self, buf: &mut [u8]) -> Option<(WorkerId, usize)> {
         self.core.borrow_mut().recv(self.index, buf)
     }

@@ -211,6 +211,10 @@ fn thread_cpu_ns() -> u64 {
 }
 
 impl Backend for SimCluster {
+    fn virtual_time(&self) -> bool {
+        true
+    }
+
     type Ep = SimEndpoint;
 
     fn shape(&self) -> ClusterShape {
@@ -322,6 +326,7 @@ impl Backend for SimCluster {
                 + core.stats.datagrams_dropped,
             trace_hash: core.trace_hash(),
             datagrams_dropped: core.stats.datagrams_dropped,
+            crashed: core.crashed(),
         };
         drop(core);
         let results = programs.into_iter().map(finish).collect();
@@ -366,7 +371,18 @@ impl SimCluster {
             Event::Arrive(op) => self.core.borrow_mut().arrive(op),
             Event::Line { op, from, cqe_at } => self.core.borrow_mut().line(op, from, cqe_at),
             Event::Deliver(dg) => self.core.borrow_mut().deliver(dg),
-            Event::NodeFault { index } => self.core.borrow_mut().node_fault(index),
+            Event::NodeFault { index } => {
+                let crashed = self.core.borrow_mut().node_fault(index);
+                // A crashed node's programs will never run again: they count as done.
+                if let Some(node) = crashed {
+                    let per = usize::from(self.config.shape.workers_per_node);
+                    let first = usize::from(node.0) * per;
+                    for d in done[first..first + per].iter_mut().filter(|d| !**d) {
+                        *d = true;
+                        *remaining -= 1;
+                    }
+                }
+            }
             Event::Resume { node } => self.core.borrow_mut().resume(node),
             Event::WqRun { node, wq } => self.core.borrow_mut().wq_run(node, wq),
             Event::WqEffect(e) => self.core.borrow_mut().wq_effect(*e),

@@ -481,7 +481,8 @@ impl Core {
             self.schedule(held, Event::Arrive(op));
             return;
         }
-        let crashed = self.nics[usize::from(target.0)].state == NodeState::Crashed;
+        let crashed = self.nics[usize::from(target.0)].state == NodeState::Crashed
+            || self.is_fenced(target, src_node);
         if !crashed && self.faults.partitioned(src_node, target, now / 1000) {
             // RC retransmits until its retry budget is spent: a partition that heals
             // within it only delays the request (and every later one of the connection).
@@ -649,6 +650,7 @@ impl Core {
         );
         let ws_full = self.workers[dg.to as usize].rx.len() >= RECV_DEPTH;
         if self.nics[usize::from(to_node.0)].state == NodeState::Crashed
+            || self.is_fenced(to_node, from_node)
             || self.faults.partitioned(from_node, to_node, now / 1000)
             || ws_full
         {

@@ -8,7 +8,9 @@ use std::sync::Arc;
 use hytra_fabric::sim::{SimCluster, SimConfig};
 use hytra_fabric::{ClusterShape, Region, Rkey};
 use hytra_store::{Catalog, IndexLayout, NodeStore, Partitioner, ReplicaImage, TableId, TableSpec};
-use hytra_txn::log::{apply, place, put, EntryBuilder, LogLayout, LOGGED_DELETE, SKIP};
+use hytra_txn::log::{
+    apply, place, put, resolve, scan, skip_word, EntryBuilder, LogLayout, LOGGED_DELETE,
+};
 use hytra_txn::wire::{self, CommitReq, RecordReply, RecordReq, Status};
 
 use super::{bytes_of, words_of};
@@ -130,9 +132,11 @@ fn commit_run(input: &[u8]) {
 
 fn log_msg_seeds() -> Vec<Vec<u8>> {
     let mut builder = EntryBuilder::default();
-    builder.record(7, TableId(0), 42, 3 << 8, 0, 0, &[1, 2]);
-    builder.record(7, TableId(1), 43, 5 << 8, LOGGED_DELETE, 4096, &[3, 4, 5]);
-    let entry = builder.finish().next().expect("one entry").to_vec();
+    builder.begin(7, 1, &[0, 1]);
+    builder.record(TableId(0), 42, 3 << 8, 0, 0, &[1, 2]);
+    builder.record(TableId(1), 43, 5 << 8, LOGGED_DELETE, 4096, &[3, 4, 5]);
+    assert_eq!(builder.finish(), 1);
+    let entry = builder.stamped(0, 9, 640).to_vec();
     let mut b = Vec::new();
     wire::encode_log(640, &entry, &mut b);
     vec![b]
@@ -158,17 +162,17 @@ fn log_msg_run(input: &[u8]) {
 
 fn reclaim_seeds() -> Vec<Vec<u8>> {
     let (mut a, mut b) = (Vec::new(), Vec::new());
-    wire::encode_reclaim(wire::SYNC, 4096, &mut a);
+    wire::encode_reclaim(wire::SYNC, 3, 4096, &mut a);
     wire::encode_word(1 << 20, &mut b);
     vec![a, b]
 }
 
 fn reclaim_run(input: &[u8]) {
-    if let Some((flags, up_to)) = wire::decode_reclaim(input) {
+    if let Some((flags, epoch, up_to)) = wire::decode_reclaim(input) {
         let mut b = Vec::new();
-        wire::encode_reclaim(flags, up_to, &mut b);
+        wire::encode_reclaim(flags, epoch, up_to, &mut b);
         assert_eq!(b.len(), input.len());
-        assert_eq!(wire::decode_reclaim(&b), Some((flags, up_to)));
+        assert_eq!(wire::decode_reclaim(&b), Some((flags, epoch, up_to)));
     }
     if let Some(v) = wire::decode_word(input) {
         let mut b = Vec::new();
@@ -254,7 +258,7 @@ fn apply_seeds() -> Vec<Vec<u8>> {
         let mut tail = head;
         let mut builder = EntryBuilder::default();
         for round in 0..entries {
-            builder.clear();
+            builder.begin(5 + round, 1, &[0, 1]);
             for r in 0..3 {
                 let table = TableId((r % 2) as u16);
                 let words = if table.0 == 0 { 2 } else { 3 };
@@ -263,13 +267,15 @@ fn apply_seeds() -> Vec<Vec<u8>> {
                 let hint = if r == 1 { 4096 } else { 0 };
                 let flags = if r == 2 { LOGGED_DELETE } else { 0 };
                 let payload = vec![round * 10 + r; words];
-                builder.record(5, table, key, (round + 2) << 8, flags, hint, &payload);
+                builder.record(table, key, (round + 2) << 8, flags, hint, &payload);
             }
-            for entry in builder.finish() {
-                let (skip, at, end) = place(tail, entry.len() as u64 * 8, RING_BYTES);
-                if let Some(pos) = skip {
-                    ring[(pos / 8) as usize] = SKIP;
+            for i in 0..builder.finish() {
+                let len = builder.entry_words(i) as u64 * 8;
+                let (skip, at, end) = place(tail, len, RING_BYTES);
+                if skip.is_some() {
+                    ring[(tail % RING_BYTES / 8) as usize] = skip_word(tail);
                 }
+                let entry = builder.stamped(i, round + 1, end - len);
                 ring[(at / 8) as usize..][..entry.len()].copy_from_slice(entry);
                 tail = end;
             }
@@ -295,6 +301,12 @@ fn apply_run(input: &[u8]) {
         if let Ok(at) = apply(&backup.store, &backup.log, &layout, 0, *up_to, &mut buf) {
             assert!(at >= *up_to, "apply stopped short of up_to");
         }
+        // What recovery does with the rest of the ring: read it, then resolve it
+        // (transactions of odd owners committed), whatever it holds.
+        let found = scan(&backup.log, &layout, 0, &mut buf);
+        assert!(found.windows(2).all(|w| w[0].position < w[1].position), "in ring order");
+        let committed = |owner: u64| owner % 2 == 1;
+        let _ = resolve(&backup.store, &backup.log, &layout, 0, 2, committed, |_| {}, &mut buf);
         // Whatever was applied left every record whole: its checksum verifies.
         for replica in backup.store.replicas() {
             let mut payload = vec![0u64; replica.payload_words()];

@@ -155,7 +155,7 @@ async fn client<E: Endpoint>(
     state: Rc<ClientState>,
 ) {
     let mut sc = Scratch::default();
-    while ctx.co().now_ns() < plan.end_ns {
+    while plan.running(&ctx) {
         let (ty, input) = draw(&mut rng, &env, mix, remote_item_pct, home, terminal_d);
         let history_key = if ty == txns::PAYMENT_TX {
             let n = state.history_next.get();

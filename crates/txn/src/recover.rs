@@ -1,0 +1,1029 @@
+//! Recovery from failed nodes (FaRM's protocol, adapted to hytra's logs): leases detect
+//! failures, the configuration manager commits a new configuration to the configuration
+//! store, and the members then agree on the fate of every transaction the failure left
+//! in doubt before any transaction of the new epoch runs.
+//!
+//! The configuration manager (the lowest member) grants every member a lease and renews
+//! it on request: one-way messages both ways, several per lease, so that losing a few in
+//! a row costs nothing (a lease starts when its request was sent, by the member's own
+//! clock, so a late grant never extends it past what the manager counts on). A member whose lease has run out posts no engine traffic and serves
+//! none; one that stays cut off for long stops for good. The manager removes a member
+//! whose renewals stop and runs a reconfiguration in rounds, each repeated until every
+//! member of the new configuration has answered (a member that does not answer is
+//! removed in turn, by the next reconfiguration):
+//!
+//! 1. `CONFIG`: install the configuration (recovering), fence the removed nodes off the
+//!    NIC, and quiesce: every worker freezes its attempts of the old epoch and lands what
+//!    its connections carry (a signaled READ behind everything on each), so that nothing
+//!    of the old epoch changes memory afterwards.
+//! 2. `REPORT`: every backup reads its rings past their heads: the entries in doubt (with
+//!    each transaction's written partitions) and how far each ring was applied.
+//! 3. `DECIDE`: a transaction commits iff every surviving backup of every partition it
+//!    wrote holds its whole log (in doubt, or applied); every other entry is void. Each
+//!    backup applies what committed, voids the rest, and hands the committed records of
+//!    partitions whose primary is elsewhere to that primary (`APPLY`), which applies them
+//!    and releases their locks; a promoted primary already holds them. Locks of the old
+//!    epoch are free once the new one is active (L6): nothing has to find them.
+//! 4. `ACTIVATE`: transactions of the new epoch run.
+//!
+//! Not for: the transaction protocol itself (see `txn.rs`, `commit.rs`); deciding where
+//! partitions go is `next_config`'s only policy.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use hytra_fabric::{Endpoint, NodeId, Qp, RemoteAddr, WorkRequest, WorkerId};
+use hytra_rt::{Co, HandlerCtx, RpcError, RpcType, Worker};
+use hytra_store::{BackupState, PartitionPlace, Placement, TableId};
+
+use crate::config_store::{Cas, ConfigStore};
+use crate::engine::{NodeEngine, WorkerTxn};
+use crate::log::{records, resolve, scan, InDoubt};
+use crate::membership::{Config, EPOCH_FIRST};
+use crate::wire::{In, Out};
+
+/// A member asks the manager to renew its lease (one-way): epoch, done, its clock.
+pub const LEASE: RpcType = RpcType(8);
+/// The manager hands a member a new configuration: config -> (epoch, quiesced).
+pub const CONFIG: RpcType = RpcType(9);
+/// The manager asks a member for its rings' entries in doubt (a page at a time).
+pub const REPORT: RpcType = RpcType(10);
+/// The manager tells a member which transactions in doubt committed (a page at a time).
+pub const DECIDE: RpcType = RpcType(11);
+/// The manager lets a member run transactions of the new epoch.
+pub const ACTIVATE: RpcType = RpcType(12);
+/// A backup hands a primary the records of committed transactions it holds logs of.
+pub const APPLY: RpcType = RpcType(13);
+/// The manager tells a member the run is over (one-way, repeated).
+pub const FINISH: RpcType = RpcType(14);
+/// The manager renews a member's lease (one-way): epoch, the member's clock when it asked.
+pub const GRANT: RpcType = RpcType(15);
+
+/// Lease renewals per lease: losing all but one of them in a row still keeps it.
+const RENEWALS_PER_LEASE: u64 = 8;
+
+/// Bytes of one page of a report or decision list: well inside one RPC frame.
+const PAGE_BYTES: usize = 3_000;
+
+/// How recovery is tuned.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub struct RecoveryParams {
+    /// Length of a lease. A member renews every quarter of it; the manager removes a
+    /// member it has not heard from for a whole lease. On real backends it must outlast
+    /// any pause a loaded host imposes on a thread (a false expiry removes a live node).
+    pub lease_ns: u64,
+    /// Time one operation on the configuration store takes (the simulator waits it out;
+    /// real stores take what they take).
+    pub store_latency_ns: u64,
+}
+
+impl RecoveryParams {
+    /// The simulator's: a lease of 10 ms (FaRM's are 5-10 ms on real machines: shorter
+    /// ones expire under a few lost renewals and a busy worker), and a configuration store
+    /// answering in 0.5 ms, about a coordination service's commit.
+    pub fn simulated() -> RecoveryParams {
+        RecoveryParams { lease_ns: 10_000_000, store_latency_ns: 500_000 }
+    }
+
+    /// Threads and processes of a loaded 2-core host: a lease of 2 s, far beyond any
+    /// scheduling pause there.
+    pub fn real() -> RecoveryParams {
+        RecoveryParams { lease_ns: 2_000_000_000, store_latency_ns: 0 }
+    }
+}
+
+/// The decisions of the recovery in progress, as a member holds them.
+#[derive(Default)]
+struct Decisions {
+    epoch: u64,
+    committed: BTreeSet<u64>,
+    /// The manager sent its last page.
+    complete: bool,
+    /// This node applied them all.
+    applied: bool,
+}
+
+/// What the workers of a node share about recovery.
+pub struct NodeRecovery {
+    /// The configuration epoch whose recovery is in progress here (0: none).
+    recovering: AtomicU64,
+    /// Until when this node may serve and post engine traffic, by its clock (ns).
+    lease_until: AtomicU64,
+    /// The lease ran out (kept by the recovery tasks, which poll the clock).
+    expired: AtomicBool,
+    /// Per worker index: the last epoch it quiesced for.
+    quiesced: Vec<AtomicU64>,
+    decisions: Mutex<Decisions>,
+    /// Every transaction in doubt some recovery decided here to commit, and the newest
+    /// epoch whose decisions are complete here: an attempt of an older epoch that is not
+    /// in the set did not commit.
+    verdicts: Mutex<(u64, BTreeSet<u64>)>,
+    /// Workers whose background task finished (final log flush done).
+    flushed: AtomicU64,
+    /// Manager: when each node last renewed its lease, and whether its clients are done.
+    renewed: Vec<AtomicU64>,
+    /// Manager: per node, the member's clock of a renewal not yet granted (0: none).
+    to_grant: Vec<AtomicU64>,
+    /// Member: the member's clock when it asked for the last lease granted.
+    granted: AtomicU64,
+    done: Vec<AtomicBool>,
+    /// The whole run is over.
+    finished: AtomicBool,
+    /// This node stopped itself (cut off longer than it may be).
+    stopped: AtomicBool,
+    /// Transaction coroutines of this node still running.
+    clients: AtomicU64,
+    /// What recovery could not survive.
+    fatal: Mutex<Option<String>>,
+    /// Times of recovery's steps, for reports: (what, ns).
+    events: Mutex<Vec<(String, u64)>>,
+    /// Where configurations are committed.
+    store: Arc<dyn ConfigStore>,
+    params: RecoveryParams,
+}
+
+impl NodeRecovery {
+    /// A node's recovery state for a cluster of `nodes` with `workers` per node.
+    pub fn new(
+        nodes: u16,
+        workers: u16,
+        store: Arc<dyn ConfigStore>,
+        params: RecoveryParams,
+    ) -> NodeRecovery {
+        NodeRecovery {
+            recovering: AtomicU64::new(0),
+            lease_until: AtomicU64::new(params.lease_ns),
+            expired: AtomicBool::new(false),
+            // The first configuration needs no quiescing: nothing ran before it.
+            quiesced: (0..workers).map(|_| AtomicU64::new(EPOCH_FIRST)).collect(),
+            decisions: Mutex::new(Decisions::default()),
+            verdicts: Mutex::new((0, BTreeSet::new())),
+            flushed: AtomicU64::new(0),
+            renewed: (0..nodes).map(|_| AtomicU64::new(0)).collect(),
+            to_grant: (0..nodes).map(|_| AtomicU64::new(0)).collect(),
+            granted: AtomicU64::new(0),
+            done: (0..nodes).map(|_| AtomicBool::new(false)).collect(),
+            finished: AtomicBool::new(false),
+            stopped: AtomicBool::new(false),
+            clients: AtomicU64::new(0),
+            fatal: Mutex::new(None),
+            events: Mutex::new(Vec::new()),
+            store,
+            params,
+        }
+    }
+
+    /// Whether transactions may run here now: no recovery in progress, the lease valid,
+    /// the node not stopped.
+    pub(crate) fn open(&self) -> bool {
+        self.recovering.load(Ordering::Acquire) == 0
+            && !self.expired.load(Ordering::Acquire)
+            && !self.stopped.load(Ordering::Acquire)
+    }
+
+    /// How often waiting parts of the engine look again at recovery's state.
+    pub(crate) fn poll_ns(&self) -> u64 {
+        (self.params.lease_ns / 64).max(1_000)
+    }
+
+    /// Notes the time: the lease has run out, or not.
+    fn tick(&self, now_ns: u64) {
+        let expired = now_ns > self.lease_until.load(Ordering::Acquire);
+        self.expired.store(expired, Ordering::Release);
+    }
+
+    /// Counts a worker whose background task finished.
+    pub(crate) fn flushed(&self) {
+        self.flushed.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Whether attempt `owner` of configuration `epoch` committed, once a recovery of a
+    /// later epoch decided here.
+    pub(crate) fn verdict(&self, owner: u64, epoch: u64) -> Option<bool> {
+        let v = self.verdicts.lock().expect("no recorder panicked");
+        (v.0 > epoch).then(|| v.1.contains(&owner))
+    }
+
+    /// Whether some recovery decided here that attempt `owner` committed.
+    pub fn committed(&self, owner: u64) -> bool {
+        self.verdicts.lock().expect("no recorder panicked").1.contains(&owner)
+    }
+
+    /// Whether this node stopped itself, or the run is over, or it cannot go on.
+    pub(crate) fn ended(&self) -> bool {
+        self.stopped.load(Ordering::Acquire)
+            || self.finished.load(Ordering::Acquire)
+            || self.fatal.lock().expect("no recorder panicked").is_some()
+    }
+
+    /// What recovery could not survive, if anything.
+    pub fn fatal(&self) -> Option<String> {
+        self.fatal.lock().expect("no recorder panicked").clone()
+    }
+
+    fn fail(&self, why: String) {
+        self.fatal.lock().expect("no recorder panicked").get_or_insert(why);
+    }
+
+    /// The steps recovery took here: (what, virtual or wall ns).
+    pub fn events(&self) -> Vec<(String, u64)> {
+        self.events.lock().expect("no recorder panicked").clone()
+    }
+
+    fn event(&self, what: String, at_ns: u64) {
+        self.events.lock().expect("no recorder panicked").push((what, at_ns));
+    }
+
+    /// Counts a transaction coroutine of this node starting, or ending.
+    pub(crate) fn client_started(&self) {
+        self.clients.fetch_add(1, Ordering::AcqRel);
+    }
+
+    pub(crate) fn client_ended(&self) {
+        self.clients.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// Whether this node's part of the run is done: its transaction coroutines ended and
+    /// every worker flushed its logs.
+    fn done_here(&self) -> bool {
+        self.clients.load(Ordering::Acquire) == 0
+            && self.flushed.load(Ordering::Acquire) == self.quiesced.len() as u64
+    }
+
+    /// The lease length.
+    pub fn lease_ns(&self) -> u64 {
+        self.params.lease_ns
+    }
+}
+
+/// Registers the recovery handlers on a worker.
+pub(crate) fn register<E: Endpoint + 'static>(w: &mut Worker<E>, node: &Arc<NodeEngine>) {
+    let n = node.clone();
+    w.handle(LEASE, Box::new(move |ctx, req| lease(&n, ctx, req)));
+    let n = node.clone();
+    w.handle(GRANT, Box::new(move |ctx, req| grant(&n, ctx, req)));
+    let n = node.clone();
+    w.handle(CONFIG, Box::new(move |ctx, req| config(&n, ctx, req)));
+    let n = node.clone();
+    let mut buf = Vec::new();
+    w.handle(REPORT, Box::new(move |ctx, req| report(&n, ctx, req, &mut buf)));
+    let n = node.clone();
+    w.handle(DECIDE, Box::new(move |ctx, req| decide(&n, ctx, req)));
+    let n = node.clone();
+    w.handle(ACTIVATE, Box::new(move |ctx, req| activate(&n, ctx, req)));
+    let n = node.clone();
+    w.handle(APPLY, Box::new(move |ctx, req| apply(&n, ctx, req)));
+    let n = node.clone();
+    w.handle(FINISH, Box::new(move |ctx, _| finish(&n, ctx)));
+}
+
+/// Worker 0 of `node`, where the membership messages go.
+fn first(node: NodeId) -> WorkerId {
+    WorkerId { node, index: 0 }
+}
+
+fn lease<E: Endpoint>(node: &NodeEngine, ctx: &mut HandlerCtx<'_, E>, req: &[u8]) {
+    let mut i = In(req);
+    let (Some(epoch), Some(done), Some(sent)) = (i.u64(), i.u8(), i.u64()) else { return };
+    let rec = &node.recovery;
+    let from = usize::from(ctx.src.node.0);
+    if epoch == node.membership.epoch() && from < rec.renewed.len() && sent != 0 {
+        rec.renewed[from].fetch_max(ctx.ep.now_ns(), Ordering::AcqRel);
+        rec.done[from].store(done != 0, Ordering::Release);
+        rec.to_grant[from].fetch_max(sent, Ordering::AcqRel);
+    }
+}
+
+fn grant<E: Endpoint>(node: &NodeEngine, ctx: &mut HandlerCtx<'_, E>, req: &[u8]) {
+    let mut i = In(req);
+    let (Some(epoch), Some(sent)) = (i.u64(), i.u64()) else { return };
+    let rec = &node.recovery;
+    // Only the manager of the configuration in force grants, and never into the future.
+    let now = ctx.ep.now_ns();
+    let cfg = node.membership.current();
+    if epoch == cfg.epoch && ctx.src.node == cfg.manager() && sent <= now {
+        rec.lease_until.fetch_max(sent + rec.params.lease_ns, Ordering::AcqRel);
+        rec.granted.fetch_max(sent, Ordering::AcqRel);
+        rec.tick(now);
+    }
+}
+
+fn config<E: Endpoint>(node: &NodeEngine, ctx: &mut HandlerCtx<'_, E>, req: &[u8]) {
+    let Ok(next) = Config::decode(req) else { return };
+    if next.nodes() != node.membership.current().nodes() {
+        return;
+    }
+    let epoch = next.epoch;
+    install(node, ctx.ep, next);
+    let current = node.membership.epoch();
+    let quiesced = current == epoch
+        && node.recovery.quiesced.iter().all(|q| q.load(Ordering::Acquire) >= epoch);
+    Out(ctx.reply).u64(current).u8(u8::from(quiesced));
+}
+
+/// Installs a newer configuration: recovering from now on, removed nodes fenced off.
+fn install<E: Endpoint>(node: &NodeEngine, ep: &mut E, next: Config) {
+    let old = node.membership.current();
+    if next.epoch <= old.epoch {
+        return;
+    }
+    for n in old.members().filter(|&n| !next.is_member(n)) {
+        ep.fence(n);
+    }
+    let epoch = next.epoch;
+    node.recovery.recovering.store(epoch, Ordering::Release);
+    node.membership.install(Arc::new(next));
+    node.recovery.event(format!("installed epoch {epoch}"), ep.now_ns());
+}
+
+/// A report page: epoch, next cursor (ring, entry; `u32::MAX` ring when done), then per
+/// ring reported: ring, applied sequence number, entry count, and per entry its owner,
+/// sequence number, part, parts, written partitions.
+fn report<E: Endpoint>(
+    node: &NodeEngine,
+    ctx: &mut HandlerCtx<'_, E>,
+    req: &[u8],
+    buf: &mut Vec<u64>,
+) {
+    let mut i = In(req);
+    let (Some(epoch), Some(ring0), Some(skip0)) = (i.u64(), i.u32(), i.u32()) else { return };
+    if epoch != node.membership.epoch() || node.recovery.recovering.load(Ordering::Acquire) != epoch
+    {
+        Out(ctx.reply).u64(node.membership.epoch()).u32(u32::MAX).u32(0).u16(0);
+        return;
+    }
+    let layout = &node.log;
+    let mut body = Vec::new();
+    let mut rings = 0u16;
+    let mut next = (u32::MAX, 0u32);
+    'rings: for c in ring0 as usize..layout.rings as usize {
+        let found = scan(&node.log_region, layout, c, buf);
+        let skip = if c == ring0 as usize { skip0 as usize } else { 0 };
+        let applied = crate::log::applied_tseq(&node.log_region, layout, c);
+        let mut entries = Vec::new();
+        for (k, d) in found.iter().enumerate().skip(skip) {
+            if body.len() + entries.len() + 28 + 2 * d.written.len() > PAGE_BYTES {
+                // The page is full: what was gathered of this ring goes, the rest later.
+                if !entries.is_empty() || k > skip {
+                    push_ring(&mut body, c, applied, &entries);
+                    rings += 1;
+                }
+                next = (c as u32, k as u32);
+                break 'rings;
+            }
+            encode_in_doubt(d, &mut entries);
+        }
+        if found.len() > skip {
+            push_ring(&mut body, c, applied, &entries);
+            rings += 1;
+        } else if found.is_empty() && applied > 0 {
+            // No entry in doubt, but how far the ring was applied matters.
+            push_ring(&mut body, c, applied, &[]);
+            rings += 1;
+        }
+        if body.len() > PAGE_BYTES {
+            next = (c as u32 + 1, 0);
+            break;
+        }
+    }
+    Out(ctx.reply).u64(epoch).u32(next.0).u32(next.1).u16(rings);
+    ctx.reply.extend_from_slice(&body);
+}
+
+fn push_ring(body: &mut Vec<u8>, c: usize, applied: u64, entries: &[u8]) {
+    let count = entries_count(entries);
+    Out(body).u32(c as u32).u64(applied).u16(count);
+    body.extend_from_slice(entries);
+}
+
+/// Entries encoded by [`encode_in_doubt`] in `b` (each starts with a 0xE1 marker byte).
+fn entries_count(b: &[u8]) -> u16 {
+    let mut i = 0;
+    let mut n = 0;
+    while i < b.len() {
+        let w = usize::from(b[i + 21]);
+        i += 22 + 2 * w;
+        n += 1;
+    }
+    n
+}
+
+fn encode_in_doubt(d: &InDoubt, out: &mut Vec<u8>) {
+    Out(out).u64(d.owner).u64(d.tseq).u16(d.part).u16(d.parts).u8(0xE1).u8(d.written.len() as u8);
+    for &p in &d.written {
+        Out(out).u16(p);
+    }
+}
+
+fn decide<E: Endpoint>(node: &NodeEngine, ctx: &mut HandlerCtx<'_, E>, req: &[u8]) {
+    let mut i = In(req);
+    let (Some(epoch), Some(last), Some(count)) = (i.u64(), i.u8(), i.u32()) else { return };
+    let mut d = node.recovery.decisions.lock().expect("no recorder panicked");
+    if epoch == node.membership.epoch() && node.recovery.recovering.load(Ordering::Acquire) == epoch
+    {
+        if d.epoch != epoch {
+            *d = Decisions { epoch, ..Decisions::default() };
+        }
+        for _ in 0..count {
+            let Some(owner) = i.u64() else { break };
+            d.committed.insert(owner);
+        }
+        if last != 0 && !d.complete {
+            d.complete = true;
+            let mut v = node.recovery.verdicts.lock().expect("no recorder panicked");
+            v.0 = v.0.max(epoch);
+            v.1.extend(d.committed.iter().copied());
+        }
+    }
+    let applied = d.epoch == epoch && d.applied;
+    Out(ctx.reply).u64(node.membership.epoch()).u8(u8::from(applied));
+}
+
+fn activate<E: Endpoint>(node: &NodeEngine, ctx: &mut HandlerCtx<'_, E>, req: &[u8]) {
+    let Some(epoch) = In(req).u64() else { return };
+    let rec = &node.recovery;
+    if epoch == node.membership.epoch() {
+        let applied = {
+            let d = rec.decisions.lock().expect("no recorder panicked");
+            d.epoch == epoch && d.applied
+        };
+        if applied && rec.recovering.load(Ordering::Acquire) == epoch {
+            rec.recovering.store(0, Ordering::Release);
+            rec.event(format!("active in epoch {epoch}"), ctx.ep.now_ns());
+        }
+    }
+    Out(ctx.reply)
+        .u64(node.membership.epoch())
+        .u8(u8::from(rec.recovering.load(Ordering::Acquire) == 0));
+}
+
+/// APPLY: epoch, owner, record count, then per record table, key, version, payload
+/// length and payload. The primary writes each record if newer and releases the
+/// owner's lock on it.
+fn apply<E: Endpoint>(node: &NodeEngine, ctx: &mut HandlerCtx<'_, E>, req: &[u8]) {
+    let mut i = In(req);
+    let (Some(epoch), Some(owner), Some(count)) = (i.u64(), i.u64(), i.u16()) else { return };
+    if epoch != node.membership.epoch() {
+        Out(ctx.reply).u64(node.membership.epoch());
+        return;
+    }
+    let catalog = &node.catalog;
+    let mut payload = Vec::new();
+    for _ in 0..count {
+        let (Some(table), Some(key), Some(version), Some(len)) =
+            (i.u16(), i.u64(), i.u64(), i.u16())
+        else {
+            break;
+        };
+        payload.clear();
+        for _ in 0..len {
+            let Some(w) = i.u64() else { break };
+            payload.push(w);
+        }
+        if usize::from(table) >= catalog.tables().count() || key > hytra_store::layout::KEY_MAX {
+            continue;
+        }
+        let t = TableId(table);
+        let p = catalog.partition(t, key);
+        let replica = node.store.replica(t, p);
+        ctx.ep.charge_cpu(node.cfg.costs.record_ns);
+        if replica.apply_logged(0, key, version, &payload).is_ok() {
+            if let Some(off) = replica.lookup(key) {
+                replica.unlock_if(off, hytra_store::Owner(owner));
+                node.file_recovered(t, p, key, off);
+            }
+        }
+    }
+    Out(ctx.reply).u64(epoch);
+}
+
+fn finish<E: Endpoint>(node: &NodeEngine, ctx: &mut HandlerCtx<'_, E>) {
+    // Only from the manager in force: a deposed one's word is void.
+    if ctx.src.node == node.membership.current().manager() {
+        node.recovery.finished.store(true, Ordering::Release);
+    }
+}
+
+/// The next configuration after removing `removed` from `old`: every partition keeps its
+/// surviving replicas, and a dead primary is replaced by its first ready surviving
+/// backup. Fails if a partition lost every replica, or every ready one.
+pub fn next_config(old: &Config, removed: &[NodeId], replication: u16) -> Result<Config, String> {
+    let nodes = old.nodes();
+    let members: Vec<bool> =
+        (0..nodes).map(|n| old.is_member(NodeId(n)) && !removed.contains(&NodeId(n))).collect();
+    if !members.iter().any(|&m| m) {
+        return Err("every node failed".into());
+    }
+    let alive = |n: NodeId| members[usize::from(n.0)];
+    let mut parts: Vec<PartitionPlace> = Vec::with_capacity(usize::from(nodes));
+    for (p, place) in old.placement.parts().iter().enumerate() {
+        let mut backups: Vec<(NodeId, BackupState)> =
+            place.backups.iter().copied().filter(|&(n, _)| alive(n)).collect();
+        let (primary, generation) = if alive(place.primary) {
+            (place.primary, place.generation)
+        } else {
+            let Some(k) = backups.iter().position(|&(_, s)| s == BackupState::Ready) else {
+                return Err(format!(
+                    "partition {p} lost its primary and every up-to-date backup: its data is gone"
+                ));
+            };
+            (backups.remove(k).0, place.generation.wrapping_add(1))
+        };
+        parts.push(PartitionPlace { primary, backups, generation });
+    }
+    // A partition that lost a replica runs with one fewer until re-replication exists
+    // (a new backup must be filled before it counts): with 3 replicas it survives one
+    // more failure, with 2 none.
+    let _ = replication;
+    Config::new(old.epoch + 1, members, Placement::from_parts(parts))
+}
+
+/// What the manager gathered of one transaction in doubt.
+struct Doubt {
+    tseq: u64,
+    written: Vec<u16>,
+    /// Per backup: parts of its log seen, of how many.
+    held: BTreeMap<NodeId, (u16, u16)>,
+}
+
+/// The manager's view of the reports: every transaction in doubt, and how far each
+/// (backup, ring) was applied.
+#[derive(Default)]
+struct Reports {
+    doubts: BTreeMap<u64, Doubt>,
+    applied: BTreeMap<(NodeId, usize), u64>,
+}
+
+impl Reports {
+    fn read_page(&mut self, from: NodeId, page: &[u8]) -> Option<(u32, u32)> {
+        let mut i = In(page);
+        let (_epoch, ring, skip, rings) = (i.u64()?, i.u32()?, i.u32()?, i.u16()?);
+        for _ in 0..rings {
+            let (c, applied, count) = (i.u32()? as usize, i.u64()?, i.u16()?);
+            self.applied.insert((from, c), applied);
+            for _ in 0..count {
+                let (owner, tseq, part, parts) = (i.u64()?, i.u64()?, i.u16()?, i.u16()?);
+                let (_marker, w) = (i.u8()?, i.u8()?);
+                let mut written = Vec::with_capacity(usize::from(w));
+                for _ in 0..w {
+                    written.push(i.u16()?);
+                }
+                let _ = part;
+                let d = self.doubts.entry(owner).or_insert(Doubt {
+                    tseq,
+                    written,
+                    held: BTreeMap::new(),
+                });
+                let seen = d.held.entry(from).or_insert((0, parts));
+                seen.0 += 1;
+            }
+        }
+        Some((ring, skip))
+    }
+
+    /// The transactions that commit: every surviving backup (under `old`) of every
+    /// partition each wrote holds its whole log, or applied it. Fails for a transaction
+    /// that wrote a partition none of whose backups survived.
+    fn decide(&self, old: &Config, new: &Config, workers: u16) -> Result<BTreeSet<u64>, String> {
+        let mut committed = BTreeSet::new();
+        'txns: for (&owner, d) in &self.doubts {
+            let coordinator = hytra_store::Owner(owner).worker();
+            let _ = workers;
+            for &p in &d.written {
+                if p >= old.placement.partitions() {
+                    continue 'txns;
+                }
+                let survivors: Vec<NodeId> =
+                    old.placement.backups(p).filter(|&b| new.is_member(b)).collect();
+                if survivors.is_empty() {
+                    return Err(format!(
+                        "transaction {owner:#x} wrote partition {p}, which lost every backup at once: its outcome cannot be recovered"
+                    ));
+                }
+                for b in survivors {
+                    let whole = d.held.get(&b).is_some_and(|&(seen, parts)| seen >= parts.max(1));
+                    let applied = self.applied.get(&(b, coordinator)).is_some_and(|&t| t >= d.tseq);
+                    if !whole && !applied {
+                        continue 'txns;
+                    }
+                }
+            }
+            committed.insert(owner);
+        }
+        Ok(committed)
+    }
+}
+
+/// Calls `dest` with `ty` until a reply `accept`s, giving up at `deadline_ns` (the node
+/// is then taken for dead). Returns the accepted reply's value.
+async fn call_until<E: Endpoint, T>(
+    co: &Co<E>,
+    dest: WorkerId,
+    ty: RpcType,
+    req: &[u8],
+    deadline_ns: u64,
+    mut accept: impl FnMut(&[u8]) -> Option<T>,
+) -> Option<T> {
+    while co.now_ns() < deadline_ns {
+        let t = match co.call(dest, ty, req) {
+            Ok(t) => t,
+            Err(_) => {
+                co.yield_now().await;
+                continue;
+            }
+        };
+        match co.reply(t, |r| accept(r)).await {
+            Ok(Some(v)) => return Some(v),
+            Ok(None) => {
+                // Not ready yet: ask again a little later.
+                let until = co.now_ns() + co.config().rpc_timeout_ns / 20;
+                co.sleep_until(until).await;
+            }
+            Err(RpcError::TimedOut) => {}
+            Err(_) => co.yield_now().await,
+        }
+    }
+    None
+}
+
+/// The membership task of a node (on its worker 0): renews the lease with the manager,
+/// and as the manager watches the members, reconfigures when one fails, and ends the run
+/// once every member's clients are done.
+pub(crate) async fn membership<E: Endpoint>(co: Co<E>, wt: Rc<WorkerTxn>) {
+    let node = wt.node.clone();
+    let rec = &node.recovery;
+    let me = co.me().node;
+    let lease = rec.params.lease_ns;
+    // Rounds the manager has been telling members the run is over.
+    let mut finishing = 0;
+    loop {
+        if rec.ended() {
+            return;
+        }
+        let cfg = wt.view.get().clone();
+        let now = co.now_ns();
+        if !cfg.is_member(me) {
+            // Removed: this node stops for good (it is fenced off anyway).
+            rec.stopped.store(true, Ordering::Release);
+            return;
+        }
+        if cfg.manager() == me {
+            rec.lease_until.store(now + lease, Ordering::Release);
+            rec.tick(now);
+            rec.renewed[usize::from(me.0)].store(now, Ordering::Release);
+            rec.done[usize::from(me.0)].store(rec.done_here(), Ordering::Release);
+            for n in cfg.members().filter(|&n| n != me) {
+                let sent = rec.to_grant[usize::from(n.0)].swap(0, Ordering::AcqRel);
+                if sent != 0 {
+                    let mut msg = Vec::new();
+                    Out(&mut msg).u64(cfg.epoch).u64(sent);
+                    // A lost grant is covered by the next one.
+                    let _ = co.send_oneway(first(n), GRANT, &msg);
+                }
+            }
+            if finishing > 0
+                || rec.recovering.load(Ordering::Acquire) == 0
+                    && cfg.members().all(|n| rec.done[usize::from(n.0)].load(Ordering::Acquire))
+            {
+                // Told one-way, for two leases, while leases are still granted: a member
+                // that misses every one of them ends on its own (see below). Members that
+                // ended stop renewing: nobody is removed any more.
+                finishing += 1;
+                for n in cfg.members().filter(|&n| n != me) {
+                    let _ = co.send_oneway(first(n), FINISH, &[]);
+                }
+                if finishing > 2 * RENEWALS_PER_LEASE {
+                    rec.finished.store(true, Ordering::Release);
+                    return;
+                }
+            } else {
+                // A member's lease ran out by its own clock before the manager removes
+                // it (a sixteenth of slack for clocks that drift).
+                let dead: Vec<NodeId> = cfg
+                    .members()
+                    .filter(|&n| {
+                        n != me
+                            && now
+                                > rec.renewed[usize::from(n.0)].load(Ordering::Acquire)
+                                    + lease
+                                    + lease / 16
+                    })
+                    .collect();
+                if !dead.is_empty() {
+                    reconfigure(&co, &wt, dead).await;
+                    continue;
+                }
+            }
+        } else {
+            let mut req = Vec::new();
+            Out(&mut req).u64(cfg.epoch).u8(u8::from(rec.done_here())).u64(now.max(1));
+            // A lost request is covered by the next one.
+            let _ = co.send_oneway(first(cfg.manager()), LEASE, &req);
+            let silent = now.saturating_sub(rec.granted.load(Ordering::Acquire));
+            // The manager is gone: the lowest member left takes over, the next ones a
+            // lease later each if it does not.
+            let rank =
+                cfg.members().filter(|&n| n != cfg.manager()).position(|n| n == me).unwrap_or(0)
+                    as u64;
+            // A member whose part is done takes no one over: the manager may have ended
+            // the run (its FINISH lost), and the members still running take over if not.
+            let done = rec.done_here();
+            if silent > lease * (2 + rank) && !done && rec.recovering.load(Ordering::Acquire) == 0 {
+                reconfigure(&co, &wt, vec![cfg.manager()]).await;
+                continue;
+            }
+            if done && silent > lease * 8 {
+                rec.finished.store(true, Ordering::Release);
+                return;
+            }
+            if silent > lease * 8 {
+                // Cut off for far longer than any reconfiguration takes: removed.
+                rec.stopped.store(true, Ordering::Release);
+                return;
+            }
+        }
+        co.sleep_until(co.now_ns().max(now) + lease / RENEWALS_PER_LEASE).await;
+    }
+}
+
+/// The manager's reconfiguration removing `dead` (and whoever fails to answer on the
+/// way). Ends with every member active in the new epoch, or the cluster stopped with the
+/// reason recovery cannot go on.
+async fn reconfigure<E: Endpoint>(co: &Co<E>, wt: &Rc<WorkerTxn>, mut dead: Vec<NodeId>) {
+    let node = wt.node.clone();
+    let rec = &node.recovery;
+    let lease = rec.params.lease_ns;
+    let workers = co.shape().workers_per_node;
+    loop {
+        let old = node.membership.current();
+        rec.event(format!("removing {dead:?} from epoch {}", old.epoch), co.now_ns());
+        let next = match next_config(&old, &dead, node.cfg.replication) {
+            Ok(c) => c,
+            Err(why) => return rec.fail(why),
+        };
+        // Commit it to the store: of two managers, one wins.
+        let mut bytes = Vec::new();
+        next.encode(&mut bytes);
+        co.sleep_until(co.now_ns() + rec.params.store_latency_ns).await;
+        match rec.store.cas(old.epoch, next.epoch, &bytes) {
+            Ok(Cas::Done) => {}
+            Ok(Cas::Lost(_, other)) => {
+                // Another manager moved first: follow its configuration.
+                if let Ok(c) = Config::decode(&other) {
+                    co.with_ep(|ep| install(&node, ep, c));
+                }
+                return;
+            }
+            Err(e) => return rec.fail(e.to_string()),
+        }
+        rec.event(format!("committed epoch {}", next.epoch), co.now_ns());
+        co.with_ep(|ep| install(&node, ep, next.clone()));
+        match rounds(co, &node, &old, &next, &bytes, lease, workers).await {
+            Ok(()) => {
+                rec.event(format!("epoch {} active everywhere", next.epoch), co.now_ns());
+                return;
+            }
+            Err(Round::Silent(n)) => {
+                // A member did not answer: remove it too, from the new configuration.
+                dead = vec![n];
+            }
+            Err(Round::Fatal(why)) => return rec.fail(why),
+        }
+    }
+}
+
+enum Round {
+    Silent(NodeId),
+    Fatal(String),
+}
+
+/// Rounds 1-4 of a reconfiguration from `old` to `new`.
+async fn rounds<E: Endpoint>(
+    co: &Co<E>,
+    node: &NodeEngine,
+    old: &Config,
+    new: &Config,
+    bytes: &[u8],
+    lease: u64,
+    workers: u16,
+) -> Result<(), Round> {
+    let epoch = new.epoch;
+    let members: Vec<NodeId> = new.members().collect();
+    // 1: install and quiesce.
+    for &n in &members {
+        let deadline = co.now_ns() + lease;
+        let ok = call_until(co, first(n), CONFIG, bytes, deadline, |r| {
+            let mut i = In(r);
+            let (e, q) = (i.u64()?, i.u8()?);
+            (e > epoch || (e == epoch && q == 1)).then_some(e)
+        })
+        .await;
+        match ok {
+            Some(e) if e == epoch => {}
+            Some(_) => return Ok(()), // a newer configuration took over
+            None => return Err(Round::Silent(n)),
+        }
+    }
+    // 2: reports.
+    let mut reports = Reports::default();
+    for &n in &members {
+        let mut cursor = (0u32, 0u32);
+        while cursor.0 != u32::MAX {
+            let mut req = Vec::new();
+            Out(&mut req).u64(epoch).u32(cursor.0).u32(cursor.1);
+            let deadline = co.now_ns() + lease;
+            let page = call_until(co, first(n), REPORT, &req, deadline, |r| Some(r.to_vec())).await;
+            let Some(page) = page else { return Err(Round::Silent(n)) };
+            match reports.read_page(n, &page) {
+                Some(next) if next != cursor || next.0 == u32::MAX => cursor = next,
+                _ => return Err(Round::Fatal(format!("{n} sent a report that does not read"))),
+            }
+        }
+    }
+    // 3: decisions.
+    let committed = reports.decide(old, new, workers).map_err(Round::Fatal)?;
+    node.recovery.event(
+        format!(
+            "decided {} transactions in doubt: {} committed",
+            reports.doubts.len(),
+            committed.len()
+        ),
+        co.now_ns(),
+    );
+    let list: Vec<u64> = committed.into_iter().collect();
+    for &n in &members {
+        let pages: Vec<&[u64]> =
+            if list.is_empty() { vec![&[][..]] } else { list.chunks(PAGE_BYTES / 8).collect() };
+        for (k, page) in pages.iter().enumerate() {
+            let last = k + 1 == pages.len();
+            let mut req = Vec::new();
+            Out(&mut req).u64(epoch).u8(u8::from(last)).u32(page.len() as u32).words(page);
+            let deadline = co.now_ns() + lease;
+            // The last page is repeated until the member has applied everything.
+            let want_applied = last;
+            let ok = call_until(co, first(n), DECIDE, &req, deadline, |r| {
+                let mut i = In(r);
+                let (e, applied) = (i.u64()?, i.u8()?);
+                (e != epoch || !want_applied || applied == 1).then_some(e)
+            })
+            .await;
+            match ok {
+                Some(e) if e == epoch => {}
+                Some(_) => return Ok(()),
+                None => return Err(Round::Silent(n)),
+            }
+        }
+    }
+    // 4: activation.
+    for &n in &members {
+        let mut req = Vec::new();
+        Out(&mut req).u64(epoch);
+        let deadline = co.now_ns() + lease;
+        let ok = call_until(co, first(n), ACTIVATE, &req, deadline, |r| {
+            let mut i = In(r);
+            let (e, active) = (i.u64()?, i.u8()?);
+            (e != epoch || active == 1).then_some(e)
+        })
+        .await;
+        if ok.is_none() {
+            return Err(Round::Silent(n));
+        }
+    }
+    Ok(())
+}
+
+/// The recovery task of every worker: when a new configuration is installed, freezes
+/// this worker's attempts (they see the epoch move) and lands everything its connections
+/// carry; on worker 0 also applies the decisions. Ends with the run.
+pub(crate) async fn quiescer<E: Endpoint>(co: Co<E>, wt: Rc<WorkerTxn>) {
+    let node = wt.node.clone();
+    let rec = &node.recovery;
+    let me = co.me();
+    let index = usize::from(me.index);
+    let poll_ns = rec.poll_ns();
+    loop {
+        if rec.ended() {
+            return;
+        }
+        rec.tick(co.now_ns());
+        let epoch = node.membership.epoch();
+        if rec.quiesced[index].load(Ordering::Acquire) < epoch {
+            let cfg = node.membership.current();
+            fence_connections(&co, &node, &cfg).await;
+            for r in wt.rings.borrow_mut().iter_mut() {
+                r.stale = true;
+            }
+            wt.drop_unresolved();
+            rec.quiesced[index].fetch_max(epoch, Ordering::AcqRel);
+        }
+        if me.index == 0 {
+            let ready = {
+                let d = rec.decisions.lock().expect("no recorder panicked");
+                d.epoch == epoch && d.complete && !d.applied
+            };
+            if ready {
+                apply_decisions(&co, &node).await;
+            }
+        }
+        co.sleep_until(co.now_ns() + poll_ns).await;
+    }
+}
+
+/// Posts a signaled READ on every connection to every member and waits for them all:
+/// connections are FIFO (R1), so everything posted before has landed.
+async fn fence_connections<E: Endpoint>(co: &Co<E>, node: &NodeEngine, cfg: &Config) {
+    let shape = co.shape();
+    let local = node.scratch.fence(co.me().index, shape.workers_per_node);
+    let mut tickets = Vec::new();
+    for n in cfg.members() {
+        for lane in 0..shape.lanes_per_peer {
+            let remote = RemoteAddr { node: n, rkey: node.log.rkey, offset: 0 };
+            let wr = WorkRequest::Read { remote, local, len: 8 };
+            let qp = Qp { node: n, lane };
+            loop {
+                match co.issue(qp, &[wr]) {
+                    Ok(t) => {
+                        tickets.push(t);
+                        break;
+                    }
+                    Err(_) => co.yield_now().await,
+                }
+            }
+        }
+    }
+    for t in tickets {
+        // A dead target completes in error: it lands nothing either way.
+        let _ = co.wait(t).await;
+    }
+}
+
+/// Applies the decisions of the recovery in progress on this node: resolves every ring,
+/// hands committed records of other primaries' partitions to them, files the records of
+/// partitions this node now leads in its NIC index.
+async fn apply_decisions<E: Endpoint>(co: &Co<E>, node: &NodeEngine) {
+    let rec = &node.recovery;
+    let (epoch, committed) = {
+        let d = rec.decisions.lock().expect("no recorder panicked");
+        (d.epoch, d.committed.clone())
+    };
+    let cfg = node.membership.current();
+    let me = co.me().node;
+    // Records to hand to each primary, by owner.
+    let mut forward: BTreeMap<(NodeId, u64), Vec<u8>> = BTreeMap::new();
+    let mut counts: BTreeMap<(NodeId, u64), u16> = BTreeMap::new();
+    let mut buf = Vec::new();
+    for c in 0..node.log.rings as usize {
+        let result = resolve(
+            &node.store,
+            &node.log_region,
+            &node.log,
+            c,
+            epoch,
+            |o| committed.contains(&o),
+            |entry| {
+                let owner = entry[1];
+                for r in records(entry) {
+                    let p = node.catalog.partition(r.table, r.key);
+                    let primary = cfg.primary(p);
+                    if primary == me {
+                        continue;
+                    }
+                    let out = forward.entry((primary, owner)).or_default();
+                    Out(out)
+                        .u16(r.table.0)
+                        .u64(r.key)
+                        .u64(r.version)
+                        .u16(r.payload.len() as u16)
+                        .words(&r.payload);
+                    *counts.entry((primary, owner)).or_default() += 1;
+                }
+            },
+            &mut buf,
+        );
+        if let Err(e) = result {
+            return rec
+                .fail(format!("{me}: the log ring of worker {c} is corrupt at recovery: {e:?}"));
+        }
+    }
+    for ((primary, owner), body) in forward {
+        let count = counts[&(primary, owner)];
+        let mut req = Vec::new();
+        Out(&mut req).u64(epoch).u64(owner).u16(count);
+        req.extend_from_slice(&body);
+        let deadline = co.now_ns() + rec.params.lease_ns;
+        let ok = call_until(co, first(primary), APPLY, &req, deadline, |r| In(r).u64()).await;
+        if ok.is_none() {
+            // The primary stopped answering: the next reconfiguration removes it, and
+            // the records are in this node's logs no more (applied here): the new
+            // primary, a backup that holds them, takes over.
+            break;
+        }
+    }
+    node.refile_primaries(&cfg);
+    let mut d = rec.decisions.lock().expect("no recorder panicked");
+    if d.epoch == epoch {
+        d.applied = true;
+    }
+}
