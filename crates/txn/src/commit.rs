@@ -930,27 +930,10 @@ async fn force_landing<E: Endpoint>(co: &Co<E>, wt: &WorkerTxn) {
         resolve_landed(co, wt);
         return;
     }
-    let node = &wt.node;
-    let local = node.scratch.fence(co.me().index, co.shape().workers_per_node);
-    let mut tickets = Vec::with_capacity(qps.len());
-    for (qp, _) in qps {
-        let remote = RemoteAddr { node: qp.node, rkey: node.log.rkey, offset: 0 };
-        let wr = WorkRequest::Read { remote, local, len: 8 };
-        loop {
-            match co.issue(qp, &[wr]) {
-                Ok(t) => {
-                    tickets.push(t);
-                    break;
-                }
-                Err(_) => co.yield_now().await,
-            }
-        }
-    }
-    for t in tickets {
-        // A failed READ retires the connection's requests all the same: their target
-        // died, and its partitions' backups applied the entries they log.
-        let _ = co.wait(t).await;
-    }
+    // A failed READ retires the connection's requests all the same: their target died,
+    // and its partitions' backups applied the entries they log.
+    crate::recover::land_connections(co, &wt.node, qps.into_iter().map(|(qp, _)| qp).collect())
+        .await;
     resolve_landed(co, wt);
 }
 

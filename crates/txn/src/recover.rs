@@ -934,27 +934,31 @@ pub(crate) async fn quiescer<E: Endpoint>(co: Co<E>, wt: Rc<WorkerTxn>) {
 /// Posts a signaled READ on every connection to every member and waits for them all:
 /// connections are FIFO (R1), so everything posted before has landed.
 async fn fence_connections<E: Endpoint>(co: &Co<E>, node: &NodeEngine, cfg: &Config) {
-    let shape = co.shape();
-    let local = node.scratch.fence(co.me().index, shape.workers_per_node);
-    let mut tickets = Vec::new();
-    for n in cfg.members() {
-        for lane in 0..shape.lanes_per_peer {
-            let remote = RemoteAddr { node: n, rkey: node.log.rkey, offset: 0 };
-            let wr = WorkRequest::Read { remote, local, len: 8 };
-            let qp = Qp { node: n, lane };
-            loop {
-                match co.issue(qp, &[wr]) {
-                    Ok(t) => {
-                        tickets.push(t);
-                        break;
-                    }
-                    Err(_) => co.yield_now().await,
+    let lanes = co.shape().lanes_per_peer;
+    let qps = cfg.members().flat_map(|n| (0..lanes).map(move |lane| Qp { node: n, lane }));
+    land_connections(co, node, qps.collect()).await;
+}
+
+/// Posts a signaled 8-byte READ (into this worker's fence slot) on each of `qps` and
+/// waits for them all: each connection then retired everything posted on it before (R1,
+/// R3). A dead target completes in error: it lands nothing either way.
+pub(crate) async fn land_connections<E: Endpoint>(co: &Co<E>, node: &NodeEngine, qps: Vec<Qp>) {
+    let local = node.scratch.fence(co.me().index, co.shape().workers_per_node);
+    let mut tickets = Vec::with_capacity(qps.len());
+    for qp in qps {
+        let remote = RemoteAddr { node: qp.node, rkey: node.log.rkey, offset: 0 };
+        let wr = WorkRequest::Read { remote, local, len: 8 };
+        loop {
+            match co.issue(qp, &[wr]) {
+                Ok(t) => {
+                    tickets.push(t);
+                    break;
                 }
+                Err(_) => co.yield_now().await,
             }
         }
     }
     for t in tickets {
-        // A dead target completes in error: it lands nothing either way.
         let _ = co.wait(t).await;
     }
 }
