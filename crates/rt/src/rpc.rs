@@ -390,7 +390,9 @@ impl Calls {
             None => return Err(RpcError::Busy),
         };
         let s = &mut self.slots[idx as usize];
-        s.gen = s.gen.wrapping_add(1);
+        // Generation 0 never names a call: with slot 0 it would make call id 0, which
+        // only one-way frames carry, and the duplicate filter takes 0 as "never served".
+        s.gen = s.gen.wrapping_add(1).max(1);
         s.state = CallState::Waiting;
         debug_assert!(
             self.deadlines.back().is_none_or(|d| d.0 <= deadline_ns),

@@ -762,18 +762,24 @@ impl<E: Endpoint> TxnCtx<E> {
     /// attempt releases nothing: it may post no more, and its locks are of an epoch that
     /// is over (L6).
     pub(crate) async fn aborted(&mut self, reason: AbortReason) -> Outcome {
-        let mut frozen = self.frozen() || self.node.recovery.ended();
+        let mut frozen = false;
         for i in 0..self.acc.len() {
             let a = self.acc[i];
+            // Looked at again for every record: a release of a remote lock waits for its
+            // reply, and a newer configuration may be installed meanwhile.
+            frozen |= self.frozen() || self.node.recovery.ended();
             if frozen {
                 self.acc[i].locked = Locked::No;
                 continue;
             }
             match a.locked {
                 Locked::No => {}
-                Locked::Cpu => self.replica(&a).unlock(a.off.expect("locked at an offset")),
+                // Only this attempt's own lock: never one a later epoch took over (L6).
+                Locked::Cpu => {
+                    self.replica(&a).unlock_if(a.off.expect("locked at an offset"), self.owner);
+                }
                 Locked::Nic if a.node == self.co.me().node && self.wt.coherent => {
-                    self.replica(&a).unlock(a.off.expect("offset"))
+                    self.replica(&a).unlock_if(a.off.expect("offset"), self.owner);
                 }
                 Locked::Nic => frozen = self.unlock_by_nic(i).await.is_err(),
                 Locked::Rpc | Locked::Unknown => {

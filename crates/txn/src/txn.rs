@@ -1080,7 +1080,11 @@ impl<E: Endpoint> TxnCtx<E> {
                 self.wt.stats.borrow_mut().torn_reads += 1;
                 Ok(Next::Call { lock_now, want_offset })
             }
-            Status::Stale => Err(Abort(AbortReason::Reconfigured)),
+            Status::Stale => {
+                // Refused before anything was locked.
+                a.locked = Locked::No;
+                Err(Abort(AbortReason::Reconfigured))
+            }
             Status::Refused | Status::Full => {
                 panic!("READ refused for {:?}: a routing bug", self.acc[i])
             }
