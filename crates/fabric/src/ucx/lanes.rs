@@ -25,6 +25,11 @@ pub(crate) enum Order {
     /// Every operation waits until the previous ones are complete at the target (forced
     /// for tests; never chosen from lanes).
     Flush = 3,
+    /// RMA travels as active messages on one lane that the target's CPU executes in
+    /// arrival order, except that it copies a READ's data out when it sends the reply,
+    /// which may wait behind a full socket while later requests run (UCP's software RMA):
+    /// a WRITE or atomic behind a READ still in flight waits for it.
+    Emulated = 4,
 }
 
 /// Where an endpoint's atomics execute.
@@ -155,6 +160,14 @@ impl EpLanes {
         let sync = |l: &Lane| SYNCHRONOUS.contains(&l.transport.as_str());
         if self.bypasses_target() && sync(rma) && sync(amo) {
             Order::Sync
+        } else if self.rma.is_empty() {
+            // READs are emulated: ordered behind flushes, and the strictest order when
+            // the atomics do not share the active-message lane.
+            if rma.index == amo.index {
+                Order::Emulated
+            } else {
+                Order::Flush
+            }
         } else if rma.index == amo.index {
             Order::Queue
         } else {
@@ -377,7 +390,7 @@ mod tests {
         let ep = parse(TCP).unwrap();
         assert_eq!(ep.atomics(), Atomics::Emulated);
         assert!(!ep.bypasses_target());
-        assert_eq!(ep.order(), Order::Queue);
+        assert_eq!(ep.order(), Order::Emulated, "a READ's data is copied when it is answered");
         assert!(ep.describe().contains("tcp/lo [am]"), "{}", ep.describe());
     }
 

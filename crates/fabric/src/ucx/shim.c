@@ -22,7 +22,9 @@
  * ucx/lanes.rs): shared memory completes operations inside the call, so only one still
  * in flight needs a fence; one network lane executes in order at the target except that
  * a later WRITE or atomic may pass an earlier READ or atomic there, which a fence
- * forbids; RMA and atomics on different lanes need a flush between the two kinds. An
+ * forbids; RMA and atomics on different lanes need a flush between the two kinds; and
+ * where RMA is emulated in software (tcp), the target copies a READ's data only when it
+ * sends the reply, so a WRITE or atomic waits until the READs before it are back. An
  * operation that must wait for a flush is kept in the endpoint's `waiting` list and
  * issued when the flush completes, so that no thread ever blocks on a peer it may be
  * the one to progress.
@@ -44,6 +46,7 @@
 #define HX_ORDER_QUEUE 1 /* one network lane: also fence a write or atomic behind a fetch */
 #define HX_ORDER_LANES 2 /* RMA and atomics on different lanes: flush between the kinds */
 #define HX_ORDER_FLUSH 3 /* every operation waits for the previous ones at the target */
+#define HX_ORDER_EMULATED 4 /* software RMA: a write or atomic waits for the READs in flight */
 
 /* Kinds of operation, as bits of hx_ep.kinds. */
 #define HX_KIND_RMA 1
@@ -69,6 +72,7 @@ typedef struct hx_ep {
     int32_t fetched;  /* a READ or atomic was issued since the last fence */
     int32_t kinds;    /* HX_KIND_* issued since the last flush */
     int32_t flushing; /* a flush is in progress: later operations wait */
+    uint32_t gets;    /* READs in flight (HX_ORDER_EMULATED) */
     struct hx_deferred *wait_head, *wait_tail;
 } hx_ep;
 
@@ -98,6 +102,7 @@ typedef struct hx_op {
     int32_t report;   /* push a completion on success */
     int32_t silent;   /* push nothing, not even a failure (datagrams; a WRITE whose
                        * flush reports for it) */
+    int32_t get;      /* a READ, counted in its endpoint's `gets` while in flight */
     struct hx_op *next;
 } hx_op;
 
@@ -170,6 +175,7 @@ static hx_op *op_next(hx_worker *w, hx_ep *ep, uint64_t wr_id, uint64_t tag)
     op->owned = NULL;
     op->report = 0;
     op->silent = 0;
+    op->get = 0;
     w->posted++;
     return op;
 }
@@ -201,6 +207,9 @@ static void op_done(void *request, ucs_status_t status, void *user_data)
     if (op->ep != NULL && op->ep->inflight > 0) {
         op->ep->inflight--;
     }
+    if (op->get && op->ep->gets > 0) {
+        op->ep->gets--;
+    }
     op_report(op, status);
     op_put(op);
     if (request != NULL) {
@@ -226,6 +235,7 @@ static inline void settle(hx_op *op, ucs_status_ptr_t sp)
     w->ops_live++;
     if (op->ep != NULL) {
         op->ep->inflight++;
+        op->ep->gets += (uint32_t)op->get;
     }
 }
 
@@ -257,6 +267,10 @@ static int needs_flush(const hx_ep *ep, int kind)
         return ep->kinds != 0;
     case HX_ORDER_LANES:
         return (ep->kinds & ~bit) != 0;
+    case HX_ORDER_EMULATED:
+        /* UCP's software GET copies the data when the target sends the reply, which can
+         * wait behind a full socket while later requests of this endpoint execute. */
+        return kind != 0 && ep->gets > 0;
     default:
         return 0;
     }
@@ -786,6 +800,7 @@ static void issue_get(hx_worker *w, hx_ep *e, void *dst, size_t len, uint64_t ra
     fence_before(w, e, 0);
     hx_op *op = op_next(w, e, wr_id, tag);
     op->report = signaled;
+    op->get = 1;
     ucp_request_param_t p;
     op_param(&p, op);
     settle(op, ucp_get_nbx(e->ep, dst, len, raddr, rkey, &p));
