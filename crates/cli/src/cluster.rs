@@ -115,7 +115,7 @@ fn io_args(f: &ClusterFile, json: Option<&Path>) -> Result<IoArgs, CliError> {
 fn bench_args(f: &ClusterFile, json: Option<&Path>) -> Result<BenchArgs, CliError> {
     let mut own = vec![
         ("workload", f.workload.clone()),
-        ("design", f.design.clone()),
+        ("design", f.design()),
         ("nodes", f.node_count().to_string()),
         ("workers", f.workers.to_string()),
     ];

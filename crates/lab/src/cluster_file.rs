@@ -22,9 +22,8 @@ pub struct ClusterFile {
     /// io` on two nodes.
     #[serde(default = "default_workload")]
     pub workload: String,
-    /// Design preset.
-    #[serde(default = "default_design")]
-    pub design: String,
+    /// Design preset; `None`: [`ClusterFile::design`] chooses from the transports.
+    pub design: Option<String>,
     /// Workers per node (connections for `io`).
     #[serde(default = "one")]
     pub workers: u16,
@@ -49,7 +48,38 @@ pub struct ClusterFile {
     pub node_count: Option<u16>,
 }
 
+/// Transports that carry one-sided operations only as messages the target's CPU answers
+/// (UCX's software RMA), and those that never leave the host.
+const EMULATED_RMA: [&str; 2] = ["tcp", "sockcm"];
+const ON_HOST: [&str; 8] = ["sm", "shm", "posix", "sysv", "mm", "cma", "knem", "xpmem"];
+
 impl ClusterFile {
+    /// The design to run: the file's, else `fasst` where nodes reach each other only
+    /// over TCP (no other network transport, and shared memory absent or the nodes on
+    /// several hosts), which emulates one-sided operations on the target's CPU (there
+    /// the two-sided design ran 7x the hybrid one: docs/PERFORMANCE.md §17), else
+    /// `drtmh`.
+    pub fn design(&self) -> String {
+        if let Some(d) = &self.design {
+            return d.clone();
+        }
+        let names: Vec<&str> = self
+            .transports
+            .split(',')
+            .map(str::trim)
+            .filter(|n| !n.is_empty() && *n != "self")
+            .collect();
+        // Shared memory carries what stays on one host: TCP only between hosts.
+        let hosts: std::collections::BTreeSet<&str> =
+            self.nodes.iter().map(|n| n.host.as_str()).collect();
+        let on_host = names.iter().any(|n| ON_HOST.contains(n));
+        let tcp_only = !self.transports.trim_start().starts_with('^')
+            && names.iter().any(|n| EMULATED_RMA.contains(n))
+            && names.iter().all(|n| EMULATED_RMA.contains(n) || ON_HOST.contains(n))
+            && (!on_host || hosts.len() > 1);
+        if tcp_only { "fasst" } else { "drtmh" }.to_string()
+    }
+
     /// How many nodes the cluster has (checked by [`parse`] to be at least one).
     pub fn node_count(&self) -> usize {
         self.node_count.map_or(self.nodes.len(), usize::from)
@@ -71,9 +101,6 @@ fn default_transports() -> String {
 }
 fn default_workload() -> String {
     "smallbank".into()
-}
-fn default_design() -> String {
-    "drtmh".into()
 }
 fn one() -> u16 {
     1
@@ -147,6 +174,33 @@ pub fn parse(text: &str) -> Result<ClusterFile, ClusterFileError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_default_design_is_two_sided_where_only_tcp_joins_the_nodes() {
+        let file = |tls: &str, hosts: [&str; 2], design: &str| {
+            let nodes: String = hosts
+                .iter()
+                .enumerate()
+                .map(|(i, h)| format!("[[nodes]]\nhost = \"{h}\"\nport = {}\n", 7000 + i))
+                .collect();
+            parse(&format!("token = \"t\"\ntransports = \"{tls}\"\n{design}{nodes}")).unwrap()
+        };
+        let one = ["127.0.0.1", "127.0.0.1"];
+        let two = ["10.0.0.1", "10.0.0.2"];
+        for (tls, hosts, want) in [
+            ("tcp", one, "fasst"),
+            ("tcp,self", two, "fasst"),
+            ("sm,tcp", two, "fasst"),
+            ("sm,tcp", one, "drtmh"),
+            ("sm", one, "drtmh"),
+            ("rc,sm,tcp", two, "drtmh"),
+            ("^rc", two, "drtmh"),
+            ("all", two, "drtmh"),
+        ] {
+            assert_eq!(file(tls, hosts, "").design(), want, "{tls} on {hosts:?}");
+        }
+        assert_eq!(file("tcp", one, "design = \"drtmr\"\n").design(), "drtmr", "the file's own");
+    }
 
     #[test]
     fn a_file_parses_with_defaults_and_bad_ones_are_refused() {
