@@ -9,16 +9,19 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use hytra_fabric::local::{LocalCluster, LocalConfig};
-use hytra_fabric::sim::faults::FaultConfig;
+use hytra_fabric::sim::faults::{FaultConfig, NodeFault, NodeFaultKind};
 use hytra_fabric::sim::profile::NicProfile;
 use hytra_fabric::sim::{SimCluster, SimConfig};
-use hytra_fabric::ClusterShape;
+use hytra_fabric::{ClusterShape, NodeId};
 use hytra_rt::RtConfig;
 use hytra_store::{Catalog, NodeStore};
 use hytra_txn::{
-    AbortReason, Design, ExecStrategy, LockStrategy, NicLookups, Primitive, TxnConfig, PHASES,
+    AbortReason, Design, ExecStrategy, LockStrategy, NicLookups, Primitive, RecoveryParams,
+    TxnConfig, PHASES,
 };
-use hytra_workloads::bench::{run, BenchError, BenchParams, BenchResult, Workload};
+use hytra_workloads::bench::{
+    run, BenchError, BenchParams, BenchResult, RecoveryTimes, Workload, RECOVERED_SHARE,
+};
 use hytra_workloads::smallbank::SmallBank;
 use hytra_workloads::tatp::{Tatp, TatpParams};
 use hytra_workloads::tpcc::{TpcC, TpccMix, TpccParams, TYPES as TPCC_TYPES};
@@ -178,6 +181,16 @@ pub struct BenchArgs {
     /// Datagram loss, duplication, reordering and delay, in parts per million (sim only).
     #[arg(long, default_value_t = 0)]
     faults_ppm: u32,
+    /// Crash node NODE at SECONDS from the start of the run (warm-up included; inside
+    /// the measured window), and report how long recovery took. Repeatable, as long as
+    /// every partition keeps two copies (sim only) [--seconds then defaults to 0.1].
+    #[arg(long, value_name = "NODE@SECONDS")]
+    crash: Vec<String>,
+    /// Lease of every node with the configuration manager, in milliseconds: a node is
+    /// removed this long after it stopped renewing [default: 5 on sim, 2000 on local
+    /// and ucx].
+    #[arg(long)]
+    lease_ms: Option<f64>,
 }
 
 impl BenchArgs {
@@ -242,6 +255,14 @@ fn txn_config(a: &BenchArgs) -> Result<TxnConfig, CliError> {
     if let Some(m) = a.cache_mib {
         c.cache_bytes = m << 20;
     }
+    if let Some(ms) = a.lease_ms {
+        if !(ms.is_finite() && (0.1..=600_000.0).contains(&ms)) {
+            return usage(format!("--lease-ms {ms}: expected 0.1 to 600000"));
+        }
+        let sim = a.backend == "sim";
+        let base = if sim { RecoveryParams::simulated() } else { RecoveryParams::real() };
+        c.recovery = Some(RecoveryParams { lease_ns: (ms * 1e6) as u64, ..base });
+    }
     if let Err(e) = c.validate(a.nodes) {
         return usage(e.to_string());
     }
@@ -294,14 +315,21 @@ pub fn run_bench(a: BenchArgs) -> Result<(), CliError> {
     if a.faults_ppm > 0 && !sim {
         return usage("--faults-ppm applies to the sim backend only");
     }
-    let seconds = a.seconds.unwrap_or(if sim { 0.01 } else { 5.0 });
+    let default_s = match (sim, a.crash.is_empty()) {
+        (false, _) => 5.0,
+        (true, true) => 0.01,
+        // Ten leases: room to detect, reconfigure and run on.
+        (true, false) => 0.1,
+    };
+    let seconds = a.seconds.unwrap_or(default_s);
     if !(seconds.is_finite() && seconds > 0.0 && (0.0..10.0).contains(&a.warmup)) {
         return usage("--seconds must be positive and --warmup a fraction in 0..10");
     }
     let cfg = txn_config(&a)?;
+    let crashes = crashes(&a, sim, seconds)?;
     let shape =
         ClusterShape { nodes: a.nodes, workers_per_node: a.workers, lanes_per_peer: a.lanes };
-    let run = Run { sim, profile, seconds, cfg, shape };
+    let run = Run { sim, profile, seconds, cfg, shape, crashes };
     match a.workload.as_str() {
         "smallbank" => {
             run_workload(&a, run, SmallBank { accounts_per_worker: a.accounts_per_worker })
@@ -378,6 +406,65 @@ pub fn run_bench(a: BenchArgs) -> Result<(), CliError> {
 
 use hytra_lab::unknown_workload;
 
+/// A node to crash, and when (ns from the start of the run).
+#[derive(Clone, Copy, Debug)]
+struct Crash {
+    node: u16,
+    at_ns: u64,
+}
+
+/// `--crash NODE@SECONDS`, checked against the cluster and the run's window.
+fn crashes(a: &BenchArgs, sim: bool, seconds: f64) -> Result<Vec<Crash>, CliError> {
+    if a.crash.is_empty() {
+        return Ok(Vec::new());
+    }
+    if !sim {
+        return usage(
+            "--crash applies to the sim backend only (nodes of local and ucx runs cannot be crashed yet)",
+        );
+    }
+    let (from, to) = (seconds * a.warmup, seconds * (1.0 + a.warmup));
+    let mut out: Vec<Crash> = Vec::new();
+    for c in &a.crash {
+        let parsed = c
+            .split_once('@')
+            .and_then(|(n, t)| Some((n.parse::<u16>().ok()?, t.parse::<f64>().ok()?)));
+        let Some((node, at)) = parsed else {
+            return usage(format!("--crash '{c}': expected NODE@SECONDS, such as 3@0.02"));
+        };
+        if node >= a.nodes {
+            return usage(format!(
+                "--crash '{c}': there is no node {node} (nodes are 0..{})",
+                a.nodes
+            ));
+        }
+        if !(at.is_finite() && at >= from && at < to) {
+            return usage(format!(
+                "--crash '{c}': the time must lie in the measured window, {from} to {to} s from the start"
+            ));
+        }
+        if out.iter().any(|o| o.node == node) {
+            return usage(format!("--crash '{c}': node {node} is crashed twice"));
+        }
+        out.push(Crash { node, at_ns: (at * 1e9) as u64 });
+    }
+    // Recovery decides the transactions in doubt from a surviving backup's log, and
+    // nothing re-replicates yet: every partition must keep two of its copies.
+    let start = hytra_txn::Config::initial(a.nodes, a.replication);
+    for (p, part) in start.placement.parts().iter().enumerate() {
+        let copies = std::iter::once(part.primary).chain(part.backups.iter().map(|&(n, _)| n));
+        let left = copies.filter(|n| !out.iter().any(|c| c.node == n.0)).count();
+        if left < 2 {
+            return usage(format!(
+                "--crash: partition {p} would keep {left} of its {} copies; recovery needs two (a backup's log decides the transactions in doubt, and nothing re-replicates yet)",
+                a.replication
+            ));
+        }
+    }
+    out.sort_by_key(|c| c.at_ns);
+    Ok(out)
+}
+
 /// Runs on the UCX backend: every node here, or this process's node of a cluster
 /// spread over processes (`hytra node`).
 #[cfg(feature = "ucx")]
@@ -420,10 +507,11 @@ struct Run {
     seconds: f64,
     cfg: TxnConfig,
     shape: ClusterShape,
+    crashes: Vec<Crash>,
 }
 
 fn run_workload<W: Workload>(a: &BenchArgs, shared: Run, workload: W) -> Result<(), CliError> {
-    let Run { sim, profile, seconds, cfg, shape } = shared;
+    let Run { sim, profile, seconds, cfg, shape, crashes } = shared;
     if let Err(e) = workload.validate(shape) {
         return usage(e);
     }
@@ -456,7 +544,12 @@ fn run_workload<W: Workload>(a: &BenchArgs, shared: Run, workload: W) -> Result<
         rt,
         drain_ns: if sim { 1_000_000_000 } else { 60_000_000_000 },
         warm_cache: on_off("warm-cache", &a.warm_cache)?.unwrap_or(true),
-        timeline_ns: 0,
+        // Intervals fine enough to see a recovery of a few leases.
+        timeline_ns: if crashes.is_empty() {
+            0
+        } else {
+            (((seconds * (1.0 + a.warmup)) * 1e9) as u64 / 10_000).max(CRASH_TIMELINE_NS)
+        },
     };
     let total_ns = params.warmup_ns + measure_ns;
     let used = params;
@@ -466,6 +559,11 @@ fn run_workload<W: Workload>(a: &BenchArgs, shared: Run, workload: W) -> Result<
         if a.faults_ppm > 0 {
             sc.faults = FaultConfig::lossy(a.faults_ppm);
         }
+        sc.faults.node_faults.extend(crashes.iter().map(|c| NodeFault {
+            node: NodeId(c.node),
+            at_ns: c.at_ns,
+            kind: NodeFaultKind::Crash,
+        }));
         eprintln!("{}", sc.describe());
         let mut b = SimCluster::new(sc).map_err(|e| CliError::Usage(e.to_string()))?;
         let mut bar = ProgressBar::new(started, total_ns, "virtual");
@@ -504,18 +602,107 @@ fn run_workload<W: Workload>(a: &BenchArgs, shared: Run, workload: W) -> Result<
     })?;
     let types = workload.txn_types();
     print_report(a, &cfg, types, &result, seconds, sim);
+    let recovered = recovery_times(&crashes, &used, &result);
+    let lease = cfg.recovery.unwrap_or(if sim {
+        RecoveryParams::simulated()
+    } else {
+        RecoveryParams::real()
+    });
+    print_recovery(&recovered, lease.lease_ns);
     if let (Some(file), Some(path)) = (out, a.json.as_deref()) {
-        write_json(
-            file,
-            path,
-            &json_report(a, &cfg, types, &used, &result, seconds, sim, started.elapsed()),
-        )?;
+        let mut doc = json_report(a, &cfg, types, &used, &result, seconds, sim, started.elapsed());
+        if !recovered.is_empty() {
+            doc["crashes"] = json_recovery(&recovered, &result);
+        }
+        write_json(file, path, &doc)?;
     }
     if a.check && !result.checker.as_ref().is_some_and(|c| c.serializable()) || !result.invariant.ok
     {
         return Err(CliError::Run(anyhow::anyhow!("correctness check failed (see above)")));
     }
     Ok(())
+}
+
+/// Timeline interval of a run with crashes (at least; long runs get wider ones).
+const CRASH_TIMELINE_NS: u64 = 100_000;
+
+fn recovery_times<R>(
+    crashes: &[Crash],
+    params: &BenchParams,
+    r: &BenchResult<R>,
+) -> Vec<(Crash, RecoveryTimes)> {
+    let (mut from, to) = (params.warmup_ns, params.warmup_ns + params.measure_ns);
+    let mut out: Vec<(Crash, RecoveryTimes)> = Vec::with_capacity(crashes.len());
+    for (k, &c) in crashes.iter().enumerate() {
+        // Crashes at one instant are one failure: the same window before it.
+        if let Some(t) = out.last().filter(|(p, _)| p.at_ns == c.at_ns).map(|&(_, t)| t) {
+            out.push((c, t));
+            continue;
+        }
+        // Each crash's rates are measured between the recovery from the previous one (none
+        // if it had not recovered) and the next one.
+        let until = crashes[k + 1..].iter().map(|n| n.at_ns).find(|&t| t > c.at_ns).unwrap_or(to);
+        let t = r.recovery.times(c.at_ns, params.timeline_ns, from.min(c.at_ns), until);
+        from = t.recovered_ns.map_or(c.at_ns, |ns| c.at_ns + ns);
+        out.push((c, t));
+    }
+    out
+}
+
+fn print_recovery(times: &[(Crash, RecoveryTimes)], lease_ns: u64) {
+    let ms = |t: Option<u64>| match t {
+        Some(ns) => format!("+{:.2} ms", ns as f64 / 1e6),
+        None => "not within the run".to_string(),
+    };
+    for (c, t) in times {
+        println!(
+            "crash        node {} at {:.3} ms (lease {} ms): detected {}, new configuration {}, every partition active {}",
+            c.node,
+            c.at_ns as f64 / 1e6,
+            lease_ns as f64 / 1e6,
+            ms(t.detected_ns),
+            ms(t.configured_ns),
+            ms(t.active_ns)
+        );
+        println!(
+            "             survivors back to {:.0}% of their {:.0} txn/s before the crash: {}{}",
+            RECOVERED_SHARE * 100.0,
+            t.before_tps,
+            ms(t.recovered_ns),
+            if t.recovered_ns.is_some() {
+                format!(" ({:.0} txn/s from then on)", t.after_tps)
+            } else {
+                String::new()
+            }
+        );
+    }
+}
+
+fn json_recovery<R>(times: &[(Crash, RecoveryTimes)], r: &BenchResult<R>) -> serde_json::Value {
+    let ms = |t: Option<u64>| t.map(|ns| ns as f64 / 1e6);
+    let crashes: Vec<serde_json::Value> = times
+        .iter()
+        .map(|(c, t)| {
+            json!({
+                "node": c.node,
+                "at_s": c.at_ns as f64 / 1e9,
+                "detected_ms": ms(t.detected_ns),
+                "configured_ms": ms(t.configured_ns),
+                "active_ms": ms(t.active_ns),
+                "recovered_ms": ms(t.recovered_ns),
+                "recovered_share": RECOVERED_SHARE,
+                "survivors_tps_before": t.before_tps,
+                "survivors_tps_after": t.after_tps,
+            })
+        })
+        .collect();
+    let steps: Vec<serde_json::Value> = r
+        .recovery
+        .events
+        .iter()
+        .map(|(n, e)| json!({ "node": n.0, "at_s": e.at_ns as f64 / 1e9, "step": format!("{:?}", e.step) }))
+        .collect();
+    json!({ "each": crashes, "steps": steps, "survivors_timeline": r.recovery.survivors_timeline })
 }
 
 /// A progress bar on standard error, shown once a run has lasted two seconds.

@@ -137,8 +137,64 @@ fn bench_bad_input_gets_one_line_and_exit_2() {
         &["bench", "--workload", "ycsb", "--field-bytes", "12"],
         &["bench", "--workload", "tatp", "--subscribers-per-worker", "0"],
         &["bench", "--workload", "tpce-cp", "--market-feed-pct", "101"],
+        &["bench", "--crash", "9@0.05"],
+        &["bench", "--crash", "3"],
+        &["bench", "--crash", "3@soon"],
+        &["bench", "--crash", "3@0.5"],
+        &["bench", "--crash", "3@0.001"],
+        &["bench", "--crash", "1@0.05", "--crash", "1@0.06"],
+        &["bench", "--replication", "2", "--crash", "1@0.05"],
+        &["bench", "--nodes", "6", "--crash", "3@0.03", "--crash", "5@0.06"],
+        &["bench", "--replication", "1", "--crash", "1@0.05"],
+        &["bench", "--backend", "local", "--crash", "1@1"],
+        &["bench", "--lease-ms", "0"],
+        &["bench", "--lease-ms", "NaN"],
     ];
     assert_usage_errors(cases);
+}
+
+#[test]
+fn bench_crash_reports_how_long_recovery_took() {
+    let path = temp("crash.json");
+    let out = hytra(&[
+        "bench",
+        "--nodes",
+        "4",
+        "--workers",
+        "2",
+        "--coroutines",
+        "4",
+        "--accounts-per-worker",
+        "1000",
+        "--seconds",
+        "0.03",
+        "--crash",
+        "2@0.01",
+        "--check",
+        "--json",
+        path.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("crash        node 2 at 10.000 ms"), "{stdout}");
+    let j: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(j["checker"]["serializable"], true, "{j}");
+    assert_eq!(j["invariant_ok"], true, "{j}");
+    let c = &j["crashes"]["each"][0];
+    let ms = |f: &str| c[f].as_f64().unwrap_or_else(|| panic!("{f} missing: {c}"));
+    // Detected once the crashed node's lease (5 ms on sim) ran out, then in order.
+    let (detected, configured, active, recovered) =
+        (ms("detected_ms"), ms("configured_ms"), ms("active_ms"), ms("recovered_ms"));
+    assert!((5.0..6.0).contains(&detected), "{c}");
+    assert!(detected <= configured && configured <= active && active < 10.0, "{c}");
+    assert!(recovered >= active - 0.1 && recovered < 12.0, "{c}");
+    assert!(ms("survivors_tps_before") > 0.0 && ms("survivors_tps_after") > 0.0, "{c}");
+    let steps = j["crashes"]["steps"].as_array().unwrap();
+    assert!(
+        steps.iter().any(|s| s["step"].as_str().unwrap().starts_with("ActiveEverywhere")),
+        "{j}"
+    );
 }
 
 #[test]

@@ -128,6 +128,7 @@ pub fn run(spec: &RunSpec, progress: Option<Progress>) -> Result<Option<Outcome>
                     attempts_total: r.attempts_total,
                     cache_hits: r.cache_hits,
                     cache_misses: r.cache_misses,
+                    recovery: r.recovery,
                 },
                 txn_types: w.txn_types(),
                 workload: w.name(),

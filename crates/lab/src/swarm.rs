@@ -445,7 +445,7 @@ fn draw_faults(rng: &mut Rng, nodes: u16, span_ns: u64) -> (FaultConfig, u64) {
     }
     for _ in 0..rng.below(3) {
         let at_ns = rng.below(span_ns / 2 + 1);
-        // Shorter than the simulator's lease (10 ms): a longer pause removes the node,
+        // Shorter than the simulator's lease (5 ms): a longer pause removes the node,
         // which the crash tests cover (workloads/tests/recovery.rs).
         let for_ns = pick(rng, &[10_000, 100_000, 500_000, 2_000_000]);
         let node = NodeId(rng.below(u64::from(nodes)) as u16);

@@ -67,11 +67,62 @@ const RENEWALS_PER_LEASE: u64 = 8;
 /// Bytes of one page of a report or decision list: well inside one RPC frame.
 const PAGE_BYTES: usize = 3_000;
 
+/// Steps recorded per node at most (a reconfiguration records about five on each).
+const EVENTS_MAX: usize = 1_000;
+
+/// A step recovery took on one node.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub enum RecoveryStep {
+    /// The manager set out to remove `dead` from configuration `from_epoch`.
+    Removing {
+        /// The nodes it removes.
+        dead: Vec<NodeId>,
+        /// The configuration they leave.
+        from_epoch: u64,
+    },
+    /// The manager committed configuration `epoch` to the configuration store.
+    Committed {
+        /// The new configuration.
+        epoch: u64,
+    },
+    /// This node installed configuration `epoch` (and stopped the attempts of older ones).
+    Installed {
+        /// The new configuration.
+        epoch: u64,
+    },
+    /// The manager decided the transactions in doubt.
+    Decided {
+        /// Transactions some backup held a log entry of.
+        in_doubt: usize,
+        /// Of them, those that committed.
+        committed: usize,
+    },
+    /// This node serves transactions again, in configuration `epoch`.
+    Active {
+        /// The new configuration.
+        epoch: u64,
+    },
+    /// The manager learnt that every member is active in configuration `epoch`.
+    ActiveEverywhere {
+        /// The new configuration.
+        epoch: u64,
+    },
+}
+
+/// A step of recovery and when it happened (virtual or wall ns, as the backend counts).
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct RecoveryEvent {
+    /// When.
+    pub at_ns: u64,
+    /// What.
+    pub step: RecoveryStep,
+}
+
 /// How recovery is tuned.
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]
 pub struct RecoveryParams {
-    /// Length of a lease. A member renews every quarter of it; the manager removes a
-    /// member it has not heard from for a whole lease. On real backends it must outlast
+    /// Length of a lease. A member renews eight times per lease; the manager removes a
+    /// member whose lease ran out, plus a sixteenth. On real backends it must outlast
     /// any pause a loaded host imposes on a thread (a false expiry removes a live node).
     pub lease_ns: u64,
     /// Time one operation on the configuration store takes (the simulator waits it out;
@@ -80,11 +131,12 @@ pub struct RecoveryParams {
 }
 
 impl RecoveryParams {
-    /// The simulator's: a lease of 10 ms (FaRM's are 5-10 ms on real machines: shorter
-    /// ones expire under a few lost renewals and a busy worker), and a configuration store
-    /// answering in 0.5 ms, about a coordination service's commit.
+    /// The simulator's: a lease of 5 ms, the short end of FaRM's 5-10 ms on real
+    /// machines (2 ms removed live nodes under the swarm's lost datagrams and 2 ms
+    /// pauses), and a configuration store answering in 0.5 ms, about a coordination
+    /// service's commit.
     pub fn simulated() -> RecoveryParams {
-        RecoveryParams { lease_ns: 10_000_000, store_latency_ns: 500_000 }
+        RecoveryParams { lease_ns: 5_000_000, store_latency_ns: 500_000 }
     }
 
     /// Threads and processes of a loaded 2-core host: a lease of 2 s, far beyond any
@@ -138,7 +190,7 @@ pub struct NodeRecovery {
     /// What recovery could not survive.
     fatal: Mutex<Option<String>>,
     /// Times of recovery's steps, for reports: (what, ns).
-    events: Mutex<Vec<(String, u64)>>,
+    events: Mutex<Vec<RecoveryEvent>>,
     /// Where configurations are committed.
     store: Arc<dyn ConfigStore>,
     params: RecoveryParams,
@@ -227,13 +279,17 @@ impl NodeRecovery {
         self.fatal.lock().expect("no recorder panicked").get_or_insert(why);
     }
 
-    /// The steps recovery took here: (what, virtual or wall ns).
-    pub fn events(&self) -> Vec<(String, u64)> {
+    /// The steps recovery took here, in the order they happened.
+    pub fn events(&self) -> Vec<RecoveryEvent> {
         self.events.lock().expect("no recorder panicked").clone()
     }
 
-    fn event(&self, what: String, at_ns: u64) {
-        self.events.lock().expect("no recorder panicked").push((what, at_ns));
+    fn event(&self, step: RecoveryStep, at_ns: u64) {
+        let mut events = self.events.lock().expect("no recorder panicked");
+        // One per step of each reconfiguration: a run has at most a handful.
+        if events.len() < EVENTS_MAX {
+            events.push(RecoveryEvent { at_ns, step });
+        }
     }
 
     /// Counts a transaction coroutine of this node starting, or ending.
@@ -335,7 +391,7 @@ fn install<E: Endpoint>(node: &NodeEngine, ep: &mut E, next: Config) {
     let epoch = next.epoch;
     node.recovery.recovering.store(epoch, Ordering::Release);
     node.membership.install(Arc::new(next));
-    node.recovery.event(format!("installed epoch {epoch}"), ep.now_ns());
+    node.recovery.event(RecoveryStep::Installed { epoch }, ep.now_ns());
 }
 
 /// A report page: epoch, next cursor (ring, entry; `u32::MAX` ring when done), then per
@@ -451,7 +507,7 @@ fn activate<E: Endpoint>(node: &NodeEngine, ctx: &mut HandlerCtx<'_, E>, req: &[
         };
         if applied && rec.recovering.load(Ordering::Acquire) == epoch {
             rec.recovering.store(0, Ordering::Release);
-            rec.event(format!("active in epoch {epoch}"), ctx.ep.now_ns());
+            rec.event(RecoveryStep::Active { epoch }, ctx.ep.now_ns());
         }
     }
     Out(ctx.reply)
@@ -459,18 +515,74 @@ fn activate<E: Endpoint>(node: &NodeEngine, ctx: &mut HandlerCtx<'_, E>, req: &[
         .u8(u8::from(rec.recovering.load(Ordering::Acquire) == 0));
 }
 
-/// APPLY: epoch, owner, record count, then per record table, key, version, payload
-/// length and payload. The primary writes each record if newer and releases the
-/// owner's lock on it.
+/// Packs the records to forward, by (primary, owner), into APPLY requests of at most a
+/// page each (a record is at most a sixth of one), each primary's in their own.
+fn pack_apply(
+    epoch: u64,
+    forward: BTreeMap<(NodeId, u64), Vec<Vec<u8>>>,
+) -> Vec<(WorkerId, Vec<u8>)> {
+    // Per request: its groups so far, and where the count of its last group is.
+    let mut reqs: Vec<(WorkerId, Vec<u8>)> = Vec::new();
+    let mut current: Option<(NodeId, u64, u16, usize)> = None; // primary, owner, groups, count at
+    for ((primary, owner), records) in forward {
+        for r in records {
+            debug_assert!(r.len() + 20 <= PAGE_BYTES);
+            let same_req = matches!(current, Some((p, ..)) if p == primary);
+            let room =
+                same_req && reqs.last().is_some_and(|(_, q)| q.len() + 10 + r.len() <= PAGE_BYTES);
+            if !room {
+                let mut req = Vec::with_capacity(PAGE_BYTES);
+                Out(&mut req).u64(epoch).u16(0);
+                reqs.push((first(primary), req));
+                current = Some((primary, u64::MAX, 0, 0));
+            }
+            let (_, ref mut last_owner, ref mut groups, ref mut count_at) =
+                *current.as_mut().expect("a request is open");
+            let req = &mut reqs.last_mut().expect("a request is open").1;
+            if *last_owner != owner || *groups == 0 {
+                *groups += 1;
+                req[8..10].copy_from_slice(&groups.to_le_bytes());
+                Out(req).u64(owner);
+                *count_at = req.len();
+                Out(req).u16(0);
+                *last_owner = owner;
+            }
+            let count = u16::from_le_bytes([req[*count_at], req[*count_at + 1]]) + 1;
+            req[*count_at..*count_at + 2].copy_from_slice(&count.to_le_bytes());
+            req.extend_from_slice(&r);
+        }
+    }
+    reqs
+}
+
+/// APPLY: epoch, group count, then per group an owner and its record count, then per
+/// record table, key, version, payload length and payload. The primary writes each
+/// record if newer and releases the owner's lock on it.
 fn apply<E: Endpoint>(node: &NodeEngine, ctx: &mut HandlerCtx<'_, E>, req: &[u8]) {
     let mut i = In(req);
-    let (Some(epoch), Some(owner), Some(count)) = (i.u64(), i.u64(), i.u16()) else { return };
+    let (Some(epoch), Some(groups)) = (i.u64(), i.u16()) else { return };
     if epoch != node.membership.epoch() {
         Out(ctx.reply).u64(node.membership.epoch());
         return;
     }
-    let catalog = &node.catalog;
     let mut payload = Vec::new();
+    for _ in 0..groups {
+        let (Some(owner), Some(count)) = (i.u64(), i.u16()) else { break };
+        apply_group(node, ctx, &mut i, owner, count, &mut payload);
+    }
+    Out(ctx.reply).u64(epoch);
+}
+
+/// The `count` records of one owner in an APPLY request.
+fn apply_group<E: Endpoint>(
+    node: &NodeEngine,
+    ctx: &mut HandlerCtx<'_, E>,
+    i: &mut In<'_>,
+    owner: u64,
+    count: u16,
+    payload: &mut Vec<u64>,
+) {
+    let catalog = &node.catalog;
     for _ in 0..count {
         let (Some(table), Some(key), Some(version), Some(len)) =
             (i.u16(), i.u64(), i.u64(), i.u16())
@@ -489,14 +601,13 @@ fn apply<E: Endpoint>(node: &NodeEngine, ctx: &mut HandlerCtx<'_, E>, req: &[u8]
         let p = catalog.partition(t, key);
         let replica = node.store.replica(t, p);
         ctx.ep.charge_cpu(node.cfg.costs.record_ns);
-        if replica.apply_logged(0, key, version, &payload).is_ok() {
+        if replica.apply_logged(0, key, version, payload).is_ok() {
             if let Some(off) = replica.lookup(key) {
                 replica.unlock_if(off, hytra_store::Owner(owner));
                 node.file_recovered(t, p, key, off);
             }
         }
     }
-    Out(ctx.reply).u64(epoch);
 }
 
 fn finish<E: Endpoint>(node: &NodeEngine, ctx: &mut HandlerCtx<'_, E>) {
@@ -648,6 +759,47 @@ async fn call_until<E: Endpoint, T>(
     None
 }
 
+/// Calls in flight at once in [`call_all`]: well under the worker's call slots.
+const CALLS_AT_ONCE: usize = 32;
+
+/// Sends every request of `reqs` and waits for all the replies, up to [`CALLS_AT_ONCE`]
+/// in flight at a time, so that a round costs one round trip rather than one per member.
+/// A request that could not be sent, timed out or was not accepted is then retried on
+/// its own until `deadline_ns` ([`call_until`]). Returns the accepted values in the order
+/// of `reqs`, or the destination that did not answer.
+async fn call_all<E: Endpoint, T>(
+    co: &Co<E>,
+    ty: RpcType,
+    reqs: &[(WorkerId, Vec<u8>)],
+    deadline_ns: u64,
+    mut accept: impl FnMut(&[u8]) -> Option<T>,
+) -> Result<Vec<T>, WorkerId> {
+    let mut out: Vec<Option<T>> = reqs.iter().map(|_| None).collect();
+    for (k, batch) in reqs.chunks(CALLS_AT_ONCE).enumerate() {
+        let base = k * CALLS_AT_ONCE;
+        let tickets: Vec<_> =
+            batch.iter().map(|(dest, req)| co.call(*dest, ty, req).ok()).collect();
+        for (j, t) in tickets.into_iter().enumerate() {
+            if let Some(t) = t {
+                if let Ok(v) = co.reply(t, |r| accept(r)).await {
+                    out[base + j] = v;
+                }
+            }
+        }
+    }
+    let mut done = Vec::with_capacity(reqs.len());
+    for ((dest, req), v) in reqs.iter().zip(out) {
+        match v {
+            Some(v) => done.push(v),
+            None => match call_until(co, *dest, ty, req, deadline_ns, &mut accept).await {
+                Some(v) => done.push(v),
+                None => return Err(*dest),
+            },
+        }
+    }
+    Ok(done)
+}
+
 /// The membership task of a node (on its worker 0): renews the lease with the manager,
 /// and as the manager watches the members, reconfigures when one fails, and ends the run
 /// once every member's clients are done.
@@ -758,7 +910,10 @@ async fn reconfigure<E: Endpoint>(co: &Co<E>, wt: &Rc<WorkerTxn>, mut dead: Vec<
     let workers = co.shape().workers_per_node;
     loop {
         let old = node.membership.current();
-        rec.event(format!("removing {dead:?} from epoch {}", old.epoch), co.now_ns());
+        rec.event(
+            RecoveryStep::Removing { dead: dead.clone(), from_epoch: old.epoch },
+            co.now_ns(),
+        );
         let next = match next_config(&old, &dead, node.cfg.replication) {
             Ok(c) => c,
             Err(why) => return rec.fail(why),
@@ -778,11 +933,11 @@ async fn reconfigure<E: Endpoint>(co: &Co<E>, wt: &Rc<WorkerTxn>, mut dead: Vec<
             }
             Err(e) => return rec.fail(e.to_string()),
         }
-        rec.event(format!("committed epoch {}", next.epoch), co.now_ns());
+        rec.event(RecoveryStep::Committed { epoch: next.epoch }, co.now_ns());
         co.with_ep(|ep| install(&node, ep, next.clone()));
         match rounds(co, &node, &old, &next, &bytes, lease, workers).await {
             Ok(()) => {
-                rec.event(format!("epoch {} active everywhere", next.epoch), co.now_ns());
+                rec.event(RecoveryStep::ActiveEverywhere { epoch: next.epoch }, co.now_ns());
                 return;
             }
             Err(Round::Silent(n)) => {
@@ -811,20 +966,18 @@ async fn rounds<E: Endpoint>(
 ) -> Result<(), Round> {
     let epoch = new.epoch;
     let members: Vec<NodeId> = new.members().collect();
-    // 1: install and quiesce.
-    for &n in &members {
-        let deadline = co.now_ns() + lease;
-        let ok = call_until(co, first(n), CONFIG, bytes, deadline, |r| {
-            let mut i = In(r);
-            let (e, q) = (i.u64()?, i.u8()?);
-            (e > epoch || (e == epoch && q == 1)).then_some(e)
-        })
-        .await;
-        match ok {
-            Some(e) if e == epoch => {}
-            Some(_) => return Ok(()), // a newer configuration took over
-            None => return Err(Round::Silent(n)),
-        }
+    // 1: install and quiesce, every member at once.
+    let reqs: Vec<(WorkerId, Vec<u8>)> =
+        members.iter().map(|&n| (first(n), bytes.to_vec())).collect();
+    let answers = call_all(co, CONFIG, &reqs, co.now_ns() + lease, |r| {
+        let mut i = In(r);
+        let (e, q) = (i.u64()?, i.u8()?);
+        (e > epoch || (e == epoch && q == 1)).then_some(e)
+    })
+    .await
+    .map_err(|w| Round::Silent(w.node))?;
+    if answers.iter().any(|&e| e != epoch) {
+        return Ok(()); // a newer configuration took over
     }
     // 2: reports.
     let mut reports = Reports::default();
@@ -845,52 +998,42 @@ async fn rounds<E: Endpoint>(
     // 3: decisions.
     let committed = reports.decide(old, new, workers).map_err(Round::Fatal)?;
     node.recovery.event(
-        format!(
-            "decided {} transactions in doubt: {} committed",
-            reports.doubts.len(),
-            committed.len()
-        ),
+        RecoveryStep::Decided { in_doubt: reports.doubts.len(), committed: committed.len() },
         co.now_ns(),
     );
     let list: Vec<u64> = committed.into_iter().collect();
-    for &n in &members {
-        let pages: Vec<&[u64]> =
-            if list.is_empty() { vec![&[][..]] } else { list.chunks(PAGE_BYTES / 8).collect() };
-        for (k, page) in pages.iter().enumerate() {
-            let last = k + 1 == pages.len();
-            let mut req = Vec::new();
-            Out(&mut req).u64(epoch).u8(u8::from(last)).u32(page.len() as u32).words(page);
-            let deadline = co.now_ns() + lease;
-            // The last page is repeated until the member has applied everything.
-            let want_applied = last;
-            let ok = call_until(co, first(n), DECIDE, &req, deadline, |r| {
-                let mut i = In(r);
-                let (e, applied) = (i.u64()?, i.u8()?);
-                (e != epoch || !want_applied || applied == 1).then_some(e)
-            })
-            .await;
-            match ok {
-                Some(e) if e == epoch => {}
-                Some(_) => return Ok(()),
-                None => return Err(Round::Silent(n)),
-            }
+    let pages: Vec<&[u64]> =
+        if list.is_empty() { vec![&[][..]] } else { list.chunks(PAGE_BYTES / 8).collect() };
+    // Page by page to every member at once; the last page is repeated until the member
+    // has applied everything.
+    for (k, page) in pages.iter().enumerate() {
+        let last = k + 1 == pages.len();
+        let mut req = Vec::new();
+        Out(&mut req).u64(epoch).u8(u8::from(last)).u32(page.len() as u32).words(page);
+        let reqs: Vec<(WorkerId, Vec<u8>)> =
+            members.iter().map(|&n| (first(n), req.clone())).collect();
+        let answers = call_all(co, DECIDE, &reqs, co.now_ns() + lease, |r| {
+            let mut i = In(r);
+            let (e, applied) = (i.u64()?, i.u8()?);
+            (e != epoch || !last || applied == 1).then_some(e)
+        })
+        .await
+        .map_err(|w| Round::Silent(w.node))?;
+        if answers.iter().any(|&e| e != epoch) {
+            return Ok(());
         }
     }
     // 4: activation.
-    for &n in &members {
-        let mut req = Vec::new();
-        Out(&mut req).u64(epoch);
-        let deadline = co.now_ns() + lease;
-        let ok = call_until(co, first(n), ACTIVATE, &req, deadline, |r| {
-            let mut i = In(r);
-            let (e, active) = (i.u64()?, i.u8()?);
-            (e != epoch || active == 1).then_some(e)
-        })
-        .await;
-        if ok.is_none() {
-            return Err(Round::Silent(n));
-        }
-    }
+    let mut req = Vec::new();
+    Out(&mut req).u64(epoch);
+    let reqs: Vec<(WorkerId, Vec<u8>)> = members.iter().map(|&n| (first(n), req.clone())).collect();
+    call_all(co, ACTIVATE, &reqs, co.now_ns() + lease, |r| {
+        let mut i = In(r);
+        let (e, active) = (i.u64()?, i.u8()?);
+        (e != epoch || active == 1).then_some(e)
+    })
+    .await
+    .map_err(|w| Round::Silent(w.node))?;
     Ok(())
 }
 
@@ -975,8 +1118,7 @@ async fn apply_decisions<E: Endpoint>(co: &Co<E>, node: &NodeEngine) {
     let cfg = node.membership.current();
     let me = co.me().node;
     // Records to hand to each primary, by owner.
-    let mut forward: BTreeMap<(NodeId, u64), Vec<u8>> = BTreeMap::new();
-    let mut counts: BTreeMap<(NodeId, u64), u16> = BTreeMap::new();
+    let mut forward: BTreeMap<(NodeId, u64), Vec<Vec<u8>>> = BTreeMap::new();
     let mut buf = Vec::new();
     for c in 0..node.log.rings as usize {
         let result = resolve(
@@ -994,14 +1136,14 @@ async fn apply_decisions<E: Endpoint>(co: &Co<E>, node: &NodeEngine) {
                     if primary == me {
                         continue;
                     }
-                    let out = forward.entry((primary, owner)).or_default();
-                    Out(out)
+                    let mut out = Vec::with_capacity(20 + 8 * r.payload.len());
+                    Out(&mut out)
                         .u16(r.table.0)
                         .u64(r.key)
                         .u64(r.version)
                         .u16(r.payload.len() as u16)
                         .words(&r.payload);
-                    *counts.entry((primary, owner)).or_default() += 1;
+                    forward.entry((primary, owner)).or_default().push(out);
                 }
             },
             &mut buf,
@@ -1011,23 +1153,76 @@ async fn apply_decisions<E: Endpoint>(co: &Co<E>, node: &NodeEngine) {
                 .fail(format!("{me}: the log ring of worker {c} is corrupt at recovery: {e:?}"));
         }
     }
-    for ((primary, owner), body) in forward {
-        let count = counts[&(primary, owner)];
-        let mut req = Vec::new();
-        Out(&mut req).u64(epoch).u64(owner).u16(count);
-        req.extend_from_slice(&body);
-        let deadline = co.now_ns() + rec.params.lease_ns;
-        let ok = call_until(co, first(primary), APPLY, &req, deadline, |r| In(r).u64()).await;
-        if ok.is_none() {
-            // The primary stopped answering: the next reconfiguration removes it, and
-            // the records are in this node's logs no more (applied here): the new
-            // primary, a backup that holds them, takes over.
-            break;
-        }
-    }
+    let reqs = pack_apply(epoch, forward);
+    let deadline = co.now_ns() + rec.params.lease_ns;
+    // A primary that stops answering is removed by the next reconfiguration, and the
+    // records are in this node's logs no more (applied here): the new primary, a backup
+    // that holds them, takes over.
+    let _ = call_all(co, APPLY, &reqs, deadline, |r| In(r).u64()).await;
     node.refile_primaries(&cfg);
     let mut d = rec.decisions.lock().expect("no recorder panicked");
     if d.epoch == epoch {
         d.applied = true;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A forwarded record of `words` payload words, its key and version both `key`.
+    fn record(key: u64, words: usize) -> Vec<u8> {
+        let mut out = Vec::new();
+        Out(&mut out).u16(1).u64(key).u64(key).u16(words as u16).words(&vec![key; words]);
+        out
+    }
+
+    #[test]
+    fn apply_requests_hold_every_record_once_within_a_page() {
+        let mut forward: BTreeMap<(NodeId, u64), Vec<Vec<u8>>> = BTreeMap::new();
+        let mut key = 0;
+        for primary in [NodeId(1), NodeId(4)] {
+            for owner in 0..40u64 {
+                // Owners of one record, and owners of more than a page of them.
+                let n = if owner % 7 == 0 { 12 } else { 1 };
+                for _ in 0..n {
+                    key += 1;
+                    let words = usize::from(hytra_store::layout::PAYLOAD_WORDS_MAX)
+                        / (1 + (key as usize % 4));
+                    forward.entry((primary, owner)).or_default().push(record(key, words));
+                }
+            }
+        }
+        let want: Vec<(NodeId, u64, u64)> = forward
+            .iter()
+            .flat_map(|(&(p, o), rs)| {
+                rs.iter().map(move |r| (p, o, u64::from_le_bytes(r[2..10].try_into().unwrap())))
+            })
+            .collect();
+        let reqs = pack_apply(9, forward);
+        let mut got = Vec::new();
+        for (dest, req) in &reqs {
+            assert!(req.len() <= PAGE_BYTES, "{} bytes", req.len());
+            assert_eq!(dest.index, 0);
+            let mut i = In(req);
+            assert_eq!(i.u64(), Some(9));
+            let groups = i.u16().unwrap();
+            assert!(groups > 0);
+            for _ in 0..groups {
+                let (owner, count) = (i.u64().unwrap(), i.u16().unwrap());
+                assert!(count > 0);
+                for _ in 0..count {
+                    let (_table, key, _version, len) =
+                        (i.u16().unwrap(), i.u64().unwrap(), i.u64().unwrap(), i.u16().unwrap());
+                    for _ in 0..len {
+                        assert_eq!(i.u64(), Some(key));
+                    }
+                    got.push((dest.node, owner, key));
+                }
+            }
+            assert_eq!(i.u8(), None, "nothing after the last group");
+        }
+        assert_eq!(got, want);
+        assert!(reqs.len() > 4, "records spread over several pages: {}", reqs.len());
     }
 }

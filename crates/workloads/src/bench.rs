@@ -9,12 +9,15 @@ use std::rc::Rc;
 
 use hytra_check::{History, Report};
 use hytra_fabric::rng::Rng;
-use hytra_fabric::{Backend, BackendError, ClusterShape, Endpoint, RunLimits, RunStats};
+use hytra_fabric::{Backend, BackendError, ClusterShape, Endpoint, NodeId, RunLimits, RunStats};
 use hytra_rt::{run_workers_with, RtConfig, Worker, WorkerStats};
 use hytra_store::{
     take_word, Catalog, CatalogError, ImageDecodeError, ReplicaImage, StoreError, TableSpec,
 };
-use hytra_txn::{Abort, Engine, EngineError, Outcome, Txn, TxnConfig, TxnCtx, TxnStats, WorkerTxn};
+use hytra_txn::{
+    Abort, Engine, EngineError, Outcome, RecoveryEvent, RecoveryStep, Txn, TxnConfig, TxnCtx,
+    TxnStats, WorkerTxn,
+};
 use thiserror::Error;
 
 /// What a client coroutine needs to know.
@@ -90,7 +93,10 @@ pub fn check_replicas(engine: &Engine) -> (bool, Vec<String>) {
     let catalog = &engine.catalog;
     let config = engine.final_config();
     let mut details = Vec::new();
-    let (mut differing, mut locked, mut records) = (0u64, 0u64, 0u64);
+    let (mut differing, mut locked, mut stale, mut records) = (0u64, 0u64, 0u64, 0u64);
+    // A lock taken in an epoch before the final one is free (L6): the attempt that took
+    // it was frozen, or its coordinator removed, and recovery resolved it.
+    let current = hytra_store::Owner::new(0, 0, config.epoch, 0);
     let mut p = Vec::new();
     let mut q = Vec::new();
     for spec in catalog.tables() {
@@ -100,7 +106,9 @@ pub fn check_replicas(engine: &Engine) -> (bool, Vec<String>) {
             for (off, key) in primary.records() {
                 records += 1;
                 let snap = primary.read(off, key, &mut p).expect("no writer after the run");
-                if snap.lock != 0 {
+                if snap.lock != 0 && !hytra_store::Owner(snap.lock).holds_in(current) {
+                    stale += 1;
+                } else if snap.lock != 0 {
                     locked += 1;
                     if locked == 1 {
                         details.push(format!(
@@ -140,8 +148,9 @@ pub fn check_replicas(engine: &Engine) -> (bool, Vec<String>) {
         }
     }
     details.push(format!(
-        "replicas equal their primaries: {} ({records} records, {differing} differ, {locked} locked)",
-        differing == 0 && locked == 0
+        "replicas equal their primaries: {} ({records} records, {differing} differ, {locked} locked{})",
+        differing == 0 && locked == 0,
+        if stale > 0 { format!(", {stale} stale locks of earlier epochs") } else { String::new() }
     ));
     (differing == 0 && locked == 0, details)
 }
@@ -196,6 +205,88 @@ pub struct BenchResult<R> {
     pub cache_hits: u64,
     /// Misses.
     pub cache_misses: u64,
+    /// What recovery did, if a node failed.
+    pub recovery: RecoveryLog,
+}
+
+/// What recovery did during a run: the steps of every node of this process and the
+/// survivors' commit timeline, from which [`RecoveryLog::times`] reads how long the
+/// cluster took to recover.
+#[derive(Clone, Debug, Default)]
+pub struct RecoveryLog {
+    /// Nodes that crashed.
+    pub crashed: Vec<NodeId>,
+    /// Recovery's steps on the nodes this process hosts, by time.
+    pub events: Vec<(NodeId, RecoveryEvent)>,
+    /// Commits of the workers of nodes that did not crash, by interval of
+    /// [`BenchParams::timeline_ns`] over the whole run (as [`TxnStats::timeline`]).
+    pub survivors_timeline: Vec<u64>,
+}
+
+/// Share of the survivors' commit rate before a crash that counts as recovered.
+pub const RECOVERED_SHARE: f64 = 0.8;
+/// Intervals in a row at that rate that count as recovered.
+pub const RECOVERED_INTERVALS: usize = 5;
+
+/// How long the cluster took to recover from a crash, each from the crash (ns).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct RecoveryTimes {
+    /// The configuration manager set out to remove the crashed node.
+    pub detected_ns: Option<u64>,
+    /// The new configuration was committed to the store.
+    pub configured_ns: Option<u64>,
+    /// Every member was active in it (every partition served again).
+    pub active_ns: Option<u64>,
+    /// The start of the first timeline interval from which the survivors commit at
+    /// [`RECOVERED_SHARE`] of their rate before the crash, [`RECOVERED_INTERVALS`]
+    /// intervals in a row (or to the end of the run).
+    pub recovered_ns: Option<u64>,
+    /// The survivors' commits per second before the crash (measured intervals only).
+    pub before_tps: f64,
+    /// The survivors' commits per second from `recovered_ns` to the end of the window.
+    pub after_tps: f64,
+}
+
+impl RecoveryLog {
+    /// The recovery times of a crash at `crash_ns`, the timeline's intervals being
+    /// `width_ns` wide and the measured window `[from_ns, to_ns)`. Steps are those of
+    /// the first reconfiguration after the crash.
+    pub fn times(&self, crash_ns: u64, width_ns: u64, from_ns: u64, to_ns: u64) -> RecoveryTimes {
+        assert!(width_ns > 0 && from_ns <= crash_ns && crash_ns < to_ns);
+        let after = |pred: &dyn Fn(&RecoveryStep) -> bool| {
+            self.events
+                .iter()
+                .find(|(_, e)| e.at_ns >= crash_ns && pred(&e.step))
+                .map(|(_, e)| e.at_ns - crash_ns)
+        };
+        let mut t = RecoveryTimes {
+            detected_ns: after(&|s| matches!(s, RecoveryStep::Removing { .. })),
+            configured_ns: after(&|s| matches!(s, RecoveryStep::Committed { .. })),
+            active_ns: after(&|s| matches!(s, RecoveryStep::ActiveEverywhere { .. })),
+            ..RecoveryTimes::default()
+        };
+        let line = &self.survivors_timeline;
+        let rate = |a: usize, b: usize| {
+            let n: u64 = (a..b).map(|i| line.get(i).copied().unwrap_or(0)).sum();
+            n as f64 / ((b - a) as f64 * width_ns as f64 / 1e9)
+        };
+        // Whole intervals only: those before the crash, and those of the window after.
+        let (first, crash_at) =
+            (from_ns.div_ceil(width_ns) as usize, (crash_ns / width_ns) as usize);
+        let end = (to_ns / width_ns) as usize;
+        if first >= crash_at {
+            return t;
+        }
+        t.before_tps = rate(first, crash_at);
+        let floor = t.before_tps * RECOVERED_SHARE;
+        let recovered = (crash_at + 1..end)
+            .find(|&j| (j..(j + RECOVERED_INTERVALS).min(end)).all(|i| rate(i, i + 1) >= floor));
+        if let Some(j) = recovered {
+            t.recovered_ns = Some(j as u64 * width_ns - crash_ns);
+            t.after_tps = rate(j, end);
+        }
+        t
+    }
 }
 
 /// Why a run could not be made.
@@ -362,7 +453,7 @@ fn restore_images(engine: &Engine, images: Vec<PlacedImage>) -> Result<(), Bench
                 "a peer sent an image of node {node}, table {table}, partition {partition}, which this cluster does not have"
             )));
         };
-        if !engine.hosts(hytra_fabric::NodeId(node)) {
+        if !engine.hosts(NodeId(node)) {
             replica.restore(&image)?;
         }
     }
@@ -425,6 +516,7 @@ pub fn run_partial<B: Backend, W: Workload>(
             )
         },
     )?;
+    let mut survivors = TxnStats::default();
     let mut part = Part {
         stats: TxnStats::default(),
         rt: WorkerStats::default(),
@@ -443,6 +535,9 @@ pub fn run_partial<B: Backend, W: Workload>(
         if !run.crashed.contains(&shape.worker_at(index).node) {
             part.leaked += leaked;
         }
+        if !run.crashed.contains(&shape.worker_at(index).node) {
+            survivors.merge(&s);
+        }
         part.stats.merge(&s);
         merge_rt(&mut part.rt, &w);
         part.history.extend(h);
@@ -451,7 +546,7 @@ pub fn run_partial<B: Backend, W: Workload>(
         part.history.extend(doubts.into_iter().filter(|r| engine.verdict(r.id)));
         part.reports.push((index, r));
     }
-    let everywhere = (0..shape.nodes).all(|n| engine.hosts(hytra_fabric::NodeId(n)));
+    let everywhere = (0..shape.nodes).all(|n| engine.hosts(NodeId(n)));
     let parts = if everywhere {
         vec![part]
     } else {
@@ -524,6 +619,20 @@ pub fn run_partial<B: Backend, W: Workload>(
         None => {}
     }
     let (cache_hits, cache_misses) = (stats.cache_hits, stats.cache_misses);
+    let mut events: Vec<(NodeId, RecoveryEvent)> = engine
+        .nodes
+        .iter()
+        .filter(|n| engine.hosts(n.node))
+        .flat_map(|n| n.recovery.events().into_iter().map(move |e| (n.node, e)))
+        .collect();
+    events.sort_by_key(|(n, e)| (e.at_ns, *n));
+    let recovery = RecoveryLog {
+        crashed: run.crashed.clone(),
+        events,
+        // Spread over processes, nobody crashes (crashes are simulated), and only this
+        // process's workers' counters were kept apart.
+        survivors_timeline: if everywhere { survivors.timeline } else { stats.timeline.clone() },
+    };
     Ok(Some(BenchResult {
         stats,
         rt,
@@ -535,6 +644,7 @@ pub fn run_partial<B: Backend, W: Workload>(
         attempts_total,
         cache_hits,
         cache_misses,
+        recovery,
     }))
 }
 
@@ -625,12 +735,13 @@ where
     F: AsyncFnMut(&mut TxnCtx<E>, bool) -> Outcome,
 {
     let mut first = true;
-    loop {
+    let started_in = ctx.co().step_time_ns();
+    let outcome = loop {
         let outcome = attempt(ctx, first).await;
         first = false;
         match outcome {
             // A node that left the cluster runs nothing more.
-            Outcome::Aborted(_) if ctx.halted() => return outcome,
+            Outcome::Aborted(_) if ctx.halted() => break outcome,
             Outcome::Aborted(r) if r.retryable() && ctx.attempts() < retries_max => {
                 let spins = rng.below(u64::from(ctx.attempts().min(16)) * 2 + 1);
                 for _ in 0..spins {
@@ -639,11 +750,18 @@ where
             }
             Outcome::Aborted(r) if r.retryable() => {
                 ctx.worker().gave_up(ty);
-                return outcome;
+                break outcome;
             }
-            _ => return outcome,
+            _ => break outcome,
         }
+    };
+    // A transaction that never waited (read-only on local records) ran inside one step
+    // of its worker: without a yield, clients of such transactions would hold the worker
+    // for the whole run, and its handlers, its lease and its peers' requests with it.
+    if ctx.co().step_time_ns() == started_in {
+        ctx.co().yield_now().await;
     }
+    outcome
 }
 
 #[cfg(test)]

@@ -41,7 +41,7 @@ fn assert_recovered(r: &BenchResult<SmallBankReport>, what: &str) {
         &c.violations[..c.violations.len().min(3)]
     );
     assert!(r.invariant.ok, "{what}: {:?}", r.invariant.details);
-    // The crash at 5 ms is detected a lease (10 ms) later; by the last quarter the
+    // The crash at 5 ms is detected a lease (5 ms) later; by the last quarter the
     // cluster, one node short, runs at more than half its rate before the crash (without
     // recovery every coroutine ends up waiting on the dead node).
     let t = &r.stats.timeline;
