@@ -249,10 +249,10 @@ pub struct RecoveryTimes {
 
 impl RecoveryLog {
     /// The recovery times of a crash at `crash_ns`, the timeline's intervals being
-    /// `width_ns` wide and the measured window `[from_ns, to_ns)`. Steps are those of
-    /// the first reconfiguration after the crash.
+    /// `width_ns` wide and the measured window `[from_ns, to_ns)` (rates only from
+    /// whole intervals inside it). Steps are those of the first reconfiguration after
+    /// the crash.
     pub fn times(&self, crash_ns: u64, width_ns: u64, from_ns: u64, to_ns: u64) -> RecoveryTimes {
-        assert!(width_ns > 0 && from_ns <= crash_ns && crash_ns < to_ns);
         let after = |pred: &dyn Fn(&RecoveryStep) -> bool| {
             self.events
                 .iter()
@@ -270,6 +270,9 @@ impl RecoveryLog {
             let n: u64 = (a..b).map(|i| line.get(i).copied().unwrap_or(0)).sum();
             n as f64 / ((b - a) as f64 * width_ns as f64 / 1e9)
         };
+        if width_ns == 0 || crash_ns >= to_ns {
+            return t; // no timeline, or a crash after the window: no rates to compare
+        }
         // Whole intervals only: those before the crash, and those of the window after.
         let (first, crash_at) =
             (from_ns.div_ceil(width_ns) as usize, (crash_ns / width_ns) as usize);
@@ -767,6 +770,36 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn recovery_times_read_the_steps_and_the_survivors_timeline() {
+        let at = |ms: u64, step| (NodeId(0), RecoveryEvent { at_ns: ms * 1_000_000, step });
+        // 1 ms intervals: 100 commits each, nothing from the crash at 10 ms until 16 ms,
+        // 50 at 16 ms, then 90 (above 80%) to the end at 30 ms.
+        let mut line = vec![100u64; 10];
+        line.extend([0; 6]);
+        line.push(50);
+        line.extend([90; 13]);
+        let log = RecoveryLog {
+            crashed: vec![NodeId(3)],
+            events: vec![
+                at(2, RecoveryStep::Active { epoch: 1 }),
+                at(15, RecoveryStep::Removing { dead: vec![NodeId(3)], from_epoch: 1 }),
+                at(15, RecoveryStep::Committed { epoch: 2 }),
+                at(16, RecoveryStep::ActiveEverywhere { epoch: 2 }),
+            ],
+            survivors_timeline: line,
+        };
+        let t = log.times(10_000_000, 1_000_000, 2_000_000, 30_000_000);
+        assert_eq!(t.detected_ns, Some(5_000_000));
+        assert_eq!(t.configured_ns, Some(5_000_000));
+        assert_eq!(t.active_ns, Some(6_000_000));
+        assert_eq!(t.recovered_ns, Some(7_000_000), "the first of 5 intervals at 80%");
+        assert!((t.before_tps - 100_000.0).abs() < 1e-6 && (t.after_tps - 90_000.0).abs() < 1e-6);
+        // A crash outside the window, or a window that starts at it, has no rates.
+        assert_eq!(log.times(40_000_000, 1_000_000, 2_000_000, 30_000_000).recovered_ns, None);
+        assert_eq!(log.times(10_000_000, 1_000_000, 10_000_000, 30_000_000).before_tps, 0.0);
+    }
 
     #[test]
     fn a_part_travels_with_its_images_and_a_cut_one_is_refused() {
