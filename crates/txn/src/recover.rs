@@ -521,35 +521,41 @@ fn pack_apply(
     epoch: u64,
     forward: BTreeMap<(NodeId, u64), Vec<Vec<u8>>>,
 ) -> Vec<(WorkerId, Vec<u8>)> {
-    // Per request: its groups so far, and where the count of its last group is.
+    /// Adds one to the u16 at `at` (a request's group count, or a group's record count).
+    fn bump(req: &mut [u8], at: usize) {
+        let n = u16::from_le_bytes([req[at], req[at + 1]]) + 1;
+        req[at..at + 2].copy_from_slice(&n.to_le_bytes());
+    }
+    const GROUPS_AT: usize = 8; // after the epoch
     let mut reqs: Vec<(WorkerId, Vec<u8>)> = Vec::new();
-    let mut current: Option<(NodeId, u64, u16, usize)> = None; // primary, owner, groups, count at
+    // The last request's primary, the owner of its last group, and where that group's
+    // record count is.
+    let mut open: Option<(NodeId, u64, usize)> = None;
     for ((primary, owner), records) in forward {
         for r in records {
             debug_assert!(r.len() + 20 <= PAGE_BYTES);
-            let same_req = matches!(current, Some((p, ..)) if p == primary);
-            let room =
-                same_req && reqs.last().is_some_and(|(_, q)| q.len() + 10 + r.len() <= PAGE_BYTES);
-            if !room {
+            let fits = matches!(open, Some((p, ..)) if p == primary)
+                && reqs.last().is_some_and(|(_, q)| q.len() + 10 + r.len() <= PAGE_BYTES);
+            if !fits {
                 let mut req = Vec::with_capacity(PAGE_BYTES);
                 Out(&mut req).u64(epoch).u16(0);
                 reqs.push((first(primary), req));
-                current = Some((primary, u64::MAX, 0, 0));
+                open = None;
             }
-            let (_, ref mut last_owner, ref mut groups, ref mut count_at) =
-                *current.as_mut().expect("a request is open");
             let req = &mut reqs.last_mut().expect("a request is open").1;
-            if *last_owner != owner || *groups == 0 {
-                *groups += 1;
-                req[8..10].copy_from_slice(&groups.to_le_bytes());
-                Out(req).u64(owner);
-                *count_at = req.len();
-                Out(req).u16(0);
-                *last_owner = owner;
-            }
-            let count = u16::from_le_bytes([req[*count_at], req[*count_at + 1]]) + 1;
-            req[*count_at..*count_at + 2].copy_from_slice(&count.to_le_bytes());
+            let count_at = match open {
+                Some((_, o, at)) if o == owner => at,
+                _ => {
+                    bump(req, GROUPS_AT);
+                    Out(req).u64(owner);
+                    let at = req.len();
+                    Out(req).u16(0);
+                    at
+                }
+            };
+            bump(req, count_at);
             req.extend_from_slice(&r);
+            open = Some((primary, owner, count_at));
         }
     }
     reqs
