@@ -450,16 +450,13 @@ fn crashes(a: &BenchArgs, sim: bool, seconds: f64) -> Result<Vec<Crash>, CliErro
     }
     // Recovery decides the transactions in doubt from a surviving backup's log, and
     // nothing re-replicates yet: every partition must keep two of its copies.
-    let start = hytra_txn::Config::initial(a.nodes, a.replication);
-    for (p, part) in start.placement.parts().iter().enumerate() {
-        let copies = std::iter::once(part.primary).chain(part.backups.iter().map(|&(n, _)| n));
-        let left = copies.filter(|n| !out.iter().any(|c| c.node == n.0)).count();
-        if left < 2 {
-            return usage(format!(
-                "--crash: partition {p} would keep {left} of its {} copies; recovery needs two (a backup's log decides the transactions in doubt, and nothing re-replicates yet)",
-                a.replication
-            ));
-        }
+    let dead: Vec<NodeId> = out.iter().map(|c| NodeId(c.node)).collect();
+    let (p, left) = hytra_txn::Config::initial(a.nodes, a.replication).fewest_copies_without(&dead);
+    if left < 2 {
+        return usage(format!(
+            "--crash: partition {p} would keep {left} of its {} copies; recovery needs two (a backup's log decides the transactions in doubt, and nothing re-replicates yet)",
+            a.replication
+        ));
     }
     out.sort_by_key(|c| c.at_ns);
     Ok(out)

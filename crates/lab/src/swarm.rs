@@ -24,7 +24,10 @@ use hytra_fabric::sim::profile::NicProfile;
 use hytra_fabric::sim::SimConfig;
 use hytra_fabric::{ClusterShape, NodeId};
 use hytra_rt::RtConfig;
-use hytra_txn::{Design, ExecStrategy, LockStrategy, PlantedFault, Primitive, TxnConfig};
+use hytra_txn::{
+    Config, Design, ExecStrategy, LockStrategy, PlantedFault, Primitive, RecoveryParams,
+    RecoveryStep, TxnConfig,
+};
 use hytra_workloads::bench::BenchParams;
 use hytra_workloads::tpcc::TpccMix;
 use hytra_workloads::ycsb::{KeyDist, Mix as YcsbMix};
@@ -67,6 +70,16 @@ const DRAIN_SIM_NS: u64 = 1_000_000_000;
 /// Time after the last fault heals that the window still runs, so that progress after
 /// it can be seen: several RPC timeouts (retries, backoffs, unlocks).
 const AFTER_HEAL_SIM_NS: u64 = 4 * RPC_TIMEOUT_SIM_NS;
+/// Stream of the crash draw: a stream of its own, so that a seed without crashes draws
+/// the same configuration as before crashes were drawn.
+const CRASH_STREAM: u64 = 0xC_2A54;
+/// Leases of the seeds with crashes: the simulator's 5 ms, and shorter ones that put
+/// detection and recovery several times into a short window.
+const CRASH_LEASES_NS: [u64; 3] = [1_000_000, 2_000_000, 5_000_000];
+/// Virtual time a cluster gets after its last crash to detect it and recover, beyond
+/// three leases (a manager's crash is found two leases late): the configuration store's
+/// commits and the rounds of recovery.
+const RECOVERY_SLACK_NS: u64 = 3_000_000;
 /// Longest partition drawn: below the profiles' transport retry time (0.5 ms), so that
 /// one-sided requests wait for the partition to heal rather than fail (a failing
 /// transport is a crash to the engine, which needs recovery).
@@ -141,6 +154,9 @@ impl Draw {
                 line.push_str(&format!("; faults {}", describe_faults(&c.faults)));
             }
         }
+        if let Some(r) = t.recovery {
+            line.push_str(&format!("; lease {} ms", r.lease_ns / 1_000_000));
+        }
         line
     }
 
@@ -179,7 +195,8 @@ impl Draw {
                 ("duplication", f.duplicate_ppm > 0),
                 ("reordering", f.reorder_ppm > 0),
                 ("delay", f.delay_ppm > 0),
-                ("pause", !f.node_faults.is_empty()),
+                ("pause", f.node_faults.iter().any(|n| n.kind != NodeFaultKind::Crash)),
+                ("crash", f.node_faults.iter().any(|n| n.kind == NodeFaultKind::Crash)),
                 ("partition", !f.partitions.is_empty()),
             ];
             for (name, on) in kinds {
@@ -190,8 +207,30 @@ impl Draw {
             if kinds.iter().all(|(_, on)| !on) {
                 d.push(("faults", "none".to_string()));
             }
+            let crashed = self.crashes();
+            d.push(("crashes", crashed.len().to_string()));
+            if !crashed.is_empty() {
+                let manager = crashed.iter().any(|&(n, _)| n == NodeId(0));
+                d.push(("crashed", if manager { "the manager" } else { "others" }.to_string()));
+                let lease = t.recovery.map_or(0, |r| r.lease_ns / 1_000_000);
+                d.push(("lease", format!("{lease} ms")));
+            }
         }
         d
+    }
+
+    /// The nodes the draw crashes, and when (ns), in time order.
+    pub fn crashes(&self) -> Vec<(NodeId, u64)> {
+        let BackendSpec::Sim(c) = &self.spec.backend else { return Vec::new() };
+        let mut out: Vec<(NodeId, u64)> = c
+            .faults
+            .node_faults
+            .iter()
+            .filter(|f| f.kind == NodeFaultKind::Crash)
+            .map(|f| (f.node, f.at_ns))
+            .collect();
+        out.sort_by_key(|&(_, at)| at);
+        out
     }
 }
 
@@ -218,13 +257,16 @@ fn describe_faults(f: &FaultConfig) -> String {
         }
     }
     for n in &f.node_faults {
-        if let NodeFaultKind::Pause { for_ns } = n.kind {
-            parts.push(format!(
+        match n.kind {
+            NodeFaultKind::Pause { for_ns } => parts.push(format!(
                 "pause {} at {} us for {} us",
                 n.node,
                 n.at_ns / 1000,
                 for_ns / 1000
-            ));
+            )),
+            NodeFaultKind::Crash => {
+                parts.push(format!("crash {} at {} us", n.node, n.at_ns / 1000))
+            }
         }
     }
     for p in &f.partitions {
@@ -268,7 +310,7 @@ pub fn draw(seed: u64, backend: SwarmBackend, planted: Option<PlantedFault>) -> 
     let coherent = !sim || chance(&mut rng, 1, 2);
     nic.atomics_coherent = coherent;
     let offload_ok = !sim || nic.offload.is_some();
-    let (txn, cache) = draw_txn(&mut rng, nodes, offload_ok, planted);
+    let (mut txn, cache) = draw_txn(&mut rng, nodes, offload_ok, planted);
     let rt = RtConfig {
         doorbell_batching: !chance(&mut rng, 1, 4),
         rpc_coalescing: !chance(&mut rng, 1, 4),
@@ -279,11 +321,28 @@ pub fn draw(seed: u64, backend: SwarmBackend, planted: Option<PlantedFault>) -> 
     let warmup_ns = if sim { rng.below(300_000) } else { rng.below(30_000_000) };
     let mut measure_ns =
         if sim { 500_000 + rng.below(1_500_000) } else { 60_000_000 + rng.below(120_000_000) };
-    let (faults, heal_ns) = if sim && chance(&mut rng, 1, 2) {
+    let (mut faults, mut heal_ns) = if sim && chance(&mut rng, 1, 2) {
         draw_faults(&mut rng, nodes, warmup_ns + measure_ns)
     } else {
         (FaultConfig::none(), 0)
     };
+    let crashes = match sim {
+        true => draw_crashes(seed, nodes, txn.replication, warmup_ns + measure_ns),
+        false => None,
+    };
+    if let Some((crashes, lease_ns)) = crashes {
+        // A pause as long as a lease would remove a live node: pauses stay within the
+        // ratio of the default lease to the longest pause drawn (5 to 2).
+        for f in &mut faults.node_faults {
+            if let NodeFaultKind::Pause { for_ns } = &mut f.kind {
+                *for_ns = (*for_ns).min(lease_ns * 2 / 5);
+            }
+        }
+        let last = crashes.iter().map(|c| c.at_ns).max().unwrap_or(0);
+        heal_ns = heal_ns.max(last + 3 * lease_ns + RECOVERY_SLACK_NS);
+        faults.node_faults.extend(crashes);
+        txn.recovery = Some(RecoveryParams { lease_ns, ..RecoveryParams::simulated() });
+    }
     if heal_ns > 0 {
         measure_ns = measure_ns.max(heal_ns + AFTER_HEAL_SIM_NS - warmup_ns);
     }
@@ -471,6 +530,35 @@ fn draw_faults(rng: &mut Rng, nodes: u16, span_ns: u64) -> (FaultConfig, u64) {
     (f, heal)
 }
 
+/// Crashes of one or two nodes, on a third of the seeds whose replication leaves every
+/// partition two copies after them (recovery decides the transactions in doubt from a
+/// surviving backup's log), at any time of the run; and the lease that detects them.
+fn draw_crashes(
+    seed: u64,
+    nodes: u16,
+    replication: u16,
+    span_ns: u64,
+) -> Option<(Vec<NodeFault>, u64)> {
+    let mut rng = Rng::derive(seed, CRASH_STREAM);
+    let start = Config::initial(nodes, replication);
+    if !chance(&mut rng, 1, 3) || start.fewest_copies_without(&[NodeId(0)]).1 < 2 {
+        return None;
+    }
+    let lease_ns = pick(&mut rng, &CRASH_LEASES_NS);
+    let first = NodeId(rng.below(u64::from(nodes)) as u16);
+    let at_ns = rng.below(span_ns);
+    let mut crashes = vec![NodeFault { node: first, at_ns, kind: NodeFaultKind::Crash }];
+    if chance(&mut rng, 1, 3) {
+        let second = NodeId(rng.below(u64::from(nodes)) as u16);
+        // At the same instant, or while the cluster may still be recovering from the first.
+        let at_ns = if chance(&mut rng, 1, 2) { at_ns } else { at_ns + rng.below(3 * lease_ns) };
+        if second != first && start.fewest_copies_without(&[first, second]).1 >= 2 {
+            crashes.push(NodeFault { node: second, at_ns, kind: NodeFaultKind::Crash });
+        }
+    }
+    Some((crashes, lease_ns))
+}
+
 /// What one seed's run showed.
 #[derive(Clone, Debug)]
 pub struct SeedReport {
@@ -615,6 +703,30 @@ pub fn judge(d: &Draw, o: &Outcome) -> Vec<String> {
         findings.push(format!("invariant violated: {}", r.invariant.details.join("; ")));
     }
     // Progress: something commits over the whole run, and after the faults heal.
+    for (node, at_ns) in d.crashes() {
+        let removed = r.recovery.events.iter().any(|(_, e)| {
+            e.at_ns >= at_ns
+                && matches!(&e.step, RecoveryStep::Removing { dead, .. } if dead.contains(&node))
+        });
+        if !removed {
+            findings.push(format!("{node} crashed at {} us and was never removed", at_ns / 1000));
+        }
+    }
+    if let Some(&(_, crashed)) = d.crashes().last() {
+        // Every removal ends with every member active in its configuration.
+        let at = |pred: &dyn Fn(&RecoveryStep) -> bool| {
+            r.recovery.events.iter().filter(|(_, e)| pred(&e.step)).map(|(_, e)| e.at_ns).max()
+        };
+        let removing = at(&|s| matches!(s, RecoveryStep::Removing { .. })).unwrap_or(0);
+        let active = at(&|s| matches!(s, RecoveryStep::ActiveEverywhere { .. }));
+        if active.is_none_or(|a| a < removing.max(crashed)) {
+            findings.push(format!(
+                "the cluster was not active everywhere after its last removal ({} us; last crash at {} us)",
+                removing / 1000,
+                crashed / 1000
+            ));
+        }
+    }
     let timeline = &r.stats.timeline;
     let width = d.spec.params.timeline_ns;
     let total: u64 = timeline.iter().sum();

@@ -5,7 +5,7 @@
 use hytra_lab::swarm::{run_seed, run_swarm, SwarmBackend, SwarmOptions};
 use hytra_txn::PlantedFault;
 
-/// Seeds each planted bug may take to be caught (the slowest takes 35 today).
+/// Seeds each planted bug may take to be caught (the slowest, `accept-torn-read`, takes 64 today).
 const SEEDS_MAX: u64 = 80;
 
 fn first_caught(planted: PlantedFault) -> Option<u64> {
@@ -22,10 +22,10 @@ fn first_caught(planted: PlantedFault) -> Option<u64> {
 }
 
 #[test]
-fn every_planted_bug_without_a_crash_is_caught() {
-    // `CommitBeforeLogged` loses nothing unless a node dies between the commit and the
-    // logs: it is for the crash swarm.
-    for planted in PlantedFault::ALL.iter().filter(|&&f| f != PlantedFault::CommitBeforeLogged) {
+fn every_planted_bug_is_caught() {
+    // `CommitBeforeLogged` shows only when a node dies between the commit and the logs:
+    // the seeds that crash one catch it.
+    for planted in PlantedFault::ALL.iter() {
         let seed = first_caught(*planted);
         assert!(seed.is_some(), "{} went unnoticed in {SEEDS_MAX} seeds", planted.name());
     }

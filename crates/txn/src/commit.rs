@@ -962,14 +962,25 @@ pub(crate) async fn background<E: Endpoint>(co: Co<E>, wt: Rc<WorkerTxn>) {
                 let Some(ack) = acks.front_mut() else { break };
                 if ack.epoch != epoch {
                     // Of a configuration that is over: recovery wrote it back.
-                    let done = acks.pop_front().expect("the front");
-                    wt.ack_done(done.bytes);
-                    continue;
+                    Err(acks.pop_front().expect("the front"))
+                } else {
+                    Ok(match ack.call.take() {
+                        Some(t) => Some(t),
+                        None if rec.open() => co.call(ack.dest, ack.ty, &ack.bytes).ok(),
+                        None => None,
+                    })
                 }
-                match ack.call.take() {
-                    Some(t) => Some(t),
-                    None if rec.open() => co.call(ack.dest, ack.ty, &ack.bytes).ok(),
-                    None => None,
+            };
+            let next = match next {
+                Ok(next) => next,
+                Err(over) => {
+                    // A call still in flight is collected all the same (its answer, or its
+                    // timeout if the target died), so that no call outlives the run (R5).
+                    if let Some(t) = over.call {
+                        let _ = co.reply(t, |_| ()).await;
+                    }
+                    wt.ack_done(over.bytes);
+                    continue;
                 }
             };
             let Some(t) = next else {

@@ -83,6 +83,18 @@ impl Config {
     pub fn primary(&self, p: u16) -> NodeId {
         self.placement.primary(p)
     }
+
+    /// The partition that would keep the fewest copies if `dead` failed, and how many
+    /// it would keep. Recovery decides the transactions in doubt from a surviving
+    /// backup's log, so a failure is survivable when every partition keeps two.
+    pub fn fewest_copies_without(&self, dead: &[NodeId]) -> (u16, usize) {
+        let parts = self.placement.parts().iter().enumerate();
+        let left = parts.map(|(p, part)| {
+            let copies = std::iter::once(part.primary).chain(part.backups.iter().map(|&(n, _)| n));
+            (p as u16, copies.filter(|n| !dead.contains(n)).count())
+        });
+        left.min_by_key(|&(_, n)| n).expect("a configuration places at least one partition")
+    }
 }
 
 /// Why bytes did not decode as a configuration.
@@ -265,5 +277,16 @@ mod tests {
         let err = Config::new(2, members, Placement::initial(3, 2)).unwrap_err();
         assert!(err.contains("not a member"), "{err}");
         assert!(Config::new(2, vec![false; 3], Placement::initial(3, 1)).is_err());
+    }
+
+    #[test]
+    fn copies_left_count_every_replica_of_the_worst_partition() {
+        let c = Config::initial(6, 3); // partition p on p, p+1, p+2
+        assert_eq!(c.fewest_copies_without(&[]).1, 3);
+        assert_eq!(c.fewest_copies_without(&[NodeId(2)]).1, 2);
+        // 0 and 3 share no partition; 2 and 3 share partitions 1, 2 and 3.
+        assert_eq!(c.fewest_copies_without(&[NodeId(0), NodeId(3)]).1, 2);
+        assert_eq!(c.fewest_copies_without(&[NodeId(2), NodeId(3)]), (1, 1));
+        assert_eq!(Config::initial(3, 2).fewest_copies_without(&[NodeId(1)]).1, 1);
     }
 }

@@ -174,11 +174,13 @@ pub struct NodeRecovery {
     verdicts: Mutex<(u64, BTreeSet<u64>)>,
     /// Workers whose background task finished (final log flush done).
     flushed: AtomicU64,
-    /// Manager: when each node last renewed its lease, and whether its clients are done.
+    /// Manager: when each node last renewed its lease (or, if later, when this node
+    /// installed the configuration in force), and whether its clients are done.
     renewed: Vec<AtomicU64>,
     /// Manager: per node, the member's clock of a renewal not yet granted (0: none).
     to_grant: Vec<AtomicU64>,
-    /// Member: the member's clock when it asked for the last lease granted.
+    /// Member: the member's clock when it asked for the last lease granted, or, if
+    /// later, when it installed or activated the configuration in force.
     granted: AtomicU64,
     done: Vec<AtomicBool>,
     /// The whole run is over.
@@ -389,9 +391,19 @@ fn install<E: Endpoint>(node: &NodeEngine, ep: &mut E, next: Config) {
         ep.fence(n);
     }
     let epoch = next.epoch;
-    node.recovery.recovering.store(epoch, Ordering::Release);
+    let rec = &node.recovery;
+    // A new configuration starts every silence afresh: its manager (perhaps new) has had
+    // no time to grant, nor its members to renew with it. Measured from here, neither
+    // side takes the other for dead while the reconfiguration runs. This only delays a
+    // removal, never hastens one; what a member may post still ends with its lease.
+    let now = ep.now_ns();
+    rec.granted.fetch_max(now, Ordering::AcqRel);
+    for n in next.members() {
+        rec.renewed[usize::from(n.0)].fetch_max(now, Ordering::AcqRel);
+    }
+    rec.recovering.store(epoch, Ordering::Release);
     node.membership.install(Arc::new(next));
-    node.recovery.event(RecoveryStep::Installed { epoch }, ep.now_ns());
+    rec.event(RecoveryStep::Installed { epoch }, now);
 }
 
 /// A report page: epoch, next cursor (ring, entry; `u32::MAX` ring when done), then per
@@ -506,8 +518,13 @@ fn activate<E: Endpoint>(node: &NodeEngine, ctx: &mut HandlerCtx<'_, E>, req: &[
             d.epoch == epoch && d.applied
         };
         if applied && rec.recovering.load(Ordering::Acquire) == epoch {
+            // The manager grants no lease while its rounds run, and they may outlast
+            // leases (requests resent after timeouts): the silence that makes a member
+            // take over counts from here, where the manager is about to grant again.
+            let now = ctx.ep.now_ns();
+            rec.granted.fetch_max(now, Ordering::AcqRel);
             rec.recovering.store(0, Ordering::Release);
-            rec.event(RecoveryStep::Active { epoch }, ctx.ep.now_ns());
+            rec.event(RecoveryStep::Active { epoch }, now);
         }
     }
     Out(ctx.reply)
@@ -765,6 +782,17 @@ async fn call_until<E: Endpoint, T>(
     None
 }
 
+/// RPC timeouts a member gets to answer a round of recovery (at least; a lease if longer).
+const ANSWER_TIMEOUTS: u64 = 4;
+
+/// How long a member may take to answer a request of recovery before it counts as
+/// silent: a lease, or enough RPC timeouts to resend a request lost on the way several
+/// times if that is longer (with a lease of a few timeouts, one lost datagram would
+/// otherwise pass for a dead node).
+fn silent_ns<E: Endpoint>(co: &Co<E>, rec: &NodeRecovery) -> u64 {
+    rec.params.lease_ns.max(ANSWER_TIMEOUTS * co.config().rpc_timeout_ns)
+}
+
 /// Calls in flight at once in [`call_all`]: well under the worker's call slots.
 const CALLS_AT_ONCE: usize = 32;
 
@@ -912,7 +940,7 @@ pub(crate) async fn membership<E: Endpoint>(co: Co<E>, wt: Rc<WorkerTxn>) {
 async fn reconfigure<E: Endpoint>(co: &Co<E>, wt: &Rc<WorkerTxn>, mut dead: Vec<NodeId>) {
     let node = wt.node.clone();
     let rec = &node.recovery;
-    let lease = rec.params.lease_ns;
+    let silent_ns = silent_ns(co, rec);
     let workers = co.shape().workers_per_node;
     loop {
         let old = node.membership.current();
@@ -941,7 +969,7 @@ async fn reconfigure<E: Endpoint>(co: &Co<E>, wt: &Rc<WorkerTxn>, mut dead: Vec<
         }
         rec.event(RecoveryStep::Committed { epoch: next.epoch }, co.now_ns());
         co.with_ep(|ep| install(&node, ep, next.clone()));
-        match rounds(co, &node, &old, &next, &bytes, lease, workers).await {
+        match rounds(co, &node, &old, &next, &bytes, silent_ns, workers).await {
             Ok(()) => {
                 rec.event(RecoveryStep::ActiveEverywhere { epoch: next.epoch }, co.now_ns());
                 return;
@@ -960,14 +988,15 @@ enum Round {
     Fatal(String),
 }
 
-/// Rounds 1-4 of a reconfiguration from `old` to `new`.
+/// Rounds 1-4 of a reconfiguration from `old` to `new`; a member that does not answer
+/// one within `silent_ns` is silent.
 async fn rounds<E: Endpoint>(
     co: &Co<E>,
     node: &NodeEngine,
     old: &Config,
     new: &Config,
     bytes: &[u8],
-    lease: u64,
+    silent_ns: u64,
     workers: u16,
 ) -> Result<(), Round> {
     let epoch = new.epoch;
@@ -975,7 +1004,7 @@ async fn rounds<E: Endpoint>(
     // 1: install and quiesce, every member at once.
     let reqs: Vec<(WorkerId, Vec<u8>)> =
         members.iter().map(|&n| (first(n), bytes.to_vec())).collect();
-    let answers = call_all(co, CONFIG, &reqs, co.now_ns() + lease, |r| {
+    let answers = call_all(co, CONFIG, &reqs, co.now_ns() + silent_ns, |r| {
         let mut i = In(r);
         let (e, q) = (i.u64()?, i.u8()?);
         (e > epoch || (e == epoch && q == 1)).then_some(e)
@@ -992,7 +1021,7 @@ async fn rounds<E: Endpoint>(
         while cursor.0 != u32::MAX {
             let mut req = Vec::new();
             Out(&mut req).u64(epoch).u32(cursor.0).u32(cursor.1);
-            let deadline = co.now_ns() + lease;
+            let deadline = co.now_ns() + silent_ns;
             let page = call_until(co, first(n), REPORT, &req, deadline, |r| Some(r.to_vec())).await;
             let Some(page) = page else { return Err(Round::Silent(n)) };
             match reports.read_page(n, &page) {
@@ -1018,7 +1047,7 @@ async fn rounds<E: Endpoint>(
         Out(&mut req).u64(epoch).u8(u8::from(last)).u32(page.len() as u32).words(page);
         let reqs: Vec<(WorkerId, Vec<u8>)> =
             members.iter().map(|&n| (first(n), req.clone())).collect();
-        let answers = call_all(co, DECIDE, &reqs, co.now_ns() + lease, |r| {
+        let answers = call_all(co, DECIDE, &reqs, co.now_ns() + silent_ns, |r| {
             let mut i = In(r);
             let (e, applied) = (i.u64()?, i.u8()?);
             (e != epoch || !last || applied == 1).then_some(e)
@@ -1033,7 +1062,7 @@ async fn rounds<E: Endpoint>(
     let mut req = Vec::new();
     Out(&mut req).u64(epoch);
     let reqs: Vec<(WorkerId, Vec<u8>)> = members.iter().map(|&n| (first(n), req.clone())).collect();
-    call_all(co, ACTIVATE, &reqs, co.now_ns() + lease, |r| {
+    call_all(co, ACTIVATE, &reqs, co.now_ns() + silent_ns, |r| {
         let mut i = In(r);
         let (e, active) = (i.u64()?, i.u8()?);
         (e != epoch || active == 1).then_some(e)
@@ -1160,11 +1189,19 @@ async fn apply_decisions<E: Endpoint>(co: &Co<E>, node: &NodeEngine) {
         }
     }
     let reqs = pack_apply(epoch, forward);
-    let deadline = co.now_ns() + rec.params.lease_ns;
-    // A primary that stops answering is removed by the next reconfiguration, and the
-    // records are in this node's logs no more (applied here): the new primary, a backup
-    // that holds them, takes over.
-    let _ = call_all(co, APPLY, &reqs, deadline, |r| In(r).u64()).await;
+    // The records are in this node's logs no more (applied here): every primary must
+    // have them before this node counts as applied, however many requests are lost on
+    // the way (APPLY is idempotent: a record older than the primary's is ignored). Only
+    // a newer configuration ends the wait: one that removed a silent primary promotes a
+    // backup that holds the records.
+    while call_all(co, APPLY, &reqs, co.now_ns() + silent_ns(co, rec), |r| In(r).u64())
+        .await
+        .is_err()
+    {
+        if node.membership.epoch() != epoch || rec.ended() {
+            break;
+        }
+    }
     node.refile_primaries(&cfg);
     let mut d = rec.decisions.lock().expect("no recorder panicked");
     if d.epoch == epoch {

@@ -305,6 +305,11 @@ impl<E: Endpoint> TxnCtx<E> {
         &self.co
     }
 
+    /// This client's coroutine among its worker's (0-based).
+    pub fn index(&self) -> u16 {
+        self.co_index
+    }
+
     /// The worker's shared transaction state.
     pub fn worker(&self) -> &Rc<WorkerTxn> {
         &self.wt
@@ -571,6 +576,13 @@ impl<E: Endpoint> Txn<'_, E> {
         let a = &mut self.ctx.acc[usize::from(r.0)];
         assert!(a.present, "delete of an absent record");
         (a.write, a.delete) = (true, true);
+    }
+
+    /// The node serving `key` of `table` in this attempt's configuration: where a
+    /// workload sends requests of its own about the record's partition (such as a
+    /// lookup in a secondary index that lives with the partition's replicas).
+    pub fn primary_of(&self, table: TableId, key: u64) -> NodeId {
+        self.ctx.config.primary(self.ctx.node.catalog.partition(table, key))
     }
 
     /// The context (for the workload's own bookkeeping).

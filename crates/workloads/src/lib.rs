@@ -8,11 +8,13 @@
 //! - [`tpcc`] — TPC-C, the standard mix and DrTM+H's New-Order-only TPC-C/no
 //! - [`tpce`] — TPC-E's Customer-Position (read-only, distributed)
 //! - [`tatp`] — TATP (FaRM's and FaSST's telecom benchmark)
+//! - [`tally`] — what clients committed, and what a crash left in doubt, for the invariants
 //! - [`ycsb`] — YCSB core workloads A-F
 
 pub mod bench;
 pub mod micro;
 pub mod smallbank;
+pub mod tally;
 pub mod tatp;
 pub mod tpcc;
 pub mod tpce;

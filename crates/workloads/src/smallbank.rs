@@ -10,7 +10,6 @@
 //! minus the withdrawals of committed transactions; every backup equals its primary;
 //! plus the serializability check of the recorded history.
 
-use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
 use hytra_fabric::rng::Rng;
@@ -19,9 +18,8 @@ use hytra_rt::Worker;
 use hytra_store::{IndexLayout, Partitioner, StoreError, TableId, TableSpec};
 use hytra_txn::{Abort, AbortReason, Engine, Txn, TxnCtx, WorkerTxn};
 
-use crate::bench::{
-    check_replicas, run_body, spawn_clients, ClientPlan, InvariantReport, Workload,
-};
+use crate::bench::{check_replicas, spawn_clients, ClientPlan, InvariantReport, Workload};
+use crate::tally::{run_counted, Tallies, Tally};
 
 /// Savings balances.
 pub const SAVINGS: TableId = TableId(0);
@@ -71,25 +69,9 @@ impl SmallBank {
     }
 }
 
-/// What one worker's clients did, for the oracle.
-#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
-pub struct SmallBankReport {
-    /// Money added (deposits) minus money taken (withdrawals, checks) by committed
-    /// transactions.
-    pub delta: i64,
-    /// Transactions whose coordinator never learned their fate (its node crashed or left
-    /// the cluster while they committed): (attempt, money they add if committed).
-    #[serde(default)]
-    pub in_doubt: Vec<(u64, i64)>,
-}
-
-/// A worker's clients' tally: committed money, and per coroutine the attempt committing
-/// now with the money it adds.
-#[derive(Default)]
-pub struct Tally {
-    delta: Cell<i64>,
-    committing: RefCell<Vec<Option<(u64, i64)>>>,
-}
+/// What one worker's clients did, for the oracle: money added (deposits) minus money
+/// taken (withdrawals, checks) by committed transactions, and by those in doubt.
+pub type SmallBankReport = Tally<i64>;
 
 /// Picks a customer: 90% from the hot 4%, else from the rest.
 fn pick(rng: &mut Rng, accounts: u64) -> u64 {
@@ -207,8 +189,7 @@ async fn client<E: Endpoint>(
     mut rng: Rng,
     accounts: u64,
     plan: ClientPlan,
-    tally: Rc<Tally>,
-    co: usize,
+    tally: Rc<Tallies<i64>>,
 ) {
     while plan.running(&ctx) {
         let roll = rng.below(100);
@@ -222,27 +203,15 @@ async fn client<E: Endpoint>(
         };
         let (a, b) = pick_two(&mut rng, accounts);
         let input = Input { a, b, amount: amount(ty) };
-        let committed = run_body(&mut ctx, &mut rng, ty, plan.retries_max, async |t| {
-            let added = body(t, ty, input).await?;
-            // From here the attempt commits: should this node die before it learns the
-            // outcome, the run's end asks recovery.
-            tally.committing.borrow_mut()[co] = Some((t.id(), added));
-            Ok(added)
+        run_counted(&mut ctx, &mut rng, ty, plan.retries_max, &tally, async |t| {
+            body(t, ty, input).await
         })
         .await;
-        if ctx.halted() && committed.is_none() {
-            // Left the cluster: the last attempt's fate is recovery's to tell.
-            break;
-        }
-        tally.committing.borrow_mut()[co] = None;
-        if let Some(added) = committed {
-            tally.delta.set(tally.delta.get() + added);
-        }
     }
 }
 
 impl Workload for SmallBank {
-    type State = Rc<Tally>;
+    type State = Rc<Tallies<i64>>;
     type Report = SmallBankReport;
 
     fn name(&self) -> &'static str {
@@ -294,32 +263,19 @@ impl Workload for SmallBank {
         w: &mut Worker<E>,
         wt: &Rc<WorkerTxn>,
         plan: ClientPlan,
-    ) -> Rc<Tally> {
-        let tally = Rc::new(Tally::default());
-        *tally.committing.borrow_mut() = vec![None; usize::from(plan.coroutines)];
+    ) -> Rc<Tallies<i64>> {
+        let tally = Tallies::new(plan.coroutines);
         let accounts = self.accounts(w.co().shape());
-        let mut co = 0;
-        spawn_clients(w, wt, plan, |ctx, rng| {
-            co += 1;
-            client(ctx, rng, accounts, plan, tally.clone(), co - 1)
-        });
+        spawn_clients(w, wt, plan, |ctx, rng| client(ctx, rng, accounts, plan, tally.clone()));
         tally
     }
 
-    fn report(&self, state: Rc<Tally>) -> SmallBankReport {
-        let in_doubt = state.committing.borrow().iter().flatten().copied().collect();
-        SmallBankReport { delta: state.delta.get(), in_doubt }
+    fn report(&self, state: Rc<Tallies<i64>>) -> SmallBankReport {
+        state.report()
     }
 
     fn check(&self, engine: &Engine, reports: &[SmallBankReport]) -> InvariantReport {
-        let mut expected: i64 = reports.iter().map(|r| r.delta).sum();
-        // What recovery committed of the transactions whose coordinators died mid-commit.
-        expected += reports
-            .iter()
-            .flat_map(|r| &r.in_doubt)
-            .filter(|&&(id, _)| engine.verdict(id))
-            .map(|&(_, added)| added)
-            .sum::<i64>();
+        let mut expected = Tally::total(reports, engine);
         let mut total = 0i64;
         for table in [SAVINGS, CHECKING] {
             for primary in engine.primaries(table) {

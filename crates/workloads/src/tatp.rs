@@ -12,7 +12,6 @@
 //! The oracle: call-forwarding rows equal the loaded ones plus committed inserts minus
 //! committed deletes, and every forwarding row has its special-facility row.
 
-use std::cell::Cell;
 use std::rc::Rc;
 
 use hytra_fabric::rng::Rng;
@@ -21,9 +20,8 @@ use hytra_rt::Worker;
 use hytra_store::{IndexLayout, Partitioner, StoreError, TableId, TableSpec};
 use hytra_txn::{Abort, AbortReason, Engine, Txn, TxnCtx, WorkerTxn};
 
-use crate::bench::{
-    check_replicas, run_body, spawn_clients, ClientPlan, InvariantReport, Workload,
-};
+use crate::bench::{check_replicas, spawn_clients, ClientPlan, InvariantReport, Workload};
+use crate::tally::{run_counted, Counts, Tallies, Tally};
 
 /// Subscriber.
 pub const SUBSCRIBER: TableId = TableId(0);
@@ -150,18 +148,29 @@ fn some_types(rng: &mut Rng) -> Vec<u64> {
 pub struct ClientState {
     subscribers: u64,
     uniform: bool,
-    cf_inserted: Cell<u64>,
-    cf_deleted: Cell<u64>,
+    tally: Rc<Tallies<TatpCounts>>,
 }
 
-/// What a worker's clients committed.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct TatpReport {
+/// What a transaction adds to the oracle's expectations.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct TatpCounts {
     /// Call forwardings inserted.
     pub cf_inserted: u64,
     /// Call forwardings deleted.
     pub cf_deleted: u64,
 }
+
+impl Counts for TatpCounts {
+    fn plus(self, o: TatpCounts) -> TatpCounts {
+        TatpCounts {
+            cf_inserted: self.cf_inserted + o.cf_inserted,
+            cf_deleted: self.cf_deleted + o.cf_deleted,
+        }
+    }
+}
+
+/// What a worker's clients committed (and left in doubt).
+pub type TatpReport = Tally<TatpCounts>;
 
 /// Inputs of one transaction.
 #[derive(Copy, Clone, Debug)]
@@ -197,14 +206,10 @@ async fn client<E: Endpoint>(
             end: 1 + rng.below(24),
             value: rng.next_u64(),
         };
-        let committed = run_body(&mut ctx, &mut rng, kind, plan.retries_max, async |t| {
+        run_counted(&mut ctx, &mut rng, kind, plan.retries_max, &st.tally, async |t| {
             body(t, kind, input).await
         })
         .await;
-        if let Some(delta) = committed {
-            st.cf_inserted.set(st.cf_inserted.get() + delta.0);
-            st.cf_deleted.set(st.cf_deleted.get() + delta.1);
-        }
     }
 }
 
@@ -213,12 +218,12 @@ fn missing() -> Abort {
     Abort(AbortReason::User)
 }
 
-/// One attempt; returns (call forwardings inserted, deleted).
-async fn body<E: Endpoint>(t: &mut Txn<'_, E>, kind: u8, i: Input) -> Result<(u64, u64), Abort> {
+/// One attempt; returns the call forwardings it inserts and deletes.
+async fn body<E: Endpoint>(t: &mut Txn<'_, E>, kind: u8, i: Input) -> Result<TatpCounts, Abort> {
     match kind {
         0 => {
             t.read(SUBSCRIBER, sub_key(i.s)).await?;
-            Ok((0, 0))
+            Ok(TatpCounts::default())
         }
         1 => {
             // GET_NEW_DESTINATION: an active facility and a forwarding covering the time.
@@ -232,7 +237,7 @@ async fn body<E: Endpoint>(t: &mut Txn<'_, E>, kind: u8, i: Input) -> Result<(u6
                 t.exists(r) && start <= i.start && i.end < t.get(r)[cf::END_TIME]
             });
             if found {
-                Ok((0, 0))
+                Ok(TatpCounts::default())
             } else {
                 Err(missing())
             }
@@ -240,7 +245,7 @@ async fn body<E: Endpoint>(t: &mut Txn<'_, E>, kind: u8, i: Input) -> Result<(u6
         2 => {
             let a = t.read(ACCESS_INFO, ai_key(i.s, i.ty)).await?;
             if t.exists(a) {
-                Ok((0, 0))
+                Ok(TatpCounts::default())
             } else {
                 Err(missing())
             }
@@ -259,14 +264,14 @@ async fn body<E: Endpoint>(t: &mut Txn<'_, E>, kind: u8, i: Input) -> Result<(u6
             t.update(s)[sub::BITS] = (t.get(s)[sub::BITS] & !1) | (i.value & 1);
             let flags = t.get(f)[sf::FLAGS];
             t.update(f)[sf::FLAGS] = (flags & 0xFFFF) | ((i.value >> 8) & 0xFF) << 16;
-            Ok((0, 0))
+            Ok(TatpCounts::default())
         }
         4 => {
             // UPDATE_LOCATION, by subscriber number.
             let s = lookup(t, i.s).await?;
             let r = t.read_for_update(SUBSCRIBER, sub_key(s)).await?;
             t.update(r)[sub::VLR_LOCATION] = i.value & 0xFFFF_FFFF;
-            Ok((0, 0))
+            Ok(TatpCounts::default())
         }
         5 => {
             // INSERT_CALL_FORWARDING: the facility must exist and the forwarding not.
@@ -283,7 +288,7 @@ async fn body<E: Endpoint>(t: &mut Txn<'_, E>, kind: u8, i: Input) -> Result<(u6
             // An absent record read earlier is created by the insert (the lock phase
             // checks it is still absent).
             t.insert_over(c, &[i.start + i.end.clamp(1, 8), i.value, i.value >> 8])?;
-            Ok((1, 0))
+            Ok(TatpCounts { cf_inserted: 1, cf_deleted: 0 })
         }
         _ => {
             // DELETE_CALL_FORWARDING.
@@ -293,7 +298,7 @@ async fn body<E: Endpoint>(t: &mut Txn<'_, E>, kind: u8, i: Input) -> Result<(u6
                 return Err(missing());
             }
             t.delete(c);
-            Ok((0, 1))
+            Ok(TatpCounts { cf_inserted: 0, cf_deleted: 1 })
         }
     }
 }
@@ -396,20 +401,19 @@ impl Workload for Tatp {
         let st = Rc::new(ClientState {
             subscribers: self.params.subscribers_per_worker * w.co().shape().workers_total() as u64,
             uniform: self.params.uniform,
-            cf_inserted: Cell::new(0),
-            cf_deleted: Cell::new(0),
+            tally: Tallies::new(plan.coroutines),
         });
         spawn_clients(w, wt, plan, |ctx, rng| client(ctx, rng, plan, st.clone()));
         st
     }
 
     fn report(&self, st: Rc<ClientState>) -> TatpReport {
-        TatpReport { cf_inserted: st.cf_inserted.get(), cf_deleted: st.cf_deleted.get() }
+        st.tally.report()
     }
 
     fn check(&self, engine: &Engine, reports: &[TatpReport]) -> InvariantReport {
-        let inserted: u64 = reports.iter().map(|r| r.cf_inserted).sum();
-        let deleted: u64 = reports.iter().map(|r| r.cf_deleted).sum();
+        let TatpCounts { cf_inserted: inserted, cf_deleted: deleted } =
+            Tally::total(reports, engine);
         let loaded = self.loaded_cf.load(std::sync::atomic::Ordering::Relaxed);
         let present = |table: TableId, key: u64| {
             let replica = engine.primary_of(table, key);

@@ -9,7 +9,6 @@
 //! read-only transactions' validation has something to catch. The oracle: the sum of
 //! prices equals the loaded sum plus the committed moves, and holdings are unchanged.
 
-use std::cell::Cell;
 use std::rc::Rc;
 
 use hytra_fabric::rng::Rng;
@@ -18,9 +17,8 @@ use hytra_rt::Worker;
 use hytra_store::{IndexLayout, Partitioner, StoreError, TableId, TableSpec};
 use hytra_txn::{Abort, Engine, Rec, Txn, TxnCtx, WorkerTxn};
 
-use crate::bench::{
-    check_replicas, run_body, spawn_clients, ClientPlan, InvariantReport, Workload,
-};
+use crate::bench::{check_replicas, spawn_clients, ClientPlan, InvariantReport, Workload};
+use crate::tally::{run_counted, Tallies, Tally};
 
 /// Customer: accounts, tier, then name/tax id words.
 pub const CUSTOMER: TableId = TableId(0);
@@ -94,15 +92,11 @@ pub struct ClientState {
     customers: u64,
     securities: u64,
     mf_pct: u64,
-    moved: Cell<u64>,
+    tally: Rc<Tallies<u64>>,
 }
 
-/// What a worker's clients committed.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct TpceReport {
-    /// Sum of the price moves committed.
-    pub moved: u64,
-}
+/// What a worker's clients committed (and left in doubt): the sum of the price moves.
+pub type TpceReport = Tally<u64>;
 
 async fn client<E: Endpoint>(
     mut ctx: TxnCtx<E>,
@@ -124,7 +118,7 @@ async fn client<E: Endpoint>(
             moves.sort_unstable();
             moves.dedup_by_key(|m| m.0);
         }
-        let committed = run_body(&mut ctx, &mut rng, ty, plan.retries_max, async |t| {
+        run_counted(&mut ctx, &mut rng, ty, plan.retries_max, &st.tally, async |t| {
             if ty == CP {
                 customer_position(t, customer, &mut scratch).await.map(|_| 0)
             } else {
@@ -132,9 +126,6 @@ async fn client<E: Endpoint>(
             }
         })
         .await;
-        if let Some(moved) = committed {
-            st.moved.set(st.moved.get() + moved);
-        }
     }
 }
 
@@ -278,19 +269,19 @@ impl Workload for Tpce {
             customers: self.customers(shape),
             securities: self.securities(shape),
             mf_pct: self.params.market_feed_pct,
-            moved: Cell::new(0),
+            tally: Tallies::new(plan.coroutines),
         });
         spawn_clients(w, wt, plan, |ctx, rng| client(ctx, rng, plan, st.clone()));
         st
     }
 
     fn report(&self, st: Rc<ClientState>) -> TpceReport {
-        TpceReport { moved: st.moved.get() }
+        st.tally.report()
     }
 
     fn check(&self, engine: &Engine, reports: &[TpceReport]) -> InvariantReport {
         let (prices0, qty0) = *self.loaded.lock().expect("no loader panicked");
-        let moved: u64 = reports.iter().map(|r| r.moved).sum();
+        let moved = Tally::total(reports, engine);
         let sum = |table: TableId, word: usize| {
             let mut total = 0;
             let mut p = vec![0u64; usize::from(engine.catalog.spec(table).payload_words)];

@@ -19,9 +19,8 @@ use hytra_rt::Worker;
 use hytra_store::{IndexLayout, Partitioner, StoreError, TableId, TableSpec};
 use hytra_txn::{Abort, Engine, Txn, TxnCtx, WorkerTxn};
 
-use crate::bench::{
-    check_replicas, run_body, spawn_clients, ClientPlan, InvariantReport, Workload,
-};
+use crate::bench::{check_replicas, spawn_clients, ClientPlan, InvariantReport, Workload};
+use crate::tally::{run_counted, Counts, Tallies, Tally};
 
 /// The table.
 pub const USERTABLE: TableId = TableId(0);
@@ -218,8 +217,7 @@ pub struct ClientState {
     inserted: Cell<u64>,
     me: u64,
     workers: u64,
-    committed_updates: Cell<u64>,
-    committed_inserts: Cell<u64>,
+    tally: Rc<Tallies<YcsbCounts>>,
 }
 
 impl ClientState {
@@ -245,14 +243,23 @@ impl ClientState {
     }
 }
 
-/// What a worker's clients committed.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct YcsbReport {
-    /// Updates and read-modify-writes committed.
+/// What a transaction adds to the oracle's expectations.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct YcsbCounts {
+    /// Updates and read-modify-writes.
     pub updates: u64,
-    /// Inserts committed.
+    /// Inserts.
     pub inserts: u64,
 }
+
+impl Counts for YcsbCounts {
+    fn plus(self, o: YcsbCounts) -> YcsbCounts {
+        YcsbCounts { updates: self.updates + o.updates, inserts: self.inserts + o.inserts }
+    }
+}
+
+/// What a worker's clients committed (and left in doubt).
+pub type YcsbReport = Tally<YcsbCounts>;
 
 /// One operation of a transaction, drawn before its first attempt.
 #[derive(Copy, Clone, Debug)]
@@ -297,18 +304,14 @@ async fn client<E: Endpoint>(
             continue;
         }
         let ty = ops[0].kind;
-        let committed = run_body(&mut ctx, &mut rng, ty, plan.retries_max, async |t| {
+        run_counted(&mut ctx, &mut rng, ty, plan.retries_max, &st.tally, async |t| {
             body(t, &p, &ops, &mut keys, &mut recs, &mut value).await
         })
         .await;
-        if let Some(counts) = committed {
-            st.committed_updates.set(st.committed_updates.get() + counts.0);
-            st.committed_inserts.set(st.committed_inserts.get() + counts.1);
-        }
     }
 }
 
-/// One attempt; returns (updates, inserts) it makes.
+/// One attempt; returns the updates and inserts it makes.
 async fn body<E: Endpoint>(
     t: &mut Txn<'_, E>,
     p: &YcsbParams,
@@ -316,7 +319,7 @@ async fn body<E: Endpoint>(
     keys: &mut Vec<(TableId, u64)>,
     recs: &mut Vec<hytra_txn::Rec>,
     value: &mut [u64],
-) -> Result<(u64, u64), Abort> {
+) -> Result<YcsbCounts, Abort> {
     let field_words = usize::from(p.field_bytes / 8);
     let (mut updates, mut inserts) = (0, 0);
     for op in ops {
@@ -353,7 +356,7 @@ async fn body<E: Endpoint>(
             _ => unreachable!("five operations"),
         }
     }
-    Ok((updates, inserts))
+    Ok(YcsbCounts { updates, inserts })
 }
 
 impl Workload for Ycsb {
@@ -455,21 +458,20 @@ impl Workload for Ycsb {
             inserted: Cell::new(0),
             me: shape.worker_index(w.co().me()) as u64,
             workers: shape.workers_total() as u64,
-            committed_updates: Cell::new(0),
-            committed_inserts: Cell::new(0),
+            tally: Tallies::new(plan.coroutines),
         });
         spawn_clients(w, wt, plan, |ctx, rng| client(ctx, rng, p, plan, st.clone()));
         st
     }
 
     fn report(&self, st: Rc<ClientState>) -> YcsbReport {
-        YcsbReport { updates: st.committed_updates.get(), inserts: st.committed_inserts.get() }
+        st.tally.report()
     }
 
     fn check(&self, engine: &Engine, reports: &[YcsbReport]) -> InvariantReport {
         let p = &self.params;
-        let expect_updates: u64 = reports.iter().map(|r| r.updates).sum();
-        let expect_inserts: u64 = reports.iter().map(|r| r.inserts).sum();
+        let YcsbCounts { updates: expect_updates, inserts: expect_inserts } =
+            Tally::total(reports, engine);
         let loaded = self.loaded.load(std::sync::atomic::Ordering::Relaxed);
         let mut updates = 0u64;
         let mut rows = 0u64;

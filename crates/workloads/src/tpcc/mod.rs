@@ -21,12 +21,11 @@ use hytra_rt::Worker;
 use hytra_store::{Catalog, StoreError, TableSpec};
 use hytra_txn::{Engine, TxnCtx, WorkerTxn};
 
-use crate::bench::{
-    check_replicas, run_body, spawn_clients, ClientPlan, InvariantReport, Workload,
-};
+use crate::bench::{check_replicas, spawn_clients, ClientPlan, InvariantReport, Workload};
+use crate::tally::{run_counted, Tallies, Tally};
 use load::{initial_history, load_warehouse, Items, NameIndex, NameIndexBuilder, NuRand};
 use schema::*;
-use txns::{draw, Env, Mix, Scratch};
+use txns::{draw, Effect, Env, Mix, Scratch};
 
 pub use txns::Mix as TpccMix;
 
@@ -91,20 +90,16 @@ impl std::fmt::Debug for TpcC {
 /// What loading builds besides the tables.
 struct Built {
     items: Arc<Items>,
+    /// Per partition, its customer name index.
     names: Vec<Arc<NameIndex>>,
+    /// Per node, the partitions it holds a replica of (primary or backup).
+    held: Vec<Vec<bool>>,
     nu: NuRand,
 }
 
-/// What one worker's clients committed (warm-up included), for the oracle.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct TpccReport {
-    /// New-Orders committed.
-    pub new_orders: u64,
-    /// Money paid by committed Payments (cents).
-    pub paid: u64,
-    /// History rows inserted.
-    pub history: u64,
-}
+/// What one worker's clients committed (warm-up included) and left in doubt, for the
+/// oracle.
+pub type TpccReport = Tally<Effect>;
 
 impl TpcC {
     /// The workload with `params` (nothing is built until it is loaded).
@@ -153,6 +148,7 @@ async fn client<E: Endpoint>(
     remote_item_pct: u64,
     plan: ClientPlan,
     state: Rc<ClientState>,
+    tally: Rc<Tallies<Effect>>,
 ) {
     let mut sc = Scratch::default();
     while plan.running(&ctx) {
@@ -168,28 +164,20 @@ async fn client<E: Endpoint>(
             // Out of history rows for this run's sizing: stop issuing Payments.
             continue;
         };
-        let committed = run_body(&mut ctx, &mut rng, ty, plan.retries_max, async |t| {
+        run_counted(&mut ctx, &mut rng, ty, plan.retries_max, &tally, async |t| {
             txns::run(t, &env, home, &input, history_key, &mut sc).await
         })
         .await;
-        if let Some(effect) = committed {
-            let mut r = state.report.get();
-            r.0 += effect.new_orders;
-            r.1 += effect.paid;
-            r.2 += effect.history;
-            state.report.set(r);
-        }
     }
 }
 
-/// A worker's client state: one per warehouse it is home to.
-pub struct WorkerState(Vec<Rc<ClientState>>);
+/// A worker's client state: what its clients committed.
+pub struct WorkerState(Rc<Tallies<Effect>>);
 
-/// The clients of one home warehouse: its history counter and what they committed.
+/// The clients of one home warehouse: its history counter.
 #[derive(Default)]
 pub struct ClientState {
     history_next: Cell<u64>,
-    report: Cell<(u64, u64, u64)>,
 }
 
 impl Workload for TpcC {
@@ -269,13 +257,23 @@ impl Workload for TpcC {
             let mut builder = NameIndexBuilder::default();
             for wi in 0..scale.warehouses_per_node {
                 let w = node * scale.warehouses_per_node + wi;
+                // A name index is partition `node`'s: its warehouses must be.
+                assert_eq!(u64::from(engine.catalog.partition(WAREHOUSE, w)), node);
                 load_warehouse(engine, &scale, &nu, w, self.params.seed, &mut builder)?;
             }
             names.push(Arc::new(builder.build()));
         }
+        // The indexes live with their partitions' replicas, as placed at the start.
+        let placement = hytra_txn::Config::initial(shape.nodes, engine.catalog.replication());
+        let mut held = vec![vec![false; usize::from(shape.nodes)]; usize::from(shape.nodes)];
+        for (p, part) in placement.placement.parts().iter().enumerate() {
+            for n in std::iter::once(part.primary).chain(part.backups.iter().map(|&(n, _)| n)) {
+                held[usize::from(n.0)][p] = true;
+            }
+        }
         let items = Arc::new(Items::generate(self.params.items, self.params.seed));
         *self.built.lock().expect("no loader panicked") =
-            Some(Arc::new(Built { items, names, nu }));
+            Some(Arc::new(Built { items, names, held, nu }));
         Ok(())
     }
 
@@ -289,13 +287,15 @@ impl Workload for TpcC {
         let co = w.co();
         let shape = co.shape();
         let me = co.me();
-        let node_names = built.names[usize::from(me.node.0)].clone();
-        let names = node_names.clone();
+        let scale = self.scale(shape);
+        let held = &built.held[usize::from(me.node.0)];
+        let node_names: Arc<Vec<Option<Arc<NameIndex>>>> =
+            Arc::new(built.names.iter().zip(held).map(|(n, &h)| h.then(|| n.clone())).collect());
+        let (names, wpn) = (node_names.clone(), scale.warehouses_per_node);
         w.handle(
             txns::NAME_LOOKUP,
-            Box::new(move |ctx, req| txns::serve_name_lookup(&names, req, ctx.reply)),
+            Box::new(move |ctx, req| txns::serve_name_lookup(&names, wpn, req, ctx.reply)),
         );
-        let scale = self.scale(shape);
         let wpw = self.params.warehouses_per_worker;
         let first_home = shape.worker_index(me) as u64 * wpw;
         let env = Rc::new(Env {
@@ -316,26 +316,20 @@ impl Workload for TpcC {
             })
             .collect();
         let (mix, remote) = (self.params.mix, self.params.remote_item_pct);
+        let tally = Tallies::new(plan.coroutines);
         let mut terminal = 0u64;
         spawn_clients(w, wt, plan, |ctx, rng| {
             // Terminals take the worker's warehouses in turn, and a district each.
             let (home, d) = (first_home + terminal % wpw, (terminal / wpw) % DISTRICTS + 1);
             let state = states[(terminal % wpw) as usize].clone();
             terminal += 1;
-            client(ctx, rng, env.clone(), home, d, mix, remote, plan, state)
+            client(ctx, rng, env.clone(), home, d, mix, remote, plan, state, tally.clone())
         });
-        Rc::new(WorkerState(states))
+        Rc::new(WorkerState(tally))
     }
 
     fn report(&self, state: Rc<WorkerState>) -> TpccReport {
-        state.0.iter().fold(TpccReport::default(), |r, s| {
-            let (new_orders, paid, history) = s.report.get();
-            TpccReport {
-                new_orders: r.new_orders + new_orders,
-                paid: r.paid + paid,
-                history: r.history + history,
-            }
-        })
+        state.0.report()
     }
 
     fn check(&self, engine: &Engine, reports: &[TpccReport]) -> InvariantReport {
@@ -347,11 +341,7 @@ impl Workload for TpcC {
             details.push(format!("{name}: {violations} violations in {checked} checks"));
         }
         // What the clients committed must show in the database.
-        let expect = reports.iter().fold(TpccReport::default(), |a, r| TpccReport {
-            new_orders: a.new_orders + r.new_orders,
-            paid: a.paid + r.paid,
-            history: a.history + r.history,
-        });
+        let expect = Tally::total(reports, engine);
         let totals = totals(engine, &scale);
         let effects_ok = totals == expect;
         ok &= effects_ok;
@@ -458,8 +448,8 @@ fn consistency(engine: &Engine, scale: &Scale) -> Vec<(&'static str, u64, u64)> 
 
 /// What the database shows of committed work: orders beyond the initial ones, money
 /// paid beyond the initial W_YTD, history rows beyond the initial ones.
-fn totals(engine: &Engine, scale: &Scale) -> TpccReport {
-    let mut t = TpccReport::default();
+fn totals(engine: &Engine, scale: &Scale) -> Effect {
+    let mut t = Effect::default();
     rows(engine, DISTRICT, |_, p| t.new_orders += p[d::NEXT_O_ID] - (scale.customers + 1));
     rows(engine, WAREHOUSE, |_, p| t.paid += p[w::YTD] - 30_000_000);
     let mut history = 0;

@@ -10,6 +10,7 @@ use hytra_txn::{Abort, AbortReason, Rec, Txn};
 
 use super::load::{nurand, uniform, Items, NameIndex, NuRand};
 use super::schema::*;
+use crate::tally::Counts;
 
 /// New-Order.
 pub const NEW_ORDER_TX: u8 = 0;
@@ -37,8 +38,10 @@ pub struct Env {
     pub nodes: u64,
     /// The items.
     pub items: Arc<Items>,
-    /// This node's customer name index.
-    pub names: Arc<NameIndex>,
+    /// Per partition (the warehouses of one node at load), its customer name index if
+    /// this node holds a replica of the partition. Names never change, so every replica
+    /// of an index is the same.
+    pub names: Arc<Vec<Option<Arc<NameIndex>>>>,
     /// This client's node.
     pub node: u64,
     /// This client's worker index on its node (the peer it asks on other nodes).
@@ -220,7 +223,7 @@ pub fn draw(
 }
 
 /// What a committed transaction adds to the oracle's expectations.
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Effect {
     /// Orders created.
     pub new_orders: u64,
@@ -228,6 +231,16 @@ pub struct Effect {
     pub paid: u64,
     /// History rows inserted.
     pub history: u64,
+}
+
+impl Counts for Effect {
+    fn plus(self, o: Effect) -> Effect {
+        Effect {
+            new_orders: self.new_orders + o.new_orders,
+            paid: self.paid + o.paid,
+            history: self.history + o.history,
+        }
+    }
 }
 
 /// Per-attempt scratch of a client (reused across transactions).
@@ -336,7 +349,8 @@ async fn new_order<E: Endpoint>(
 }
 
 /// The customer `who` of district `(cw, cd)`: by id, or by last name through the
-/// index of the node that holds the district (an RPC if that is not this node).
+/// index at the primary of the district's partition in the attempt's configuration (an
+/// RPC if that is not this node).
 async fn find_customer<E: Endpoint>(
     t: &Txn<'_, E>,
     env: &Env,
@@ -349,9 +363,11 @@ async fn find_customer<E: Endpoint>(
         Who::Name(n) => n,
     };
     let dk = Scale::dk(cw, cd);
-    let node = env.node_of(cw);
+    let node = u64::from(t.primary_of(WAREHOUSE, cw).0);
     if node == env.node {
-        return env.names.pick(dk, name).ok_or(Abort(AbortReason::User));
+        let index = env.names[env.node_of(cw) as usize].as_ref();
+        let index = index.expect("a primary holds a replica of its partition's name index");
+        return index.pick(dk, name).ok_or(Abort(AbortReason::User));
     }
     let mut req = [0u8; 10];
     req[..8].copy_from_slice(&dk.to_le_bytes());
@@ -361,6 +377,7 @@ async fn find_customer<E: Endpoint>(
     let ticket = co.call(dest, NAME_LOOKUP, &req).map_err(|_| Abort(AbortReason::Timeout))?;
     let reply = co.reply(ticket, |r| r.try_into().ok().map(u64::from_le_bytes)).await;
     match reply {
+        Ok(Some(NOT_HELD)) => panic!("{dest} holds no replica of warehouse {cw}'s name index"),
         Ok(Some(0)) => Err(Abort(AbortReason::User)),
         Ok(Some(c)) => Ok(c),
         Ok(None) => panic!("malformed name lookup reply"),
@@ -368,13 +385,28 @@ async fn find_customer<E: Endpoint>(
     }
 }
 
-/// Serves [`NAME_LOOKUP`] from this node's index: the customer id, 0 if none.
-pub fn serve_name_lookup(names: &NameIndex, req: &[u8], reply: &mut Vec<u8>) {
+/// A [`NAME_LOOKUP`] answer: this node holds no replica of the district's partition
+/// (routing sends lookups to primaries only, so this is a bug).
+const NOT_HELD: u64 = u64::MAX;
+
+/// Serves [`NAME_LOOKUP`] from the indexes of the partitions this node holds replicas of
+/// (`names`, per partition; a partition is `warehouses_per_node` warehouses): the
+/// customer id, 0 if none, [`NOT_HELD`] if this node holds no replica of the district.
+pub fn serve_name_lookup(
+    names: &[Option<Arc<NameIndex>>],
+    warehouses_per_node: u64,
+    req: &[u8],
+    reply: &mut Vec<u8>,
+) {
     let c = (req.len() == 10)
         .then(|| {
             let dk = u64::from_le_bytes(req[..8].try_into().expect("8 bytes"));
             let name = u16::from_le_bytes(req[8..].try_into().expect("2 bytes"));
-            names.pick(dk, name)
+            let partition = dk / DISTRICTS / warehouses_per_node.max(1);
+            match names.get(partition as usize) {
+                Some(Some(index)) => index.pick(dk, name).or(Some(0)),
+                _ => Some(NOT_HELD),
+            }
         })
         .flatten()
         .unwrap_or(0);

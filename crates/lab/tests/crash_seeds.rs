@@ -1,0 +1,25 @@
+//! Swarm seeds that crash nodes and once failed, each replayed: the bug it found stays
+//! fixed. Each names what it found (docs/TESTING.md, "What it found").
+
+use hytra_lab::swarm::{draw, run_seed, SwarmBackend};
+
+/// (seed, what it found).
+const FOUND: [(u64, &str); 7] = [
+    (19, "a crashed coordinator's updates that recovery committed were not counted"),
+    (48, "a member took the new manager for dead while it reconfigured"),
+    (178, "one lost datagram made a live member silent in a round"),
+    (244, "TPC-C's customer name lookups went to the crashed node"),
+    (397, "a passive acknowledgement of an epoch that is over was dropped uncollected"),
+    (2513, "an APPLY lost on the way left a committed transaction off its primary"),
+    (2563, "the manager's own rounds outlasted the leases of its members"),
+];
+
+#[test]
+fn crash_seeds_that_found_bugs_pass() {
+    for (seed, found) in FOUND {
+        let d = draw(seed, SwarmBackend::Sim, None);
+        assert!(!d.crashes().is_empty(), "seed {seed} crashes a node: {}", d.summary());
+        let r = run_seed(seed, SwarmBackend::Sim, None);
+        assert!(r.passed(), "seed {seed} ({found}): {:?}\n{}", r.findings, r.summary);
+    }
+}
