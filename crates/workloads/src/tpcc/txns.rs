@@ -387,7 +387,7 @@ async fn find_customer<E: Endpoint>(
 
 /// A [`NAME_LOOKUP`] answer: this node holds no replica of the district's partition
 /// (routing sends lookups to primaries only, so this is a bug).
-const NOT_HELD: u64 = u64::MAX;
+pub const NOT_HELD: u64 = u64::MAX;
 
 /// Serves [`NAME_LOOKUP`] from the indexes of the partitions this node holds replicas of
 /// (`names`, per partition; a partition is `warehouses_per_node` warehouses): the
