@@ -702,8 +702,9 @@ pub fn judge(d: &Draw, o: &Outcome) -> Vec<String> {
     if !r.invariant.ok {
         findings.push(format!("invariant violated: {}", r.invariant.details.join("; ")));
     }
-    // Progress: something commits over the whole run, and after the faults heal.
-    for (node, at_ns) in d.crashes() {
+    // Crashes: every crashed node removed, and every removal finished.
+    let crashes = d.crashes();
+    for &(node, at_ns) in &crashes {
         let removed = r.recovery.events.iter().any(|(_, e)| {
             e.at_ns >= at_ns
                 && matches!(&e.step, RecoveryStep::Removing { dead, .. } if dead.contains(&node))
@@ -712,7 +713,7 @@ pub fn judge(d: &Draw, o: &Outcome) -> Vec<String> {
             findings.push(format!("{node} crashed at {} us and was never removed", at_ns / 1000));
         }
     }
-    if let Some(&(_, crashed)) = d.crashes().last() {
+    if let Some(&(_, crashed)) = crashes.last() {
         // Every removal ends with every member active in its configuration.
         let at = |pred: &dyn Fn(&RecoveryStep) -> bool| {
             r.recovery.events.iter().filter(|(_, e)| pred(&e.step)).map(|(_, e)| e.at_ns).max()
@@ -727,6 +728,7 @@ pub fn judge(d: &Draw, o: &Outcome) -> Vec<String> {
             ));
         }
     }
+    // Progress: something commits over the whole run, and after the faults heal.
     let timeline = &r.stats.timeline;
     let width = d.spec.params.timeline_ns;
     let total: u64 = timeline.iter().sum();

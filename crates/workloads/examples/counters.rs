@@ -2,14 +2,14 @@
 //!
 //! Every worker's clients pick two counters, anywhere in the cluster, and increment
 //! both in one transaction; one transaction in four only reads four counters. The
-//! invariant: the counters sum to twice the committed increments. The run checks the
-//! history for serializability and prints what the engine measured.
+//! invariant: the counters sum to twice the committed increments (counted with
+//! `run_counted`, which also keeps the attempts a crash leaves to recovery). The run
+//! checks the history for serializability and prints what the engine measured.
 //!
 //! ```text
 //! cargo run --release --example counters -- [design] [seed]
 //! ```
 
-use std::cell::Cell;
 use std::rc::Rc;
 
 use hytra_fabric::rng::Rng;
@@ -19,8 +19,9 @@ use hytra_rt::{RtConfig, Worker};
 use hytra_store::{IndexLayout, Partitioner, StoreError, TableId, TableSpec};
 use hytra_txn::{Design, Engine, TxnConfig, TxnCtx, WorkerTxn};
 use hytra_workloads::bench::{
-    run, run_body, spawn_clients, BenchParams, ClientPlan, InvariantReport, Workload,
+    run, spawn_clients, BenchParams, ClientPlan, InvariantReport, Workload,
 };
+use hytra_workloads::tally::{run_counted, Tallies, Tally};
 
 const COUNTERS: TableId = TableId(0);
 const INCREMENT: u8 = 0;
@@ -36,39 +37,36 @@ async fn client<E: Endpoint>(
     mut rng: Rng,
     keys: u64,
     plan: ClientPlan,
-    increments: Rc<Cell<u64>>,
+    increments: Rc<Tallies<u64>>,
 ) {
-    while ctx.co().now_ns() < plan.end_ns {
+    while plan.running(&ctx) {
         let ty = if rng.below(4) == 0 { READ_FOUR } else { INCREMENT };
         let picks = [rng.below(keys), rng.below(keys), rng.below(keys), rng.below(keys)];
         // The body runs once per attempt (retries back off and rerun it); what it
-        // returns reaches us only if the transaction commits.
-        let committed = run_body(&mut ctx, &mut rng, ty, plan.retries_max, async |t| {
+        // returns, the increments it makes, counts only if the transaction commits.
+        run_counted(&mut ctx, &mut rng, ty, plan.retries_max, &increments, async |t| {
             if ty == READ_FOUR {
                 // Issued together: their round trips overlap.
                 let recs = t.read_many(picks.map(|k| (COUNTERS, k)), false).await?;
                 let _sum: u64 = recs.iter().map(|&r| t.get(r)[0]).sum();
-                return Ok(false);
+                return Ok(0);
             }
             if picks[0] == picks[1] {
-                return Ok(false);
+                return Ok(0);
             }
             let pair = [(COUNTERS, picks[0]), (COUNTERS, picks[1])];
             for r in t.read_many(pair, true).await? {
                 t.update(r)[0] += 1;
             }
-            Ok(true)
+            Ok(1)
         })
         .await;
-        if committed == Some(true) {
-            increments.set(increments.get() + 1);
-        }
     }
 }
 
 impl Workload for Counters {
-    type State = Rc<Cell<u64>>;
-    type Report = u64;
+    type State = Rc<Tallies<u64>>;
+    type Report = Tally<u64>;
 
     fn name(&self) -> &'static str {
         "counters"
@@ -105,19 +103,19 @@ impl Workload for Counters {
         w: &mut Worker<E>,
         wt: &Rc<WorkerTxn>,
         plan: ClientPlan,
-    ) -> Rc<Cell<u64>> {
-        let increments = Rc::new(Cell::new(0));
+    ) -> Rc<Tallies<u64>> {
+        let increments = Tallies::new(plan.coroutines);
         let keys = self.keys;
         spawn_clients(w, wt, plan, |ctx, rng| client(ctx, rng, keys, plan, increments.clone()));
         increments
     }
 
-    fn report(&self, state: Rc<Cell<u64>>) -> u64 {
-        state.get()
+    fn report(&self, state: Rc<Tallies<u64>>) -> Tally<u64> {
+        state.report()
     }
 
-    fn check(&self, engine: &Engine, reports: &[u64]) -> InvariantReport {
-        let expected = 2 * reports.iter().sum::<u64>();
+    fn check(&self, engine: &Engine, reports: &[Tally<u64>]) -> InvariantReport {
+        let expected = 2 * Tally::total(reports, engine);
         let mut total = 0;
         // Every partition's primary, wherever the configuration in force put it.
         for primary in engine.primaries(COUNTERS) {
