@@ -4,7 +4,7 @@
 use hytra_lab::swarm::{draw, run_seed, SwarmBackend};
 
 /// (seed, what it found).
-const FOUND: [(u64, &str); 7] = [
+const FOUND: [(u64, &str); 10] = [
     (19, "a crashed coordinator's updates that recovery committed were not counted"),
     (48, "a member took the new manager for dead while it reconfigured"),
     (178, "one lost datagram made a live member silent in a round"),
@@ -12,6 +12,9 @@ const FOUND: [(u64, &str); 7] = [
     (397, "a passive acknowledgement of an epoch that is over was dropped uncollected"),
     (2513, "an APPLY lost on the way left a committed transaction off its primary"),
     (2563, "the manager's own rounds outlasted the leases of its members"),
+    (6049, "the manager took itself for silent while it applied its decisions"),
+    (7407, "a member took the manager for dead while its rounds ran without granting"),
+    (7651, "one slow member held up the retries to the others, and the live one was removed"),
 ];
 
 #[test]

@@ -464,6 +464,8 @@ impl Engine {
         if me.index == 0 {
             let m = wt.clone();
             w.spawn(move |co| async move { crate::recover::membership(co, m).await });
+            let g = wt.clone();
+            w.spawn(move |co| async move { crate::recover::granter(co, g).await });
         }
         wt
     }

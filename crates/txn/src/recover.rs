@@ -10,7 +10,8 @@
 //! none; one that stays cut off for long stops for good. The manager removes a member
 //! whose renewals stop and runs a reconfiguration in rounds, each repeated until every
 //! member of the new configuration has answered (a member that does not answer is
-//! removed in turn, by the next reconfiguration):
+//! removed in turn, by the next reconfiguration). It keeps granting leases meanwhile, so
+//! if it dies in a reconfiguration, the next member takes the reconfiguration over:
 //!
 //! 1. `CONFIG`: install the configuration (recovering), fence the removed nodes off the
 //!    NIC, and quiesce: every worker freezes its attempts of the old epoch and lands what
@@ -19,8 +20,10 @@
 //! 2. `REPORT`: every backup reads its rings past their heads: the entries in doubt (with
 //!    each transaction's written partitions) and how far each ring was applied.
 //! 3. `DECIDE`: a transaction commits iff every surviving backup of every partition it
-//!    wrote holds its whole log (in doubt, or applied); every other entry is void. Each
-//!    backup applies what committed, voids the rest, and hands the committed records of
+//!    wrote holds its whole log (in doubt, or applied); every other entry is void (what
+//!    an earlier recovery decided stands, F4). The decisions go out in pages; once every
+//!    member holds them all, the manager says go, and each backup applies what
+//!    committed, voids the rest, and hands the committed records of
 //!    partitions whose primary is elsewhere to that primary (`APPLY`), which applies them
 //!    and releases their locks; a promoted primary already holds them. Locks of the old
 //!    epoch are free once the new one is active (L6): nothing has to find them.
@@ -146,15 +149,62 @@ impl RecoveryParams {
     }
 }
 
+/// How far a member got with the decisions of a recovery.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+enum Stage {
+    /// Pages of decisions arriving.
+    #[default]
+    Gathering,
+    /// The manager sent its last page: this node holds every decision, applied none.
+    Complete,
+    /// Every member holds them all (the manager said go): applying here.
+    Applying,
+    /// This node applied them all.
+    Applied,
+}
+
+impl Stage {
+    fn code(self) -> u8 {
+        self as u8
+    }
+}
+
 /// The decisions of the recovery in progress, as a member holds them.
 #[derive(Default)]
 struct Decisions {
     epoch: u64,
     committed: BTreeSet<u64>,
-    /// The manager sent its last page.
-    complete: bool,
-    /// This node applied them all.
-    applied: bool,
+    stage: Stage,
+}
+
+/// What a DECIDE request carries.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum DecidePage {
+    /// Some of the transactions that commit.
+    More,
+    /// The last of them.
+    Last,
+    /// No more decisions: every member holds them all, apply them.
+    Go,
+}
+
+impl DecidePage {
+    fn code(self) -> u8 {
+        match self {
+            DecidePage::More => 0,
+            DecidePage::Last => 1,
+            DecidePage::Go => 2,
+        }
+    }
+
+    fn of(code: u8) -> Option<DecidePage> {
+        match code {
+            0 => Some(DecidePage::More),
+            1 => Some(DecidePage::Last),
+            2 => Some(DecidePage::Go),
+            _ => None,
+        }
+    }
 }
 
 /// What the workers of a node share about recovery.
@@ -169,9 +219,17 @@ pub struct NodeRecovery {
     quiesced: Vec<AtomicU64>,
     decisions: Mutex<Decisions>,
     /// Every transaction in doubt some recovery decided here to commit, and the newest
-    /// epoch whose decisions are complete here: an attempt of an older epoch that is not
-    /// in the set did not commit.
+    /// epoch whose decisions this node holds in full (perhaps not yet applied anywhere):
+    /// a manager that takes over a reconfiguration keeps to them (F4).
+    decided: Mutex<(u64, BTreeSet<u64>)>,
+    /// The same for decisions being applied: the newest epoch whose decisions every
+    /// member held before any applied them, and what they committed. An attempt of an
+    /// older epoch that is not in the set did not commit.
     verdicts: Mutex<(u64, BTreeSet<u64>)>,
+    /// Records applied here by a recovery whose configuration was superseded before
+    /// their primaries acknowledged them: (owner, partition, record as APPLY carries
+    /// it). The next recovery hands them to the primaries it places.
+    unforwarded: Mutex<Vec<(u64, u16, Vec<u8>)>>,
     /// Workers whose background task finished (final log flush done).
     flushed: AtomicU64,
     /// Manager: when each node last renewed its lease (or, if later, when this node
@@ -213,7 +271,9 @@ impl NodeRecovery {
             // The first configuration needs no quiescing: nothing ran before it.
             quiesced: (0..workers).map(|_| AtomicU64::new(EPOCH_FIRST)).collect(),
             decisions: Mutex::new(Decisions::default()),
+            decided: Mutex::new((0, BTreeSet::new())),
             verdicts: Mutex::new((0, BTreeSet::new())),
+            unforwarded: Mutex::new(Vec::new()),
             flushed: AtomicU64::new(0),
             renewed: (0..nodes).map(|_| AtomicU64::new(0)).collect(),
             to_grant: (0..nodes).map(|_| AtomicU64::new(0)).collect(),
@@ -432,7 +492,7 @@ fn report<E: Endpoint>(
         let applied = crate::log::applied_tseq(&node.log_region, layout, c);
         let mut entries = Vec::new();
         for (k, d) in found.iter().enumerate().skip(skip) {
-            if body.len() + entries.len() + 28 + 2 * d.written.len() > PAGE_BYTES {
+            if body.len() + entries.len() + ENTRY_FIXED + 14 + 2 * d.written.len() > PAGE_BYTES {
                 // The page is full: what was gathered of this ring goes, the rest later.
                 if !entries.is_empty() || k > skip {
                     push_ring(&mut body, c, applied, &entries);
@@ -466,20 +526,31 @@ fn push_ring(body: &mut Vec<u8>, c: usize, applied: u64, entries: &[u8]) {
     body.extend_from_slice(entries);
 }
 
-/// Entries encoded by [`encode_in_doubt`] in `b` (each starts with a 0xE1 marker byte).
+/// Bytes of an entry in doubt as a report carries it, before its written partitions:
+/// owner, epoch, sequence number, part, parts, marker, count of written partitions.
+const ENTRY_FIXED: usize = 8 + 8 + 8 + 2 + 2 + 1 + 1;
+
+/// Entries encoded by [`encode_in_doubt`] in `b` (each has a 0xE1 marker byte).
 fn entries_count(b: &[u8]) -> u16 {
     let mut i = 0;
     let mut n = 0;
     while i < b.len() {
-        let w = usize::from(b[i + 21]);
-        i += 22 + 2 * w;
+        let w = usize::from(b[i + ENTRY_FIXED - 1]);
+        i += ENTRY_FIXED + 2 * w;
         n += 1;
     }
     n
 }
 
 fn encode_in_doubt(d: &InDoubt, out: &mut Vec<u8>) {
-    Out(out).u64(d.owner).u64(d.tseq).u16(d.part).u16(d.parts).u8(0xE1).u8(d.written.len() as u8);
+    Out(out)
+        .u64(d.owner)
+        .u64(d.epoch)
+        .u64(d.tseq)
+        .u16(d.part)
+        .u16(d.parts)
+        .u8(0xE1)
+        .u8(d.written.len() as u8);
     for &p in &d.written {
         Out(out).u16(p);
     }
@@ -487,26 +558,44 @@ fn encode_in_doubt(d: &InDoubt, out: &mut Vec<u8>) {
 
 fn decide<E: Endpoint>(node: &NodeEngine, ctx: &mut HandlerCtx<'_, E>, req: &[u8]) {
     let mut i = In(req);
-    let (Some(epoch), Some(last), Some(count)) = (i.u64(), i.u8(), i.u32()) else { return };
-    let mut d = node.recovery.decisions.lock().expect("no recorder panicked");
-    if epoch == node.membership.epoch() && node.recovery.recovering.load(Ordering::Acquire) == epoch
-    {
+    let (Some(epoch), Some(page), Some(count)) =
+        (i.u64(), i.u8().and_then(DecidePage::of), i.u32())
+    else {
+        return;
+    };
+    let rec = &node.recovery;
+    let mut d = rec.decisions.lock().expect("no recorder panicked");
+    if epoch == node.membership.epoch() && rec.recovering.load(Ordering::Acquire) == epoch {
         if d.epoch != epoch {
             *d = Decisions { epoch, ..Decisions::default() };
         }
-        for _ in 0..count {
-            let Some(owner) = i.u64() else { break };
-            d.committed.insert(owner);
-        }
-        if last != 0 && !d.complete {
-            d.complete = true;
-            let mut v = node.recovery.verdicts.lock().expect("no recorder panicked");
-            v.0 = v.0.max(epoch);
-            v.1.extend(d.committed.iter().copied());
+        match page {
+            DecidePage::More | DecidePage::Last if d.stage == Stage::Gathering => {
+                for _ in 0..count {
+                    let Some(owner) = i.u64() else { break };
+                    d.committed.insert(owner);
+                }
+                if page == DecidePage::Last {
+                    d.stage = Stage::Complete;
+                    let mut v = rec.decided.lock().expect("no recorder panicked");
+                    v.0 = v.0.max(epoch);
+                    v.1.extend(d.committed.iter().copied());
+                }
+            }
+            DecidePage::Go if d.stage == Stage::Complete => {
+                // Every member holds these decisions: from here on they are the
+                // outcome, whoever manages the next recovery (F4).
+                d.stage = Stage::Applying;
+                let mut v = rec.verdicts.lock().expect("no recorder panicked");
+                v.0 = v.0.max(epoch);
+                v.1.extend(d.committed.iter().copied());
+            }
+            // A page sent again, or a go before the last page (never sent so): nothing new.
+            _ => {}
         }
     }
-    let applied = d.epoch == epoch && d.applied;
-    Out(ctx.reply).u64(node.membership.epoch()).u8(u8::from(applied));
+    let stage = if d.epoch == epoch { d.stage } else { Stage::Gathering };
+    Out(ctx.reply).u64(node.membership.epoch()).u8(stage.code());
 }
 
 fn activate<E: Endpoint>(node: &NodeEngine, ctx: &mut HandlerCtx<'_, E>, req: &[u8]) {
@@ -515,12 +604,11 @@ fn activate<E: Endpoint>(node: &NodeEngine, ctx: &mut HandlerCtx<'_, E>, req: &[
     if epoch == node.membership.epoch() {
         let applied = {
             let d = rec.decisions.lock().expect("no recorder panicked");
-            d.epoch == epoch && d.applied
+            d.epoch == epoch && d.stage == Stage::Applied
         };
         if applied && rec.recovering.load(Ordering::Acquire) == epoch {
-            // The manager grants no lease while its rounds run, and they may outlast
-            // leases (requests resent after timeouts): the silence that makes a member
-            // take over counts from here, where the manager is about to grant again.
+            // A new start for the silence that makes a member take over, as at install:
+            // only ever a delay.
             let now = ctx.ep.now_ns();
             rec.granted.fetch_max(now, Ordering::AcqRel);
             rec.recovering.store(0, Ordering::Release);
@@ -676,6 +764,8 @@ pub fn next_config(old: &Config, removed: &[NodeId], replication: u16) -> Result
 
 /// What the manager gathered of one transaction in doubt.
 struct Doubt {
+    /// The epoch it logged in.
+    epoch: u64,
     tseq: u64,
     written: Vec<u16>,
     /// Per backup: parts of its log seen, of how many.
@@ -698,7 +788,8 @@ impl Reports {
             let (c, applied, count) = (i.u32()? as usize, i.u64()?, i.u16()?);
             self.applied.insert((from, c), applied);
             for _ in 0..count {
-                let (owner, tseq, part, parts) = (i.u64()?, i.u64()?, i.u16()?, i.u16()?);
+                let (owner, epoch, tseq) = (i.u64()?, i.u64()?, i.u64()?);
+                let (part, parts) = (i.u16()?, i.u16()?);
                 let (_marker, w) = (i.u8()?, i.u8()?);
                 let mut written = Vec::with_capacity(usize::from(w));
                 for _ in 0..w {
@@ -706,6 +797,7 @@ impl Reports {
                 }
                 let _ = part;
                 let d = self.doubts.entry(owner).or_insert(Doubt {
+                    epoch,
                     tseq,
                     written,
                     held: BTreeMap::new(),
@@ -717,14 +809,27 @@ impl Reports {
         Some((ring, skip))
     }
 
-    /// The transactions that commit: every surviving backup (under `old`) of every
-    /// partition each wrote holds its whole log, or applied it. Fails for a transaction
-    /// that wrote a partition none of whose backups survived.
-    fn decide(&self, old: &Config, new: &Config, workers: u16) -> Result<BTreeSet<u64>, String> {
+    /// The transactions that commit. One logged before the epoch of `prior` (this node's
+    /// newest decisions held in full, and every transaction decisions committed here)
+    /// was decided then, perhaps applied since: it commits iff that recovery committed it.
+    /// Any other commits iff every surviving backup (under `old`) of every partition it
+    /// wrote holds its whole log, or applied it. Fails for a transaction that wrote a
+    /// partition none of whose backups survived.
+    fn decide(
+        &self,
+        old: &Config,
+        new: &Config,
+        prior: &(u64, BTreeSet<u64>),
+    ) -> Result<BTreeSet<u64>, String> {
         let mut committed = BTreeSet::new();
         'txns: for (&owner, d) in &self.doubts {
+            if d.epoch < prior.0 {
+                if prior.1.contains(&owner) {
+                    committed.insert(owner);
+                }
+                continue;
+            }
             let coordinator = hytra_store::Owner(owner).worker();
-            let _ = workers;
             for &p in &d.written {
                 if p >= old.placement.partitions() {
                     continue 'txns;
@@ -796,42 +901,64 @@ fn silent_ns<E: Endpoint>(co: &Co<E>, rec: &NodeRecovery) -> u64 {
 /// Calls in flight at once in [`call_all`]: well under the worker's call slots.
 const CALLS_AT_ONCE: usize = 32;
 
+/// How many times `silent_ns` a member that keeps answering may take to become ready
+/// in a round (quiesce, apply its decisions) before recovery gives up on the cluster.
+const READY_PATIENCE: u64 = 64;
+
+/// Why a round of [`call_all`] ended without every answer it waits for.
+enum Unanswered {
+    /// No reply at all from this destination for `silent_ns`: taken for dead.
+    Silent(WorkerId),
+    /// This destination kept answering "not yet" for `READY_PATIENCE` times `silent_ns`.
+    NeverReady(WorkerId),
+}
+
 /// Sends every request of `reqs` and waits for all the replies, up to [`CALLS_AT_ONCE`]
-/// in flight at a time, so that a round costs one round trip rather than one per member.
-/// A request that could not be sent, timed out or was not accepted is then retried on
-/// its own until `deadline_ns` ([`call_until`]). Returns the accepted values in the order
-/// of `reqs`, or the destination that did not answer.
+/// in flight at a time, so that a round costs one round trip rather than one per member;
+/// requests not yet answered as `accept` wants are sent again, all together, until they
+/// are. A destination is silent once nothing came back from it for `silent_ns`: a reply
+/// that is not accepted ("not ready yet") still shows it alive, and a slow member must
+/// not hold up noticing a dead one. Returns the accepted values in the order of `reqs`.
 async fn call_all<E: Endpoint, T>(
     co: &Co<E>,
     ty: RpcType,
     reqs: &[(WorkerId, Vec<u8>)],
-    deadline_ns: u64,
+    silent_ns: u64,
     mut accept: impl FnMut(&[u8]) -> Option<T>,
-) -> Result<Vec<T>, WorkerId> {
+) -> Result<Vec<T>, Unanswered> {
+    let start = co.now_ns();
     let mut out: Vec<Option<T>> = reqs.iter().map(|_| None).collect();
-    for (k, batch) in reqs.chunks(CALLS_AT_ONCE).enumerate() {
-        let base = k * CALLS_AT_ONCE;
-        let tickets: Vec<_> =
-            batch.iter().map(|(dest, req)| co.call(*dest, ty, req).ok()).collect();
-        for (j, t) in tickets.into_iter().enumerate() {
-            if let Some(t) = t {
+    let mut heard = vec![start; reqs.len()];
+    let mut pending: Vec<usize> = (0..reqs.len()).collect();
+    // Bounded: every pass waits for its replies or sleeps, and the patience below ends it.
+    loop {
+        for batch in pending.chunks(CALLS_AT_ONCE) {
+            let tickets: Vec<_> =
+                batch.iter().map(|&k| co.call(reqs[k].0, ty, &reqs[k].1).ok()).collect();
+            for (&k, t) in batch.iter().zip(tickets) {
+                let Some(t) = t else { continue };
+                // Any reply shows the destination alive, accepted or not.
                 if let Ok(v) = co.reply(t, |r| accept(r)).await {
-                    out[base + j] = v;
+                    heard[k] = co.now_ns();
+                    out[k] = v;
                 }
             }
         }
-    }
-    let mut done = Vec::with_capacity(reqs.len());
-    for ((dest, req), v) in reqs.iter().zip(out) {
-        match v {
-            Some(v) => done.push(v),
-            None => match call_until(co, *dest, ty, req, deadline_ns, &mut accept).await {
-                Some(v) => done.push(v),
-                None => return Err(*dest),
-            },
+        pending.retain(|&k| out[k].is_none());
+        if pending.is_empty() {
+            break;
         }
+        let now = co.now_ns();
+        if let Some(&k) = pending.iter().find(|&&k| now > heard[k] + silent_ns) {
+            return Err(Unanswered::Silent(reqs[k].0));
+        }
+        if now > start + READY_PATIENCE * silent_ns {
+            return Err(Unanswered::NeverReady(reqs[pending[0]].0));
+        }
+        // Not ready yet, or lost on the way: ask again a little later.
+        co.sleep_until(now + co.config().rpc_timeout_ns / 20).await;
     }
-    Ok(done)
+    Ok(out.into_iter().map(|v| v.expect("every request was answered")).collect())
 }
 
 /// The membership task of a node (on its worker 0): renews the lease with the manager,
@@ -856,19 +983,6 @@ pub(crate) async fn membership<E: Endpoint>(co: Co<E>, wt: Rc<WorkerTxn>) {
             return;
         }
         if cfg.manager() == me {
-            rec.lease_until.store(now + lease, Ordering::Release);
-            rec.tick(now);
-            rec.renewed[usize::from(me.0)].store(now, Ordering::Release);
-            rec.done[usize::from(me.0)].store(rec.done_here(), Ordering::Release);
-            for n in cfg.members().filter(|&n| n != me) {
-                let sent = rec.to_grant[usize::from(n.0)].swap(0, Ordering::AcqRel);
-                if sent != 0 {
-                    let mut msg = Vec::new();
-                    Out(&mut msg).u64(cfg.epoch).u64(sent);
-                    // A lost grant is covered by the next one.
-                    let _ = co.send_oneway(first(n), GRANT, &msg);
-                }
-            }
             if finishing > 0
                 || rec.recovering.load(Ordering::Acquire) == 0
                     && cfg.members().all(|n| rec.done[usize::from(n.0)].load(Ordering::Acquire))
@@ -915,8 +1029,10 @@ pub(crate) async fn membership<E: Endpoint>(co: Co<E>, wt: Rc<WorkerTxn>) {
                     as u64;
             // A member whose part is done takes no one over: the manager may have ended
             // the run (its FINISH lost), and the members still running take over if not.
+            // The manager grants while its rounds run too, so a member takes over a
+            // reconfiguration only from a manager that died in it (F4).
             let done = rec.done_here();
-            if silent > lease * (2 + rank) && !done && rec.recovering.load(Ordering::Acquire) == 0 {
+            if silent > lease * (2 + rank) && !done {
                 reconfigure(&co, &wt, vec![cfg.manager()]).await;
                 continue;
             }
@@ -934,6 +1050,44 @@ pub(crate) async fn membership<E: Endpoint>(co: Co<E>, wt: Rc<WorkerTxn>) {
     }
 }
 
+/// The lease task of a node (on its worker 0): while this node manages the configuration
+/// in force, grants the renewals its members asked for and keeps its own lease. A task of
+/// its own, so that leases keep flowing while the manager's rounds of a reconfiguration
+/// wait on members: a member then takes the manager for dead only once it is (and can
+/// take over a reconfiguration the manager died in).
+pub(crate) async fn granter<E: Endpoint>(co: Co<E>, wt: Rc<WorkerTxn>) {
+    let node = wt.node.clone();
+    let rec = &node.recovery;
+    let me = co.me().node;
+    let lease = rec.params.lease_ns;
+    loop {
+        if rec.ended() {
+            return;
+        }
+        let cfg = node.membership.current();
+        if !cfg.is_member(me) {
+            return;
+        }
+        let now = co.now_ns();
+        if cfg.manager() == me {
+            rec.lease_until.store(now + lease, Ordering::Release);
+            rec.tick(now);
+            rec.renewed[usize::from(me.0)].store(now, Ordering::Release);
+            rec.done[usize::from(me.0)].store(rec.done_here(), Ordering::Release);
+            for n in cfg.members().filter(|&n| n != me) {
+                let sent = rec.to_grant[usize::from(n.0)].swap(0, Ordering::AcqRel);
+                if sent != 0 {
+                    let mut msg = Vec::new();
+                    Out(&mut msg).u64(cfg.epoch).u64(sent);
+                    // A lost grant is covered by the next one.
+                    let _ = co.send_oneway(first(n), GRANT, &msg);
+                }
+            }
+        }
+        co.sleep_until(co.now_ns().max(now) + lease / RENEWALS_PER_LEASE).await;
+    }
+}
+
 /// The manager's reconfiguration removing `dead` (and whoever fails to answer on the
 /// way). Ends with every member active in the new epoch, or the cluster stopped with the
 /// reason recovery cannot go on.
@@ -941,7 +1095,6 @@ async fn reconfigure<E: Endpoint>(co: &Co<E>, wt: &Rc<WorkerTxn>, mut dead: Vec<
     let node = wt.node.clone();
     let rec = &node.recovery;
     let silent_ns = silent_ns(co, rec);
-    let workers = co.shape().workers_per_node;
     loop {
         let old = node.membership.current();
         rec.event(
@@ -969,7 +1122,7 @@ async fn reconfigure<E: Endpoint>(co: &Co<E>, wt: &Rc<WorkerTxn>, mut dead: Vec<
         }
         rec.event(RecoveryStep::Committed { epoch: next.epoch }, co.now_ns());
         co.with_ep(|ep| install(&node, ep, next.clone()));
-        match rounds(co, &node, &old, &next, &bytes, silent_ns, workers).await {
+        match rounds(co, &node, &old, &next, &bytes, silent_ns).await {
             Ok(()) => {
                 rec.event(RecoveryStep::ActiveEverywhere { epoch: next.epoch }, co.now_ns());
                 return;
@@ -988,6 +1141,18 @@ enum Round {
     Fatal(String),
 }
 
+impl Round {
+    fn of(u: Unanswered, what: &str) -> Round {
+        match u {
+            Unanswered::Silent(w) => Round::Silent(w.node),
+            Unanswered::NeverReady(w) => Round::Fatal(format!(
+                "{} kept answering {what} but never became ready ({READY_PATIENCE} times the silence allowed)",
+                w.node
+            )),
+        }
+    }
+}
+
 /// Rounds 1-4 of a reconfiguration from `old` to `new`; a member that does not answer
 /// one within `silent_ns` is silent.
 async fn rounds<E: Endpoint>(
@@ -997,20 +1162,19 @@ async fn rounds<E: Endpoint>(
     new: &Config,
     bytes: &[u8],
     silent_ns: u64,
-    workers: u16,
 ) -> Result<(), Round> {
     let epoch = new.epoch;
     let members: Vec<NodeId> = new.members().collect();
     // 1: install and quiesce, every member at once.
     let reqs: Vec<(WorkerId, Vec<u8>)> =
         members.iter().map(|&n| (first(n), bytes.to_vec())).collect();
-    let answers = call_all(co, CONFIG, &reqs, co.now_ns() + silent_ns, |r| {
+    let answers = call_all(co, CONFIG, &reqs, silent_ns, |r| {
         let mut i = In(r);
         let (e, q) = (i.u64()?, i.u8()?);
         (e > epoch || (e == epoch && q == 1)).then_some(e)
     })
     .await
-    .map_err(|w| Round::Silent(w.node))?;
+    .map_err(|u| Round::of(u, "CONFIG"))?;
     if answers.iter().any(|&e| e != epoch) {
         return Ok(()); // a newer configuration took over
     }
@@ -1030,8 +1194,10 @@ async fn rounds<E: Endpoint>(
             }
         }
     }
-    // 3: decisions.
-    let committed = reports.decide(old, new, workers).map_err(Round::Fatal)?;
+    // 3: decisions. Decisions this node holds in full from a recovery that may not have
+    // finished (its manager died as they were being applied) stand (F4).
+    let prior = node.recovery.decided.lock().expect("no recorder panicked").clone();
+    let committed = reports.decide(old, new, &prior).map_err(Round::Fatal)?;
     node.recovery.event(
         RecoveryStep::Decided { in_doubt: reports.doubts.len(), committed: committed.len() },
         co.now_ns(),
@@ -1039,21 +1205,34 @@ async fn rounds<E: Endpoint>(
     let list: Vec<u64> = committed.into_iter().collect();
     let pages: Vec<&[u64]> =
         if list.is_empty() { vec![&[][..]] } else { list.chunks(PAGE_BYTES / 8).collect() };
-    // Page by page to every member at once; the last page is repeated until the member
-    // has applied everything.
-    for (k, page) in pages.iter().enumerate() {
-        let last = k + 1 == pages.len();
+    // Page by page to every member at once, then the go, repeated until every member has
+    // applied everything. No member applies a decision before every member holds them
+    // all: whoever takes over then knows them.
+    let mut sends: Vec<(DecidePage, &[u64])> = pages
+        .iter()
+        .enumerate()
+        .map(|(k, &page)| {
+            (if k + 1 == pages.len() { DecidePage::Last } else { DecidePage::More }, page)
+        })
+        .collect();
+    sends.push((DecidePage::Go, &[]));
+    for (page, list) in sends {
         let mut req = Vec::new();
-        Out(&mut req).u64(epoch).u8(u8::from(last)).u32(page.len() as u32).words(page);
+        Out(&mut req).u64(epoch).u8(page.code()).u32(list.len() as u32).words(list);
         let reqs: Vec<(WorkerId, Vec<u8>)> =
             members.iter().map(|&n| (first(n), req.clone())).collect();
-        let answers = call_all(co, DECIDE, &reqs, co.now_ns() + silent_ns, |r| {
+        let wanted = match page {
+            DecidePage::More => Stage::Gathering,
+            DecidePage::Last => Stage::Complete,
+            DecidePage::Go => Stage::Applied,
+        };
+        let answers = call_all(co, DECIDE, &reqs, silent_ns, |r| {
             let mut i = In(r);
-            let (e, applied) = (i.u64()?, i.u8()?);
-            (e != epoch || !last || applied == 1).then_some(e)
+            let (e, stage) = (i.u64()?, i.u8()?);
+            (e != epoch || stage >= wanted.code()).then_some(e)
         })
         .await
-        .map_err(|w| Round::Silent(w.node))?;
+        .map_err(|u| Round::of(u, "DECIDE"))?;
         if answers.iter().any(|&e| e != epoch) {
             return Ok(());
         }
@@ -1062,13 +1241,13 @@ async fn rounds<E: Endpoint>(
     let mut req = Vec::new();
     Out(&mut req).u64(epoch);
     let reqs: Vec<(WorkerId, Vec<u8>)> = members.iter().map(|&n| (first(n), req.clone())).collect();
-    call_all(co, ACTIVATE, &reqs, co.now_ns() + silent_ns, |r| {
+    call_all(co, ACTIVATE, &reqs, silent_ns, |r| {
         let mut i = In(r);
         let (e, active) = (i.u64()?, i.u8()?);
         (e != epoch || active == 1).then_some(e)
     })
     .await
-    .map_err(|w| Round::Silent(w.node))?;
+    .map_err(|u| Round::of(u, "ACTIVATE"))?;
     Ok(())
 }
 
@@ -1099,7 +1278,7 @@ pub(crate) async fn quiescer<E: Endpoint>(co: Co<E>, wt: Rc<WorkerTxn>) {
         if me.index == 0 {
             let ready = {
                 let d = rec.decisions.lock().expect("no recorder panicked");
-                d.epoch == epoch && d.complete && !d.applied
+                d.epoch == epoch && d.stage == Stage::Applying
             };
             if ready {
                 apply_decisions(&co, &node).await;
@@ -1152,8 +1331,10 @@ async fn apply_decisions<E: Endpoint>(co: &Co<E>, node: &NodeEngine) {
     };
     let cfg = node.membership.current();
     let me = co.me().node;
-    // Records to hand to each primary, by owner.
-    let mut forward: BTreeMap<(NodeId, u64), Vec<Vec<u8>>> = BTreeMap::new();
+    // Records to hand to each primary, by owner; first those an earlier recovery applied
+    // here but could not hand over before its configuration was superseded.
+    let mut kept: Vec<(u64, u16, Vec<u8>)> =
+        std::mem::take(&mut *rec.unforwarded.lock().expect("no recorder panicked"));
     let mut buf = Vec::new();
     for c in 0..node.log.rings as usize {
         let result = resolve(
@@ -1167,8 +1348,7 @@ async fn apply_decisions<E: Endpoint>(co: &Co<E>, node: &NodeEngine) {
                 let owner = entry[1];
                 for r in records(entry) {
                     let p = node.catalog.partition(r.table, r.key);
-                    let primary = cfg.primary(p);
-                    if primary == me {
+                    if cfg.primary(p) == me {
                         continue;
                     }
                     let mut out = Vec::with_capacity(20 + 8 * r.payload.len());
@@ -1178,7 +1358,7 @@ async fn apply_decisions<E: Endpoint>(co: &Co<E>, node: &NodeEngine) {
                         .u64(r.version)
                         .u16(r.payload.len() as u16)
                         .words(&r.payload);
-                    forward.entry((primary, owner)).or_default().push(out);
+                    kept.push((owner, p, out));
                 }
             },
             &mut buf,
@@ -1188,24 +1368,41 @@ async fn apply_decisions<E: Endpoint>(co: &Co<E>, node: &NodeEngine) {
                 .fail(format!("{me}: the log ring of worker {c} is corrupt at recovery: {e:?}"));
         }
     }
+    let mut forward: BTreeMap<(NodeId, u64), Vec<Vec<u8>>> = BTreeMap::new();
+    for (owner, p, out) in &kept {
+        let primary = cfg.primary(*p);
+        if primary != me {
+            forward.entry((primary, *owner)).or_default().push(out.clone());
+        }
+    }
     let reqs = pack_apply(epoch, forward);
     // The records are in this node's logs no more (applied here): every primary must
     // have them before this node counts as applied, however many requests are lost on
     // the way (APPLY is idempotent: a record older than the primary's is ignored). Only
-    // a newer configuration ends the wait: one that removed a silent primary promotes a
-    // backup that holds the records.
-    while call_all(co, APPLY, &reqs, co.now_ns() + silent_ns(co, rec), |r| In(r).u64())
-        .await
-        .is_err()
-    {
-        if node.membership.epoch() != epoch || rec.ended() {
+    // a newer configuration ends the wait, and the records are kept for the recovery it
+    // brings (the primary may live on, and only its manager died).
+    // A primary that answers from a newer configuration applied nothing.
+    loop {
+        // Every member installed this epoch before any decision was sent: an older one
+        // is an answer from before, not one to take.
+        let answered =
+            call_all(co, APPLY, &reqs, silent_ns(co, rec), |r| In(r).u64().filter(|&e| e >= epoch))
+                .await;
+        if answered.as_ref().is_ok_and(|epochs| epochs.iter().all(|&e| e == epoch)) {
+            break;
+        }
+        if rec.ended() {
+            break;
+        }
+        if node.membership.epoch() != epoch || answered.is_ok() {
+            rec.unforwarded.lock().expect("no recorder panicked").extend(kept);
             break;
         }
     }
     node.refile_primaries(&cfg);
     let mut d = rec.decisions.lock().expect("no recorder panicked");
-    if d.epoch == epoch {
-        d.applied = true;
+    if d.epoch == epoch && d.stage == Stage::Applying {
+        d.stage = Stage::Applied;
     }
 }
 
@@ -1218,6 +1415,43 @@ mod tests {
         let mut out = Vec::new();
         Out(&mut out).u16(1).u64(key).u64(key).u16(words as u16).words(&vec![key; words]);
         out
+    }
+
+    /// A transaction in doubt, logged in `epoch`, that wrote partition 0, held whole by
+    /// `holders`.
+    fn doubt(epoch: u64, seq: u32, holders: impl Iterator<Item = NodeId>) -> (u64, Doubt) {
+        let owner = hytra_store::Owner::new(1, 0, epoch, seq).0;
+        let held = holders.map(|n| (n, (1, 1))).collect();
+        (owner, Doubt { epoch, tseq: u64::from(seq), written: vec![0], held })
+    }
+
+    /// A recovery that takes over one whose manager died keeps to what that one decided
+    /// for the transactions it decided (F4), and decides the later ones on their logs.
+    #[test]
+    fn decisions_held_in_full_stand_in_the_next_recovery() {
+        let first = Config::initial(5, 3);
+        let old = next_config(&first, &[NodeId(4)], 3).unwrap();
+        let new = next_config(&old, &[NodeId(0)], 3).unwrap();
+        let survivors = || old.placement.backups(0).filter(|&b| new.is_member(b));
+        assert!(survivors().count() > 0);
+        let every = || std::iter::once(old.placement.primary(0)).chain(old.placement.backups(0));
+        // Decided by epoch 2 (logged in epoch 1): aborted although every survivor holds it
+        // whole now, and committed although no survivor still holds it.
+        let (aborted, a) = doubt(1, 1, survivors());
+        let (kept, k) = doubt(1, 2, std::iter::empty());
+        // Logged in epoch 2, decided afresh: whole everywhere, and missing on a survivor.
+        let (whole, w) = doubt(2, 3, every());
+        let (torn, t) = doubt(2, 4, survivors().skip(1));
+        let reports = Reports {
+            doubts: [(aborted, a), (kept, k), (whole, w), (torn, t)].into_iter().collect(),
+            applied: BTreeMap::new(),
+        };
+        let prior = (old.epoch, [kept].into_iter().collect());
+        let committed = reports.decide(&old, &new, &prior).unwrap();
+        assert_eq!(committed, [kept, whole].into_iter().collect::<BTreeSet<_>>());
+        // With nothing decided before, the logs alone decide.
+        let fresh = reports.decide(&old, &new, &(0, BTreeSet::new())).unwrap();
+        assert_eq!(fresh, [aborted, whole].into_iter().collect::<BTreeSet<_>>());
     }
 
     #[test]

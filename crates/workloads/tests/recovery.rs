@@ -6,15 +6,31 @@ use hytra_fabric::sim::faults::{FaultConfig, NodeFault, NodeFaultKind};
 use hytra_fabric::sim::{SimCluster, SimConfig};
 use hytra_fabric::{ClusterShape, NodeId};
 use hytra_rt::RtConfig;
-use hytra_txn::{Design, TxnConfig};
+use hytra_txn::{Design, RecoveryStep, TxnConfig};
 use hytra_workloads::bench::{run, BenchParams, BenchResult};
 use hytra_workloads::smallbank::{SmallBank, SmallBankReport};
 
 fn crash_run(design: Design, node: u16, at_ns: u64, seed: u64) -> BenchResult<SmallBankReport> {
-    let shape = ClusterShape { nodes: 4, workers_per_node: 2, lanes_per_peer: 1 };
+    crashes_run(design, 4, &[(node, at_ns)], seed)
+}
+
+fn crashes_run(
+    design: Design,
+    nodes: u16,
+    crashes: &[(u16, u64)],
+    seed: u64,
+) -> BenchResult<SmallBankReport> {
+    let shape = ClusterShape { nodes, workers_per_node: 2, lanes_per_peer: 1 };
     let mut c = SimConfig::new(shape, seed);
     c.faults = FaultConfig {
-        node_faults: vec![NodeFault { node: NodeId(node), at_ns, kind: NodeFaultKind::Crash }],
+        node_faults: crashes
+            .iter()
+            .map(|&(node, at_ns)| NodeFault {
+                node: NodeId(node),
+                at_ns,
+                kind: NodeFaultKind::Crash,
+            })
+            .collect(),
         ..FaultConfig::none()
     };
     let params = BenchParams {
@@ -66,4 +82,41 @@ fn a_crashed_backup_or_primary_is_recovered_from() {
 fn a_crashed_configuration_manager_is_replaced() {
     let r = crash_run(Design::DrtmH, 0, 5_000_000, 11);
     assert_recovered(&r, "drtmh, n0 crashed");
+}
+
+/// When node `on` recorded the first event `step` matches.
+fn step_at(
+    r: &BenchResult<SmallBankReport>,
+    on: u16,
+    step: impl Fn(&RecoveryStep) -> bool,
+) -> Option<u64> {
+    r.recovery.events.iter().find(|(n, e)| n.0 == on && step(&e.step)).map(|(_, e)| e.at_ns)
+}
+
+/// The manager dies in its own reconfiguration, at points from just after it committed
+/// the new configuration to just before every member is active (some members holding the
+/// decisions, some applying them): the next member takes over, keeps to whatever was
+/// decided, and nothing committed is lost (INVARIANTS F4).
+#[test]
+fn a_manager_that_dies_reconfiguring_is_replaced() {
+    let seed = 5;
+    // The same run with only the first crash, to learn when the manager's rounds run
+    // (the simulator replays it exactly up to the second crash).
+    let alone = crashes_run(Design::DrtmH, 6, &[(3, 5_000_000)], seed);
+    let committed = step_at(&alone, 0, |s| matches!(s, RecoveryStep::Committed { epoch: 2 }))
+        .expect("the manager committed epoch 2");
+    let decided = step_at(&alone, 0, |s| matches!(s, RecoveryStep::Decided { .. }))
+        .expect("the manager decided");
+    let active = step_at(&alone, 0, |s| matches!(s, RecoveryStep::ActiveEverywhere { epoch: 2 }))
+        .expect("every member active in epoch 2");
+    assert!(committed < decided && decided < active, "{committed} {decided} {active}");
+    for at in [committed + 1, decided, decided + (active - decided) / 2, active - 1] {
+        let r = crashes_run(Design::DrtmH, 6, &[(3, 5_000_000), (0, at)], seed);
+        let what = format!("manager n0 crashed at {at} ns (epoch 2 committed {committed}, decided {decided}, active {active})");
+        assert_recovered(&r, &what);
+        let took_over = r.recovery.events.iter().any(|(n, e)| {
+            n.0 != 0 && matches!(&e.step, RecoveryStep::Removing { dead, .. } if dead.contains(&NodeId(0)))
+        });
+        assert!(took_over, "{what}: no member took over: {:?}", r.recovery.events);
+    }
 }
