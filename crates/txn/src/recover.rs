@@ -218,9 +218,9 @@ pub struct NodeRecovery {
     /// Per worker index: the last epoch it quiesced for.
     quiesced: Vec<AtomicU64>,
     decisions: Mutex<Decisions>,
-    /// Every transaction in doubt some recovery decided here to commit, and the newest
-    /// epoch whose decisions this node holds in full (perhaps not yet applied anywhere):
-    /// a manager that takes over a reconfiguration keeps to them (F4).
+    /// The newest epoch whose decisions this node holds in full (perhaps not yet applied
+    /// anywhere), and the transactions they commit (those of every recovery before it
+    /// included): a manager that takes over a reconfiguration keeps to them (F4).
     decided: Mutex<(u64, BTreeSet<u64>)>,
     /// The same for decisions being applied: the newest epoch whose decisions every
     /// member held before any applied them, and what they committed. An attempt of an
@@ -468,7 +468,7 @@ fn install<E: Endpoint>(node: &NodeEngine, ep: &mut E, next: Config) {
 
 /// A report page: epoch, next cursor (ring, entry; `u32::MAX` ring when done), then per
 /// ring reported: ring, applied sequence number, entry count, and per entry its owner,
-/// sequence number, part, parts, written partitions.
+/// the epoch it logged in, sequence number, part, parts, written partitions.
 fn report<E: Endpoint>(
     node: &NodeEngine,
     ctx: &mut HandlerCtx<'_, E>,
@@ -577,9 +577,13 @@ fn decide<E: Endpoint>(node: &NodeEngine, ctx: &mut HandlerCtx<'_, E>, req: &[u8
                 }
                 if page == DecidePage::Last {
                     d.stage = Stage::Complete;
+                    // Replaced, not merged: each recovery's list repeats what the one
+                    // before it committed, and an older list may hold a decision a
+                    // newer one made otherwise (it never went ahead).
                     let mut v = rec.decided.lock().expect("no recorder panicked");
-                    v.0 = v.0.max(epoch);
-                    v.1.extend(d.committed.iter().copied());
+                    if epoch > v.0 {
+                        *v = (epoch, d.committed.clone());
+                    }
                 }
             }
             DecidePage::Go if d.stage == Stage::Complete => {
@@ -810,8 +814,8 @@ impl Reports {
     }
 
     /// The transactions that commit. One logged before the epoch of `prior` (this node's
-    /// newest decisions held in full, and every transaction decisions committed here)
-    /// was decided then, perhaps applied since: it commits iff that recovery committed it.
+    /// newest decisions held in full, and the transactions they commit) was decided
+    /// then, perhaps applied since: it commits iff that recovery committed it.
     /// Any other commits iff every surviving backup (under `old`) of every partition it
     /// wrote holds its whole log, or applied it. Fails for a transaction that wrote a
     /// partition none of whose backups survived.
@@ -1197,11 +1201,14 @@ async fn rounds<E: Endpoint>(
     // 3: decisions. Decisions this node holds in full from a recovery that may not have
     // finished (its manager died as they were being applied) stand (F4).
     let prior = node.recovery.decided.lock().expect("no recorder panicked").clone();
-    let committed = reports.decide(old, new, &prior).map_err(Round::Fatal)?;
+    let mut committed = reports.decide(old, new, &prior).map_err(Round::Fatal)?;
     node.recovery.event(
         RecoveryStep::Decided { in_doubt: reports.doubts.len(), committed: committed.len() },
         co.now_ns(),
     );
+    // What the recovery before committed goes out again, though no log holds it any
+    // more: a coordinator whose go was lost learns its verdict from this one.
+    committed.extend(prior.1.iter().copied());
     let list: Vec<u64> = committed.into_iter().collect();
     let pages: Vec<&[u64]> =
         if list.is_empty() { vec![&[][..]] } else { list.chunks(PAGE_BYTES / 8).collect() };
