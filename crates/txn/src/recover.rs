@@ -38,7 +38,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use hytra_fabric::{Endpoint, NodeId, Qp, RemoteAddr, WorkRequest, WorkerId};
-use hytra_rt::{Co, HandlerCtx, RpcError, RpcType, Worker};
+use hytra_rt::{Co, HandlerCtx, RpcType, Worker};
 use hytra_store::{BackupState, PartitionPlace, Placement, TableId};
 
 use crate::config_store::{Cas, ConfigStore};
@@ -859,38 +859,6 @@ impl Reports {
     }
 }
 
-/// Calls `dest` with `ty` until a reply `accept`s, giving up at `deadline_ns` (the node
-/// is then taken for dead). Returns the accepted reply's value.
-async fn call_until<E: Endpoint, T>(
-    co: &Co<E>,
-    dest: WorkerId,
-    ty: RpcType,
-    req: &[u8],
-    deadline_ns: u64,
-    mut accept: impl FnMut(&[u8]) -> Option<T>,
-) -> Option<T> {
-    while co.now_ns() < deadline_ns {
-        let t = match co.call(dest, ty, req) {
-            Ok(t) => t,
-            Err(_) => {
-                co.yield_now().await;
-                continue;
-            }
-        };
-        match co.reply(t, |r| accept(r)).await {
-            Ok(Some(v)) => return Some(v),
-            Ok(None) => {
-                // Not ready yet: ask again a little later.
-                let until = co.now_ns() + co.config().rpc_timeout_ns / 20;
-                co.sleep_until(until).await;
-            }
-            Err(RpcError::TimedOut) => {}
-            Err(_) => co.yield_now().await,
-        }
-    }
-    None
-}
-
 /// RPC timeouts a member gets to answer a round of recovery (at least; a lease if longer).
 const ANSWER_TIMEOUTS: u64 = 4;
 
@@ -1189,10 +1157,10 @@ async fn rounds<E: Endpoint>(
         while cursor.0 != u32::MAX {
             let mut req = Vec::new();
             Out(&mut req).u64(epoch).u32(cursor.0).u32(cursor.1);
-            let deadline = co.now_ns() + silent_ns;
-            let page = call_until(co, first(n), REPORT, &req, deadline, |r| Some(r.to_vec())).await;
-            let Some(page) = page else { return Err(Round::Silent(n)) };
-            match reports.read_page(n, &page) {
+            let page = call_all(co, REPORT, &[(first(n), req)], silent_ns, |r| Some(r.to_vec()))
+                .await
+                .map_err(|u| Round::of(u, "REPORT"))?;
+            match reports.read_page(n, &page[0]) {
                 Some(next) if next != cursor || next.0 == u32::MAX => cursor = next,
                 _ => return Err(Round::Fatal(format!("{n} sent a report that does not read"))),
             }
@@ -1386,12 +1354,11 @@ async fn apply_decisions<E: Endpoint>(co: &Co<E>, node: &NodeEngine) {
     // The records are in this node's logs no more (applied here): every primary must
     // have them before this node counts as applied, however many requests are lost on
     // the way (APPLY is idempotent: a record older than the primary's is ignored). Only
-    // a newer configuration ends the wait, and the records are kept for the recovery it
-    // brings (the primary may live on, and only its manager died).
-    // A primary that answers from a newer configuration applied nothing.
+    // a newer configuration ends the wait (a primary answering from one applied
+    // nothing), and the records are kept for the recovery it brings: the primary may
+    // live on, and only the manager died. Every member installed this epoch before any
+    // decision was sent, so an answer from an older one is from before, not one to take.
     loop {
-        // Every member installed this epoch before any decision was sent: an older one
-        // is an answer from before, not one to take.
         let answered =
             call_all(co, APPLY, &reqs, silent_ns(co, rec), |r| In(r).u64().filter(|&e| e >= epoch))
                 .await;
