@@ -16,8 +16,8 @@ use hytra_fabric::{ClusterShape, NodeId};
 use hytra_rt::RtConfig;
 use hytra_store::{Catalog, NodeStore};
 use hytra_txn::{
-    AbortReason, Design, ExecStrategy, LockStrategy, NicLookups, Primitive, RecoveryParams,
-    TxnConfig, PHASES,
+    AbortClass, AbortReason, Design, ExecStrategy, LockStrategy, NicLookups, Primitive,
+    RecoveryParams, TxnConfig, PHASES,
 };
 use hytra_workloads::bench::{
     run, BenchError, BenchParams, BenchResult, RecoveryTimes, Workload, RECOVERED_SHARE,
@@ -29,7 +29,7 @@ use hytra_workloads::tpce::{Tpce, TpceParams};
 use hytra_workloads::ycsb::{KeyDist, Mix as YcsbMix, Ycsb, YcsbParams};
 use serde_json::json;
 
-use crate::table::{open_output, write_json, Table};
+use crate::table::{open_output, rate, write_json, Table};
 use crate::{usage, BackendKind, CliError};
 
 /// Options of `hytra bench`.
@@ -53,7 +53,7 @@ pub struct BenchArgs {
     /// This process's place in a cluster spread over processes (set by `hytra node`).
     #[arg(skip)]
     pub(crate) placement: Option<crate::cluster::Placement>,
-    /// NIC profile of the simulator.
+    /// NIC profile of the simulator: cx3, cx4, cx5 or roce.
     #[arg(long, default_value = "cx4")]
     profile: String,
     /// Nodes.
@@ -293,8 +293,15 @@ fn available_memory() -> Option<u64> {
     Some(kib * 1024)
 }
 
-/// Runs `hytra bench`.
-pub fn run_bench(a: BenchArgs) -> Result<(), CliError> {
+/// Checks the options without running anything (for `hytra cluster`, before it starts
+/// the nodes).
+pub(crate) fn check(a: &BenchArgs) -> Result<(), CliError> {
+    prepare(a).map(|_| ())
+}
+
+/// Validates every option but the values of the workload's own (which its parameters
+/// check when built).
+fn prepare(a: &BenchArgs) -> Result<Run, CliError> {
     let sim = BackendKind::parse(&a.backend)? == BackendKind::Sim;
     let Some(profile) = NicProfile::by_name(&a.profile) else {
         return usage(format!(
@@ -306,15 +313,44 @@ pub fn run_bench(a: BenchArgs) -> Result<(), CliError> {
     if a.nodes == 0 || a.workers == 0 || a.coroutines == 0 {
         return usage("--nodes, --workers and --coroutines must be at least 1");
     }
-    if a.replication > a.nodes || a.replication == 0 {
+    if a.replication == 0 {
+        return usage("--replication 0: every partition needs at least one copy");
+    }
+    if a.replication > a.nodes {
         return usage(format!(
-            "--replication {} must be in 1..={} (the number of nodes)",
-            a.replication, a.nodes
+            "--nodes {} cannot hold {} copies of each partition (one per node; --replication defaults to 3): give --replication 1..={} or more nodes",
+            a.nodes, a.replication, a.nodes
         ));
     }
     if a.faults_ppm > 0 && !sim {
         return usage("--faults-ppm applies to the sim backend only");
     }
+    if a.faults_ppm > 1_000_000 {
+        return usage(format!("--faults-ppm {}: parts per million, at most 1000000", a.faults_ppm));
+    }
+    match a.threads {
+        Some(_) if sim => {
+            return usage(
+                "--threads applies to the local and ucx backends (sim runs in virtual time)",
+            )
+        }
+        Some(t) if t == 0 || t > THREADS_MAX => {
+            return usage(format!("--threads {t}: expected 1..={THREADS_MAX}"))
+        }
+        _ => {}
+    }
+    if let Some(m) = a.cache_mib.filter(|&m| m > CACHE_MIB_MAX) {
+        return usage(format!(
+            "--cache-mib {m}: at most {CACHE_MIB_MAX} MiB per node (a cache larger than the tables it maps is never filled)"
+        ));
+    }
+    if a.exec.as_deref() == Some("offload") && sim && profile.offload.is_none() {
+        return usage(format!(
+            "--exec offload needs a NIC that runs verb programs: profile {} has none (use --profile cx5, or --backend local)",
+            profile.name
+        ));
+    }
+    check_workload_options(a)?;
     let default_s = match (sim, a.crash.is_empty()) {
         (false, _) => 5.0,
         (true, true) => 0.01,
@@ -322,14 +358,27 @@ pub fn run_bench(a: BenchArgs) -> Result<(), CliError> {
         (true, false) => 0.1,
     };
     let seconds = a.seconds.unwrap_or(default_s);
-    if !(seconds.is_finite() && seconds > 0.0 && (0.0..10.0).contains(&a.warmup)) {
-        return usage("--seconds must be positive and --warmup a fraction in 0..10");
+    let max_s = if sim { SIM_SECONDS_MAX } else { REAL_SECONDS_MAX };
+    if !(seconds.is_finite() && seconds > 0.0 && seconds <= max_s) {
+        return usage(format!(
+            "--seconds {seconds}: expected more than 0 and at most {max_s} on {}",
+            a.backend
+        ));
     }
-    let cfg = txn_config(&a)?;
-    let crashes = crashes(&a, sim, seconds)?;
+    if !(0.0..10.0).contains(&a.warmup) {
+        return usage(format!("--warmup {}: a fraction of --seconds in 0..10", a.warmup));
+    }
+    let cfg = txn_config(a)?;
+    let crashes = crashes(a, sim, seconds)?;
     let shape =
         ClusterShape { nodes: a.nodes, workers_per_node: a.workers, lanes_per_peer: a.lanes };
-    let run = Run { sim, profile, seconds, cfg, shape, crashes };
+    Ok(Run { sim, profile, seconds, cfg, shape, crashes })
+}
+
+/// Runs `hytra bench`.
+pub fn run_bench(a: BenchArgs) -> Result<(), CliError> {
+    let run = prepare(&a)?;
+    let seconds = run.seconds;
     match a.workload.as_str() {
         "smallbank" => {
             run_workload(&a, run, SmallBank { accounts_per_worker: a.accounts_per_worker })
@@ -404,7 +453,62 @@ pub fn run_bench(a: BenchArgs) -> Result<(), CliError> {
     }
 }
 
-use hytra_lab::unknown_workload;
+use hytra_lab::{unknown_workload, WORKLOADS};
+
+/// The longest measured window on sim, in virtual seconds: a 4 x 4 SmallBank run
+/// simulates about 150 K transactions per wall-second, so this is hours of wall time.
+const SIM_SECONDS_MAX: f64 = 60.0;
+/// The longest measured window on local and ucx, in seconds.
+const REAL_SECONDS_MAX: f64 = 86_400.0;
+/// OS threads a local or ucx run may start.
+const THREADS_MAX: usize = 4096;
+/// The largest location cache per node, in MiB.
+const CACHE_MIB_MAX: u64 = 1 << 20;
+
+/// Refuses an option of one workload given to another (it would be ignored, and the
+/// user would believe it applied). An option counts as given when it differs from its
+/// default.
+fn check_workload_options(a: &BenchArgs) -> Result<(), CliError> {
+    if !WORKLOADS.contains(&a.workload.as_str()) {
+        return usage(unknown_workload(&a.workload));
+    }
+    let d = BenchArgs::default_run();
+    let given: [(&str, bool, &[&str]); 16] = [
+        ("accounts-per-worker", a.accounts_per_worker != d.accounts_per_worker, &["smallbank"]),
+        ("warehouses-per-worker", a.warehouses_per_worker != d.warehouses_per_worker, TPCC),
+        ("customers", a.customers != d.customers, TPCC),
+        ("items", a.items != d.items, TPCC),
+        ("remote-item-pct", a.remote_item_pct != d.remote_item_pct, TPCC),
+        ("tpcc-only", a.tpcc_only.is_some(), &["tpcc"]),
+        (
+            "tpce-customers-per-worker",
+            a.tpce_customers_per_worker != d.tpce_customers_per_worker,
+            &["tpce-cp"],
+        ),
+        ("market-feed-pct", a.market_feed_pct != d.market_feed_pct, &["tpce-cp"]),
+        ("subscribers-per-worker", a.subscribers_per_worker != d.subscribers_per_worker, &["tatp"]),
+        ("tatp-uniform", a.tatp_uniform, &["tatp"]),
+        ("ycsb-mix", a.ycsb_mix != d.ycsb_mix, &["ycsb"]),
+        ("records-per-worker", a.records_per_worker != d.records_per_worker, &["ycsb"]),
+        ("zipf-theta", a.zipf_theta != d.zipf_theta, &["ycsb"]),
+        ("ops-per-txn", a.ops_per_txn != d.ops_per_txn, &["ycsb"]),
+        ("fields", a.fields != d.fields, &["ycsb"]),
+        ("field-bytes", a.field_bytes != d.field_bytes, &["ycsb"]),
+    ];
+    for (flag, set, workloads) in given {
+        if set && !workloads.contains(&a.workload.as_str()) {
+            return usage(format!(
+                "--{flag} applies to --workload {}, not {}",
+                workloads.join(" or "),
+                a.workload
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The workloads that take TPC-C's options.
+const TPCC: &[&str] = &["tpcc", "tpcc-no"];
 
 /// A node to crash, and when (ns from the start of the run).
 #[derive(Clone, Copy, Debug)]
@@ -781,19 +885,25 @@ fn print_report<R>(
         on(cfg.passive_ack),
         on(cfg.outstanding)
     );
-    println!("throughput   {:.0} txn/s ({:.0} per worker)", tps, tps / workers);
+    println!("throughput   {} txn/s ({} txn/s per worker)", rate(tps), rate(tps / workers));
+    let classes: Vec<String> = AbortClass::ALL
+        .iter()
+        .filter(|c| s.abort_rate_of(**c) > 0.0)
+        .map(|c| format!("{:.2}% {}", s.abort_rate_of(*c) * 100.0, c.name()))
+        .collect();
     println!(
-        "abort rate   {:.2}% of attempts; {:.2}% by concurrency control (the rest the workload's own); {} gave up after {} attempts",
+        "abort rate   {:.2}% of attempts{}{}; {} gave up after {} attempts",
         s.abort_rate() * 100.0,
-        s.cc_abort_rate() * 100.0,
+        if classes.is_empty() { "" } else { ": " },
+        classes.join(", "),
         s.gave_up,
         cfg.retries_max
     );
     let q = |p: f64| s.latency.quantile(p) as f64 / 1e3;
-    println!("latency      p50 {:.1} us   p90 {:.1} us   p99 {:.1} us", q(0.5), q(0.9), q(0.99));
+    println!("latency      p50 {:.1} µs   p90 {:.1} µs   p99 {:.1} µs", q(0.5), q(0.9), q(0.99));
     let ph = phase_means(r);
     println!(
-        "phases       {} (mean per committed transaction, us)",
+        "phases       {} (mean per committed transaction, µs)",
         PHASES.iter().zip(ph).map(|(n, v)| format!("{n} {v:.2}")).collect::<Vec<_>>().join(", ")
     );
     let reasons: Vec<String> = AbortReason::ALL
@@ -803,6 +913,9 @@ fn print_report<R>(
         .collect();
     if !reasons.is_empty() {
         println!("aborts       {}", reasons.join(", "));
+    }
+    if a.workload == "smallbank" && s.abort_rate_of(AbortClass::Workload) > 0.0 {
+        println!("             {}", hytra_workloads::smallbank::WORKLOAD_ABORTS);
     }
     if s.nic_lookups + s.nic_busy > 0 {
         println!(
@@ -898,6 +1011,10 @@ fn json_report<R>(
         "throughput_tps": s.commits as f64 / seconds,
         "abort_rate": s.abort_rate(),
         "abort_rate_cc": s.cc_abort_rate(),
+        "abort_rate_by_class": AbortClass::ALL
+            .iter()
+            .map(|c| (c.key().to_string(), json!(s.abort_rate_of(*c))))
+            .collect::<serde_json::Map<_, _>>(),
         "committed": s.commits,
         "gave_up": s.gave_up,
         "aborts": aborts,

@@ -15,7 +15,6 @@
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
 #[cfg(feature = "pmix")]
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -181,6 +180,9 @@ pub struct NodeArgs {
     /// Write node 0's report as JSON here (ignored on other nodes).
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Started by `hytra cluster`, which tells the user what the nodes wait for.
+    #[arg(long, hide = true)]
+    launched: bool,
 }
 
 /// Runs `hytra node`.
@@ -188,7 +190,17 @@ pub fn run_node(a: NodeArgs) -> Result<(), CliError> {
     let f = read_file(&a.config)?;
     let timeout = Duration::from_secs(f.timeout_s);
     let placement = match a.id {
-        Some(id) => tcp_placement(&f, &a.config, id, timeout)?,
+        Some(id) => {
+            let p = tcp_placement(&f, &a.config, id, timeout)?;
+            if let (false, Bootstrap::Tcp { root, .. }) = (a.launched, &p.bootstrap) {
+                eprintln!(
+                    "node {id} of {}: meeting the others through node 0 at {root} (for up to {} s)",
+                    f.nodes.len(),
+                    timeout.as_secs()
+                );
+            }
+            p
+        }
         None if launched_by_pmix() => pmix_placement(&f, &a.config, timeout)?,
         None => {
             return usage(format!(
@@ -280,12 +292,6 @@ pub struct ClusterArgs {
     json: Option<PathBuf>,
 }
 
-static INTERRUPTED: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_signal(_: libc::c_int) {
-    INTERRUPTED.store(true, Ordering::SeqCst);
-}
-
 /// Kills and reaps every child still running.
 struct Children(Vec<(u16, Child)>);
 
@@ -301,10 +307,16 @@ impl Drop for Children {
 /// Runs `hytra cluster`.
 pub fn run_cluster(a: ClusterArgs) -> Result<(), CliError> {
     let f = read_file(&a.config)?;
+    // Every node runs over UCX: say so once here, not once per child.
+    crate::BackendKind::parse("ucx")?;
     // Check the benchmark options here once, not in every child.
-    if let Job::Io(mut args) = job(&f, a.json.as_deref())? {
-        args.placement = Some(tcp_placement(&f, &a.config, 0, Duration::from_secs(f.timeout_s))?);
-        crate::io::check(&args)?;
+    match job(&f, a.json.as_deref())? {
+        Job::Io(mut args) => {
+            let timeout = Duration::from_secs(f.timeout_s);
+            args.placement = Some(tcp_placement(&f, &a.config, 0, timeout)?);
+            crate::io::check(&args)?;
+        }
+        Job::Bench(args) => crate::bench::check(&args)?,
     }
     if f.nodes.is_empty() {
         return usage(format!(
@@ -321,18 +333,14 @@ pub fn run_cluster(a: ClusterArgs) -> Result<(), CliError> {
             ));
         }
     }
-    // SAFETY: installs a handler that only stores to an atomic (async-signal-safe);
-    // `on_signal` has the signature signal(2) expects.
-    unsafe {
-        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
-        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
-    }
+    crate::signals::catch_stop_signals();
     let exe = std::env::current_exe()
         .map_err(|e| CliError::Run(anyhow::anyhow!("cannot find the hytra binary: {e}")))?;
     let mut children = Children(Vec::new());
     for id in 0..f.nodes.len() as u16 {
         let mut cmd = Command::new(&exe);
         cmd.arg("node").arg("--config").arg(&a.config).arg("--id").arg(id.to_string());
+        cmd.arg("--launched");
         if let (0, Some(j)) = (id, &a.json) {
             cmd.arg("--json").arg(j);
         }
@@ -351,7 +359,7 @@ pub fn run_cluster(a: ClusterArgs) -> Result<(), CliError> {
     let started = Instant::now();
     let mut failed: Vec<String> = Vec::new();
     while !children.0.is_empty() {
-        if INTERRUPTED.load(Ordering::SeqCst) {
+        if crate::signals::interrupted() {
             return Err(CliError::Run(anyhow::anyhow!("interrupted: stopped every node")));
         }
         if started.elapsed() > limit {

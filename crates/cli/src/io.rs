@@ -28,8 +28,9 @@ pub struct IoArgs {
     /// UCX transports for --backend ucx.
     #[arg(long, default_value = "sm")]
     transports: String,
-    /// NIC profile on sim (cx3 is the paper's 56 Gb/s FDR).
-    #[arg(long, default_value = "cx3")]
+    /// NIC profile on sim, as in hytra bench and micro: cx3, cx4, cx5 or roce (cx3 is the
+    /// remote-I/O paper's 56 Gb/s FDR).
+    #[arg(long, default_value = "cx4")]
     profile: String,
     /// Storage device model on sim: p3700x10 (the paper's ten NVMe drives) or p3700.
     #[arg(long, default_value = "p3700x10")]
@@ -55,10 +56,11 @@ pub struct IoArgs {
     /// io_uring slots per worker.
     #[arg(long, default_value_t = 64)]
     uring_depth: u32,
-    /// Measured seconds per point.
-    #[arg(long, default_value_t = 1.0)]
-    seconds: f64,
-    /// Warm-up seconds per point.
+    /// Measured seconds per point (virtual on sim) [default: 0.02 on sim, where a
+    /// modelled second of the paper's drives takes minutes of wall time; 1 elsewhere].
+    #[arg(long)]
+    seconds: Option<f64>,
+    /// Warm-up before each point, as a fraction of --seconds (as in hytra bench).
     #[arg(long, default_value_t = 0.2)]
     warmup: f64,
     /// File to read (default: a fresh file of --file-mib MiB in the temp directory,
@@ -110,6 +112,10 @@ struct Plan {
     device: DeviceModel,
     modes: Vec<Mode>,
     engines: Vec<&'static str>,
+    /// Measured seconds per point.
+    seconds: f64,
+    /// `--trace`, read and parsed before any run.
+    trace: Option<Vec<TraceOp>>,
 }
 
 /// Checks the options without running anything (for `hytra cluster`, before it starts
@@ -121,7 +127,11 @@ pub(crate) fn check(a: &IoArgs) -> Result<(), CliError> {
 fn plan(a: &IoArgs) -> Result<Plan, CliError> {
     let backend = BackendKind::parse(&a.backend)?;
     let Some(profile) = NicProfile::by_name(&a.profile) else {
-        return usage(format!("unknown NIC profile '{}'", a.profile));
+        return usage(format!(
+            "unknown NIC profile '{}' (expected one of: {})",
+            a.profile,
+            NicProfile::NAMES.join(", ")
+        ));
     };
     let Some(device) = DeviceModel::by_name(&a.device) else {
         return usage(format!("unknown device '{}' (expected p3700x10 or p3700)", a.device));
@@ -157,9 +167,30 @@ fn plan(a: &IoArgs) -> Result<Plan, CliError> {
     if a.connections.iter().any(|&c| c > 64) || a.depths.iter().any(|&d| d > 200) {
         return usage("at most 64 connections and 200 reads in flight per connection");
     }
-    if !(a.seconds > 0.0 && a.seconds <= 600.0 && a.warmup >= 0.0 && a.warmup <= 60.0) {
-        return usage("--seconds must be in (0, 600] and --warmup in [0, 60]");
+    let seconds = a.seconds.unwrap_or(if backend == BackendKind::Sim { 0.02 } else { 1.0 });
+    if !(seconds > 0.0 && seconds <= 600.0) {
+        return usage(format!("--seconds {seconds}: expected more than 0 and at most 600"));
     }
+    if !(0.0..10.0).contains(&a.warmup) {
+        return usage(format!("--warmup {}: a fraction of --seconds in 0..10", a.warmup));
+    }
+    if let Some(path) = &a.gen_trace {
+        let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+        if dir.is_some_and(|d| !d.is_dir()) {
+            return usage(format!(
+                "--gen-trace {}: the directory {} does not exist",
+                path.display(),
+                dir.map_or(String::new(), |d| d.display().to_string())
+            ));
+        }
+    }
+    let trace = match (&a.trace, a.no_trace || a.gen_trace.is_some()) {
+        (Some(_), true) => {
+            return usage("--trace replays a trace, and --no-trace or --gen-trace says not to")
+        }
+        (Some(p), false) => Some(read_trace(p)?),
+        (None, _) => None,
+    };
     if a.placement.is_some() {
         // The processes join once, for one run: one point of the matrix.
         let points = modes.len() * engines.len() * a.sizes.len() * a.connections.len();
@@ -174,7 +205,33 @@ fn plan(a: &IoArgs) -> Result<Plan, CliError> {
             return usage("a cluster spread over processes runs on the ucx backend");
         }
     }
-    Ok(Plan { backend, profile, device, modes, engines })
+    Ok(Plan { backend, profile, device, modes, engines, seconds, trace })
+}
+
+/// The largest trace file read (about 20 M reads).
+const TRACE_BYTES_MAX: u64 = 256 << 20;
+
+/// Reads and parses `--trace` (a missing, unreadable, binary or empty file is the
+/// user's to fix).
+fn read_trace(p: &std::path::Path) -> Result<Vec<TraceOp>, CliError> {
+    let bad = |e: std::io::Error| CliError::Usage(format!("--trace {}: {e}", p.display()));
+    let len = std::fs::metadata(p).map_err(bad)?.len();
+    if len > TRACE_BYTES_MAX {
+        return usage(format!(
+            "--trace {}: {len} bytes; traces of at most {TRACE_BYTES_MAX} bytes are read",
+            p.display()
+        ));
+    }
+    let bytes = std::fs::read(p).map_err(bad)?;
+    let text = String::from_utf8(bytes).map_err(|_| {
+        CliError::Usage(format!("--trace {}: not a text file of offset,length lines", p.display()))
+    })?;
+    let ops = trace::parse(&text)
+        .map_err(|e| CliError::Usage(format!("--trace {}: {e}", p.display())))?;
+    if ops.is_empty() {
+        return usage(format!("--trace {}: the trace has no reads", p.display()));
+    }
+    Ok(ops)
 }
 
 /// The file the runs read: given, or generated (and removed when dropped).
@@ -202,6 +259,8 @@ fn data_file(a: &IoArgs) -> Result<DataFile, CliError> {
         return usage("--file-mib must be 1 ..= 65536");
     }
     let path = std::env::temp_dir().join(format!("hytra-io-{}.dat", std::process::id()));
+    // Before the file exists, so that no instant of a Ctrl-C leaves it behind.
+    crate::signals::remove_on_signal(&path);
     let f = DataFile { path: path.clone(), generated: true };
     let mut rng = hytra_fabric::rng::Rng::new(a.seed);
     let mut out = std::io::BufWriter::new(
@@ -314,7 +373,7 @@ pub fn run(a: IoArgs) -> Result<(), CliError> {
         );
         return Ok(());
     }
-    let plan = plan(&a)?;
+    let mut plan = plan(&a)?;
     let out = a.json.as_deref().map(open_output).transpose()?;
     let file = data_file(&a)?;
     if let Some(path) = &a.gen_trace {
@@ -347,8 +406,8 @@ pub fn run(a: IoArgs) -> Result<(), CliError> {
         size,
         connections,
         depth,
-        duration_ns: (a.seconds * 1e9) as u64,
-        warmup_ns: (a.warmup * 1e9) as u64,
+        duration_ns: (plan.seconds * 1e9) as u64,
+        warmup_ns: (plan.seconds * a.warmup * 1e9) as u64,
         seed: a.seed,
         inline_max: a.inline_max,
         timeout_ns: 5_000_000_000,
@@ -410,18 +469,11 @@ pub fn run(a: IoArgs) -> Result<(), CliError> {
     let mut trace_reads = 0;
     // A replay is two more runs (local and remote): not for processes that join once.
     if !a.no_trace && a.placement.is_none() {
-        let ops: Vec<TraceOp> = match &a.trace {
-            Some(p) => {
-                let text = std::fs::read_to_string(p)
-                    .with_context(|| format!("reading trace {}", p.display()))?;
-                trace::parse(&text).map_err(|e| CliError::Usage(format!("{}: {e}", p.display())))?
-            }
+        let ops: Vec<TraceOp> = match plan.trace.take() {
+            Some(ops) => ops,
             None if file_len >= 40 * 16384 => trace::tpch_q3(file_len, 16384, a.trace_ops, a.seed),
             None => return usage("the file is too small for a Q3-like trace (40 pages of 16 KiB)"),
         };
-        if ops.is_empty() {
-            return usage("the trace has no reads");
-        }
         trace_reads = ops.len();
         let ops = Arc::new(ops);
         let mut t = Table::new(&[

@@ -7,6 +7,7 @@
 //! - `io.rs`: `hytra io`, remote storage I/O
 //! - `micro.rs`: `hytra micro`, the raw-primitive benchmarks
 //! - `reproduce/`: `hytra reproduce`, the paper's experiment matrix as an HTML report
+//! - `signals.rs`: a closed pipe, Ctrl-C and SIGTERM
 //! - `swarm.rs`: `hytra swarm`, configurations drawn from seeds and judged by every oracle
 //! - `table.rs`: terminal tables and JSON output helpers
 
@@ -16,12 +17,13 @@ mod io;
 mod micro;
 mod offload;
 mod reproduce;
+mod signals;
 mod swarm;
 mod table;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 /// Exit code for bad arguments or input.
 const EXIT_USAGE: u8 = 2;
@@ -121,7 +123,10 @@ fn one_line(e: &clap::Error) -> String {
 }
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    signals::default_sigpipe();
+    // `--nodes -1` should read as a bad number, not as an unknown flag `-1`.
+    let command = Cli::command().mut_subcommands(|c| c.allow_negative_numbers(true));
+    let cli = match command.try_get_matches().and_then(|m| Cli::from_arg_matches(&m)) {
         Ok(cli) => cli,
         Err(e)
             if matches!(

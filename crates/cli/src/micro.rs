@@ -13,7 +13,7 @@ use hytra_fabric::sim::profile::NicProfile;
 use hytra_fabric::sim::{CpuMode, SimCluster, SimConfig};
 use hytra_fabric::{ClusterShape, RunStats};
 use hytra_workloads::micro::{
-    check_payload, effective_payload, run_point, MicroError, MicroParams, Point, Primitive,
+    check_payload, effective_payload, run_point_settled, MicroError, MicroParams, Point, Primitive,
 };
 use serde_json::json;
 
@@ -30,7 +30,7 @@ pub struct MicroArgs {
     /// UCX transports for --backend ucx (UCX_TLS syntax).
     #[arg(long, default_value = "sm")]
     transports: String,
-    /// NIC profile of the simulator.
+    /// NIC profile of the simulator: cx3, cx4, cx5 or roce.
     #[arg(long, default_value = "cx4")]
     profile: String,
     /// Nodes [default: 16 on sim, 2 on local].
@@ -48,7 +48,8 @@ pub struct MicroArgs {
     /// Requests per doorbell batch (per gather for RPCs).
     #[arg(long, default_value_t = 8)]
     batch: u16,
-    /// Primitives to measure: read, write, cas, faa, rpc, wrpc [default: all].
+    /// Primitives to measure: read, write, cas, faa, rpc, wrpc, rpc-write [default: all
+    /// but rpc-write, which --multi-object measures].
     #[arg(long, value_delimiter = ',')]
     primitives: Option<Vec<String>>,
     /// Payloads in bytes [default: 8,16,...,4096].
@@ -183,6 +184,13 @@ fn plan(a: &MicroArgs) -> Result<Plan, CliError> {
             hytra_fabric::constants::LANES_MAX
         ));
     }
+    let max_us = window_max_ns(backend) / 1000;
+    if let Some(m) = a.measure_us.filter(|&m| m == 0 || m > max_us) {
+        return usage(format!("--measure-us {m}: expected 1..={max_us} on {}", a.backend));
+    }
+    if let Some(w) = a.warmup_us.filter(|&w| w > max_us) {
+        return usage(format!("--warmup-us {w}: expected 0..={max_us} on {}", a.backend));
+    }
     let (warmup, measure) = match (sim, a.quick) {
         (true, _) => (20, 60),
         (false, false) => (100_000, 400_000),
@@ -195,7 +203,7 @@ fn plan(a: &MicroArgs) -> Result<Plan, CliError> {
             a.coroutines,
             a.batch,
             a.warmup_us.unwrap_or(warmup) * 1000,
-            a.measure_us.unwrap_or(measure).max(1) * 1000,
+            a.measure_us.unwrap_or(measure) * 1000,
             a.seed,
         )
     };
@@ -208,6 +216,9 @@ fn plan(a: &MicroArgs) -> Result<Plan, CliError> {
         }
     }
     let shape = ClusterShape { nodes, workers_per_node: workers, lanes_per_peer: 1 };
+    if let Err(e) = hytra_fabric::validate_shape(shape) {
+        return usage(e.to_string());
+    }
     if a.ucp_baseline {
         check_baseline(a, backend, shape, &lanes, &params)?;
     }
@@ -285,6 +296,16 @@ fn baseline_outstanding(shape: ClusterShape, params: &MicroParams) -> u64 {
     u64::from(params.coroutines) * u64::from(params.batch) * u64::from(shape.workers_per_node)
 }
 
+/// The longest window a point may be measured over (asked for, or extended to when
+/// [`run_point_settled`] finds it too short): a virtual second on sim, where a 16 x 24
+/// point simulates about a million events per wall-second; ten minutes on threads.
+fn window_max_ns(backend: BackendKind) -> u64 {
+    match backend {
+        BackendKind::Sim => 1_000_000_000,
+        _ => 600_000_000_000,
+    }
+}
+
 fn parse_cpu(s: &str) -> Result<CpuMode, CliError> {
     let bad =
         || CliError::Usage(format!("--cpu '{s}': expected model, measured or measured:SCALE"));
@@ -306,6 +327,23 @@ struct Measured {
     /// The minimal UCP program on the same point (`--ucp-baseline`; `None` without it or
     /// for primitives it has no equivalent of).
     baseline: Option<Baseline>,
+    /// The window asked for (`point.window_ns` is longer when it had to be extended).
+    asked_ns: u64,
+}
+
+impl Measured {
+    /// What to add to a progress line when the window was extended.
+    fn extension_note(&self) -> String {
+        if self.point.window_ns > self.asked_ns {
+            format!(
+                " (window extended from {} to {} µs: too few completions in the shorter one)",
+                self.asked_ns / 1000,
+                self.point.window_ns / 1000
+            )
+        } else {
+            String::new()
+        }
+    }
 }
 
 /// What the minimal UCP program measured for one point.
@@ -412,6 +450,7 @@ fn measure(
         params.warmup_ns *= scale;
         params.measure_ns *= scale;
     }
+    let max = window_max_ns(plan.backend);
     let (point, stats) = match plan.backend {
         BackendKind::Sim => {
             let cfg = SimConfig {
@@ -419,11 +458,10 @@ fn measure(
                 cpu: plan.cpu,
                 ..SimConfig::new(shape, plan.params.seed)
             };
-            let mut b = SimCluster::new(cfg.clone())?;
-            let (point, stats) = run_point(&mut b, primitive, payload, params)?;
+            let fresh = || SimCluster::new(cfg.clone());
+            let (point, stats) = run_point_settled(fresh, primitive, payload, params, max)?;
             if self_check {
-                let mut again = SimCluster::new(cfg)?;
-                let (_, replay) = run_point(&mut again, primitive, payload, params)?;
+                let (_, replay) = run_point_settled(fresh, primitive, payload, params, max)?;
                 anyhow::ensure!(
                     replay.trace_hash == stats.trace_hash,
                     "self-check failed: trace hash {:#018x} then {:#018x} for the same seed",
@@ -436,21 +474,20 @@ fn measure(
         BackendKind::Local => {
             let mut cfg = LocalConfig::new(shape);
             cfg.threads = plan.threads;
-            let mut b = LocalCluster::new(cfg)?;
-            run_point(&mut b, primitive, payload, params)?
+            run_point_settled(|| LocalCluster::new(cfg.clone()), primitive, payload, params, max)?
         }
         #[cfg(feature = "ucx")]
         BackendKind::Ucx => {
             let mut cfg = hytra_fabric::ucx::UcxConfig::new(shape);
             cfg.threads = plan.threads;
             cfg.transports = Some(plan.transports.clone());
-            let mut b = hytra_fabric::ucx::UcxCluster::new(cfg)?;
-            run_point(&mut b, primitive, payload, params)?
+            let fresh = || hytra_fabric::ucx::UcxCluster::new(cfg.clone());
+            run_point_settled(fresh, primitive, payload, params, max)?
         }
         #[cfg(not(feature = "ucx"))]
         BackendKind::Ucx => unreachable!("refused by plan() without the ucx feature"),
     };
-    Ok(Measured { point, stats, baseline: None })
+    Ok(Measured { point, stats, baseline: None, asked_ns: params.measure_ns })
 }
 
 /// The steps of the multi-object benchmark (Fig. 6), each adding one optimisation.
@@ -496,7 +533,12 @@ fn run_multi(args: &MicroArgs, plan: Plan, objects: u16) -> Result<(), CliError>
                 .with_context(|| format!("measuring {} at step {name}", p.name()))?;
             // Per-operation rates become transactions of `objects` operations.
             let txn_per_sec = m.point.ops_per_sec / f64::from(objects);
-            eprintln!("{name:<8} {op:<5} {:<9}: {} M txn/s per node", p.name(), mops(txn_per_sec));
+            eprintln!(
+                "{name:<8} {op:<5} {:<9}: {} M txn/s per node{}",
+                p.name(),
+                mops(txn_per_sec),
+                m.extension_note()
+            );
             cells.push(mops(txn_per_sec));
             rows.push(json!({
                 "step": name,
@@ -505,6 +547,7 @@ fn run_multi(args: &MicroArgs, plan: Plan, objects: u16) -> Result<(), CliError>
                 "txn_per_sec": txn_per_sec,
                 "p50_us": m.point.p50_ns as f64 / 1e3,
                 "p99_us": m.point.p99_ns as f64 / 1e3,
+                "window_us": m.point.window_ns as f64 / 1e3,
                 "coroutines": params.coroutines,
                 "outstanding": params.batch,
                 "doorbell_batching": params.doorbell,
@@ -581,18 +624,19 @@ pub fn run(args: MicroArgs) -> Result<(), CliError> {
                 .with_context(|| format!("minimal UCP program: {}", replay()))?;
         }
         eprintln!(
-            "[{}/{}] {:<5} {:>4} B lanes={}: {} Mops/s per node, p50 {} us",
+            "[{}/{}] {:<5} {:>4} B lanes={}: {} Mops/s per node, p50 {} µs{}",
             i + 1,
             todo.len(),
             p.name(),
             m.point.payload,
             lanes,
             mops(m.point.ops_per_sec),
-            us(m.point.p50_ns)
+            us(m.point.p50_ns),
+            m.extension_note()
         );
         if let Some(b) = &m.baseline {
             eprintln!(
-                "      minimal UCP {}: {} Mops/s per node, op p50 {} us; UCP/hytra {}",
+                "      minimal UCP {}: {} Mops/s per node, op p50 {} µs; UCP/hytra {}",
                 b.op,
                 mops(b.ops_per_sec),
                 us(b.p50_ns),
@@ -643,6 +687,7 @@ pub fn run(args: MicroArgs) -> Result<(), CliError> {
                     "p50_us": p.p50_ns as f64 / 1e3,
                     "p99_us": p.p99_ns as f64 / 1e3,
                     "ops": p.ops,
+                    "window_us": p.window_ns as f64 / 1e3,
                     "failures": p.failures,
                 });
                 if let Some(c) = cores {
@@ -731,8 +776,8 @@ fn print_table(plan: &Plan, results: &[Measured]) {
     for &l in &plan.lanes {
         let tag = if l == 1 { String::new() } else { format!(" x{l}") };
         header.push(format!("Mops/s{tag}"));
-        header.push(format!("p50 us{tag}"));
-        header.push(format!("p99 us{tag}"));
+        header.push(format!("p50 µs{tag}"));
+        header.push(format!("p99 µs{tag}"));
     }
     if plan.ucp_baseline {
         header.push("UCP Mops/s".into());

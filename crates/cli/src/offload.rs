@@ -11,6 +11,13 @@ use serde_json::json;
 use crate::table::{open_output, write_json, Table};
 use crate::{usage, CliError};
 
+/// The largest value: one READ or WRITE moves it.
+const VALUE_MAX: u32 = hytra_fabric::constants::TRANSFER_MAX as u32;
+/// The most `if` chains: each registers its own code region and two work queues.
+const IF_CHAINS_MAX: u32 = 1024;
+/// The longest scenario, in virtual microseconds (one virtual second).
+const MICROS_MAX: u64 = 1_000_000;
+
 /// Arguments of `hytra offload`.
 #[derive(Args, Debug, Clone)]
 pub struct OffloadArgs {
@@ -60,14 +67,24 @@ fn row(t: &mut Table, what: &str, s: &Scenario, o: &Outcome) {
 
 /// Runs the scenarios and prints one table.
 pub fn run(a: OffloadArgs) -> Result<(), CliError> {
-    if a.sizes.iter().any(|&s| s == 0 || s % 8 != 0) {
-        return usage("--sizes must be positive multiples of 8");
+    if let Some(s) = a.sizes.iter().find(|&&s| s == 0 || s % 8 != 0 || s > VALUE_MAX) {
+        return usage(format!(
+            "--sizes {s}: values are positive multiples of 8 up to {VALUE_MAX} B (one READ or WRITE)"
+        ));
     }
-    if a.if_chains.contains(&0) {
-        return usage("--if-chains must be positive");
+    if let Some(c) = a.if_chains.iter().find(|&&c| c == 0 || c > IF_CHAINS_MAX) {
+        return usage(format!("--if-chains {c}: expected 1..={IF_CHAINS_MAX}"));
     }
-    if a.micros == 0 {
-        return usage("--micros must be positive");
+    if a.micros == 0 || a.micros > MICROS_MAX {
+        return usage(format!("--micros {}: expected 1..={MICROS_MAX}", a.micros));
+    }
+    // Each writer is a worker of its own: the shape must hold them.
+    if let Some(w) = a.writers.iter().find(|&&w| w > hytra_fabric::constants::WORKERS_PER_NODE_MAX)
+    {
+        return usage(format!(
+            "--writers {w}: at most {} (one worker each)",
+            hytra_fabric::constants::WORKERS_PER_NODE_MAX
+        ));
     }
     if !(1..=LIST_LEN_MAX).contains(&a.list_len) {
         return usage(format!("--list-len must be 1..={LIST_LEN_MAX}"));

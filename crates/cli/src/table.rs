@@ -81,6 +81,17 @@ pub fn mops(rate: f64) -> String {
     format!("{:.2}", rate / 1e6)
 }
 
+/// A rate with a unit prefix a reader takes in at a glance: `13.38 M`, `152.3 K`, `870`.
+pub fn rate(x: f64) -> String {
+    if x >= 1e6 {
+        format!("{:.2} M", x / 1e6)
+    } else if x >= 1e3 {
+        format!("{:.1} K", x / 1e3)
+    } else {
+        format!("{x:.0}")
+    }
+}
+
 /// Formats nanoseconds as microseconds.
 pub fn us(ns: u64) -> String {
     format!("{:.2}", ns as f64 / 1e3)

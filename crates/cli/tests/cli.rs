@@ -55,6 +55,13 @@ fn bad_input_gets_one_line_and_exit_2() {
         &["micro", "--payloads", "abc"],
         &["micro", "--multi-object", "0"],
         &["micro", "--multi-object", "65"],
+        // Windows: empty, or long enough to run for days.
+        &["micro", "--measure-us", "0"],
+        &["micro", "--measure-us", "1000000000000"],
+        &["micro", "--warmup-us", "1000000000000"],
+        // Shapes no backend builds, refused before the first point.
+        &["micro", "--nodes", "65535"],
+        &["micro", "--workers", "300"],
         &["frobnicate"],
     ];
     assert_usage_errors(cases);
@@ -149,6 +156,23 @@ fn bench_bad_input_gets_one_line_and_exit_2() {
         &["bench", "--backend", "local", "--crash", "1@1"],
         &["bench", "--lease-ms", "0"],
         &["bench", "--lease-ms", "NaN"],
+        // The default replication on one node.
+        &["bench", "--nodes", "1"],
+        // Options that would be ignored.
+        &["bench", "--threads", "4"],
+        &["bench", "--tpcc-only", "payment"],
+        &["bench", "--workload", "tpcc-no", "--tpcc-only", "payment"],
+        &["bench", "--tatp-uniform"],
+        &["bench", "--workload", "tatp", "--ycsb-mix", "b"],
+        &["bench", "--workload", "ycsb", "--accounts-per-worker", "10"],
+        // Values out of range, or that run without bound.
+        &["bench", "--backend", "local", "--threads", "0"],
+        &["bench", "--cache-mib", "1000000000"],
+        &["bench", "--seconds", "1e9"],
+        &["bench", "--faults-ppm", "2000000"],
+        &["bench", "--warmup", "10"],
+        // A NIC that cannot run the offload strategy.
+        &["bench", "--exec", "offload"],
     ];
     assert_usage_errors(cases);
 }
@@ -223,6 +247,11 @@ fn bench_json_reports_a_checked_serializable_run_that_replays() {
     for field in ["abort_rate", "abort_rate_cc", "latency_us", "phases_us"] {
         assert!(!ja[field].is_null(), "missing {field} in {ja}");
     }
+    // Every abort is counted under exactly one cause.
+    let classes = ja["abort_rate_by_class"].as_object().expect("abort classes");
+    let sum: f64 = classes.values().map(|v| v.as_f64().unwrap()).sum();
+    assert!((sum - ja["abort_rate"].as_f64().unwrap()).abs() < 1e-9, "{ja}");
+    assert_eq!(classes["contention"], ja["abort_rate_cc"], "{ja}");
 }
 
 #[test]
@@ -307,6 +336,8 @@ fn reproduce_bad_input_gets_one_line_and_exit_2() {
         &["reproduce", "--only", "fig99"],
         &["reproduce", "--nodes", "2"],
         &["reproduce", "--out", "/proc/no-such-dir/x"],
+        &["reproduce", "--workers", "60000"],
+        &["reproduce", "--jobs", "0"],
     ]);
 }
 
@@ -335,6 +366,19 @@ fn cluster_files_are_checked_before_anything_starts() {
         &["cluster", "--config", &d],
         &["node", "--config", &a, "--id", "0"],
     ]);
+    let no_workers = temp("no-workers.toml");
+    std::fs::write(
+        &no_workers,
+        "token = \"t\"\nworkers = 0\n[[nodes]]\nhost = \"127.0.0.1\"\nport = 1\n",
+    )
+    .unwrap();
+    let out = hytra(&["cluster", "--config", no_workers.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("workers = 0"), "the file's setting is named: {stderr}");
+    let out = hytra(&["cluster", "--config", &c]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("line 1"), "a TOML error says where: {stderr}");
     let ok = temp("ok.toml");
     std::fs::write(&ok, "token = \"t\"\n[[nodes]]\nhost = \"127.0.0.1\"\nport = 7000\n").unwrap();
     assert_usage_errors(&[&["node", "--config", ok.to_str().unwrap(), "--id", "5"]]);
@@ -393,6 +437,12 @@ fn io_bad_input_gets_one_line_and_exit_2() {
         &["io", "--backend", "rdma"],
         &["io", "--file", "/nonexistent/hytra-io-file"],
         &["io", "--seconds", "0"],
+        &["io", "--warmup", "10"],
+        &["io", "--trace", "/nonexistent/trace.csv"],
+        &["io", "--trace", env!("CARGO_BIN_EXE_hytra")],
+        &["io", "--trace", "/etc/hostname", "--no-trace"],
+        &["io", "--gen-trace", "/nonexistent/dir/x"],
+        &["io", "--profile", "cx9"],
     ]);
 }
 
@@ -406,7 +456,7 @@ fn io_json_has_every_mode_ratios_and_replays() {
         "--seconds",
         "0.002",
         "--warmup",
-        "0.0005",
+        "0.25",
         "--file-mib",
         "4",
         "--sizes",
@@ -464,6 +514,10 @@ fn offload_bad_input_gets_one_line_and_exit_2() {
         &["offload", "--list-len", "14"],
         &["offload", "--list-len", "4", "--list-ranges", "5"],
         &["offload", "--list-ranges", "0"],
+        &["offload", "--sizes", "1000000000"],
+        &["offload", "--if-chains", "65535"],
+        &["offload", "--micros", "100000000000"],
+        &["offload", "--writers", "60000"],
     ]);
 }
 
@@ -572,4 +626,76 @@ fn swarm_passes_its_seeds_and_a_planted_bug_fails_with_its_replay() {
     let again = String::from_utf8_lossy(&again.stdout);
     assert!(again.contains(&format!("trace hash {hash}")), "{fail}\n{again}");
     std::fs::remove_file(&json).ok();
+}
+
+/// A reader that closes the pipe early (`hytra ... | head -1`) ends the command the way it
+/// ends any Unix filter, by SIGPIPE, never by a panic.
+#[test]
+fn a_closed_pipe_ends_the_command_quietly() {
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hytra"))
+        .args(SMALL)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Close the read end before the table is printed.
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(out.status.signal(), Some(13), "ended by SIGPIPE: {:?} {stderr}", out.status);
+}
+
+/// A window shorter than the latency it measures is extended (and says so), never
+/// reported as a rate near zero.
+#[test]
+fn a_window_too_short_for_its_latency_is_extended() {
+    let json = temp("micro-short.json");
+    let mut args = SMALL.to_vec();
+    let at = args.iter().position(|a| *a == "--measure-us").unwrap();
+    args[at + 1] = "1";
+    args.extend(["--primitives", "read", "--json", json.to_str().unwrap()]);
+    args.retain(|a| *a != "read,cas,rpc");
+    let at = args.iter().position(|a| *a == "--primitives").unwrap();
+    args.remove(at);
+    let out = hytra(&args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("window extended from 1 to"), "{stderr}");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let row = &v["results"][0];
+    assert!(row["window_us"].as_f64().unwrap() > 1.0, "{row}");
+    assert!(row["ops"].as_u64().unwrap() >= 1000, "{row}");
+    assert!(row["window_us"].as_f64().unwrap() >= 2.0 * row["p99_us"].as_f64().unwrap(), "{row}");
+}
+
+/// Ctrl-C or SIGTERM while `hytra io` runs on its generated file removes the file.
+#[test]
+fn a_stopped_io_run_removes_its_temporary_file() {
+    let dir = temp("io-signal");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hytra"))
+        .args(["io", "--backend", "sim", "--file-mib", "16", "--seconds", "5", "--no-trace"])
+        .env("TMPDIR", &dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let file = dir.join(format!("hytra-io-{}.dat", child.id()));
+    let started = std::time::Instant::now();
+    // The file appears first, then the runs begin.
+    while !file.exists() {
+        assert!(started.elapsed().as_secs() < 60, "no data file in {}", dir.display());
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let killed = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    assert!(killed.success());
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(128 + 15), "{status:?}");
+    assert!(!file.exists(), "{} left behind", file.display());
+    std::fs::remove_dir_all(&dir).unwrap();
 }

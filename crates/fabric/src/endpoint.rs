@@ -6,6 +6,7 @@
 
 use thiserror::Error;
 
+use crate::constants::{LANES_MAX, NODES_MAX, WORKERS_PER_NODE_MAX};
 use crate::ids::{ClusterShape, NodeId, Qp, Rkey, WorkerId, WrId};
 use crate::memory::Region;
 use crate::verbs::{BatchPost, BatchRefused, Completion, OpFlags, PostError, WorkRequest};
@@ -312,4 +313,22 @@ pub trait Backend {
         R: Send,
         F: Fn(Self::Ep) -> P + Sync,
         G: Fn(P) -> R + Sync;
+}
+
+/// Checks the limits every backend shares (a command checks them before any work).
+pub fn validate_shape(shape: ClusterShape) -> Result<(), BackendError> {
+    let bad = |m: String| Err(BackendError::InvalidShape(m));
+    if shape.nodes == 0 || shape.nodes > NODES_MAX {
+        return bad(format!("{} nodes (1..={NODES_MAX})", shape.nodes));
+    }
+    if shape.workers_per_node == 0 || shape.workers_per_node > WORKERS_PER_NODE_MAX {
+        return bad(format!(
+            "{} workers per node (1..={WORKERS_PER_NODE_MAX})",
+            shape.workers_per_node
+        ));
+    }
+    if shape.lanes_per_peer == 0 || shape.lanes_per_peer > LANES_MAX {
+        return bad(format!("{} connections per peer (1..={LANES_MAX})", shape.lanes_per_peer));
+    }
+    Ok(())
 }

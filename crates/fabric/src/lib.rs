@@ -42,7 +42,8 @@ mod verbs;
 pub mod wq;
 
 pub use endpoint::{
-    Backend, BackendError, Caps, Endpoint, Program, RegionSpec, RunLimits, RunStats, Step,
+    validate_shape, Backend, BackendError, Caps, Endpoint, Program, RegionSpec, RunLimits,
+    RunStats, Step,
 };
 pub use ids::{ClusterShape, LocalAddr, NodeId, Qp, RemoteAddr, Rkey, WorkerId, WrId};
 pub use memory::{witness_atomics, zeroed_u32s, zeroed_words, zeroed_words_small_pages, Region};

@@ -114,8 +114,23 @@ fn default_timeout() -> u64 {
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum ClusterFileError {
     /// Not TOML, or not the fields of a cluster file.
-    #[error("{0}")]
-    Toml(String),
+    #[error("line {line}: {message}")]
+    Toml {
+        /// Where the parser stopped (1-based).
+        line: usize,
+        /// What it found wrong.
+        message: String,
+    },
+    /// A setting out of its range.
+    #[error("{key} = {value}: expected {range}")]
+    Range {
+        /// The setting.
+        key: &'static str,
+        /// Its value.
+        value: String,
+        /// What it may be.
+        range: &'static str,
+    },
     /// Neither `[[nodes]]` nor a positive `node_count`.
     #[error("no [[nodes]] and no node_count (say how many nodes the cluster has)")]
     NoNodes,
@@ -143,8 +158,27 @@ pub enum ClusterFileError {
 
 /// Parses and checks a cluster file's text.
 pub fn parse(text: &str) -> Result<ClusterFile, ClusterFileError> {
-    let f: ClusterFile =
-        toml::from_str(text).map_err(|e| ClusterFileError::Toml(e.message().to_string()))?;
+    let f: ClusterFile = toml::from_str(text).map_err(|e| {
+        let at = e.span().map_or(0, |r| r.start.min(text.len()));
+        let line = text[..at].matches('\n').count() + 1;
+        ClusterFileError::Toml { line, message: e.message().to_string() }
+    })?;
+    let range = |key, value: String, range| Err(ClusterFileError::Range { key, value, range });
+    if f.workers == 0 {
+        return range("workers", "0".into(), "at least 1");
+    }
+    if f.coroutines == Some(0) {
+        return range("coroutines", "0".into(), "at least 1");
+    }
+    if f.replication == Some(0) {
+        return range("replication", "0".into(), "at least 1");
+    }
+    if let Some(s) = f.seconds.filter(|s| !(s.is_finite() && *s > 0.0)) {
+        return range("seconds", s.to_string(), "a positive number");
+    }
+    if f.timeout_s == 0 {
+        return range("timeout_s", "0".into(), "at least 1");
+    }
     match f.node_count {
         Some(0) => return Err(ClusterFileError::NoNodes),
         Some(count) if !f.nodes.is_empty() && usize::from(count) != f.nodes.len() => {
@@ -222,7 +256,13 @@ mod tests {
             parse(&format!("token = \"t\"\nworkload = \"nope\"\n{one}")),
             Err(ClusterFileError::UnknownWorkload("nope".into()))
         );
-        assert!(matches!(parse("token = 3\n"), Err(ClusterFileError::Toml(_))));
+        assert!(matches!(parse("token = 3\n"), Err(ClusterFileError::Toml { line: 1, .. })));
+        assert!(matches!(
+            parse("token = \"t\"\nworkers = \"x\"\n"),
+            Err(ClusterFileError::Toml { line: 2, .. })
+        ));
+        let zero = parse("token = \"t\"\nnode_count = 2\nworkers = 0\n");
+        assert!(matches!(zero, Err(ClusterFileError::Range { key: "workers", .. })), "{zero:?}");
         assert!(parse(&format!("token = \"t\"\nextra = 1\n{one}")).is_err(), "unknown field");
         // A launcher's job needs only the number of nodes.
         let counted = parse("token = \"t\"\nnode_count = 3\n").unwrap();

@@ -60,7 +60,7 @@ pub use config::{
 pub use engine::{Engine, EngineError, NodeEngine, WorkerTxn, SCRATCH_CO_BYTES};
 pub use membership::{Config, Membership};
 pub use offload::NicLookups;
-pub use outcome::{Abort, AbortReason, Outcome};
+pub use outcome::{Abort, AbortClass, AbortReason, Outcome};
 pub use recover::{RecoveryEvent, RecoveryParams, RecoveryStep};
 pub use stats::{TxnStats, PHASES, TIMELINE_BUCKETS_MAX, TXN_TYPES_MAX};
 pub use txn::{Rec, Txn, TxnCtx};

@@ -40,6 +40,20 @@ impl AbortReason {
         !matches!(self, AbortReason::User | AbortReason::Full)
     }
 
+    /// The cause class a report counts this reason under.
+    pub fn class(self) -> AbortClass {
+        match self {
+            AbortReason::Conflict | AbortReason::Validation | AbortReason::Torn => {
+                AbortClass::Contention
+            }
+            AbortReason::Timeout | AbortReason::Unreachable | AbortReason::Reconfigured => {
+                AbortClass::Fault
+            }
+            AbortReason::User => AbortClass::Workload,
+            AbortReason::Full => AbortClass::Capacity,
+        }
+    }
+
     /// Name for reports.
     pub fn name(self) -> &'static str {
         match self {
@@ -61,6 +75,47 @@ impl AbortReason {
     /// Position in [`AbortReason::ALL`] (and in `TxnStats::aborts`).
     pub fn index_pub(self) -> usize {
         AbortReason::ALL.iter().position(|r| *r == self).expect("listed")
+    }
+}
+
+/// Why aborts happened, as a report groups them: only [`AbortClass::Contention`] is the
+/// price of concurrency control; the others have causes a reader must not mistake for it.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub enum AbortClass {
+    /// Concurrency control: a lock held by another transaction, a read that changed
+    /// before commit, a record torn by concurrent writes.
+    Contention,
+    /// Lost or late messages, an unreachable peer, a reconfiguration.
+    Fault,
+    /// The workload's own logic (insufficient funds, an invalid item).
+    Workload,
+    /// A store limit: a table or partition with no room for an insert, or scratch space.
+    Capacity,
+}
+
+impl AbortClass {
+    /// Every class, in report order.
+    pub const ALL: [AbortClass; 4] =
+        [AbortClass::Contention, AbortClass::Fault, AbortClass::Workload, AbortClass::Capacity];
+
+    /// Name for reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            AbortClass::Contention => "concurrency control",
+            AbortClass::Fault => "faults",
+            AbortClass::Workload => "the workload's own",
+            AbortClass::Capacity => "store full",
+        }
+    }
+
+    /// Key in JSON reports.
+    pub fn key(self) -> &'static str {
+        match self {
+            AbortClass::Contention => "contention",
+            AbortClass::Fault => "fault",
+            AbortClass::Workload => "workload",
+            AbortClass::Capacity => "capacity",
+        }
     }
 }
 

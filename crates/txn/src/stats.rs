@@ -2,7 +2,7 @@
 
 use hytra_rt::hist::Histogram;
 
-use crate::outcome::AbortReason;
+use crate::outcome::{AbortClass, AbortReason};
 
 /// Transaction types a workload may distinguish in reports.
 pub const TXN_TYPES_MAX: usize = 16;
@@ -135,16 +135,26 @@ impl TxnStats {
         self.aborts.iter().sum()
     }
 
-    /// Attempts aborted by concurrency control (conflicts, failed validation, lost
-    /// messages...) over all attempts: the workload's own aborts excluded.
-    pub fn cc_abort_rate(&self) -> f64 {
-        let user = self.aborts[AbortReason::User.index()];
-        let a = self.aborts_total() - user;
-        if a + self.commits == 0 {
+    /// Attempts aborted for reasons of `class` over all attempts.
+    pub fn abort_rate_of(&self, class: AbortClass) -> f64 {
+        let of: u64 = AbortReason::ALL
+            .iter()
+            .filter(|r| r.class() == class)
+            .map(|r| self.aborts[r.index()])
+            .sum();
+        let attempts = self.aborts_total() + self.commits;
+        if attempts == 0 {
             0.0
         } else {
-            a as f64 / (a + self.commits + user) as f64
+            of as f64 / attempts as f64
         }
+    }
+
+    /// Attempts aborted by concurrency control (conflicts, failed validation, torn
+    /// records) over all attempts: faults, the workload's own aborts and full stores
+    /// excluded.
+    pub fn cc_abort_rate(&self) -> f64 {
+        self.abort_rate_of(AbortClass::Contention)
     }
 
     /// Aborted attempts over all attempts.
@@ -155,5 +165,26 @@ impl TxnStats {
         } else {
             a as f64 / (a + self.commits) as f64
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_abort_is_counted_under_one_class() {
+        let mut s = TxnStats { commits: 900, ..TxnStats::default() };
+        for (i, r) in AbortReason::ALL.iter().enumerate() {
+            s.aborts[r.index()] = 10 * (i as u64 + 1);
+        }
+        let sum: f64 = AbortClass::ALL.iter().map(|c| s.abort_rate_of(*c)).sum();
+        assert!((sum - s.abort_rate()).abs() < 1e-12, "{sum} vs {}", s.abort_rate());
+        // Conflict, validation and torn only: not the faults, the workload or a full store.
+        let contention = [AbortReason::Conflict, AbortReason::Validation, AbortReason::Torn];
+        let cc: u64 = contention.iter().map(|r| s.aborts[r.index()]).sum();
+        let attempts = s.commits + s.aborts_total();
+        assert!((s.cc_abort_rate() - cc as f64 / attempts as f64).abs() < 1e-12);
+        assert_eq!(TxnStats::default().abort_rate_of(AbortClass::Capacity), 0.0);
     }
 }

@@ -184,6 +184,26 @@ pub struct Point {
     pub p99_ns: u64,
     /// Requests that failed (timeouts, errors).
     pub failures: u64,
+    /// The measured window the rate is over (longer than asked when
+    /// [`run_point_settled`] had to extend it).
+    pub window_ns: u64,
+}
+
+/// Requests a point must complete in its window (all nodes) before its rate and
+/// percentiles mean anything.
+pub const SETTLED_OPS_MIN: u64 = 1000;
+
+/// How many times [`run_point_settled`] doubles a window before it refuses the point.
+pub const WINDOW_DOUBLINGS_MAX: u32 = 6;
+
+impl Point {
+    /// Whether the window was long enough for what it measured: enough completions, and
+    /// at least twice the 99th-percentile latency (a window shorter than the latency
+    /// counts only the requests that happened to finish early, and reports a rate near
+    /// zero and percentiles too low).
+    pub fn settled(&self) -> bool {
+        self.ops >= SETTLED_OPS_MIN && self.window_ns >= 2 * self.p99_ns
+    }
 }
 
 /// Why a measurement could not be made.
@@ -200,6 +220,18 @@ pub enum MicroError {
     /// Bad parameters.
     #[error("{0}")]
     Params(String),
+    /// Even the longest window allowed did not settle the point ([`Point::settled`]).
+    #[error(
+        "the window is too short to measure: {ops} requests completed in {window_ns} ns (at least {SETTLED_OPS_MIN} and a window of twice the p99 latency, {p99_ns} ns, are needed); give a longer window"
+    )]
+    Unsettled {
+        /// Requests completed in the last window tried.
+        ops: u64,
+        /// The last window tried.
+        window_ns: u64,
+        /// Its p99 latency.
+        p99_ns: u64,
+    },
     /// The cluster could not be set up or run.
     #[error(transparent)]
     Backend(#[from] BackendError),
@@ -334,8 +366,41 @@ pub fn run_point<B: Backend>(
         p50_ns: tally.hist.quantile(0.5),
         p99_ns: tally.hist.quantile(0.99),
         failures: tally.failures,
+        window_ns: params.measure_ns,
     };
     Ok((point, stats))
+}
+
+/// Measures one point with a window long enough for it: when a run does not settle
+/// ([`Point::settled`]), runs it again on a fresh cluster (`fresh`) with the warm-up and
+/// the window doubled, up to [`WINDOW_DOUBLINGS_MAX`] times or a window of `window_max_ns`;
+/// then refuses it. A settled first run is returned as it is (same trace).
+pub fn run_point_settled<B: Backend>(
+    mut fresh: impl FnMut() -> Result<B, BackendError>,
+    primitive: Primitive,
+    payload: u32,
+    mut params: MicroParams,
+    window_max_ns: u64,
+) -> Result<(Point, RunStats), MicroError> {
+    let mut doublings = 0;
+    loop {
+        let mut b = fresh()?;
+        let (point, stats) = run_point(&mut b, primitive, payload, params)?;
+        if point.settled() {
+            return Ok((point, stats));
+        }
+        let longer = params.measure_ns.saturating_mul(2);
+        if doublings == WINDOW_DOUBLINGS_MAX || longer > window_max_ns {
+            return Err(MicroError::Unsettled {
+                ops: point.ops,
+                window_ns: point.window_ns,
+                p99_ns: point.p99_ns,
+            });
+        }
+        doublings += 1;
+        params.measure_ns = longer;
+        params.warmup_ns = params.warmup_ns.saturating_mul(2);
+    }
 }
 
 fn setup_worker<E: Endpoint + 'static>(

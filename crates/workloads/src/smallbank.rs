@@ -41,6 +41,12 @@ pub const HOT_PERCENT: u64 = 4;
 /// Percentage of accesses that go to the hot set.
 pub const HOT_ACCESS_PERCENT: u64 = 90;
 
+/// Why SmallBank's own aborts grow with the length of a run, for reports: Amalgamate
+/// moves all of one customer's money into another's checking account, and the hot
+/// accounts (90% of accesses) are emptied again and again, so Send-Payment and
+/// Transact-Saving find ever more accounts without the funds.
+pub const WORKLOAD_ABORTS: &str = "SmallBank's own aborts (insufficient funds) grow with run length: Amalgamate empties accounts, the hot ones most, and later payments from them fail";
+
 /// Transaction types, in report order.
 pub const TYPES: [&str; 6] =
     ["send_payment", "balance", "deposit_checking", "transact_saving", "amalgamate", "write_check"];

@@ -5,7 +5,8 @@ use hytra_fabric::local::{LocalCluster, LocalConfig};
 use hytra_fabric::sim::{SimCluster, SimConfig};
 use hytra_fabric::ClusterShape;
 use hytra_workloads::micro::{
-    check_payload, effective_payload, run_point, MicroError, MicroParams, Primitive,
+    check_payload, effective_payload, run_point, run_point_settled, MicroError, MicroParams,
+    Primitive, SETTLED_OPS_MIN,
 };
 
 fn shape(lanes: u16) -> ClusterShape {
@@ -102,4 +103,31 @@ fn every_optimisation_switch_runs_and_each_helps_where_the_paper_says() {
             "{p:?}: PA does not help: {rates:?}"
         );
     }
+}
+
+/// A window shorter than the requests' latency counts only the few that finish early: the
+/// point is measured again over a longer window until it settles, or refused.
+#[test]
+fn a_window_shorter_than_the_latency_is_extended_or_refused() {
+    let fresh = || SimCluster::new(SimConfig::new(shape(1), 3));
+    // 2 µs: a few requests complete in it, far from enough.
+    let tiny = MicroParams::fig5(2, 4, 5_000, 2_000, 3);
+    let mut b = fresh().unwrap();
+    let (raw, _) = run_point(&mut b, Primitive::Rpc, 64, tiny).unwrap();
+    assert!(!raw.settled(), "{raw:?}");
+    let (point, stats) = run_point_settled(fresh, Primitive::Rpc, 64, tiny, 1_000_000).unwrap();
+    assert!(point.settled() && point.window_ns > tiny.measure_ns, "{point:?}");
+    assert!(point.ops >= SETTLED_OPS_MIN && point.window_ns >= 2 * point.p99_ns, "{point:?}");
+    // The extended point replays.
+    let (again, replay) = run_point_settled(fresh, Primitive::Rpc, 64, tiny, 1_000_000).unwrap();
+    assert_eq!((again.window_ns, replay.trace_hash), (point.window_ns, stats.trace_hash));
+    // No room to extend: refused, not reported.
+    assert!(matches!(
+        run_point_settled(fresh, Primitive::Rpc, 64, tiny, tiny.measure_ns),
+        Err(MicroError::Unsettled { .. })
+    ));
+    // A window that was long enough is kept as it is.
+    let long = MicroParams::fig5(2, 4, 5_000, 400_000, 3);
+    let (ok, _) = run_point_settled(fresh, Primitive::Rpc, 64, long, 1_000_000).unwrap();
+    assert_eq!(ok.window_ns, long.measure_ns);
 }

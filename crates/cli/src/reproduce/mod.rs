@@ -24,7 +24,7 @@ use hytra_fabric::ClusterShape;
 use hytra_rt::RtConfig;
 use hytra_txn::{AbortReason, Design, ExecStrategy, LockStrategy, Primitive as Prim, TxnConfig};
 use hytra_workloads::bench::{run, BenchParams, BenchResult};
-use hytra_workloads::micro::{run_point, MicroParams, Primitive};
+use hytra_workloads::micro::{run_point_settled, MicroParams, Primitive, WINDOW_DOUBLINGS_MAX};
 use hytra_workloads::smallbank::SmallBank;
 use hytra_workloads::tpcc::{TpcC, TpccMix, TpccParams};
 use hytra_workloads::tpce::{Tpce, TpceParams};
@@ -559,14 +559,14 @@ fn design_figures(plan: &mut Plan, s: &Scale) {
         },
         Chart::Bars {
             title: "Median latency".into(),
-            y_label: "us".into(),
+            y_label: "µs".into(),
             metric: Metric::P50,
             groups: groups.clone(),
             series: series.clone(),
         },
         Chart::Bars {
             title: "99th percentile latency".into(),
-            y_label: "us".into(),
+            y_label: "µs".into(),
             metric: Metric::P99,
             groups,
             series,
@@ -887,11 +887,21 @@ fn fig5(plan: &mut Plan, s: &Scale) {
     });
 }
 
+/// The most simulated clusters run at once (each holds its own memory).
+const JOBS_MAX: usize = 256;
+
 /// Builds the matrix (only the figures asked for).
 fn plan(a: &ReproduceArgs) -> Result<Plan, CliError> {
     let s = Scale::new(a);
     if s.nodes < 3 || s.workers == 0 {
         return usage("--nodes must be at least 3 (3-way replication) and --workers at least 1");
+    }
+    let shape = ClusterShape { nodes: s.nodes, workers_per_node: s.workers, lanes_per_peer: 1 };
+    if let Err(e) = hytra_fabric::validate_shape(shape) {
+        return usage(e.to_string());
+    }
+    if let Some(j) = a.jobs.filter(|&j| j == 0 || j > JOBS_MAX) {
+        return usage(format!("--jobs {j}: expected 1..={JOBS_MAX}"));
     }
     let mut p = Plan::default();
     fig5(&mut p, &s);
@@ -1016,9 +1026,15 @@ fn summarize<R>(r: BenchResult<R>, s: &Scale) -> Res {
 
 fn run_micro_job(j: &MicroJob, seed: u64) -> anyhow::Result<Res> {
     let profile = NicProfile::by_name(j.profile).context("profile")?;
-    let mut b = SimCluster::new(SimConfig { profile, ..SimConfig::new(j.shape, seed) })?;
-    let (point, stats) =
-        run_point(&mut b, j.primitive, j.payload, MicroParams { seed, ..j.params })?;
+    let cfg = SimConfig { profile, ..SimConfig::new(j.shape, seed) };
+    let params = MicroParams { seed, ..j.params };
+    let (point, stats) = run_point_settled(
+        || SimCluster::new(cfg.clone()),
+        j.primitive,
+        j.payload,
+        params,
+        params.measure_ns << WINDOW_DOUBLINGS_MAX,
+    )?;
     Ok(Res {
         rate: point.ops_per_sec / f64::from(j.objects),
         p50_us: point.p50_ns as f64 / 1e3,
@@ -1041,10 +1057,8 @@ pub fn run_reproduce(a: ReproduceArgs) -> Result<(), CliError> {
     let next = AtomicUsize::new(0);
     let done = AtomicUsize::new(0);
     let gate = Gate::default();
-    let threads = a
-        .jobs
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-        .max(1);
+    let threads =
+        a.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     hytra_fabric::heap::map_large_allocations();
     hytra_fabric::heap::no_huge_pages();
     let started = Instant::now();
@@ -1434,7 +1448,7 @@ fn chart_table(c: &Chart, r: &[Res], jobs: &[Job]) -> String {
             }
         }
     }
-    format!("<details><summary>numbers</summary><table><tr><th>series</th><th>setting</th><th>M/s</th><th>p50 us</th><th>p99 us</th></tr>{rows}</table></details>")
+    format!("<details><summary>numbers</summary><table><tr><th>series</th><th>setting</th><th>M/s</th><th>p50 µs</th><th>p99 µs</th></tr>{rows}</table></details>")
 }
 
 fn write_html(

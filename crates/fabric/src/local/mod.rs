@@ -25,8 +25,8 @@ use crate::endpoint::{Backend, BackendError, Caps, Program, RegionSpec, RunLimit
 use crate::exec::check_region;
 use crate::ids::{ClusterShape, NodeId, Rkey};
 use crate::memory::Region;
-use crate::sim::validate_shape;
 use crate::stepper::Stepper;
+use crate::validate_shape;
 use crate::wq::{WqCounters, WqId, WqSpec};
 
 /// Buffers for datagrams larger than 120 bytes each worker owns by default (4 KiB each).

@@ -133,3 +133,49 @@ impl FaultConfig {
         })
     }
 }
+
+/// One line for reports: `none`, or each fault that is set, in plain words.
+impl std::fmt::Display for FaultConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut parts: Vec<String> = Vec::new();
+        let ppm = [
+            ("loss", self.loss_ppm),
+            ("duplication", self.duplicate_ppm),
+            ("reordering", self.reorder_ppm),
+            ("delay", self.delay_ppm),
+        ];
+        for (what, n) in ppm {
+            if n > 0 {
+                parts.push(format!("{what} {n} ppm"));
+            }
+        }
+        if self.reorder_ppm > 0 {
+            parts.push(format!("reorder window {} ns", self.reorder_window_ns));
+        }
+        if self.delay_ppm > 0 {
+            parts.push(format!("delays of {} ns", self.delay_ns));
+        }
+        for n in &self.node_faults {
+            parts.push(match n.kind {
+                NodeFaultKind::Pause { for_ns } => {
+                    format!("node {} paused at {} ns for {for_ns} ns", n.node.0, n.at_ns)
+                }
+                NodeFaultKind::Crash => format!("node {} crashed at {} ns", n.node.0, n.at_ns),
+            });
+        }
+        for p in &self.partitions {
+            let side: Vec<String> = p.side.iter().map(|n| n.0.to_string()).collect();
+            parts.push(format!(
+                "nodes {{{}}} cut off from {} to {} ns",
+                side.join(","),
+                p.from_ns,
+                p.until_ns
+            ));
+        }
+        if parts.is_empty() {
+            f.write_str("none")
+        } else {
+            f.write_str(&parts.join(", "))
+        }
+    }
+}

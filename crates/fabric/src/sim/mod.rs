@@ -34,9 +34,7 @@ use self::core::{Core, Event};
 pub use self::endpoint::SimEndpoint;
 use self::faults::FaultConfig;
 use self::profile::NicProfile;
-use crate::constants::{
-    DATAGRAM_MTU, INLINE_MAX, LANES_MAX, NODES_MAX, SQ_DEPTH, WORKERS_PER_NODE_MAX,
-};
+use crate::constants::{DATAGRAM_MTU, INLINE_MAX, SQ_DEPTH};
 use crate::endpoint::{
     Backend, BackendError, Caps, Program, RegionSpec, RunLimits, RunStats, Step,
 };
@@ -89,40 +87,17 @@ impl SimConfig {
     /// One line naming everything that determines the run, printed before it starts so
     /// that any run can be replayed.
     pub fn describe(&self) -> String {
-        let faults = if self.faults == FaultConfig::none() {
-            "none".to_string()
-        } else {
-            format!("{:?}", self.faults)
-        };
         format!(
-            "sim: seed={} nodes={} workers/node={} lanes={} profile={} cpu={:?} faults={}",
+            "sim: seed={} nodes={} workers/node={} lanes={} profile={} cpu={:?}; faults: {}",
             self.seed,
             self.shape.nodes,
             self.shape.workers_per_node,
             self.shape.lanes_per_peer,
             self.profile.name,
             self.cpu,
-            faults
+            self.faults
         )
     }
-}
-
-/// Checks the limits every backend shares.
-pub(crate) fn validate_shape(shape: ClusterShape) -> Result<(), BackendError> {
-    let bad = |m: String| Err(BackendError::InvalidShape(m));
-    if shape.nodes == 0 || shape.nodes > NODES_MAX {
-        return bad(format!("{} nodes (1..={NODES_MAX})", shape.nodes));
-    }
-    if shape.workers_per_node == 0 || shape.workers_per_node > WORKERS_PER_NODE_MAX {
-        return bad(format!(
-            "{} workers per node (1..={WORKERS_PER_NODE_MAX})",
-            shape.workers_per_node
-        ));
-    }
-    if shape.lanes_per_peer == 0 || shape.lanes_per_peer > LANES_MAX {
-        return bad(format!("{} connections per peer (1..={LANES_MAX})", shape.lanes_per_peer));
-    }
-    Ok(())
 }
 
 /// Events between two calls of a progress callback.
@@ -154,7 +129,7 @@ pub struct SimRun {
 impl SimCluster {
     /// A cluster with no regions yet.
     pub fn new(config: SimConfig) -> Result<SimCluster, BackendError> {
-        validate_shape(config.shape)?;
+        crate::validate_shape(config.shape)?;
         config.profile.validate().map_err(BackendError::Config)?;
         config.faults.validate(config.shape.nodes).map_err(BackendError::Config)?;
         if let CpuMode::Measured { scale } = config.cpu {

@@ -61,8 +61,8 @@ use crate::endpoint::{Backend, BackendError, Caps, Program, RegionSpec, RunLimit
 use crate::exec::check_region;
 use crate::ids::{ClusterShape, NodeId, Rkey};
 use crate::memory::Region;
-use crate::sim::validate_shape;
 use crate::stepper::Stepper;
+use crate::validate_shape;
 
 /// Configuration of a UCX cluster (or of this process's part of it).
 #[derive(Clone, Debug)]

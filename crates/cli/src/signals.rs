@@ -1,0 +1,61 @@
+//! Signals at the command's edge: a closed output pipe ends the process as it ends any
+//! Unix filter, and Ctrl-C or SIGTERM removes the temporary file a command made.
+
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+
+/// Restores the default action of SIGPIPE, which the Rust runtime ignores: `hytra ... |
+/// head` then ends quietly when `head` exits, instead of panicking in `println!`.
+pub fn default_sigpipe() {
+    // SAFETY: SIG_DFL is a valid disposition for SIGPIPE and no handler code runs.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+/// The NUL-terminated path the handler removes (null: none). Leaked on purpose: the
+/// handler may read it at any moment until the process ends.
+static TEMP_FILE: AtomicPtr<libc::c_char> = AtomicPtr::new(std::ptr::null_mut());
+
+extern "C" fn on_signal(sig: libc::c_int) {
+    INTERRUPTED.store(true, Ordering::SeqCst);
+    let path = TEMP_FILE.load(Ordering::SeqCst);
+    if !path.is_null() {
+        // SAFETY: `path` came from `CString::into_raw` and is never freed; unlink(2) and
+        // _exit(2) are async-signal-safe.
+        unsafe {
+            libc::unlink(path);
+            libc::_exit(128 + sig);
+        }
+    }
+}
+
+/// Catches SIGINT and SIGTERM: [`interrupted`] turns true, and if a temporary file is
+/// registered ([`remove_on_signal`]) it is removed and the process exits at once (128 +
+/// the signal), since the run it feeds cannot be stopped sooner.
+pub fn catch_stop_signals() {
+    // SAFETY: `on_signal` only stores to atomics and makes async-signal-safe calls, and
+    // has the signature signal(2) expects.
+    unsafe {
+        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
+    }
+}
+
+/// Whether SIGINT or SIGTERM arrived since [`catch_stop_signals`].
+pub fn interrupted() -> bool {
+    INTERRUPTED.load(Ordering::SeqCst)
+}
+
+/// Registers the one temporary file a signal removes (before the file is created, so
+/// that no instant leaves it behind), and installs the handlers.
+pub fn remove_on_signal(path: &Path) {
+    let c = CString::new(path.as_os_str().as_bytes()).expect("a temp path has no NUL byte");
+    let old = TEMP_FILE.swap(c.into_raw(), Ordering::SeqCst);
+    assert!(old.is_null(), "one temporary file per process");
+    catch_stop_signals();
+}
