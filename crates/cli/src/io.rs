@@ -363,6 +363,10 @@ fn row(t: &mut Table, r: &IoReport, what: &str) {
 }
 
 /// Entry point of `hytra io`.
+#[allow(
+    clippy::too_many_lines,
+    reason = "longer than the limit before the limit was set; split it when it next changes"
+)]
 pub fn run(a: IoArgs) -> Result<(), CliError> {
     if a.calibrate {
         let c = hytra_io::engine::calibrate(200);

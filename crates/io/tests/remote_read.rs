@@ -304,6 +304,10 @@ fn directory_exports_refuse_escapes() {
 type Ending = (NodeId, bool, usize, Option<ServiceStats>);
 
 #[test]
+#[allow(
+    clippy::too_many_lines,
+    reason = "longer than the limit before the limit was set; split it when it next changes"
+)]
 fn a_requester_that_crashes_mid_run_leaks_nothing_on_the_owner() {
     // Node 1 owns the file; nodes 0 and 2 read it with four reads in flight each. Node 2
     // crashes (CPUs and NIC) at 2 ms with reads outstanding; node 0 reads until 8 ms,

@@ -296,6 +296,10 @@ fn peak_ratio(a: Vec<usize>, b: Vec<usize>) -> Measure {
     Box::new(move |r| peak(r, &a) / peak(r, &b).max(1e-9))
 }
 
+#[allow(
+    clippy::too_many_lines,
+    reason = "longer than the limit before the limit was set; split it when it next changes"
+)]
 fn phase_figures(plan: &mut Plan, s: &Scale) {
     // Fig. 7: the execution phase.
     let mut charts = Vec::new();
@@ -456,6 +460,10 @@ fn phase_figures(plan: &mut Plan, s: &Scale) {
     });
 }
 
+#[allow(
+    clippy::too_many_lines,
+    reason = "longer than the limit before the limit was set; split it when it next changes"
+)]
 fn design_figures(plan: &mut Plan, s: &Scale) {
     // Fig. 14: the four designs against coroutines; Fig. 15 reuses its TPC-C/no points.
     let mut charts = Vec::new();
@@ -705,6 +713,10 @@ fn fig_title(id: &str) -> String {
 }
 
 /// The multi-object ladder (Fig. 6 and its other-NIC versions).
+#[allow(
+    clippy::too_many_lines,
+    reason = "longer than the limit before the limit was set; split it when it next changes"
+)]
 fn multi_object(
     plan: &mut Plan,
     id: &'static str,
@@ -1266,6 +1278,10 @@ fn claims_text(p: &Plan, r: &[Res]) -> String {
     t.render()
 }
 
+#[allow(
+    clippy::too_many_lines,
+    reason = "longer than the limit before the limit was set; split it when it next changes"
+)]
 fn write_json(
     a: &ReproduceArgs,
     s: &Scale,
