@@ -14,6 +14,7 @@ use hytra_fabric::sim::{CpuMode, SimCluster, SimConfig};
 use hytra_fabric::{ClusterShape, RunStats};
 use hytra_workloads::micro::{
     check_payload, effective_payload, run_point_settled, MicroError, MicroParams, Point, Primitive,
+    SETTLED_OPS_MIN,
 };
 use serde_json::json;
 
@@ -340,7 +341,7 @@ impl Measured {
     fn extension_note(&self) -> String {
         if self.point.window_ns > self.asked_ns {
             format!(
-                " (window extended from {} to {} µs: too few completions in the shorter one)",
+                " (window extended from {} to {} µs: the shorter one held fewer than {SETTLED_OPS_MIN} completions or less than twice the p99 latency)",
                 self.asked_ns / 1000,
                 self.point.window_ns / 1000
             )

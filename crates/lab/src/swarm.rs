@@ -151,7 +151,7 @@ impl Draw {
         );
         if let BackendSpec::Sim(c) = &s.backend {
             if c.faults != FaultConfig::none() {
-                line.push_str(&format!("; faults {}", describe_faults(&c.faults)));
+                line.push_str(&format!("; faults {}", c.faults));
             }
         }
         if let Some(r) = t.recovery {
@@ -242,43 +242,6 @@ fn bucket(n: u64) -> String {
     } else {
         format!("{lo}-{}", 2 * lo - 1)
     }
-}
-
-fn describe_faults(f: &FaultConfig) -> String {
-    let mut parts = Vec::new();
-    for (name, ppm) in [
-        ("loss", f.loss_ppm),
-        ("dup", f.duplicate_ppm),
-        ("reorder", f.reorder_ppm),
-        ("delay", f.delay_ppm),
-    ] {
-        if ppm > 0 {
-            parts.push(format!("{name} {ppm} ppm"));
-        }
-    }
-    for n in &f.node_faults {
-        match n.kind {
-            NodeFaultKind::Pause { for_ns } => parts.push(format!(
-                "pause {} at {} us for {} us",
-                n.node,
-                n.at_ns / 1000,
-                for_ns / 1000
-            )),
-            NodeFaultKind::Crash => {
-                parts.push(format!("crash {} at {} us", n.node, n.at_ns / 1000))
-            }
-        }
-    }
-    for p in &f.partitions {
-        let side: Vec<String> = p.side.iter().map(|n| n.to_string()).collect();
-        parts.push(format!(
-            "partition [{}] {}-{} us",
-            side.join(" "),
-            p.from_ns / 1000,
-            p.until_ns / 1000
-        ));
-    }
-    parts.join(", ")
 }
 
 /// A choice among `items`.

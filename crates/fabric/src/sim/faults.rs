@@ -134,42 +134,43 @@ impl FaultConfig {
     }
 }
 
-/// One line for reports: `none`, or each fault that is set, in plain words.
+/// One line for reports (`hytra bench`'s header, the swarm's configurations): `none`,
+/// or each fault that is set, times in microseconds.
 impl std::fmt::Display for FaultConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mut parts: Vec<String> = Vec::new();
-        let ppm = [
-            ("loss", self.loss_ppm),
-            ("duplication", self.duplicate_ppm),
-            ("reordering", self.reorder_ppm),
-            ("delay", self.delay_ppm),
-        ];
-        for (what, n) in ppm {
-            if n > 0 {
-                parts.push(format!("{what} {n} ppm"));
-            }
+        let us = |ns: u64| ns / 1000;
+        if self.loss_ppm > 0 {
+            parts.push(format!("loss {} ppm", self.loss_ppm));
+        }
+        if self.duplicate_ppm > 0 {
+            parts.push(format!("dup {} ppm", self.duplicate_ppm));
         }
         if self.reorder_ppm > 0 {
-            parts.push(format!("reorder window {} ns", self.reorder_window_ns));
+            parts.push(format!(
+                "reorder {} ppm within {} us",
+                self.reorder_ppm,
+                us(self.reorder_window_ns)
+            ));
         }
         if self.delay_ppm > 0 {
-            parts.push(format!("delays of {} ns", self.delay_ns));
+            parts.push(format!("delay {} ppm by {} us", self.delay_ppm, us(self.delay_ns)));
         }
         for n in &self.node_faults {
             parts.push(match n.kind {
                 NodeFaultKind::Pause { for_ns } => {
-                    format!("node {} paused at {} ns for {for_ns} ns", n.node.0, n.at_ns)
+                    format!("pause {} at {} us for {} us", n.node, us(n.at_ns), us(for_ns))
                 }
-                NodeFaultKind::Crash => format!("node {} crashed at {} ns", n.node.0, n.at_ns),
+                NodeFaultKind::Crash => format!("crash {} at {} us", n.node, us(n.at_ns)),
             });
         }
         for p in &self.partitions {
-            let side: Vec<String> = p.side.iter().map(|n| n.0.to_string()).collect();
+            let side: Vec<String> = p.side.iter().map(|n| n.to_string()).collect();
             parts.push(format!(
-                "nodes {{{}}} cut off from {} to {} ns",
-                side.join(","),
-                p.from_ns,
-                p.until_ns
+                "partition [{}] {}-{} us",
+                side.join(" "),
+                us(p.from_ns),
+                us(p.until_ns)
             ));
         }
         if parts.is_empty() {
