@@ -50,6 +50,12 @@ pub struct BenchArgs {
     /// choice).
     #[arg(long, default_value = "sm")]
     pub(crate) transports: String,
+    /// --backend ucx: what a thread does when its workers have nothing to do: poll
+    /// (keep the core; for dedicated cores) or event (sleep on UCX's event fds until a
+    /// message or completion arrives; for hosts with more busy threads than cores)
+    /// [default: poll].
+    #[arg(long, value_enum)]
+    pub(crate) wait: Option<WaitMode>,
     /// This process's place in a cluster spread over processes (set by `hytra node`).
     #[arg(skip)]
     pub(crate) placement: Option<crate::cluster::Placement>,
@@ -193,6 +199,45 @@ pub struct BenchArgs {
     lease_ms: Option<f64>,
 }
 
+/// What a UCX thread does without work (`--wait`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum WaitMode {
+    /// Poll, yielding the core now and then.
+    Poll,
+    /// Sleep on the UCP workers' event fds.
+    Event,
+}
+
+/// `--wait` as given, or its default.
+fn wait_name(w: Option<WaitMode>) -> &'static str {
+    match w {
+        None | Some(WaitMode::Poll) => "poll",
+        Some(WaitMode::Event) => "event",
+    }
+}
+
+/// What the report's first line says the fabric was.
+fn fabric_label(a: &BenchArgs, sim: bool) -> String {
+    if sim {
+        a.profile.clone()
+    } else if a.backend == "ucx" {
+        format!("{}, wait {}", a.transports, wait_name(a.wait))
+    } else {
+        "threads".into()
+    }
+}
+
+/// A ucx run's transports and waiting: how threads waited decides latency and what the
+/// host's other work gets.
+fn ucx_json(a: &BenchArgs, run: &hytra_fabric::RunStats) -> serde_json::Value {
+    json!({
+        "transports": a.transports,
+        "wait": wait_name(a.wait),
+        "event_sleeps": run.event_sleeps,
+        "event_wakeups": run.event_wakeups,
+    })
+}
+
 impl BenchArgs {
     /// What `hytra` with no arguments runs.
     pub fn default_run() -> BenchArgs {
@@ -327,6 +372,11 @@ fn prepare(a: &BenchArgs) -> Result<Run, CliError> {
     }
     if a.faults_ppm > 1_000_000 {
         return usage(format!("--faults-ppm {}: parts per million, at most 1000000", a.faults_ppm));
+    }
+    if a.wait.is_some() && a.backend != "ucx" {
+        return usage(
+            "--wait applies to the ucx backend (sim runs in virtual time, local threads poll)",
+        );
     }
     match a.threads {
         Some(_) if sim => {
@@ -576,10 +626,14 @@ fn run_ucx<W: Workload>(
     cfg: TxnConfig,
     params: BenchParams,
 ) -> Result<Option<BenchResult<W::Report>>, BenchError> {
-    use hytra_fabric::ucx::{UcxCluster, UcxConfig};
+    use hytra_fabric::ucx::{UcxCluster, UcxConfig, UcxWaiting};
     let mut uc = UcxConfig::new(shape);
     uc.transports = Some(a.transports.clone());
     uc.threads = a.threads;
+    uc.waiting = match a.wait {
+        None | Some(WaitMode::Poll) => UcxWaiting::Poll,
+        Some(WaitMode::Event) => UcxWaiting::Event,
+    };
     let mut b = match &a.placement {
         None => UcxCluster::new(uc)?,
         Some(p) => {
@@ -874,9 +928,10 @@ fn print_report<R>(
     let tps = s.commits as f64 / seconds;
     let workers = f64::from(a.nodes) * f64::from(a.workers);
     let clock = if sim { "virtual" } else { "wall" };
+    let fabric = fabric_label(a, sim);
     println!(
-        "\n{} on {} ({}): {} nodes x {} workers x {} coroutines, design {}, replication {}, {} s measured ({clock})",
-        a.workload, a.backend, if sim { a.profile.as_str() } else if a.backend == "ucx" { a.transports.as_str() } else { "threads" }, a.nodes, a.workers, a.coroutines, cfg.design.name(), cfg.replication, seconds
+        "\n{} on {} ({fabric}): {} nodes x {} workers x {} coroutines, design {}, replication {}, {} s measured ({clock})",
+        a.workload, a.backend, a.nodes, a.workers, a.coroutines, cfg.design.name(), cfg.replication, seconds
     );
     let on = |b: bool| if b { "on" } else { "off" };
     println!(
@@ -1041,6 +1096,9 @@ fn json_report<R>(
         },
         "wall_s": wall.as_secs_f64(),
     });
+    if a.backend == "ucx" {
+        doc["ucx"] = ucx_json(a, &r.run);
+    }
     if sim {
         doc["trace_hash"] = json!(format!("{:#018x}", r.run.trace_hash));
         // Speed of the simulation itself: the run's wall time, without setup and loading,

@@ -118,6 +118,7 @@ fn bench_args(f: &ClusterFile, json: Option<&Path>) -> Result<BenchArgs, CliErro
         ("nodes", f.node_count().to_string()),
         ("workers", f.workers.to_string()),
     ];
+    own.extend(f.wait.map(|w| ("wait", w.name().to_string())));
     own.extend(f.coroutines.map(|c| ("coroutines", c.to_string())));
     own.extend(f.replication.map(|r| ("replication", r.to_string())));
     parse_args("bench", f, json, own)

@@ -160,6 +160,9 @@ fn bench_bad_input_gets_one_line_and_exit_2() {
         &["bench", "--nodes", "1"],
         // Options that would be ignored.
         &["bench", "--threads", "4"],
+        &["bench", "--wait", "event"],
+        &["bench", "--backend", "local", "--wait", "poll"],
+        &["bench", "--backend", "ucx", "--wait", "spin"],
         &["bench", "--tpcc-only", "payment"],
         &["bench", "--workload", "tpcc-no", "--tpcc-only", "payment"],
         &["bench", "--tatp-uniform"],

@@ -136,6 +136,32 @@ fn three_processes_over_tcp() {
     three_processes_run_smallbank_correctly("tcp");
 }
 
+/// Threads that sleep on UCX's events between messages lose nothing: YCSB with ten
+/// operations per transaction (their reads sent together) over TCP, serializable, every
+/// update counted, and the nodes did sleep and were woken by what arrived.
+#[test]
+fn three_processes_waiting_on_events_over_tcp() {
+    let ycsb = ("ycsb", &["--ops-per-txn", "10", "--zipf-theta", "0.6", "--check"][..]);
+    let file = workload_file("event.toml", "t0k", "tcp", 0.5, 60, ycsb);
+    let text = std::fs::read_to_string(&file)
+        .unwrap()
+        .replace("workers = 1\n", "workers = 1\nwait = \"event\"\n");
+    std::fs::write(&file, text).unwrap();
+    let json = dir().join("out-event.json");
+    let out = run_cluster(&file, &json, Duration::from_secs(120));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("(tcp, wait event)"), "{stdout}");
+    let v = json_of(&json);
+    assert_eq!(v["checker"]["serializable"], true, "{v}");
+    assert_eq!(v["invariant_ok"], true, "{v}");
+    assert!(v["committed"].as_u64().unwrap() > 50, "{v}");
+    assert_eq!(v["ucx"]["wait"], "event", "{v}");
+    let (sleeps, wakeups) =
+        (v["ucx"]["event_sleeps"].as_u64().unwrap(), v["ucx"]["event_wakeups"].as_u64().unwrap());
+    assert!(sleeps > 0 && wakeups > 0, "{}", v["ucx"]);
+}
+
 /// TPC-C's tables are sized for every row its inserts could add; node 0 checks the
 /// cluster from the replicas the others send it, which must carry only what was written.
 #[test]

@@ -203,6 +203,11 @@ pub struct RunStats {
     pub datagrams_dropped: u64,
     /// Nodes that crashed during the run (their programs were stopped where they were).
     pub crashed: Vec<NodeId>,
+    /// UCX with event waiting only: how often a thread slept on its workers' event fds,
+    /// and how many of those sleeps an event ended (the others ran out their bound).
+    pub event_sleeps: u64,
+    /// See [`RunStats::event_sleeps`].
+    pub event_wakeups: u64,
 }
 
 /// Errors of setting up or running a cluster.

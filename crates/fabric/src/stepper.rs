@@ -1,14 +1,12 @@
 //! The loop of a thread that runs several workers in real time, shared by the `local` and
 //! `ucx` backends: step each program in turn, count the ones that finished, and give the
-//! core away when none had work. Not for: deciding when a run stops (each backend checks
-//! its own conditions when [`Stepper::round`] says so).
+//! core away when none had work (by yielding, or by the backend's own way of resting
+//! until something arrives). Not for: deciding when a run stops (each backend checks its
+//! own conditions when [`Stepper::round`] says so).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::endpoint::{Program, Step};
-
-/// Rounds without progress a thread spins before it yields its core to other threads.
-const IDLE_SPINS_MAX: u32 = 64;
 
 /// Rounds between two yields of a thread that always has work. When a machine runs more
 /// busy threads than it has cores (several processes of a cluster on one host), the
@@ -24,32 +22,39 @@ const CHECK_EVERY_ROUNDS: u64 = 64;
 /// Round-robin stepping of one thread's programs.
 pub(crate) struct Stepper {
     done: Vec<bool>,
-    idle_rounds: u32,
     rounds: u64,
 }
 
 impl Stepper {
     /// A stepper for `programs` programs.
     pub(crate) fn new(programs: usize) -> Stepper {
-        Stepper { done: vec![false; programs], idle_rounds: 0, rounds: 0 }
+        Stepper { done: vec![false; programs], rounds: 0 }
     }
 
     /// Steps every program once; `on_idle(i)` runs after program `i` reports no work
     /// left. Programs that became done are added to `done_total`. Then pauses as
-    /// [`Stepper::pause`] says. Returns true when the caller should check whether to
-    /// stop.
+    /// [`Stepper::pause`] says: a round without progress calls `rest` with the earliest
+    /// time a program asked to be woken at (if any), and `rest` gives the core away
+    /// until then or until something arrives, or for less. Returns true when the caller
+    /// should check whether to stop.
     pub(crate) fn round<P: Program>(
         &mut self,
         programs: &mut [P],
         done_total: &AtomicUsize,
         mut on_idle: impl FnMut(usize),
+        rest: impl FnOnce(Option<u64>),
     ) -> bool {
         let mut progressed = false;
+        let mut wake_at: Option<u64> = None;
         for (i, p) in programs.iter_mut().enumerate() {
             match p.step() {
                 Step::Busy => progressed = true,
-                Step::Idle { progressed: worked, .. } => {
+                Step::Idle { progressed: worked, wake_at_ns } => {
                     progressed |= worked;
+                    wake_at = match (wake_at, wake_at_ns) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    };
                     on_idle(i);
                 }
             }
@@ -60,32 +65,28 @@ impl Stepper {
         }
         match self.pause(progressed) {
             Pause::Keep => {}
-            Pause::Spin => std::hint::spin_loop(),
             Pause::Yield => std::thread::yield_now(),
+            Pause::Rest => rest(wake_at),
         }
         self.rounds % CHECK_EVERY_ROUNDS == 0
     }
 
     /// Counts a round that made progress or not, and says what the thread does with its
-    /// core: when no program made progress, spin, and after a while yield (a thread that
-    /// only spins would hold the core a descheduled peer needs to answer); when some did,
-    /// keep it, but yield every [`BUSY_YIELD_ROUNDS`] rounds all the same.
+    /// core: when some program made progress, keep it, but yield every
+    /// [`BUSY_YIELD_ROUNDS`] rounds all the same; when none did, rest at once. A thread
+    /// that spins without work holds the core that a descheduled peer needs to answer
+    /// it: three processes on two cores over TCP ran SmallBank 1.8x faster resting at
+    /// once than after 64 idle rounds (a round over TCP costs a system call, so 64 of
+    /// them are about 100 µs), and with a core to spare resting costs nothing measurable
+    /// (docs/PERFORMANCE.md §18).
     fn pause(&mut self, progressed: bool) -> Pause {
         self.rounds += 1;
-        if progressed {
-            self.idle_rounds = 0;
-            if self.rounds % BUSY_YIELD_ROUNDS == 0 {
-                Pause::Yield
-            } else {
-                Pause::Keep
-            }
+        if !progressed {
+            Pause::Rest
+        } else if self.rounds % BUSY_YIELD_ROUNDS == 0 {
+            Pause::Yield
         } else {
-            self.idle_rounds += 1;
-            if self.idle_rounds > IDLE_SPINS_MAX {
-                Pause::Yield
-            } else {
-                Pause::Spin
-            }
+            Pause::Keep
         }
     }
 }
@@ -95,10 +96,10 @@ impl Stepper {
 enum Pause {
     /// Goes on at once.
     Keep,
-    /// Goes on after a spin-loop hint.
-    Spin,
-    /// Offers the core to other threads first.
+    /// Offers the core to other threads first, then goes on.
     Yield,
+    /// Nothing to do for a while: the backend's rest (a yield, or a sleep until an event).
+    Rest,
 }
 
 #[cfg(test)]
@@ -108,11 +109,18 @@ mod tests {
     /// Ends every step idle, having done work or not.
     struct Idle {
         progressed: bool,
+        wake_at_ns: Option<u64>,
+    }
+
+    impl Idle {
+        fn new(progressed: bool) -> Idle {
+            Idle { progressed, wake_at_ns: None }
+        }
     }
 
     impl Program for Idle {
         fn step(&mut self) -> Step {
-            Step::Idle { wake_at_ns: None, progressed: self.progressed }
+            Step::Idle { wake_at_ns: self.wake_at_ns, progressed: self.progressed }
         }
 
         fn is_done(&self) -> bool {
@@ -121,40 +129,59 @@ mod tests {
     }
 
     #[test]
-    fn only_rounds_without_progress_count_towards_yielding() {
+    fn only_rounds_without_progress_rest() {
         let done = AtomicUsize::new(0);
-        let mut programs = [Idle { progressed: true }, Idle { progressed: false }];
+        let mut programs = [Idle::new(true), Idle::new(false)];
         let mut s = Stepper::new(programs.len());
         let mut idled = 0;
-        for _ in 0..3 * IDLE_SPINS_MAX {
-            s.round(&mut programs, &done, |_| idled += 1);
+        for _ in 0..100 {
+            s.round(
+                &mut programs,
+                &done,
+                |_| idled += 1,
+                |_| panic!("rounds with work never rest"),
+            );
         }
-        // One program ended each step with work done: no round counted as idle.
-        assert_eq!(s.idle_rounds, 0);
         // Both still count as out of work (the backend progresses their workers).
-        assert_eq!(idled, 2 * 3 * IDLE_SPINS_MAX);
+        assert_eq!(idled, 2 * 100);
         programs[0].progressed = false;
-        for _ in 0..3 * IDLE_SPINS_MAX {
-            s.round(&mut programs, &done, |_| {});
+        let mut rests = 0;
+        for _ in 0..100 {
+            s.round(&mut programs, &done, |_| {}, |_| rests += 1);
         }
-        assert_eq!(s.idle_rounds, 3 * IDLE_SPINS_MAX);
+        assert_eq!(rests, 100);
         assert_eq!(done.load(Ordering::Relaxed), 0);
     }
 
     #[test]
-    fn busy_threads_yield_now_and_then_idle_ones_after_spinning() {
+    fn busy_threads_yield_now_and_then_and_idle_ones_rest_at_once() {
         let mut s = Stepper::new(1);
         let busy: Vec<Pause> = (0..4 * BUSY_YIELD_ROUNDS).map(|_| s.pause(true)).collect();
         let yields: Vec<usize> = (0..busy.len()).filter(|&i| busy[i] == Pause::Yield).collect();
         let every = BUSY_YIELD_ROUNDS as usize;
         assert_eq!(yields, [every - 1, 2 * every - 1, 3 * every - 1, 4 * every - 1]);
-        assert!(busy.iter().all(|&p| p != Pause::Spin));
-        let idle: Vec<Pause> = (0..2 * IDLE_SPINS_MAX).map(|_| s.pause(false)).collect();
-        let spins = IDLE_SPINS_MAX as usize;
-        assert!(idle[..spins].iter().all(|&p| p == Pause::Spin));
-        assert!(idle[spins..].iter().all(|&p| p == Pause::Yield));
-        // Progress ends the idle spell: spinning starts over.
+        assert!(busy.iter().all(|&p| p != Pause::Rest));
+        assert_eq!(s.pause(false), Pause::Rest);
+        assert_eq!(s.pause(false), Pause::Rest);
         assert_eq!(s.pause(true), Pause::Keep);
-        assert_eq!(s.pause(false), Pause::Spin);
+    }
+
+    #[test]
+    fn a_resting_thread_is_told_the_earliest_wake_up_asked_for() {
+        let done = AtomicUsize::new(0);
+        let mut programs = [Idle::new(false), Idle::new(false), Idle::new(false)];
+        programs[0].wake_at_ns = Some(900);
+        programs[2].wake_at_ns = Some(300);
+        let mut s = Stepper::new(programs.len());
+        let mut told = Vec::new();
+        for _ in 0..2 {
+            s.round(&mut programs, &done, |_| {}, |at| told.push(at));
+        }
+        assert_eq!(told, [Some(300), Some(300)]);
+        for p in &mut programs {
+            p.wake_at_ns = None;
+        }
+        s.round(&mut programs, &done, |_| {}, |at| told.push(at));
+        assert_eq!(told.last(), Some(&None));
     }
 }

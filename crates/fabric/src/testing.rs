@@ -45,13 +45,17 @@ impl TestBackend for crate::ucx::UcxCluster {
     const NAME: &'static str = "ucx";
     /// Every node in this process, over the transports in `HYTRA_UCX_TLS` (default
     /// `sm`: shared memory); `HYTRA_UCX_ORDER=flush` forces the strictest ordering on
-    /// every connection (the path of endpoints with RMA and atomics on different lanes).
+    /// every connection (the path of endpoints with RMA and atomics on different lanes);
+    /// `HYTRA_UCX_WAIT=event` makes idle threads sleep on UCX's event fds.
     fn for_test(shape: ClusterShape, _seed: u64) -> Self {
         let mut config = crate::ucx::UcxConfig::new(shape);
         config.transports =
             Some(std::env::var("HYTRA_UCX_TLS").unwrap_or_else(|_| "sm".to_string()));
         if std::env::var("HYTRA_UCX_ORDER").is_ok_and(|o| o == "flush") {
             config.ordering = crate::ucx::UcxOrdering::Flush;
+        }
+        if std::env::var("HYTRA_UCX_WAIT").is_ok_and(|w| w == "event") {
+            config.waiting = crate::ucx::UcxWaiting::Event;
         }
         crate::ucx::UcxCluster::new(config).expect("UCX test cluster")
     }

@@ -24,6 +24,8 @@ pub struct ClusterFile {
     pub workload: String,
     /// Design preset; `None`: [`ClusterFile::design`] chooses from the transports.
     pub design: Option<String>,
+    /// What a node's threads do when they have nothing to do; `None`: poll.
+    pub wait: Option<Wait>,
     /// Workers per node (connections for `io`).
     #[serde(default = "one")]
     pub workers: u16,
@@ -48,6 +50,26 @@ pub struct ClusterFile {
     pub node_count: Option<u16>,
 }
 
+/// What a node's threads do when none of their workers has work (`hytra bench --wait`).
+#[derive(Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Wait {
+    /// Keep polling, yielding the core at once when there is nothing to do.
+    Poll,
+    /// Sleep until UCX has an event: leaves idle cores to other work on the host.
+    Event,
+}
+
+impl Wait {
+    /// As `--wait` spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Wait::Poll => "poll",
+            Wait::Event => "event",
+        }
+    }
+}
+
 /// Transports that carry one-sided operations only as messages the target's CPU answers
 /// (UCX's software RMA), and those that never leave the host.
 const EMULATED_RMA: [&str; 2] = ["tcp", "sockcm"];
@@ -57,7 +79,7 @@ impl ClusterFile {
     /// The design to run: the file's, else `fasst` where nodes reach each other only
     /// over TCP (no other network transport, and shared memory absent or the nodes on
     /// several hosts), which emulates one-sided operations on the target's CPU (there
-    /// the two-sided design ran 7x the hybrid one: docs/PERFORMANCE.md §17), else
+    /// the two-sided design ran 5-6x the others: docs/PERFORMANCE.md §18), else
     /// `drtmh`.
     pub fn design(&self) -> String {
         if let Some(d) = &self.design {
@@ -234,6 +256,31 @@ mod tests {
             assert_eq!(file(tls, hosts, "").design(), want, "{tls} on {hosts:?}");
         }
         assert_eq!(file("tcp", one, "design = \"drtmr\"\n").design(), "drtmr", "the file's own");
+    }
+
+    #[test]
+    fn the_wait_is_the_files_or_none() {
+        let f = |extra: &str| parse(&format!("token = \"t\"\nnode_count = 2\n{extra}"));
+        assert_eq!(f("").unwrap().wait, None);
+        assert_eq!(f("wait = \"event\"\n").unwrap().wait, Some(Wait::Event));
+        assert_eq!(f("wait = \"poll\"\n").unwrap().wait, Some(Wait::Poll));
+        assert!(matches!(f("wait = \"spin\"\n"), Err(ClusterFileError::Toml { line: 3, .. })));
+    }
+
+    #[test]
+    fn the_example_files_parse() {
+        for (name, text) in [
+            ("cluster-3", include_str!("../../../examples/cluster-3.toml")),
+            ("cluster-3-tcp", include_str!("../../../examples/cluster-3-tcp.toml")),
+            ("cluster-3-tcp-ycsb", include_str!("../../../examples/cluster-3-tcp-ycsb.toml")),
+            ("cluster-pmix-3", include_str!("../../../examples/cluster-pmix-3.toml")),
+            ("io-2", include_str!("../../../examples/io-2.toml")),
+        ] {
+            let f = parse(text).unwrap_or_else(|e| panic!("examples/{name}.toml: {e}"));
+            if name.contains("tcp") {
+                assert_eq!(f.design(), "fasst", "{name}");
+            }
+        }
     }
 
     #[test]

@@ -63,4 +63,4 @@ pub use offload::NicLookups;
 pub use outcome::{Abort, AbortClass, AbortReason, Outcome};
 pub use recover::{RecoveryEvent, RecoveryParams, RecoveryStep};
 pub use stats::{TxnStats, PHASES, TIMELINE_BUCKETS_MAX, TXN_TYPES_MAX};
-pub use txn::{Rec, Txn, TxnCtx};
+pub use txn::{Intent, Rec, Txn, TxnCtx};

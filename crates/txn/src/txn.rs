@@ -431,6 +431,15 @@ impl<E: Endpoint> TxnCtx<E> {
     }
 }
 
+/// What a transaction will do with a record it reads.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub enum Intent {
+    /// Only read it.
+    Read,
+    /// Write it: it joins the write set (FaSST-style designs lock it as they read it).
+    Update,
+}
+
 /// One attempt of a transaction.
 pub struct Txn<'a, E: Endpoint> {
     pub(crate) ctx: &'a mut TxnCtx<E>,
@@ -463,14 +472,35 @@ impl<E: Endpoint> Txn<'_, E> {
         for_update: bool,
         out: &mut Vec<Rec>,
     ) -> Result<(), Abort> {
+        let intent = if for_update { Intent::Update } else { Intent::Read };
+        self.read_each(keys.iter().map(|&(t, k)| (t, k, intent)), out).await
+    }
+
+    /// Reads any number of records, each with its own [`Intent`], as one batch (their
+    /// handles into `out`, in order): a transaction that reads some records and updates
+    /// others fetches them all in one round of requests. A record named twice is fetched
+    /// once, for update if either names it so.
+    pub async fn read_batch(
+        &mut self,
+        keys: &[(TableId, u64, Intent)],
+        out: &mut Vec<Rec>,
+    ) -> Result<(), Abort> {
+        self.read_each(keys.iter().copied(), out).await
+    }
+
+    async fn read_each(
+        &mut self,
+        keys: impl Iterator<Item = (TableId, u64, Intent)>,
+        out: &mut Vec<Rec>,
+    ) -> Result<(), Abort> {
         out.clear();
         let mut fresh = std::mem::take(&mut self.ctx.fresh);
         fresh.clear();
         let mut result = Ok(());
-        for &(table, key) in keys {
+        for (table, key, intent) in keys {
             match self.ctx.access(table, key) {
                 Ok((idx, new)) => {
-                    if for_update {
+                    if intent == Intent::Update {
                         self.ctx.acc[idx].write = true;
                     }
                     out.push(Rec(idx as u16));
@@ -483,7 +513,7 @@ impl<E: Endpoint> Txn<'_, E> {
             }
         }
         if result.is_ok() {
-            result = self.ctx.fetch(&fresh, for_update).await;
+            result = self.ctx.fetch(&fresh).await;
         }
         self.ctx.fresh = fresh;
         result
@@ -507,7 +537,7 @@ impl<E: Endpoint> Txn<'_, E> {
                 fresh[i] = idx;
             }
         }
-        self.ctx.fetch(&fresh, for_update).await?;
+        self.ctx.fetch(&fresh).await?;
         Ok(recs)
     }
 
@@ -647,8 +677,10 @@ impl<E: Endpoint> TxnCtx<E> {
         Ok((self.acc.len() - 1, true))
     }
 
-    /// Fetches the accesses listed in `idxs` (`usize::MAX` entries are skipped).
-    async fn fetch(&mut self, idxs: &[usize], for_update: bool) -> Result<(), Abort> {
+    /// Fetches the accesses listed in `idxs` (`usize::MAX` entries are skipped), each
+    /// for update when it is in the write set (it joined it when it was named, before
+    /// any fetch).
+    async fn fetch(&mut self, idxs: &[usize]) -> Result<(), Abort> {
         let outstanding = self.node.cfg.outstanding;
         let mut pending = std::mem::take(&mut self.pending);
         // The reads of earlier calls all landed (and were copied out): their scratch is
@@ -656,16 +688,16 @@ impl<E: Endpoint> TxnCtx<E> {
         self.scratch_used = 0;
         let mut result = Ok(());
         for &i in idxs.iter().filter(|&&i| i != usize::MAX) {
-            let started = match self.start_read(i, for_update).await {
+            let started = match self.start_read(i).await {
                 Err(Abort(AbortReason::Full)) if !pending.is_empty() => {
                     // No scratch left for another READ: land those in flight, whose
                     // scratch is then free, and start this one again.
-                    result = self.drain(&mut pending, for_update).await;
+                    result = self.drain(&mut pending).await;
                     if result.is_err() {
                         break;
                     }
                     self.scratch_used = 0;
-                    self.start_read(i, for_update).await
+                    self.start_read(i).await
                 }
                 started => started,
             };
@@ -678,14 +710,14 @@ impl<E: Endpoint> TxnCtx<E> {
                 }
             }
             if !outstanding {
-                result = self.drain(&mut pending, for_update).await;
+                result = self.drain(&mut pending).await;
                 if result.is_err() {
                     break;
                 }
             }
         }
         // Whatever happened, collect what is in flight (no ticket may leak).
-        let drained = self.drain(&mut pending, for_update).await;
+        let drained = self.drain(&mut pending).await;
         self.pending = pending;
         result.and(drained)
     }
@@ -694,11 +726,7 @@ impl<E: Endpoint> TxnCtx<E> {
     /// that finds no scratch left waits until everything in flight landed (then all the
     /// scratch is free). After a failure it only collects what is in flight (no ticket
     /// may leak).
-    async fn drain(
-        &mut self,
-        pending: &mut Vec<(usize, Pending)>,
-        for_update: bool,
-    ) -> Result<(), Abort> {
+    async fn drain(&mut self, pending: &mut Vec<(usize, Pending)>) -> Result<(), Abort> {
         let mut result = Ok(());
         let mut follow_ups = 0;
         let bound = TORN_RETRIES_MAX as usize * (pending.len() + 1);
@@ -707,7 +735,7 @@ impl<E: Endpoint> TxnCtx<E> {
         loop {
             while let Some((i, p)) = pending.pop() {
                 self.co.ring_doorbells();
-                let next = match self.wait_read(i, p, for_update).await {
+                let next = match self.wait_read(i, p).await {
                     Ok(Next::Done) => continue,
                     Ok(next) => next,
                     Err(e) => {
@@ -723,7 +751,7 @@ impl<E: Endpoint> TxnCtx<E> {
                 if result.is_err() {
                     continue;
                 }
-                match self.follow(i, next, for_update).await {
+                match self.follow(i, next).await {
                     Ok(p) => pending.push((i, p)),
                     Err(Abort(AbortReason::Full)) => stalled.push((i, next)),
                     Err(e) => result = Err(e),
@@ -737,7 +765,7 @@ impl<E: Endpoint> TxnCtx<E> {
             // not fit an empty scratch ends the attempt).
             self.scratch_used = 0;
             for (i, next) in std::mem::take(&mut stalled) {
-                match self.follow(i, next, for_update).await {
+                match self.follow(i, next).await {
                     Ok(p) => pending.push((i, p)),
                     Err(Abort(AbortReason::Full)) if !pending.is_empty() => stalled.push((i, next)),
                     Err(e) => result = Err(e),
@@ -750,7 +778,8 @@ impl<E: Endpoint> TxnCtx<E> {
     }
 
     /// Issues the follow-up request of access `i`.
-    async fn follow(&mut self, i: usize, next: Next, for_update: bool) -> Result<Pending, Abort> {
+    async fn follow(&mut self, i: usize, next: Next) -> Result<Pending, Abort> {
+        let for_update = self.acc[i].write;
         match next {
             Next::Done => unreachable!("nothing to follow"),
             Next::Record(stage) => self.read_record(i, stage).await,
@@ -762,8 +791,9 @@ impl<E: Endpoint> TxnCtx<E> {
     }
 
     /// Starts the read of access `i`: `None` if it completed at once (local record).
-    async fn start_read(&mut self, i: usize, for_update: bool) -> Result<Option<Pending>, Abort> {
+    async fn start_read(&mut self, i: usize) -> Result<Option<Pending>, Abort> {
         let a = self.acc[i];
+        let for_update = a.write;
         self.co.charge(self.node.cfg.costs.record_ns);
         if a.node == self.co.me().node {
             // Local memory is read without the fabric: the attempt still waits out a
@@ -1000,7 +1030,7 @@ impl<E: Endpoint> TxnCtx<E> {
 
     /// Waits for one pending read and handles its result: what to request next for
     /// this access, if anything.
-    async fn wait_read(&mut self, i: usize, p: Pending, _for_update: bool) -> Result<Next, Abort> {
+    async fn wait_read(&mut self, i: usize, p: Pending) -> Result<Next, Abort> {
         match p {
             Pending::Call(t) => {
                 let mut tmp = std::mem::take(&mut self.tmp);

@@ -356,6 +356,10 @@ pub struct Part<R> {
     pub wall_ns: u64,
     /// Datagrams the process's fabric dropped.
     pub datagrams_dropped: u64,
+    /// Sleeps of the process's event-waiting threads, and those an event ended.
+    pub event_sleeps: u64,
+    /// See [`Part::event_sleeps`].
+    pub event_wakeups: u64,
 }
 
 /// A replica's contents with where it lives.
@@ -535,6 +539,8 @@ pub fn run_partial<B: Backend, W: Workload>(
         elapsed_ns: run.elapsed_ns,
         wall_ns: run.wall_ns,
         datagrams_dropped: run.datagrams_dropped,
+        event_sleeps: run.event_sleeps,
+        event_wakeups: run.event_wakeups,
     };
     for (index, s, h, doubts, w, r, finished, leaked) in outs {
         part.attempts_total += finished;
@@ -607,6 +613,8 @@ pub fn run_partial<B: Backend, W: Workload>(
             run.elapsed_ns = run.elapsed_ns.max(p.elapsed_ns);
             run.wall_ns = run.wall_ns.max(p.wall_ns);
             run.datagrams_dropped += p.datagrams_dropped;
+            run.event_sleeps += p.event_sleeps;
+            run.event_wakeups += p.event_wakeups;
         }
     }
     reports.sort_by_key(|(i, _)| *i);
@@ -818,6 +826,8 @@ mod tests {
             elapsed_ns: 5,
             wall_ns: 6,
             datagrams_dropped: 2,
+            event_sleeps: 9,
+            event_wakeups: 8,
         };
         let image = |n: u64| ReplicaImage {
             next_record: n,
@@ -830,6 +840,7 @@ mod tests {
         let (back, back_images) = Part::<u32>::decode(&bytes).unwrap();
         assert_eq!(back.reports, vec![(3, 17)]);
         assert_eq!((back.attempts_total, back.datagrams_dropped), (41, 2));
+        assert_eq!((back.event_sleeps, back.event_wakeups), (9, 8));
         assert_eq!(back_images, images);
         for cut in [0, 7, 12, bytes.len() - 1] {
             assert!(Part::<u32>::decode(&bytes[..cut]).is_err(), "{cut} bytes decoded");

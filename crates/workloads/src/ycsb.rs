@@ -17,7 +17,7 @@ use hytra_fabric::rng::Rng;
 use hytra_fabric::{ClusterShape, Endpoint};
 use hytra_rt::Worker;
 use hytra_store::{IndexLayout, Partitioner, StoreError, TableId, TableSpec};
-use hytra_txn::{Abort, Engine, Txn, TxnCtx, WorkerTxn};
+use hytra_txn::{Abort, Engine, Intent, Txn, TxnCtx, WorkerTxn};
 
 use crate::bench::{check_replicas, spawn_clients, ClientPlan, InvariantReport, Workload};
 use crate::tally::{run_counted, Counts, Tallies, Tally};
@@ -279,6 +279,7 @@ async fn client<E: Endpoint>(
 ) {
     let mut ops: Vec<Op> = Vec::with_capacity(usize::from(p.ops_per_txn));
     let mut keys = Vec::new();
+    let mut batch = Vec::new();
     let mut recs = Vec::new();
     let mut value = vec![0u64; usize::from(p.words())];
     while plan.running(&ctx) {
@@ -305,7 +306,7 @@ async fn client<E: Endpoint>(
         }
         let ty = ops[0].kind;
         run_counted(&mut ctx, &mut rng, ty, plan.retries_max, &st.tally, async |t| {
-            body(t, &p, &ops, &mut keys, &mut recs, &mut value).await
+            body(t, &p, &ops, &mut keys, &mut batch, &mut recs, &mut value).await
         })
         .await;
     }
@@ -317,10 +318,12 @@ async fn body<E: Endpoint>(
     p: &YcsbParams,
     ops: &[Op],
     keys: &mut Vec<(TableId, u64)>,
+    batch: &mut Vec<(TableId, u64, Intent)>,
     recs: &mut Vec<hytra_txn::Rec>,
     value: &mut [u64],
 ) -> Result<YcsbCounts, Abort> {
     let field_words = usize::from(p.field_bytes / 8);
+    prefetch(t, ops, batch, recs).await?;
     let (mut updates, mut inserts) = (0, 0);
     for op in ops {
         match op.kind {
@@ -357,6 +360,33 @@ async fn body<E: Endpoint>(
         }
     }
     Ok(YcsbCounts { updates, inserts })
+}
+
+/// Reads every existing record the operations touch in one batch (those to update for
+/// update), so that a transaction's reads travel in parallel rather than one round trip
+/// per operation; the operations then find them read already (a record named twice is
+/// fetched once). Keys the transaction inserts are left to the operations, which meet
+/// them in order.
+async fn prefetch<E: Endpoint>(
+    t: &mut Txn<'_, E>,
+    ops: &[Op],
+    keys: &mut Vec<(TableId, u64, Intent)>,
+    recs: &mut Vec<hytra_txn::Rec>,
+) -> Result<(), Abort> {
+    keys.clear();
+    for op in ops {
+        match op.kind {
+            UPDATE | RMW => keys.push((USERTABLE, op.key, Intent::Update)),
+            READ => keys.push((USERTABLE, op.key, Intent::Read)),
+            SCAN => keys.extend((op.key..op.key + op.arg).map(|k| (USERTABLE, k, Intent::Read))),
+            _ => {}
+        }
+    }
+    keys.retain(|&(_, k, _)| !ops.iter().any(|o| o.kind == INSERT && o.key == k));
+    if keys.is_empty() {
+        return Ok(());
+    }
+    t.read_batch(keys, recs).await
 }
 
 impl Workload for Ycsb {

@@ -220,6 +220,8 @@ impl Backend for LocalCluster {
             trace_hash: 0,
             datagrams_dropped: shared.dropped.load(Ordering::Relaxed),
             crashed: Vec::new(),
+            event_sleeps: 0,
+            event_wakeups: 0,
         };
         Ok((results.into_iter().map(|r| r.expect("every worker ran")).collect(), stats))
     }
@@ -254,7 +256,7 @@ where
         .collect();
     let mut stepper = Stepper::new(programs.len());
     loop {
-        if stepper.round(&mut programs, &shared.done, |_| {}) {
+        if stepper.round(&mut programs, &shared.done, |_| {}, |_| std::thread::yield_now()) {
             let elapsed = shared.start.elapsed().as_nanos() as u64;
             if shared.done.load(Ordering::Acquire) == total
                 || elapsed > limits.time_limit_ns

@@ -302,6 +302,8 @@ impl Backend for SimCluster {
             trace_hash: core.trace_hash(),
             datagrams_dropped: core.stats.datagrams_dropped,
             crashed: core.crashed(),
+            event_sleeps: 0,
+            event_wakeups: 0,
         };
         drop(core);
         let results = programs.into_iter().map(finish).collect();

@@ -314,12 +314,33 @@ impl Setup {
 pub(crate) struct Progress(NonNull<ffi::Worker>);
 
 impl Progress {
-    /// One progress call.
-    pub(crate) fn run(self) {
+    /// One progress call; returns how many events UCP handled.
+    pub(crate) fn run(self) -> u32 {
         // SAFETY: called only by the thread that runs this worker's program, between its
         // steps, while the worker is alive (it is destroyed after the run's threads end).
-        unsafe {
-            ffi::hx_progress(self.0.as_ptr());
+        unsafe { ffi::hx_progress(self.0.as_ptr()) }
+    }
+
+    /// The worker's event file descriptor (the context must have been made for event
+    /// waiting).
+    pub(crate) fn efd(self) -> Result<std::os::fd::RawFd, BackendError> {
+        let mut err = [0; ffi::ERR_LEN];
+        // SAFETY: as for `run`; `err` is a writable buffer of ERR_LEN bytes.
+        let fd = unsafe { ffi::hx_worker_efd(self.0.as_ptr(), err.as_mut_ptr(), err.len()) };
+        if fd < 0 {
+            return Err(err_of("event fd", &err));
+        }
+        Ok(fd)
+    }
+
+    /// Arms the worker's event fd: true when the thread may now sleep on it (armed, and
+    /// nothing waits in the worker's rings), false when there is work to take first.
+    pub(crate) fn arm(self) -> Result<bool, BackendError> {
+        // SAFETY: as for `run`.
+        match unsafe { ffi::hx_worker_arm(self.0.as_ptr()) } {
+            1 => Ok(true),
+            0 => Ok(false),
+            _ => Err(err_of_text("worker arm", "ucp_worker_arm failed")),
         }
     }
 

@@ -50,6 +50,7 @@ extern "C" {
     pub(crate) fn hx_context_create(
         tls: *const c_char,
         atomic_mode: *const c_char,
+        wakeup: c_int,
         err: *mut c_char,
         err_len: usize,
     ) -> *mut Context;
@@ -88,6 +89,11 @@ extern "C" {
     pub(crate) fn hx_poll(w: *mut Worker, out: *mut Cqe, max: usize) -> usize;
     pub(crate) fn hx_recv(w: *mut Worker, from: *mut u32, buf: *mut u8, buf_len: usize) -> i64;
     pub(crate) fn hx_dropped(w: *const Worker) -> u64;
+    /// The worker's event fd, or -1 with the reason in `err`.
+    pub(crate) fn hx_worker_efd(w: *mut Worker, err: *mut c_char, err_len: usize) -> c_int;
+    /// 1: armed with nothing pending (the thread may sleep on the fd); 0: work pending;
+    /// -1: a UCP error.
+    pub(crate) fn hx_worker_arm(w: *mut Worker) -> c_int;
     /// Datagrams the worker sent, and those it handed over or dropped; callable from any
     /// thread while the worker lives.
     pub(crate) fn hx_datagram_counts(w: *const Worker, sent: *mut u64, received: *mut u64);

@@ -42,6 +42,7 @@ mod lanes;
 pub mod minimal;
 #[cfg(feature = "pmix")]
 pub mod pmix;
+mod wait;
 
 use std::ffi::{c_void, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -79,7 +80,29 @@ pub struct UcxConfig {
     pub threads: Option<usize>,
     /// How connections are kept in order.
     pub ordering: UcxOrdering,
+    /// What a thread does when none of its workers has work.
+    pub waiting: UcxWaiting,
 }
+
+/// What a thread does when none of its workers has work (after a short spin, which
+/// catches a reply that is microseconds away).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub enum UcxWaiting {
+    /// Keep the core: poll, yielding it now and then. The lowest latency where every
+    /// thread has a core of its own (RDMA clusters, one process per host).
+    #[default]
+    Poll,
+    /// Sleep on the UCP workers' event file descriptors until a message or completion
+    /// arrives, a program's timer is due, or [`EVENT_WAIT_MAX`] passes. For hosts with
+    /// more busy threads than cores, where a poller holds the core that the peer it
+    /// waits for needs. The bound covers what raises no event: memory that a peer
+    /// writes one-sidedly without the target's CPU (shared memory, RDMA) and that a
+    /// program polls, and the stop flag.
+    Event,
+}
+
+/// Longest sleep of an event-waiting thread.
+pub const EVENT_WAIT_MAX: Duration = Duration::from_micros(100);
 
 /// How the backend keeps each connection's operations in order (R1).
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
@@ -102,6 +125,7 @@ impl UcxConfig {
             transports: None,
             threads: None,
             ordering: UcxOrdering::Auto,
+            waiting: UcxWaiting::Poll,
         }
     }
 
@@ -299,6 +323,7 @@ impl UcxCluster {
             ffi::hx_context_create(
                 tls.as_ref().map_or(std::ptr::null(), |t| t.as_ptr()),
                 atomic_mode.as_ref().map_or(std::ptr::null(), |m| m.as_ptr()),
+                i32::from(config.waiting == UcxWaiting::Event),
                 err.as_mut_ptr(),
                 err.len(),
             )
@@ -470,6 +495,9 @@ impl Backend for UcxCluster {
             threads,
             flushed: AtomicUsize::new(0),
             stop: AtomicBool::new(false),
+            waiting: self.config.waiting,
+            event_sleeps: AtomicU64::new(0),
+            event_wakeups: AtomicU64::new(0),
             abort: AtomicBool::new(false),
             dropped: AtomicU64::new(0),
         });
@@ -540,6 +568,8 @@ impl Backend for UcxCluster {
                 && run_shared.done.load(Ordering::Relaxed) == total_local
                 && run_shared.stop.load(Ordering::Relaxed),
             datagrams_dropped: run_shared.dropped.load(Ordering::Relaxed),
+            event_sleeps: run_shared.event_sleeps.load(Ordering::Relaxed),
+            event_wakeups: run_shared.event_wakeups.load(Ordering::Relaxed),
             ..RunStats::default()
         };
         Ok((results.into_iter().map(|(_, r)| r).collect(), stats))
@@ -560,6 +590,11 @@ pub(crate) struct RunShared {
     flushed: AtomicUsize,
     /// Every worker of the cluster is done (or the run ends): leave the loop.
     stop: AtomicBool,
+    /// What a thread does without work.
+    waiting: UcxWaiting,
+    /// Sleeps of event-waiting threads, and those an event ended.
+    event_sleeps: AtomicU64,
+    event_wakeups: AtomicU64,
     abort: AtomicBool,
     pub(crate) dropped: AtomicU64,
 }
@@ -592,11 +627,33 @@ where
     let mut programs: Vec<P> =
         mine.into_iter().map(|s| make(UcxEndpoint::new(shared.clone(), s))).collect();
     let mut stepper = Stepper::new(programs.len());
+    let mut sleeper = match shared.waiting {
+        UcxWaiting::Poll => None,
+        UcxWaiting::Event => Some(wait::Sleeper::new(&progress, EVENT_WAIT_MAX)?),
+    };
     let mut last_poll = Instant::now();
     let mut failure = None;
     let mut flushed = false;
     loop {
-        if !stepper.round(&mut programs, &shared.done, |i| progress[i].run()) {
+        let rest = |wake_at: Option<u64>| match &mut sleeper {
+            None => std::thread::yield_now(),
+            Some(s) => {
+                let now = shared.start.elapsed().as_nanos() as u64;
+                if let Err(e) = s.rest(wake_at, now) {
+                    failure = Some(e);
+                    shared.abort.store(true, Ordering::Relaxed);
+                }
+            }
+        };
+        let check = stepper.round(
+            &mut programs,
+            &shared.done,
+            |i| {
+                progress[i].run();
+            },
+            rest,
+        );
+        if !check && failure.is_none() {
             continue;
         }
         if !flushed && programs.iter().all(P::is_done) {
@@ -635,6 +692,10 @@ where
         {
             break;
         }
+    }
+    if let Some(s) = &sleeper {
+        shared.event_sleeps.fetch_add(s.sleeps, Ordering::Relaxed);
+        shared.event_wakeups.fetch_add(s.wakeups, Ordering::Relaxed);
     }
     if let Some(e) = failure {
         return Err(e);

@@ -292,8 +292,8 @@ static void op_param(ucp_request_param_t *p, hx_op *op)
 /* `atomic_mode`: UCX_ATOMIC_MODE for this context (NULL: the environment's or UCX's
  * guess). "device" makes every endpoint, a worker's own included, execute atomics in the
  * one NIC chosen for them, so that no lock word sees both NIC and CPU atomics. */
-ucp_context_h hx_context_create(const char *tls, const char *atomic_mode, char *err,
-                                size_t err_len)
+ucp_context_h hx_context_create(const char *tls, const char *atomic_mode, int wakeup,
+                                char *err, size_t err_len)
 {
     ucp_config_t *config = NULL;
     ucs_status_t st = ucp_config_read(NULL, NULL, &config);
@@ -321,6 +321,11 @@ ucp_context_h hx_context_create(const char *tls, const char *atomic_mode, char *
     memset(&params, 0, sizeof params);
     params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
     params.features = UCP_FEATURE_RMA | UCP_FEATURE_AMO64 | UCP_FEATURE_AM;
+    if (wakeup) {
+        /* Only when asked: it makes UCP prefer transports that can signal events, which
+         * may change the lanes a busy-polling run would get. */
+        params.features |= UCP_FEATURE_WAKEUP;
+    }
     params.mt_workers_shared = 1;
     ucp_context_h ctx = NULL;
     st = ucp_init(&params, config, &ctx);
@@ -668,6 +673,36 @@ int64_t hx_recv(hx_worker *w, uint32_t *from, uint8_t *buf, size_t buf_len)
         return len > buf_len ? -1 : (int64_t)len;
     }
     return -1;
+}
+
+/* The worker's event file descriptor (readable when the worker has events once armed),
+ * or -1 with the reason in `err` (the context was made without wakeup). */
+int hx_worker_efd(hx_worker *w, char *err, size_t err_len)
+{
+    int fd = -1;
+    ucs_status_t st = ucp_worker_get_efd(w->worker, &fd);
+    if (st != UCS_OK) {
+        snprintf(err, err_len, "ucp_worker_get_efd: %s", ucs_status_string(st));
+        return -1;
+    }
+    return fd;
+}
+
+/* Prepares the worker to sleep: 1 when it is armed and nothing waits to be taken (its
+ * completion and datagram rings are empty), so that the thread may block on its event
+ * fd; 0 when there is work (call progress and step again); -1 on a UCP error. The rings
+ * matter because progress may have filled them after the program last looked, and UCP
+ * knows nothing of them. */
+int hx_worker_arm(hx_worker *w)
+{
+    if (w->cq_len > 0 || w->ring_head != w->ring_tail) {
+        return 0;
+    }
+    ucs_status_t st = ucp_worker_arm(w->worker);
+    if (st == UCS_ERR_BUSY) {
+        return 0;
+    }
+    return st == UCS_OK ? 1 : -1;
 }
 
 uint64_t hx_dropped(const hx_worker *w)

@@ -30,6 +30,8 @@ fn part(reports: Vec<(usize, Report)>, history: Vec<hytra_check::TxnRecord>) -> 
         elapsed_ns: 5_000_000,
         wall_ns: 6,
         datagrams_dropped: 2,
+        event_sleeps: 3,
+        event_wakeups: 1,
     }
 }
 
