@@ -51,11 +51,11 @@ pub struct BenchArgs {
     #[arg(long, default_value = "sm")]
     pub(crate) transports: String,
     /// --backend ucx: what a thread does when its workers have nothing to do: poll
-    /// (keep the core; for dedicated cores) or event (sleep on UCX's event fds until a
-    /// message or completion arrives; for hosts with more busy threads than cores)
-    /// [default: poll].
-    #[arg(long, value_enum)]
-    pub(crate) wait: Option<WaitMode>,
+    /// (yield the core and step again; the faster) or event (sleep on UCX's event fds
+    /// until a message or completion arrives; leaves idle cores to other work on the
+    /// host) [default: poll].
+    #[arg(long, value_parser = wait_parser())]
+    pub(crate) wait: Option<Wait>,
     /// This process's place in a cluster spread over processes (set by `hytra node`).
     #[arg(skip)]
     pub(crate) placement: Option<crate::cluster::Placement>,
@@ -199,21 +199,16 @@ pub struct BenchArgs {
     lease_ms: Option<f64>,
 }
 
-/// What a UCX thread does without work (`--wait`).
-#[derive(Copy, Clone, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub(crate) enum WaitMode {
-    /// Poll, yielding the core now and then.
-    Poll,
-    /// Sleep on the UCP workers' event fds.
-    Event,
+/// `--wait`: the cluster file's names, listed in the help and in errors.
+fn wait_parser() -> impl clap::builder::TypedValueParser<Value = Wait> {
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(Wait::ALL.map(Wait::name))
+        .map(|s: String| Wait::parse(&s).expect("one of the possible values"))
 }
 
 /// `--wait` as given, or its default.
-fn wait_name(w: Option<WaitMode>) -> &'static str {
-    match w {
-        None | Some(WaitMode::Poll) => "poll",
-        Some(WaitMode::Event) => "event",
-    }
+fn wait_name(w: Option<Wait>) -> &'static str {
+    w.unwrap_or(Wait::Poll).name()
 }
 
 /// What the report's first line says the fabric was.
@@ -503,6 +498,7 @@ pub fn run_bench(a: BenchArgs) -> Result<(), CliError> {
     }
 }
 
+use hytra_lab::cluster_file::Wait;
 use hytra_lab::{unknown_workload, WORKLOADS};
 
 /// The longest measured window on sim, in virtual seconds: a 4 x 4 SmallBank run
@@ -631,8 +627,8 @@ fn run_ucx<W: Workload>(
     uc.transports = Some(a.transports.clone());
     uc.threads = a.threads;
     uc.waiting = match a.wait {
-        None | Some(WaitMode::Poll) => UcxWaiting::Poll,
-        Some(WaitMode::Event) => UcxWaiting::Event,
+        None | Some(Wait::Poll) => UcxWaiting::Poll,
+        Some(Wait::Event) => UcxWaiting::Event,
     };
     let mut b = match &a.placement {
         None => UcxCluster::new(uc)?,

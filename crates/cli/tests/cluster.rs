@@ -103,18 +103,26 @@ fn json_of(path: &Path) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
-fn three_processes_run_smallbank_correctly(transports: &str) {
-    let file = cluster_file(&format!("ok-{transports}.toml"), "t0k", transports, 0.5, 30);
-    let json = dir().join(format!("out-{transports}.json"));
-    let out = run_cluster(&file, &json, Duration::from_secs(120));
-    let stdout = String::from_utf8_lossy(&out.stdout);
+/// Runs `hytra cluster` on `file` for at most `limit` and checks that it succeeded,
+/// serializable, with the workload's invariant holding and more than `committed_min`
+/// commits; returns its output and JSON report.
+fn run_checked(file: &Path, limit: Duration, committed_min: u64) -> (String, serde_json::Value) {
+    let json = file.with_extension("json");
+    let out = run_cluster(file, &json, limit);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    assert!(stdout.contains("smallbank on ucx"), "{stdout}");
     let v = json_of(&json);
     assert_eq!(v["checker"]["serializable"], true, "{v}");
     assert_eq!(v["invariant_ok"], true, "{v}");
+    assert!(v["committed"].as_u64().unwrap() > committed_min, "{v}");
+    (stdout, v)
+}
+
+fn three_processes_run_smallbank_correctly(transports: &str) {
+    let file = cluster_file(&format!("ok-{transports}.toml"), "t0k", transports, 0.5, 30);
+    let (stdout, v) = run_checked(&file, Duration::from_secs(120), 100);
+    assert!(stdout.contains("smallbank on ucx"), "{stdout}");
     assert_eq!(v["nodes"], 3);
-    assert!(v["committed"].as_u64().unwrap() > 100, "{v}");
     // The file names no design: two-sided where only TCP joins the nodes.
     let design = if transports == "tcp" { "fasst" } else { "drtmh" };
     assert_eq!(v["design"], design, "{v}");
@@ -147,15 +155,8 @@ fn three_processes_waiting_on_events_over_tcp() {
         .unwrap()
         .replace("workers = 1\n", "workers = 1\nwait = \"event\"\n");
     std::fs::write(&file, text).unwrap();
-    let json = dir().join("out-event.json");
-    let out = run_cluster(&file, &json, Duration::from_secs(120));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let (stdout, v) = run_checked(&file, Duration::from_secs(120), 50);
     assert!(stdout.contains("(tcp, wait event)"), "{stdout}");
-    let v = json_of(&json);
-    assert_eq!(v["checker"]["serializable"], true, "{v}");
-    assert_eq!(v["invariant_ok"], true, "{v}");
-    assert!(v["committed"].as_u64().unwrap() > 50, "{v}");
     assert_eq!(v["ucx"]["wait"], "event", "{v}");
     let (sleeps, wakeups) =
         (v["ucx"]["event_sleeps"].as_u64().unwrap(), v["ucx"]["event_wakeups"].as_u64().unwrap());
@@ -168,14 +169,7 @@ fn three_processes_waiting_on_events_over_tcp() {
 fn three_processes_run_tpcc_correctly() {
     let tpcc = ("tpcc", &["--customers", "30", "--check"][..]);
     let file = workload_file("tpcc.toml", "t0k", "sm", 0.3, 60, tpcc);
-    let json = dir().join("out-tpcc.json");
-    let out = run_cluster(&file, &json, Duration::from_secs(180));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    let v = json_of(&json);
-    assert_eq!(v["checker"]["serializable"], true, "{v}");
-    assert_eq!(v["invariant_ok"], true, "{v}");
-    assert!(v["committed"].as_u64().unwrap() > 50, "{v}");
+    let (stdout, _) = run_checked(&file, Duration::from_secs(180), 50);
     assert!(stdout.contains("replicas equal their primaries: true"), "{stdout}");
 }
 

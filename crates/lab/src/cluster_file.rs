@@ -61,12 +61,20 @@ pub enum Wait {
 }
 
 impl Wait {
+    /// Every way, in the order `--wait` lists them.
+    pub const ALL: [Wait; 2] = [Wait::Poll, Wait::Event];
+
     /// As `--wait` spells it.
     pub fn name(self) -> &'static str {
         match self {
             Wait::Poll => "poll",
             Wait::Event => "event",
         }
+    }
+
+    /// The way named `name`, as [`Wait::name`] spells it.
+    pub fn parse(name: &str) -> Option<Wait> {
+        Wait::ALL.into_iter().find(|w| w.name() == name)
     }
 }
 
@@ -79,7 +87,7 @@ impl ClusterFile {
     /// The design to run: the file's, else `fasst` where nodes reach each other only
     /// over TCP (no other network transport, and shared memory absent or the nodes on
     /// several hosts), which emulates one-sided operations on the target's CPU (there
-    /// the two-sided design ran 5-6x the others: docs/PERFORMANCE.md §18), else
+    /// the two-sided design ran 4.8-8x the others: docs/PERFORMANCE.md §18), else
     /// `drtmh`.
     pub fn design(&self) -> String {
         if let Some(d) = &self.design {
@@ -265,6 +273,10 @@ mod tests {
         assert_eq!(f("wait = \"event\"\n").unwrap().wait, Some(Wait::Event));
         assert_eq!(f("wait = \"poll\"\n").unwrap().wait, Some(Wait::Poll));
         assert!(matches!(f("wait = \"spin\"\n"), Err(ClusterFileError::Toml { line: 3, .. })));
+        for w in Wait::ALL {
+            assert_eq!(Wait::parse(w.name()), Some(w));
+        }
+        assert_eq!(Wait::parse("spin"), None);
     }
 
     #[test]

@@ -84,18 +84,17 @@ pub struct UcxConfig {
     pub waiting: UcxWaiting,
 }
 
-/// What a thread does when none of its workers has work (after a short spin, which
-/// catches a reply that is microseconds away).
+/// What a thread does after a round in which none of its workers had work.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub enum UcxWaiting {
-    /// Keep the core: poll, yielding it now and then. The lowest latency where every
-    /// thread has a core of its own (RDMA clusters, one process per host).
+    /// Yield the core and step again: the fastest measured, with cores to spare and on
+    /// hosts with more busy threads than cores alike (docs/PERFORMANCE.md §18).
     #[default]
     Poll,
     /// Sleep on the UCP workers' event file descriptors until a message or completion
-    /// arrives, a program's timer is due, or [`EVENT_WAIT_MAX`] passes. For hosts with
-    /// more busy threads than cores, where a poller holds the core that the peer it
-    /// waits for needs. The bound covers what raises no event: memory that a peer
+    /// arrives, a program's timer is due, or [`EVENT_WAIT_MAX`] passes: leaves idle
+    /// cores to other work on the host, at the price of a wake-up per arrival at a
+    /// sleeping thread. The bound covers what raises no event: memory that a peer
     /// writes one-sidedly without the target's CPU (shared memory, RDMA) and that a
     /// program polls, and the stop flag.
     Event,

@@ -29,19 +29,6 @@ pub(crate) struct Sleeper {
     pub(crate) wakeups: u64,
 }
 
-/// How a rest ended.
-#[derive(Copy, Clone, PartialEq, Eq, Debug)]
-pub(crate) enum Rested {
-    /// Work was pending: the thread did not sleep.
-    Busy,
-    /// A timer was already due.
-    Due,
-    /// Slept until an event fd was readable.
-    Woken,
-    /// Slept the whole timeout.
-    TimedOut,
-}
-
 impl Sleeper {
     /// A sleeper over `workers` (whose context was made for event waiting), sleeping at
     /// most `cap` at a time.
@@ -60,11 +47,11 @@ impl Sleeper {
         &mut self,
         wake_at_ns: Option<u64>,
         now_ns: u64,
-    ) -> Result<Rested, BackendError> {
+    ) -> Result<(), BackendError> {
         let mut timeout_ns = u64::try_from(self.cap.as_nanos()).unwrap_or(u64::MAX);
         if let Some(at) = wake_at_ns {
             if at <= now_ns {
-                return Ok(Rested::Due);
+                return Ok(());
             }
             timeout_ns = timeout_ns.min(at - now_ns);
         }
@@ -75,7 +62,7 @@ impl Sleeper {
                 }
             }
             if !w.arm()? {
-                return Ok(Rested::Busy);
+                return Ok(());
             }
         }
         for f in &mut self.fds {
@@ -96,20 +83,14 @@ impl Sleeper {
             )
         };
         self.sleeps += 1;
-        match n {
-            0 => Ok(Rested::TimedOut),
-            n if n > 0 => {
-                self.wakeups += 1;
-                Ok(Rested::Woken)
-            }
-            _ => {
-                let e = std::io::Error::last_os_error();
-                if e.kind() == std::io::ErrorKind::Interrupted {
-                    Ok(Rested::Woken)
-                } else {
-                    Err(BackendError::Config(format!("UCX event wait: ppoll: {e}")))
-                }
+        if n > 0 {
+            self.wakeups += 1;
+        } else if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                return Err(BackendError::Config(format!("UCX event wait: ppoll: {e}")));
             }
         }
+        Ok(())
     }
 }
