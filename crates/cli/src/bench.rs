@@ -189,7 +189,8 @@ pub struct BenchArgs {
     faults_ppm: u32,
     /// Crash node NODE at SECONDS from the start of the run (warm-up included; inside
     /// the measured window), and report how long recovery took. Repeatable, as long as
-    /// every partition keeps two copies (sim only) [--seconds then defaults to 0.1].
+    /// every partition keeps two copies (sim and local) [--seconds then defaults to
+    /// twenty leases: 0.1 on sim, 40 on local; --lease-ms 100 shortens local runs].
     #[arg(long, value_name = "NODE@SECONDS")]
     crash: Vec<String>,
     /// Lease of every node with the configuration manager, in milliseconds: a node is
@@ -396,11 +397,12 @@ fn prepare(a: &BenchArgs) -> Result<Run, CliError> {
         ));
     }
     check_workload_options(a)?;
+    let cfg = txn_config(a)?;
     let default_s = match (sim, a.crash.is_empty()) {
-        (false, _) => 5.0,
+        (false, true) => 5.0,
         (true, true) => 0.01,
-        // Ten leases: room to detect, reconfigure and run on.
-        (true, false) => 0.1,
+        // Twenty leases: room to detect, reconfigure and run on.
+        (_, false) => 20.0 * lease_of(&cfg, sim).lease_ns as f64 / 1e9,
     };
     let seconds = a.seconds.unwrap_or(default_s);
     let max_s = if sim { SIM_SECONDS_MAX } else { REAL_SECONDS_MAX };
@@ -413,8 +415,7 @@ fn prepare(a: &BenchArgs) -> Result<Run, CliError> {
     if !(0.0..10.0).contains(&a.warmup) {
         return usage(format!("--warmup {}: a fraction of --seconds in 0..10", a.warmup));
     }
-    let cfg = txn_config(a)?;
-    let crashes = crashes(a, sim, seconds)?;
+    let crashes = crashes(a, seconds)?;
     let shape =
         ClusterShape { nodes: a.nodes, workers_per_node: a.workers, lanes_per_peer: a.lanes };
     Ok(Run { sim, profile, seconds, cfg, shape, crashes })
@@ -563,14 +564,21 @@ struct Crash {
     at_ns: u64,
 }
 
+impl Crash {
+    /// The fault a backend injects.
+    fn fault(&self) -> NodeFault {
+        NodeFault { node: NodeId(self.node), at_ns: self.at_ns, kind: NodeFaultKind::Crash }
+    }
+}
+
 /// `--crash NODE@SECONDS`, checked against the cluster and the run's window.
-fn crashes(a: &BenchArgs, sim: bool, seconds: f64) -> Result<Vec<Crash>, CliError> {
+fn crashes(a: &BenchArgs, seconds: f64) -> Result<Vec<Crash>, CliError> {
     if a.crash.is_empty() {
         return Ok(Vec::new());
     }
-    if !sim {
+    if a.backend == "ucx" {
         return usage(
-            "--crash applies to the sim backend only (nodes of local and ucx runs cannot be crashed yet)",
+            "--crash applies to the sim and local backends (processes of a ucx cluster cannot be crashed yet)",
         );
     }
     let (from, to) = (seconds * a.warmup, seconds * (1.0 + a.warmup));
@@ -714,11 +722,7 @@ fn run_workload<W: Workload>(a: &BenchArgs, shared: Run, workload: W) -> Result<
         if a.faults_ppm > 0 {
             sc.faults = FaultConfig::lossy(a.faults_ppm);
         }
-        sc.faults.node_faults.extend(crashes.iter().map(|c| NodeFault {
-            node: NodeId(c.node),
-            at_ns: c.at_ns,
-            kind: NodeFaultKind::Crash,
-        }));
+        sc.faults.node_faults.extend(crashes.iter().map(Crash::fault));
         eprintln!("{}", sc.describe());
         let mut b = SimCluster::new(sc).map_err(|e| CliError::Usage(e.to_string()))?;
         let mut bar = ProgressBar::new(started, total_ns, "virtual");
@@ -730,7 +734,8 @@ fn run_workload<W: Workload>(a: &BenchArgs, shared: Run, workload: W) -> Result<
         let r = if a.backend == "ucx" {
             run_ucx(a, shape, &workload, cfg, params)
         } else {
-            let lc = LocalConfig { threads: a.threads, ..LocalConfig::new(shape) };
+            let mut lc = LocalConfig { threads: a.threads, ..LocalConfig::new(shape) };
+            lc.node_faults.extend(crashes.iter().map(Crash::fault));
             let mut b = LocalCluster::new(lc).map_err(|e| CliError::Usage(e.to_string()))?;
             run(&mut b, &workload, cfg, params).map(Some)
         };
@@ -758,12 +763,7 @@ fn run_workload<W: Workload>(a: &BenchArgs, shared: Run, workload: W) -> Result<
     let types = workload.txn_types();
     print_report(a, &cfg, types, &result, seconds, sim);
     let recovered = recovery_times(&crashes, &used, &result);
-    let lease = cfg.recovery.unwrap_or(if sim {
-        RecoveryParams::simulated()
-    } else {
-        RecoveryParams::real()
-    });
-    print_recovery(&recovered, lease.lease_ns);
+    print_recovery(&recovered, lease_of(&cfg, sim).lease_ns);
     if let (Some(file), Some(path)) = (out, a.json.as_deref()) {
         let mut doc = json_report(a, &cfg, types, &used, &result, seconds, sim, started.elapsed());
         if !recovered.is_empty() {
@@ -776,6 +776,11 @@ fn run_workload<W: Workload>(a: &BenchArgs, shared: Run, workload: W) -> Result<
         return Err(CliError::Run(anyhow::anyhow!("correctness check failed (see above)")));
     }
     Ok(())
+}
+
+/// The leases a run uses: `--lease-ms`, or the backend's.
+fn lease_of(cfg: &TxnConfig, sim: bool) -> RecoveryParams {
+    cfg.recovery.unwrap_or(if sim { RecoveryParams::simulated() } else { RecoveryParams::real() })
 }
 
 /// Timeline interval of a run with crashes (at least; long runs get wider ones).

@@ -153,7 +153,9 @@ fn bench_bad_input_gets_one_line_and_exit_2() {
         &["bench", "--replication", "2", "--crash", "1@0.05"],
         &["bench", "--nodes", "6", "--crash", "3@0.03", "--crash", "5@0.06"],
         &["bench", "--replication", "1", "--crash", "1@0.05"],
-        &["bench", "--backend", "local", "--crash", "1@1"],
+        &["bench", "--backend", "local", "--crash", "1@50"],
+        &["bench", "--backend", "local", "--lease-ms", "100", "--crash", "1@3"],
+        &["bench", "--backend", "ucx", "--crash", "1@1"],
         &["bench", "--lease-ms", "0"],
         &["bench", "--lease-ms", "NaN"],
         // The default replication on one node.
@@ -222,6 +224,50 @@ fn bench_crash_reports_how_long_recovery_took() {
         steps.iter().any(|s| s["step"].as_str().unwrap().starts_with("ActiveEverywhere")),
         "{j}"
     );
+}
+
+#[test]
+fn bench_crash_on_threads_recovers_and_loses_nothing() {
+    let path = temp("crash-local.json");
+    let out = hytra(&[
+        "bench",
+        "--backend",
+        "local",
+        "--nodes",
+        "3",
+        "--workers",
+        "1",
+        "--coroutines",
+        "4",
+        "--accounts-per-worker",
+        "1000",
+        "--seconds",
+        "1",
+        "--lease-ms",
+        "50",
+        "--crash",
+        "0@0.3",
+        "--check",
+        "--json",
+        path.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    let j: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(j["checker"]["serializable"], true, "{j}");
+    assert_eq!(j["invariant_ok"], true, "{j}");
+    let c = &j["crashes"]["each"][0];
+    let ms = |f: &str| c[f].as_f64().unwrap_or_else(|| panic!("{f} missing: {c}"));
+    // The manager crashed: the next member takes over two leases (of 50 ms) after the
+    // renewal of its last grant was sent, a renewal interval or two before the crash;
+    // never before the dead manager's own lease ran out. Then the steps in order, and
+    // commits on both sides.
+    let (detected, configured, active) = (ms("detected_ms"), ms("configured_ms"), ms("active_ms"));
+    assert!(detected >= 50.0, "{c}");
+    assert!(detected <= configured && configured <= active, "{c}");
+    assert!(ms("survivors_tps_before") > 0.0 && ms("survivors_tps_after") > 0.0, "{c}");
+    let _ = std::fs::remove_file(&path);
 }
 
 #[test]

@@ -32,6 +32,7 @@ pub mod heap;
 mod ids;
 pub mod local;
 mod memory;
+mod node_fault;
 pub mod rng;
 pub mod sim;
 mod stepper;
@@ -47,6 +48,7 @@ pub use endpoint::{
 };
 pub use ids::{ClusterShape, LocalAddr, NodeId, Qp, RemoteAddr, Rkey, WorkerId, WrId};
 pub use memory::{witness_atomics, zeroed_u32s, zeroed_words, zeroed_words_small_pages, Region};
+pub use node_fault::{NodeFault, NodeFaultKind};
 pub use verbs::{
     AccessError, BatchPost, BatchRefused, Completion, OpFlags, OpKind, PostError, Status,
     WorkRequest, WriteSrc,

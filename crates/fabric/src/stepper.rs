@@ -22,13 +22,43 @@ const CHECK_EVERY_ROUNDS: u64 = 64;
 /// Round-robin stepping of one thread's programs.
 pub(crate) struct Stepper {
     done: Vec<bool>,
+    /// Whether each program is stepped (node faults of the threads backend hold some).
+    run: Vec<Run>,
     rounds: u64,
+}
+
+/// Whether a program is stepped.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+enum Run {
+    Stepped,
+    /// Not stepped for now (its node is paused).
+    Held,
+    /// Never stepped again (its node crashed); it counts as done.
+    Halted,
 }
 
 impl Stepper {
     /// A stepper for `programs` programs.
     pub(crate) fn new(programs: usize) -> Stepper {
-        Stepper { done: vec![false; programs], rounds: 0 }
+        Stepper { done: vec![false; programs], run: vec![Run::Stepped; programs], rounds: 0 }
+    }
+
+    /// Stops stepping program `i` while `held`, or steps it again; a halted program
+    /// stays halted.
+    pub(crate) fn hold(&mut self, i: usize, held: bool) {
+        if self.run[i] != Run::Halted {
+            self.run[i] = if held { Run::Held } else { Run::Stepped };
+        }
+    }
+
+    /// Never steps program `i` again, and counts it in `done_total` as done if it was
+    /// not: its node is gone, and the run must not wait for it.
+    pub(crate) fn halt(&mut self, i: usize, done_total: &AtomicUsize) {
+        self.run[i] = Run::Halted;
+        if !self.done[i] {
+            self.done[i] = true;
+            done_total.fetch_add(1, Ordering::AcqRel);
+        }
     }
 
     /// Steps every program once; `on_idle(i)` runs after program `i` reports no work
@@ -47,6 +77,9 @@ impl Stepper {
         let mut progressed = false;
         let mut wake_at: Option<u64> = None;
         for (i, p) in programs.iter_mut().enumerate() {
+            if self.run[i] != Run::Stepped {
+                continue;
+            }
             match p.step() {
                 Step::Busy => progressed = true,
                 Step::Idle { progressed: worked, wake_at_ns } => {

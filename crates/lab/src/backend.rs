@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use hytra_fabric::local::{LocalCluster, LocalConfig};
 use hytra_fabric::sim::{SimCluster, SimConfig};
+use hytra_fabric::NodeFault;
 use hytra_fabric::{Backend, BackendError, ClusterShape};
 
 /// A node's place in a cluster spread over processes (its peers are reached through
@@ -67,6 +68,15 @@ impl BackendSpec {
             BackendSpec::Sim(c) => c.shape,
             BackendSpec::Local(c) => c.shape,
             BackendSpec::Ucx(c) => c.shape,
+        }
+    }
+
+    /// The nodes it crashes or pauses, and when.
+    pub fn node_faults(&self) -> &[NodeFault] {
+        match self {
+            BackendSpec::Sim(c) => &c.faults.node_faults,
+            BackendSpec::Local(c) => &c.node_faults,
+            BackendSpec::Ucx(_) => &[],
         }
     }
 

@@ -1,4 +1,4 @@
-//! Swarm seeds that crash nodes and once failed, each replayed: the bug it found stays
+//! Swarm seeds that crash nodes (or pause one past its lease) and once failed, each replayed: the bug it found stays
 //! fixed. Each names what it found (docs/TESTING.md, "What it found").
 
 use hytra_lab::swarm::{draw, run_seed, SwarmBackend};
@@ -24,5 +24,41 @@ fn crash_seeds_that_found_bugs_pass() {
         assert!(!d.crashes().is_empty(), "seed {seed} crashes a node: {}", d.summary());
         let r = run_seed(seed, SwarmBackend::Sim, None);
         assert!(r.passed(), "seed {seed} ({found}): {:?}\n{}", r.findings, r.summary);
+    }
+}
+
+/// Seeds that pause a node past its lease and once failed: (seed, what it found).
+const LONG_PAUSES: [(u64, &str); 2] = [
+    (38, "a removed node's coroutines, stopped with tickets in hand, counted as leaks"),
+    (377, "the manager woke after its removal, took everyone for dead and stopped the cluster"),
+];
+
+#[test]
+fn long_pause_seeds_that_found_bugs_pass() {
+    for (seed, found) in LONG_PAUSES {
+        let d = draw(seed, SwarmBackend::Sim, None);
+        assert!(
+            d.dimensions().contains(&("faults", "long pause".to_string())),
+            "seed {seed} pauses a node past its lease: {}",
+            d.summary()
+        );
+        let r = run_seed(seed, SwarmBackend::Sim, None);
+        assert!(r.passed(), "seed {seed} ({found}): {:?}\n{}", r.findings, r.summary);
+    }
+}
+
+/// Seeds on threads that pause the manager past its lease (threads cannot fence a node
+/// off, so only the lease stops it) and once failed; real time, so a replay is the same
+/// configuration, not the same interleaving: (seed, what it found).
+const LONG_PAUSES_ON_THREADS: [(u64, &str); 2] = [
+    (323, "the manager woke, renewed its own lapsed lease and wrote versions twice"),
+    (893, "the manager woke, renewed its own lapsed lease and wrote versions twice"),
+];
+
+#[test]
+fn long_pauses_on_threads_that_found_bugs_pass() {
+    for (seed, found) in LONG_PAUSES_ON_THREADS {
+        let r = run_seed(seed, SwarmBackend::Local, None);
+        assert!(r.passed(), "seed {seed} on threads ({found}): {:?}\n{}", r.findings, r.summary);
     }
 }

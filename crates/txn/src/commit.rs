@@ -485,7 +485,7 @@ impl<E: Endpoint> TxnCtx<E> {
     /// Tells backups lazily (one-way, passive) how far our logs are resolved.
     fn reclaim_lazily(&mut self) {
         resolve_landed(&self.co, &self.wt);
-        if !self.node.recovery.open() {
+        if !self.node.recovery.open(self.co.step_time_ns()) {
             return;
         }
         let threshold = self.node.cfg.reclaim_after_bytes;
@@ -974,7 +974,9 @@ pub(crate) async fn background<E: Endpoint>(co: Co<E>, wt: Rc<WorkerTxn>) {
                 } else {
                     Ok(match ack.call.take() {
                         Some(t) => Some(t),
-                        None if rec.open() => co.call(ack.dest, ack.ty, &ack.bytes).ok(),
+                        None if rec.open(co.step_time_ns()) => {
+                            co.call(ack.dest, ack.ty, &ack.bytes).ok()
+                        }
                         None => None,
                     })
                 }
@@ -1039,7 +1041,7 @@ async fn flush_logs<E: Endpoint>(co: &Co<E>, wt: &Rc<WorkerTxn>) {
             n += 1;
             continue;
         }
-        if !rec.open() {
+        if !rec.open(co.step_time_ns()) {
             co.sleep_until(co.now_ns() + poll).await;
             continue;
         }

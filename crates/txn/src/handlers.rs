@@ -66,7 +66,7 @@ impl Serve {
     /// under the configuration in force and the request was sent under that
     /// configuration's epoch: else why not (`Refused`: a request that names no record of
     /// this node; `Stale`: another epoch).
-    fn primary(&self, table: u16, key: u64, epoch: u32) -> Result<&Replica, Status> {
+    fn primary(&self, table: u16, key: u64, epoch: u32, now: u64) -> Result<&Replica, Status> {
         let c = self.node.catalog.as_ref();
         if usize::from(table) >= c.tables().count() || key > hytra_store::layout::KEY_MAX {
             return Err(Status::Refused);
@@ -74,7 +74,7 @@ impl Serve {
         let t = TableId(table);
         let p = c.partition(t, key);
         let config = self.view.get();
-        if config.epoch as u32 != epoch || !self.node.recovery.open() {
+        if config.epoch as u32 != epoch || !self.node.recovery.open(now) {
             return Err(Status::Stale);
         }
         if config.primary(p) != self.node.node {
@@ -93,7 +93,7 @@ fn read<E: Endpoint>(
     let node = &serve.node;
     ctx.ep.charge_cpu(node.cfg.costs.record_ns);
     let Some(r) = RecordReq::decode(req) else { return answer(Status::Refused, ctx.reply) };
-    let replica = match serve.primary(r.table, r.key, r.epoch) {
+    let replica = match serve.primary(r.table, r.key, r.epoch, ctx.ep.now_ns()) {
         Ok(replica) => replica,
         Err(status) => return answer(status, ctx.reply),
     };
@@ -129,7 +129,7 @@ fn lock<E: Endpoint>(serve: &Serve, ctx: &mut HandlerCtx<'_, E>, req: &[u8]) {
     let node = &serve.node;
     ctx.ep.charge_cpu(node.cfg.costs.record_ns);
     let Some(r) = RecordReq::decode(req) else { return answer(Status::Refused, ctx.reply) };
-    let replica = match serve.primary(r.table, r.key, r.epoch) {
+    let replica = match serve.primary(r.table, r.key, r.epoch, ctx.ep.now_ns()) {
         Ok(replica) => replica,
         Err(status) => return answer(status, ctx.reply),
     };
@@ -174,7 +174,7 @@ fn lock<E: Endpoint>(serve: &Serve, ctx: &mut HandlerCtx<'_, E>, req: &[u8]) {
 fn validate<E: Endpoint>(serve: &Serve, ctx: &mut HandlerCtx<'_, E>, req: &[u8]) {
     ctx.ep.charge_cpu(serve.node.cfg.costs.record_ns);
     let Some(r) = RecordReq::decode(req) else { return answer(Status::Refused, ctx.reply) };
-    let replica = match serve.primary(r.table, r.key, r.epoch) {
+    let replica = match serve.primary(r.table, r.key, r.epoch, ctx.ep.now_ns()) {
         Ok(replica) => replica,
         Err(status) => return answer(status, ctx.reply),
     };
@@ -203,7 +203,7 @@ fn commit<E: Endpoint>(
     // A write-back is the tail of a committed transaction: it is applied under a later
     // epoch too, as long as the lock is still its own (recovery has not resolved it).
     let epoch = serve.view.get().epoch as u32;
-    let replica = match serve.primary(c.table, c.key, epoch) {
+    let replica = match serve.primary(c.table, c.key, epoch, ctx.ep.now_ns()) {
         Ok(r) => r,
         Err(Status::Stale) => return wire::encode_word(wire::REFUSED, ctx.reply),
         Err(_) => return wire::encode_word(0, ctx.reply),
@@ -231,7 +231,7 @@ fn unlock<E: Endpoint>(serve: &Serve, ctx: &mut HandlerCtx<'_, E>, req: &[u8]) {
         // A release frees only the sender's own attempt's lock: harmless under any epoch,
         // so it is honoured under any.
         let epoch = serve.view.get().epoch as u32;
-        match serve.primary(r.table, r.key, epoch) {
+        match serve.primary(r.table, r.key, epoch, ctx.ep.now_ns()) {
             Ok(replica) => {
                 if let Some(off) = replica.lookup(r.key) {
                     replica.unlock_if(off, Owner(r.owner));
@@ -257,7 +257,7 @@ fn log<E: Endpoint>(
     let Some(epoch) = crate::log::entry_epoch(entry) else {
         return wire::encode_word(0, ctx.reply);
     };
-    if epoch != node.membership.epoch() || !node.recovery.open() {
+    if epoch != node.membership.epoch() || !node.recovery.open(ctx.ep.now_ns()) {
         return wire::encode_word(wire::REFUSED, ctx.reply);
     }
     ctx.ep.charge_cpu(node.cfg.costs.record_ns * (entry.len() as u64 / RECORD_HEADER_WORDS).max(1));
@@ -275,7 +275,7 @@ fn reclaim<E: Endpoint>(
     buf: &mut Vec<u64>,
 ) {
     let Some((flags, epoch, up_to)) = wire::decode_reclaim(req) else { return };
-    if epoch != node.membership.epoch() as u32 || !node.recovery.open() {
+    if epoch != node.membership.epoch() as u32 || !node.recovery.open(ctx.ep.now_ns()) {
         // The ring's head may be about to move (recovery resolves it): the sender learns
         // it once the new configuration is active.
         if flags & SYNC != 0 {

@@ -41,7 +41,7 @@ use hytra_fabric::{Endpoint, NodeId, Qp, RemoteAddr, WorkRequest, WorkerId};
 use hytra_rt::{Co, HandlerCtx, RpcType, Worker};
 use hytra_store::{BackupState, PartitionPlace, Placement, TableId};
 
-use crate::config_store::{Cas, ConfigStore};
+use crate::config_store::{Cas, ConfigStore, StoreFailure};
 use crate::engine::{NodeEngine, WorkerTxn};
 use crate::log::{records, resolve, scan, InDoubt};
 use crate::membership::{Config, EPOCH_FIRST};
@@ -213,8 +213,6 @@ pub struct NodeRecovery {
     recovering: AtomicU64,
     /// Until when this node may serve and post engine traffic, by its clock (ns).
     lease_until: AtomicU64,
-    /// The lease ran out (kept by the recovery tasks, which poll the clock).
-    expired: AtomicBool,
     /// Per worker index: the last epoch it quiesced for.
     quiesced: Vec<AtomicU64>,
     decisions: Mutex<Decisions>,
@@ -267,7 +265,6 @@ impl NodeRecovery {
         NodeRecovery {
             recovering: AtomicU64::new(0),
             lease_until: AtomicU64::new(params.lease_ns),
-            expired: AtomicBool::new(false),
             // The first configuration needs no quiescing: nothing ran before it.
             quiesced: (0..workers).map(|_| AtomicU64::new(EPOCH_FIRST)).collect(),
             decisions: Mutex::new(Decisions::default()),
@@ -289,23 +286,19 @@ impl NodeRecovery {
         }
     }
 
-    /// Whether transactions may run here now: no recovery in progress, the lease valid,
-    /// the node not stopped.
-    pub(crate) fn open(&self) -> bool {
+    /// Whether transactions may run here at `now_ns`: no recovery in progress, the lease
+    /// valid, the node not stopped. The lease is read against the caller's clock, not a
+    /// flag some task last set: a node that wakes from a pause past its lease may run
+    /// any coroutine first, and none of them may take a lapsed lease for a valid one.
+    pub(crate) fn open(&self, now_ns: u64) -> bool {
         self.recovering.load(Ordering::Acquire) == 0
-            && !self.expired.load(Ordering::Acquire)
+            && now_ns <= self.lease_until.load(Ordering::Acquire)
             && !self.stopped.load(Ordering::Acquire)
     }
 
     /// How often waiting parts of the engine look again at recovery's state.
     pub(crate) fn poll_ns(&self) -> u64 {
         (self.params.lease_ns / 64).max(1_000)
-    }
-
-    /// Notes the time: the lease has run out, or not.
-    fn tick(&self, now_ns: u64) {
-        let expired = now_ns > self.lease_until.load(Ordering::Acquire);
-        self.expired.store(expired, Ordering::Release);
     }
 
     /// Counts a worker whose background task finished.
@@ -330,6 +323,12 @@ impl NodeRecovery {
         self.stopped.load(Ordering::Acquire)
             || self.finished.load(Ordering::Acquire)
             || self.fatal.lock().expect("no recorder panicked").is_some()
+    }
+
+    /// Whether this node stopped itself: removed from the configuration, or cut off for
+    /// longer than any reconfiguration takes. Its coroutines stopped where they were.
+    pub fn stopped(&self) -> bool {
+        self.stopped.load(Ordering::Acquire)
     }
 
     /// What recovery could not survive, if anything.
@@ -424,7 +423,6 @@ fn grant<E: Endpoint>(node: &NodeEngine, ctx: &mut HandlerCtx<'_, E>, req: &[u8]
     if epoch == cfg.epoch && ctx.src.node == cfg.manager() && sent <= now {
         rec.lease_until.fetch_max(sent + rec.params.lease_ns, Ordering::AcqRel);
         rec.granted.fetch_max(sent, Ordering::AcqRel);
-        rec.tick(now);
     }
 }
 
@@ -457,9 +455,11 @@ fn install<E: Endpoint>(node: &NodeEngine, ep: &mut E, next: Config) {
     // side takes the other for dead while the reconfiguration runs. This only delays a
     // removal, never hastens one; what a member may post still ends with its lease.
     let now = ep.now_ns();
-    rec.granted.fetch_max(now, Ordering::AcqRel);
-    for n in next.members() {
-        rec.renewed[usize::from(n.0)].fetch_max(now, Ordering::AcqRel);
+    restart_silences(rec, &next, now);
+    if next.manager() == node.node {
+        // Its manager holds the configuration from the store just now (it committed it,
+        // or read it there): a lease lapsed in an older one starts afresh.
+        rec.lease_until.fetch_max(now + rec.params.lease_ns, Ordering::AcqRel);
     }
     rec.recovering.store(epoch, Ordering::Release);
     node.membership.install(Arc::new(next));
@@ -943,12 +943,23 @@ pub(crate) async fn membership<E: Endpoint>(co: Co<E>, wt: Rc<WorkerTxn>) {
     let lease = rec.params.lease_ns;
     // Rounds the manager has been telling members the run is over.
     let mut finishing = 0;
+    let mut last_turn = co.now_ns();
     loop {
         if rec.ended() {
             return;
         }
         let cfg = wt.view.get().clone();
         let now = co.now_ns();
+        if now > last_turn + lease / 2 {
+            // This node did not run for a while (a pause, a descheduled process): what
+            // it did not hear in that time says nothing about the others, whose
+            // renewals and grants may wait unread. Every silence starts afresh (as on
+            // installing a configuration); this only delays a removal. If the others
+            // removed this node meanwhile, it learns so from the store or stops once
+            // cut off for long (below), and its lapsed lease kept it from posting.
+            restart_silences(rec, &cfg, now);
+        }
+        last_turn = now;
         if !cfg.is_member(me) {
             // Removed: this node stops for good (it is fenced off anyway).
             rec.stopped.store(true, Ordering::Release);
@@ -1022,6 +1033,15 @@ pub(crate) async fn membership<E: Endpoint>(co: Co<E>, wt: Rc<WorkerTxn>) {
     }
 }
 
+/// Starts every silence this node measures afresh at `now`: the manager's towards each
+/// member of `cfg`, a member's towards the manager.
+fn restart_silences(rec: &NodeRecovery, cfg: &Config, now: u64) {
+    rec.granted.fetch_max(now, Ordering::AcqRel);
+    for n in cfg.members() {
+        rec.renewed[usize::from(n.0)].fetch_max(now, Ordering::AcqRel);
+    }
+}
+
 /// The lease task of a node (on its worker 0): while this node manages the configuration
 /// in force, grants the renewals its members asked for and keeps its own lease. A task of
 /// its own, so that leases keep flowing while the manager's rounds of a reconfiguration
@@ -1042,10 +1062,18 @@ pub(crate) async fn granter<E: Endpoint>(co: Co<E>, wt: Rc<WorkerTxn>) {
         }
         let now = co.now_ns();
         if cfg.manager() == me {
-            rec.lease_until.store(now + lease, Ordering::Release);
-            rec.tick(now);
             rec.renewed[usize::from(me.0)].store(now, Ordering::Release);
             rec.done[usize::from(me.0)].store(rec.done_here(), Ordering::Release);
+            if now > rec.lease_until.load(Ordering::Acquire) {
+                // This manager did not run for a lease (paused, descheduled): its
+                // members may be taking over, and on a fabric that cannot fence it off
+                // only its lapsed lease keeps it from posting. It grants nothing more,
+                // itself included, in this configuration (F1b); a newer one that names
+                // it manager renews it on install.
+                co.sleep_until(co.now_ns().max(now) + lease / RENEWALS_PER_LEASE).await;
+                continue;
+            }
+            rec.lease_until.store(now + lease, Ordering::Release);
             for n in cfg.members().filter(|&n| n != me) {
                 let sent = rec.to_grant[usize::from(n.0)].swap(0, Ordering::AcqRel);
                 if sent != 0 {
@@ -1075,7 +1103,13 @@ async fn reconfigure<E: Endpoint>(co: &Co<E>, wt: &Rc<WorkerTxn>, mut dead: Vec<
         );
         let next = match next_config(&old, &dead, node.cfg.replication) {
             Ok(c) => c,
-            Err(why) => return rec.fail(why),
+            // A node that slept through its own removal suspects everyone when it wakes;
+            // only a suspicion of the configuration in force may stop the cluster.
+            Err(why) => match follow_newer(co, &node).await {
+                Ok(true) => return,
+                Ok(false) => return rec.fail(why),
+                Err(e) => return rec.fail(e.to_string()),
+            },
         };
         // Commit it to the store: of two managers, one wins.
         let mut bytes = Vec::new();
@@ -1105,6 +1139,21 @@ async fn reconfigure<E: Endpoint>(co: &Co<E>, wt: &Rc<WorkerTxn>, mut dead: Vec<
             }
             Err(Round::Fatal(why)) => return rec.fail(why),
         }
+    }
+}
+
+/// Installs the configuration in the store if it is newer than this node's (another
+/// manager moved on, perhaps without this node); returns whether it was.
+async fn follow_newer<E: Endpoint>(co: &Co<E>, node: &NodeEngine) -> Result<bool, StoreFailure> {
+    co.sleep_until(co.now_ns() + node.recovery.params.store_latency_ns).await;
+    match node.recovery.store.get()? {
+        Some((epoch, bytes)) if epoch > node.membership.epoch() => {
+            if let Ok(c) = Config::decode(&bytes) {
+                co.with_ep(|ep| install(node, ep, c));
+            }
+            Ok(true)
+        }
+        _ => Ok(false),
     }
 }
 
@@ -1239,7 +1288,6 @@ pub(crate) async fn quiescer<E: Endpoint>(co: Co<E>, wt: Rc<WorkerTxn>) {
         if rec.ended() {
             return;
         }
-        rec.tick(co.now_ns());
         let epoch = node.membership.epoch();
         if rec.quiesced[index].load(Ordering::Acquire) < epoch {
             let cfg = node.membership.current();

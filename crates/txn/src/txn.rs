@@ -385,7 +385,9 @@ impl<E: Endpoint> TxnCtx<E> {
             if self.frozen() {
                 return Err(Frozen);
             }
-            if rec.open() {
+            // The step's time, free to read: set after any pause, before any coroutine
+            // of the step runs, so it never hides a lapsed lease by more than a step.
+            if rec.open(self.co.step_time_ns()) {
                 return Ok(());
             }
             if rec.ended() {

@@ -542,13 +542,16 @@ pub fn run_partial<B: Backend, W: Workload>(
         event_sleeps: run.event_sleeps,
         event_wakeups: run.event_wakeups,
     };
+    // A crashed node's coroutines stopped where they were, tickets in hand; so did those
+    // of a node that was removed (paused or cut off past its lease) and stopped itself.
+    let gone = |node: NodeId| {
+        run.crashed.contains(&node)
+            || engine.hosts(node) && engine.nodes[usize::from(node.0)].recovery.stopped()
+    };
     for (index, s, h, doubts, w, r, finished, leaked) in outs {
         part.attempts_total += finished;
-        // A crashed node's coroutines stopped where they were, tickets in hand.
-        if !run.crashed.contains(&shape.worker_at(index).node) {
+        if !gone(shape.worker_at(index).node) {
             part.leaked += leaked;
-        }
-        if !run.crashed.contains(&shape.worker_at(index).node) {
             survivors.merge(&s);
         }
         part.stats.merge(&s);

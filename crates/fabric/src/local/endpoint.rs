@@ -97,6 +97,15 @@ impl LocalEndpoint {
 
     fn execute(&mut self, q: &Queued) {
         let remote = q.flat.remote;
+        // A crashed node's requests go nowhere; requests to one fail, as its connections
+        // would once their retries ran out.
+        if self.shared.crashed(self.me.node) {
+            return;
+        }
+        if self.shared.crashed(remote.node) {
+            self.cq.push_back(Completion { wr_id: q.wr_id, status: Status::Unreachable, value: 0 });
+            return;
+        }
         let target = self.shared.regions[usize::from(remote.node.0)].get(remote.rkey.0 as usize);
         let inline = q.inline.map(|(from, to)| &self.inline_bytes[from as usize..to as usize]);
         let (status, value) = execute(target, q.flat.target_op(&self.regions, inline));
@@ -107,11 +116,25 @@ impl LocalEndpoint {
 
     fn flush_datagrams(&mut self) {
         let shared = &self.shared;
+        let me_crashed = shared.crashed(self.me.node);
         for out in self.datagrams.drain(..) {
+            let to = match &out {
+                Outgoing::Small(to, _) | Outgoing::Large(to, _) => *to as usize,
+            };
+            // Nothing leaves a crashed node, nothing reaches one.
+            let gone = me_crashed || shared.crashed(shared.shape.worker_at(to).node);
             // A full inbox means the receiver has no receive buffer left: the datagram
             // is lost, as on a UD queue pair (a large one's buffer comes back to us).
             let lost = match out {
+                Outgoing::Small(..) if gone => true,
                 Outgoing::Small(to, msg) => shared.small_inboxes[to as usize].push(msg).is_err(),
+                Outgoing::Large(_, msg) if gone => {
+                    shared.pools[self.index as usize]
+                        .push(msg)
+                        .ok()
+                        .expect("pool has room for its own buffer");
+                    true
+                }
                 Outgoing::Large(to, msg) => match shared.inboxes[to as usize].push(msg) {
                     Ok(()) => false,
                     Err(msg) => {
@@ -144,7 +167,7 @@ impl Endpoint for LocalEndpoint {
     }
 
     fn now_ns(&self) -> u64 {
-        self.shared.start.elapsed().as_nanos() as u64
+        self.shared.now_ns()
     }
 
     fn charge_cpu(&mut self, _ns: u64) {}
@@ -242,6 +265,10 @@ impl Endpoint for LocalEndpoint {
 
     fn trigger(&mut self, node: NodeId, wq: WqId, payload: &[u8]) -> Result<(), PostError> {
         let regions = self.shared.regions.get(usize::from(node.0)).ok_or(PostError::NoSuchPeer)?;
+        if self.shared.crashed(self.me.node) || self.shared.crashed(node) {
+            // Lost with the node, as a message to a dead NIC is.
+            return Ok(());
+        }
         self.shared.nic.deliver(node, wq, regions, payload)
     }
 

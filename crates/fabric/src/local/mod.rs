@@ -6,6 +6,11 @@
 //! posting thread on the target's memory (see `endpoint.rs`); real parallelism, real
 //! races. NIC atomics are CPU atomics here, hence coherent with them. Verb programs run
 //! on a NIC thread of their own while the workers run (see `nic.rs`).
+//!
+//! Node faults ([`LocalConfig::node_faults`]) follow the run's clock: a crashed node's
+//! workers are no longer stepped, requests to it complete `Unreachable`, and nothing it
+//! posts or sends takes effect any more (it counts as done); a paused node's workers
+//! are not stepped while the pause lasts, but its memory stays reachable.
 
 mod endpoint;
 mod nic;
@@ -25,6 +30,7 @@ use crate::endpoint::{Backend, BackendError, Caps, Program, RegionSpec, RunLimit
 use crate::exec::check_region;
 use crate::ids::{ClusterShape, NodeId, Rkey};
 use crate::memory::Region;
+use crate::node_fault::{NodeFault, NodeFaultKind};
 use crate::stepper::Stepper;
 use crate::validate_shape;
 use crate::wq::{WqCounters, WqId, WqSpec};
@@ -44,12 +50,14 @@ pub struct LocalConfig {
     pub threads: Option<usize>,
     /// Datagram buffers per worker.
     pub send_buffers: usize,
+    /// Nodes to crash or pause, at times of the run's clock.
+    pub node_faults: Vec<NodeFault>,
 }
 
 impl LocalConfig {
     /// Defaults for `shape`.
     pub fn new(shape: ClusterShape) -> Self {
-        LocalConfig { shape, threads: None, send_buffers: SEND_BUFFERS }
+        LocalConfig { shape, threads: None, send_buffers: SEND_BUFFERS, node_faults: Vec::new() }
     }
 
     /// Threads this configuration will use.
@@ -70,8 +78,49 @@ pub(crate) struct Shared {
     pub(crate) start: Instant,
     pub(crate) dropped: AtomicU64,
     pub(crate) nic: Arc<LocalNic>,
+    /// Per node, when it crashes (`u64::MAX`: never).
+    pub(crate) crash_at: Vec<u64>,
+    /// Per node, the windows `[from, until)` in which its workers are not stepped.
+    pauses: Vec<Vec<(u64, u64)>>,
     done: AtomicUsize,
     abort: AtomicBool,
+}
+
+impl Shared {
+    /// Whether `node` has crashed by now (read from the clock only if it ever will).
+    pub(crate) fn crashed(&self, node: NodeId) -> bool {
+        let at = self.crash_at[usize::from(node.0)];
+        at != u64::MAX && self.now_ns() >= at
+    }
+
+    /// Nanoseconds since the run started: the clock of every endpoint and fault.
+    pub(crate) fn now_ns(&self) -> u64 {
+        self.start.elapsed().as_nanos() as u64
+    }
+
+    /// What `node` is at `now`: a crash is for good, a pause for its window.
+    fn state(&self, node: NodeId, now: u64) -> NodeState {
+        let n = usize::from(node.0);
+        if now >= self.crash_at[n] {
+            NodeState::Crashed
+        } else if self.pauses[n].iter().any(|&(from, until)| (from..until).contains(&now)) {
+            NodeState::Paused
+        } else {
+            NodeState::Up
+        }
+    }
+
+    fn has_faults(&self) -> bool {
+        self.crash_at.iter().any(|&t| t != u64::MAX) || self.pauses.iter().any(|p| !p.is_empty())
+    }
+}
+
+/// What a node is doing at some time of a run.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum NodeState {
+    Up,
+    Paused,
+    Crashed,
 }
 
 /// A threaded cluster: register regions, then [`Backend::run`] programs on it.
@@ -88,6 +137,17 @@ impl LocalCluster {
         if config.send_buffers == 0 {
             return Err(BackendError::Config("send_buffers must be positive".into()));
         }
+        for f in &config.node_faults {
+            if f.node.0 >= config.shape.nodes {
+                return Err(BackendError::Config(format!(
+                    "a fault on node {} of a cluster of {} nodes",
+                    f.node.0, config.shape.nodes
+                )));
+            }
+            if f.kind == (NodeFaultKind::Pause { for_ns: 0 }) {
+                return Err(BackendError::Config(format!("a pause of node {} for 0 ns", f.node.0)));
+            }
+        }
         let regions = vec![Vec::new(); usize::from(config.shape.nodes)];
         let nic = Arc::new(LocalNic::new(config.shape.nodes));
         Ok(LocalCluster { config, regions, nic })
@@ -100,6 +160,18 @@ impl LocalCluster {
 
     fn shared(&self) -> Arc<Shared> {
         let workers = self.config.shape.workers_total();
+        let nodes = usize::from(self.config.shape.nodes);
+        let mut crash_at = vec![u64::MAX; nodes];
+        let mut pauses = vec![Vec::new(); nodes];
+        for f in &self.config.node_faults {
+            let n = usize::from(f.node.0);
+            match f.kind {
+                NodeFaultKind::Crash => crash_at[n] = crash_at[n].min(f.at_ns),
+                NodeFaultKind::Pause { for_ns } => {
+                    pauses[n].push((f.at_ns, f.at_ns.saturating_add(for_ns)));
+                }
+            }
+        }
         let pools = (0..workers)
             .map(|w| {
                 let pool = ArrayQueue::new(self.config.send_buffers);
@@ -126,6 +198,8 @@ impl LocalCluster {
             start: Instant::now(),
             dropped: AtomicU64::new(0),
             nic: self.nic.clone(),
+            crash_at,
+            pauses,
             done: AtomicUsize::new(0),
             abort: AtomicBool::new(false),
         })
@@ -211,15 +285,19 @@ impl Backend for LocalCluster {
                 results[w] = Some(r);
             }
         }
+        let elapsed_ns = shared.now_ns();
         let stats = RunStats {
-            elapsed_ns: shared.start.elapsed().as_nanos() as u64,
-            wall_ns: shared.start.elapsed().as_nanos() as u64,
+            elapsed_ns,
+            wall_ns: elapsed_ns,
             all_done: shared.done.load(Ordering::Relaxed) == total,
             events: 0,
             verbs: 0,
             trace_hash: 0,
             datagrams_dropped: shared.dropped.load(Ordering::Relaxed),
-            crashed: Vec::new(),
+            crashed: (0..self.config.shape.nodes)
+                .map(NodeId)
+                .filter(|n| shared.crash_at[usize::from(n.0)] <= elapsed_ns)
+                .collect(),
             event_sleeps: 0,
             event_wakeups: 0,
         };
@@ -255,9 +333,13 @@ where
         .map(|&w| make(LocalEndpoint::new(shared.clone(), shared.shape.worker_at(w))))
         .collect();
     let mut stepper = Stepper::new(programs.len());
+    let faults = shared.has_faults();
     loop {
+        if faults {
+            apply_faults(shared, mine, &mut stepper);
+        }
         if stepper.round(&mut programs, &shared.done, |_| {}, |_| std::thread::yield_now()) {
-            let elapsed = shared.start.elapsed().as_nanos() as u64;
+            let elapsed = shared.now_ns();
             if shared.done.load(Ordering::Acquire) == total
                 || elapsed > limits.time_limit_ns
                 || shared.abort.load(Ordering::Relaxed)
@@ -267,4 +349,17 @@ where
         }
     }
     mine.iter().copied().zip(programs.into_iter().map(finish)).collect()
+}
+
+/// Holds the workers of this thread whose node is paused now, and halts for good those
+/// whose node crashed (they count as done from then on).
+fn apply_faults(shared: &Shared, mine: &[usize], stepper: &mut Stepper) {
+    let now = shared.now_ns();
+    for (i, &w) in mine.iter().enumerate() {
+        match shared.state(shared.shape.worker_at(w).node, now) {
+            NodeState::Up => stepper.hold(i, false),
+            NodeState::Paused => stepper.hold(i, true),
+            NodeState::Crashed => stepper.halt(i, &shared.done),
+        }
+    }
 }

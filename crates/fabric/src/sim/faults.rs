@@ -5,30 +5,7 @@
 
 use crate::ids::NodeId;
 
-/// What happens to a node at a time.
-#[derive(Copy, Clone, PartialEq, Eq, Debug)]
-pub enum NodeFaultKind {
-    /// The node's CPUs stop for `for_ns` (a long GC pause, a descheduled process); its
-    /// NIC keeps serving one-sided requests and buffering datagrams.
-    Pause {
-        /// How long.
-        for_ns: u64,
-    },
-    /// The node stops for good: CPUs and NIC. Requests to it complete in error after the
-    /// transport timeout; datagrams to it vanish.
-    Crash,
-}
-
-/// A fault on one node.
-#[derive(Copy, Clone, PartialEq, Eq, Debug)]
-pub struct NodeFault {
-    /// Which node.
-    pub node: NodeId,
-    /// When, in virtual nanoseconds.
-    pub at_ns: u64,
-    /// What.
-    pub kind: NodeFaultKind,
-}
+pub use crate::node_fault::{NodeFault, NodeFaultKind};
 
 /// A network partition: nodes in `side` cannot talk to the others during the window.
 #[derive(Clone, PartialEq, Eq, Debug)]
@@ -156,14 +133,7 @@ impl std::fmt::Display for FaultConfig {
         if self.delay_ppm > 0 {
             parts.push(format!("delay {} ppm by {} us", self.delay_ppm, us(self.delay_ns)));
         }
-        for n in &self.node_faults {
-            parts.push(match n.kind {
-                NodeFaultKind::Pause { for_ns } => {
-                    format!("pause {} at {} us for {} us", n.node, us(n.at_ns), us(for_ns))
-                }
-                NodeFaultKind::Crash => format!("crash {} at {} us", n.node, us(n.at_ns)),
-            });
-        }
+        parts.extend(self.node_faults.iter().map(NodeFault::to_string));
         for p in &self.partitions {
             let side: Vec<String> = p.side.iter().map(|n| n.to_string()).collect();
             parts.push(format!(

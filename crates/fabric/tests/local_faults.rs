@@ -1,0 +1,158 @@
+//! Node faults on the `local` backend: a crashed node stops for good (requests to it
+//! fail, nothing it posts lands, the run does not wait for it), and a paused node is not
+//! stepped while its memory stays reachable.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use hytra_fabric::local::{LocalCluster, LocalConfig};
+use hytra_fabric::testing::run_scripts;
+use hytra_fabric::{
+    Backend, ClusterShape, Completion, Endpoint, LocalAddr, NodeFault, NodeFaultKind, NodeId,
+    OpFlags, Qp, RegionSpec, RemoteAddr, Rkey, Status, WorkRequest, WriteSrc,
+};
+
+const MS: u64 = 1_000_000;
+/// Where node 2 writes its clock into node 0's memory.
+const CLOCK: u64 = 64;
+
+/// Posts a signaled READ of 8 bytes from `node` and spins (bounded) for its completion.
+fn read_from<E: Endpoint>(ep: &mut E, key: Rkey, node: NodeId) -> Status {
+    let wr = WorkRequest::Read {
+        remote: RemoteAddr { node, rkey: key, offset: 0 },
+        local: LocalAddr { rkey: key, offset: 8 },
+        len: 8,
+    };
+    ep.post(Qp::to(node), 7, &wr, OpFlags::SIGNALED).expect("room for one READ");
+    let mut out = [Completion::EMPTY; 1];
+    for _ in 0..1_000_000 {
+        if ep.poll_cq(&mut out) == 1 {
+            assert_eq!(out[0].wr_id, 7);
+            return out[0].status;
+        }
+    }
+    panic!("a READ from node {} never completed", node.0);
+}
+
+#[test]
+fn a_crashed_node_stops_for_good_and_requests_to_it_fail() {
+    let crash_at = 30 * MS;
+    let shape = ClusterShape { nodes: 3, workers_per_node: 1, lanes_per_peer: 1 };
+    let mut config = LocalConfig::new(shape);
+    config.node_faults.push(NodeFault {
+        node: NodeId(2),
+        at_ns: crash_at,
+        kind: NodeFaultKind::Crash,
+    });
+    let mut b = LocalCluster::new(config).unwrap();
+    let key = b.register_all(RegionSpec::new(4096)).unwrap();
+    // Node 0's reads: (posted at, target, status).
+    let reads = Arc::new(Mutex::new(Vec::new()));
+    let last_step = Arc::new(AtomicU64::new(0));
+    let stats = run_scripts(&mut b, |ep| {
+        let (reads, last_step) = (reads.clone(), last_step.clone());
+        let me = ep.me().node;
+        move |ep: &mut _| {
+            let ep: &mut <LocalCluster as Backend>::Ep = ep;
+            let now = ep.now_ns();
+            match me.0 {
+                0 => {
+                    for target in [NodeId(1), NodeId(2)] {
+                        let status = read_from(ep, key, target);
+                        reads.lock().unwrap().push((now, target, status));
+                    }
+                    ep.now_ns() > 3 * crash_at
+                }
+                1 => ep.now_ns() > 3 * crash_at,
+                _ => {
+                    // Never done: the run ends without it only because it crashed.
+                    last_step.fetch_max(now, Ordering::Relaxed);
+                    let clock = now.to_le_bytes();
+                    let wr = WorkRequest::Write {
+                        remote: RemoteAddr { node: NodeId(0), rkey: key, offset: CLOCK },
+                        src: WriteSrc::Bytes(&clock),
+                    };
+                    ep.post(Qp::to(NodeId(0)), 1, &wr, OpFlags::INLINE).unwrap();
+                    false
+                }
+            }
+        }
+    });
+    assert_eq!(stats.crashed, vec![NodeId(2)]);
+    let reads = reads.lock().unwrap();
+    let (mut before, mut after) = (0, 0);
+    for &(at, target, status) in reads.iter() {
+        match (target, at < crash_at, at >= crash_at) {
+            (NodeId(1), ..) => assert_eq!(status, Status::Success, "node 1 at {at} ns"),
+            (_, true, _) if status == Status::Success => before += 1,
+            (_, _, true) => {
+                assert_eq!(status, Status::Unreachable, "a READ of node 2 at {at} ns");
+                after += 1;
+            }
+            // Posted before the crash, carried out after it.
+            _ => assert_eq!(status, Status::Unreachable),
+        }
+    }
+    assert!(before > 0 && after > 0, "reads before the crash {before}, after {after}");
+    // Node 2's last WRITE that landed was posted before its crash; it kept running at
+    // most until its thread's next round.
+    let landed = b.region(NodeId(0), key).unwrap().load(CLOCK);
+    assert!(landed > 0 && landed < crash_at, "node 2's clock landed as {landed} ns");
+    let last = last_step.load(Ordering::Relaxed);
+    assert!(last >= crash_at / 2 && last < 2 * crash_at, "node 2 last stepped at {last} ns");
+}
+
+#[test]
+fn a_paused_node_is_not_stepped_but_its_memory_answers() {
+    let (from, until) = (20 * MS, 50 * MS);
+    let shape = ClusterShape { nodes: 2, workers_per_node: 1, lanes_per_peer: 1 };
+    let mut config = LocalConfig::new(shape);
+    config.node_faults.push(NodeFault {
+        node: NodeId(1),
+        at_ns: from,
+        kind: NodeFaultKind::Pause { for_ns: until - from },
+    });
+    let mut b = LocalCluster::new(config).unwrap();
+    let key = b.register_all(RegionSpec::new(4096)).unwrap();
+    let steps = Arc::new(Mutex::new(Vec::new()));
+    let reads_in_pause = Arc::new(AtomicU64::new(0));
+    let stats = run_scripts(&mut b, |ep| {
+        let (steps, reads_in_pause) = (steps.clone(), reads_in_pause.clone());
+        let me = ep.me().node;
+        move |ep: &mut _| {
+            let ep: &mut <LocalCluster as Backend>::Ep = ep;
+            let now = ep.now_ns();
+            if me == NodeId(1) {
+                steps.lock().unwrap().push(now);
+            } else {
+                assert_eq!(read_from(ep, key, NodeId(1)), Status::Success);
+                if (from..until).contains(&now) {
+                    reads_in_pause.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            ep.now_ns() > 2 * until
+        }
+    });
+    assert!(stats.crashed.is_empty());
+    let steps = steps.lock().unwrap();
+    // A round that began just before the pause may step the node once more; a thread
+    // descheduled in between may do so a little later (5 ms of slack).
+    let during: Vec<u64> =
+        steps.iter().copied().filter(|t| (from + 5 * MS..until).contains(t)).collect();
+    assert!(during.is_empty(), "node 1 was stepped during its pause at {during:?}");
+    assert!(steps.iter().any(|&t| t < from) && steps.iter().any(|&t| t >= until));
+    assert!(
+        reads_in_pause.load(Ordering::Relaxed) > 0,
+        "node 1's memory did not answer in its pause"
+    );
+}
+
+#[test]
+fn faults_on_nodes_outside_the_cluster_or_empty_pauses_are_refused() {
+    let shape = ClusterShape { nodes: 2, workers_per_node: 1, lanes_per_peer: 1 };
+    for (node, kind) in [(2, NodeFaultKind::Crash), (1, NodeFaultKind::Pause { for_ns: 0 })] {
+        let mut config = LocalConfig::new(shape);
+        config.node_faults.push(NodeFault { node: NodeId(node), at_ns: 0, kind });
+        assert!(LocalCluster::new(config).is_err(), "{node} {kind:?} accepted");
+    }
+}
