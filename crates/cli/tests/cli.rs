@@ -182,6 +182,18 @@ fn bench_bad_input_gets_one_line_and_exit_2() {
     assert_usage_errors(cases);
 }
 
+/// The standard output and JSON report (at `path`) of a `bench --crash --check` run,
+/// which must have succeeded, serializable and with its invariants holding.
+fn checked_crash_run(out: &std::process::Output, path: &PathBuf) -> (String, serde_json::Value) {
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    let j: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    assert_eq!(j["checker"]["serializable"], true, "{j}");
+    assert_eq!(j["invariant_ok"], true, "{j}");
+    (stdout, j)
+}
+
 #[test]
 fn bench_crash_reports_how_long_recovery_took() {
     let path = temp("crash.json");
@@ -203,13 +215,8 @@ fn bench_crash_reports_how_long_recovery_took() {
         "--json",
         path.to_str().unwrap(),
     ]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    let (stdout, j) = checked_crash_run(&out, &path);
     assert!(stdout.contains("crash        node 2 at 10.000 ms"), "{stdout}");
-    let j: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    assert_eq!(j["checker"]["serializable"], true, "{j}");
-    assert_eq!(j["invariant_ok"], true, "{j}");
     let c = &j["crashes"]["each"][0];
     let ms = |f: &str| c[f].as_f64().unwrap_or_else(|| panic!("{f} missing: {c}"));
     // Detected once the crashed node's lease (5 ms on sim) ran out, then in order.
@@ -251,12 +258,7 @@ fn bench_crash_on_threads_recovers_and_loses_nothing() {
         "--json",
         path.to_str().unwrap(),
     ]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
-    let j: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    assert_eq!(j["checker"]["serializable"], true, "{j}");
-    assert_eq!(j["invariant_ok"], true, "{j}");
+    let (_, j) = checked_crash_run(&out, &path);
     let c = &j["crashes"]["each"][0];
     let ms = |f: &str| c[f].as_f64().unwrap_or_else(|| panic!("{f} missing: {c}"));
     // The manager crashed: the next member takes over two leases (of 50 ms) after the

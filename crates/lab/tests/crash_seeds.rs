@@ -17,13 +17,18 @@ const FOUND: [(u64, &str); 10] = [
     (7651, "one slow member held up the retries to the others, and the live one was removed"),
 ];
 
+/// Runs `seed` on `backend` and requires every oracle to pass.
+fn passes(seed: u64, backend: SwarmBackend, found: &str) {
+    let r = run_seed(seed, backend, None);
+    assert!(r.passed(), "seed {seed} on {backend:?} ({found}): {:?}\n{}", r.findings, r.summary);
+}
+
 #[test]
 fn crash_seeds_that_found_bugs_pass() {
     for (seed, found) in FOUND {
         let d = draw(seed, SwarmBackend::Sim, None);
         assert!(!d.crashes().is_empty(), "seed {seed} crashes a node: {}", d.summary());
-        let r = run_seed(seed, SwarmBackend::Sim, None);
-        assert!(r.passed(), "seed {seed} ({found}): {:?}\n{}", r.findings, r.summary);
+        passes(seed, SwarmBackend::Sim, found);
     }
 }
 
@@ -42,8 +47,7 @@ fn long_pause_seeds_that_found_bugs_pass() {
             "seed {seed} pauses a node past its lease: {}",
             d.summary()
         );
-        let r = run_seed(seed, SwarmBackend::Sim, None);
-        assert!(r.passed(), "seed {seed} ({found}): {:?}\n{}", r.findings, r.summary);
+        passes(seed, SwarmBackend::Sim, found);
     }
 }
 
@@ -58,7 +62,6 @@ const LONG_PAUSES_ON_THREADS: [(u64, &str); 2] = [
 #[test]
 fn long_pauses_on_threads_that_found_bugs_pass() {
     for (seed, found) in LONG_PAUSES_ON_THREADS {
-        let r = run_seed(seed, SwarmBackend::Local, None);
-        assert!(r.passed(), "seed {seed} on threads ({found}): {:?}\n{}", r.findings, r.summary);
+        passes(seed, SwarmBackend::Local, found);
     }
 }

@@ -1064,23 +1064,21 @@ pub(crate) async fn granter<E: Endpoint>(co: Co<E>, wt: Rc<WorkerTxn>) {
         if cfg.manager() == me {
             rec.renewed[usize::from(me.0)].store(now, Ordering::Release);
             rec.done[usize::from(me.0)].store(rec.done_here(), Ordering::Release);
-            if now > rec.lease_until.load(Ordering::Acquire) {
-                // This manager did not run for a lease (paused, descheduled): its
-                // members may be taking over, and on a fabric that cannot fence it off
-                // only its lapsed lease keeps it from posting. It grants nothing more,
-                // itself included, in this configuration (F1b); a newer one that names
-                // it manager renews it on install.
-                co.sleep_until(co.now_ns().max(now) + lease / RENEWALS_PER_LEASE).await;
-                continue;
-            }
-            rec.lease_until.store(now + lease, Ordering::Release);
-            for n in cfg.members().filter(|&n| n != me) {
-                let sent = rec.to_grant[usize::from(n.0)].swap(0, Ordering::AcqRel);
-                if sent != 0 {
-                    let mut msg = Vec::new();
-                    Out(&mut msg).u64(cfg.epoch).u64(sent);
-                    // A lost grant is covered by the next one.
-                    let _ = co.send_oneway(first(n), GRANT, &msg);
+            // A manager that did not run for a lease (paused, descheduled) may be being
+            // taken over, and on a fabric that cannot fence it off only its lapsed lease
+            // keeps it from posting: it grants nothing more, itself included, in this
+            // configuration (F1b); a newer one that names it manager renews it on install.
+            let lapsed = now > rec.lease_until.load(Ordering::Acquire);
+            if !lapsed {
+                rec.lease_until.store(now + lease, Ordering::Release);
+                for n in cfg.members().filter(|&n| n != me) {
+                    let sent = rec.to_grant[usize::from(n.0)].swap(0, Ordering::AcqRel);
+                    if sent != 0 {
+                        let mut msg = Vec::new();
+                        Out(&mut msg).u64(cfg.epoch).u64(sent);
+                        // A lost grant is covered by the next one.
+                        let _ = co.send_oneway(first(n), GRANT, &msg);
+                    }
                 }
             }
         }

@@ -118,11 +118,13 @@ impl LocalEndpoint {
         let shared = &self.shared;
         let me_crashed = shared.crashed(self.me.node);
         for out in self.datagrams.drain(..) {
-            let to = match &out {
-                Outgoing::Small(to, _) | Outgoing::Large(to, _) => *to as usize,
-            };
-            // Nothing leaves a crashed node, nothing reaches one.
-            let gone = me_crashed || shared.crashed(shared.shape.worker_at(to).node);
+            // Nothing leaves a crashed node, nothing reaches one (looked up only in runs
+            // that crash some node).
+            let gone = shared.crashes
+                && (me_crashed || {
+                    let (Outgoing::Small(to, _) | Outgoing::Large(to, _)) = &out;
+                    shared.crashed(shared.shape.worker_at(*to as usize).node)
+                });
             // A full inbox means the receiver has no receive buffer left: the datagram
             // is lost, as on a UD queue pair (a large one's buffer comes back to us).
             let lost = match out {

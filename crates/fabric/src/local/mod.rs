@@ -80,6 +80,8 @@ pub(crate) struct Shared {
     pub(crate) nic: Arc<LocalNic>,
     /// Per node, when it crashes (`u64::MAX`: never).
     pub(crate) crash_at: Vec<u64>,
+    /// Whether any node ever crashes in this run.
+    pub(crate) crashes: bool,
     /// Per node, the windows `[from, until)` in which its workers are not stepped.
     pauses: Vec<Vec<(u64, u64)>>,
     done: AtomicUsize,
@@ -111,7 +113,7 @@ impl Shared {
     }
 
     fn has_faults(&self) -> bool {
-        self.crash_at.iter().any(|&t| t != u64::MAX) || self.pauses.iter().any(|p| !p.is_empty())
+        self.crashes || self.pauses.iter().any(|p| !p.is_empty())
     }
 }
 
@@ -198,6 +200,7 @@ impl LocalCluster {
             start: Instant::now(),
             dropped: AtomicU64::new(0),
             nic: self.nic.clone(),
+            crashes: crash_at.iter().any(|&t| t != u64::MAX),
             crash_at,
             pauses,
             done: AtomicUsize::new(0),
