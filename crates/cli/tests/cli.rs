@@ -382,6 +382,55 @@ fn reproduce_charts_redn_offloaded_gets() {
 }
 
 #[test]
+fn reproduce_plots_the_throughput_around_a_crash() {
+    let dir = temp("reproduce-recovery");
+    let out =
+        hytra(&["reproduce", "--quick", "--only", "recovery", "--out", dir.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let html = std::fs::read_to_string(dir.join("index.html")).unwrap();
+    assert!(html.contains("<svg") && html.contains("survivors' throughput around a crash"));
+    let j: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("results.json")).unwrap()).unwrap();
+    let runs = j["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2, "a member and the manager crash");
+    for r in runs {
+        assert_eq!(
+            (r["kind"].as_str(), r["invariant_ok"].as_bool()),
+            (Some("recovery"), Some(true))
+        );
+        let t = &r["recovery_ms"];
+        let times: Vec<f64> = ["detected", "configured", "active", "recovered"]
+            .iter()
+            .map(|k| t[k].as_f64().unwrap_or_else(|| panic!("{k} missing: {r}")))
+            .collect();
+        // The rate is read per 0.1 ms interval: recovery may count from the interval in
+        // which the last partition became active.
+        assert!(times[0] <= times[1] && times[1] <= times[2], "steps out of order: {t}");
+        assert!(times[3] >= times[1] && times[3] >= times[2] - 0.1, "{t}");
+        // Detection waits out the 5 ms lease; within the quick run's 15 ms after the crash
+        // the survivors are back.
+        assert!(times[0] >= 5.0 && times[3] < 15.0, "{t}");
+        // The timeline covers the crash: commits before it, a dip after it, commits again.
+        let line: Vec<(f64, f64)> = r["survivors_timeline"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| (p["ms_from_crash"].as_f64().unwrap(), p["m_txn_per_s"].as_f64().unwrap()))
+            .collect();
+        let rate = |lo: f64, hi: f64| {
+            let v: Vec<f64> = line.iter().filter(|p| p.0 >= lo && p.0 < hi).map(|p| p.1).collect();
+            v.iter().sum::<f64>() / v.len().max(1) as f64
+        };
+        let before = rate(-3.0, 0.0);
+        assert!(before > 0.0, "{line:?}");
+        assert!(rate(1.0, times[0]) < 0.8 * before, "no dip while the crash is undetected");
+        assert!(rate(times[3], 15.0) >= 0.8 * before, "no recovery on the timeline");
+    }
+    let claims = j["claims"].as_array().unwrap();
+    assert_eq!(claims.iter().filter(|c| c["figure"] == "recovery").count(), 2, "{claims:?}");
+}
+
+#[test]
 fn reproduce_bad_input_gets_one_line_and_exit_2() {
     assert_usage_errors(&[
         &["reproduce", "--only", "fig99"],

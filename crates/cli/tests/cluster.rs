@@ -2,287 +2,303 @@
 //! memory and TCP on 127.0.0.1), TPC-C on three processes over shared memory, refused
 //! nodes, and a node killed mid-run; `hytra io` on two processes, and its requester
 //! killed mid-run. Built only with the `ucx` feature.
-#![cfg(feature = "ucx")]
 
-use std::net::TcpListener;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+#[cfg(feature = "ucx")]
+mod with_ucx {
+    use std::net::TcpListener;
+    use std::path::{Path, PathBuf};
+    use std::process::{Child, Command, Output, Stdio};
+    use std::time::{Duration, Instant};
 
-fn hytra() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_hytra"))
-}
+    fn hytra() -> Command {
+        Command::new(env!("CARGO_BIN_EXE_hytra"))
+    }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
+    fn free_port() -> u16 {
+        TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    }
 
-fn dir() -> PathBuf {
-    let d = std::env::temp_dir().join(format!("hytra-cluster-test-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
+    fn dir() -> PathBuf {
+        let d = std::env::temp_dir().join(format!("hytra-cluster-test-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
 
-/// A three-node SmallBank cluster file.
-fn cluster_file(
-    name: &str,
-    token: &str,
-    transports: &str,
-    seconds: f64,
-    timeout_s: u64,
-) -> PathBuf {
-    let smallbank = ("smallbank", &["--accounts-per-worker", "2000", "--check"][..]);
-    workload_file(name, token, transports, seconds, timeout_s, smallbank)
-}
+    /// A three-node SmallBank cluster file.
+    fn cluster_file(
+        name: &str,
+        token: &str,
+        transports: &str,
+        seconds: f64,
+        timeout_s: u64,
+    ) -> PathBuf {
+        let smallbank = ("smallbank", &["--accounts-per-worker", "2000", "--check"][..]);
+        workload_file(name, token, transports, seconds, timeout_s, smallbank)
+    }
 
-/// A three-node cluster file running `workload` with `bench_args`.
-fn workload_file(
-    name: &str,
-    token: &str,
-    transports: &str,
-    seconds: f64,
-    timeout_s: u64,
-    (workload, bench_args): (&str, &[&str]),
-) -> PathBuf {
-    let port = free_port();
-    let bench_args: Vec<String> = bench_args.iter().map(|a| format!("{a:?}")).collect();
-    let mut text = format!(
-        "token = \"{token}\"\ntransports = \"{transports}\"\nworkload = \"{workload}\"\n\
+    /// A three-node cluster file running `workload` with `bench_args`.
+    fn workload_file(
+        name: &str,
+        token: &str,
+        transports: &str,
+        seconds: f64,
+        timeout_s: u64,
+        (workload, bench_args): (&str, &[&str]),
+    ) -> PathBuf {
+        let port = free_port();
+        let bench_args: Vec<String> = bench_args.iter().map(|a| format!("{a:?}")).collect();
+        let mut text = format!(
+            "token = \"{token}\"\ntransports = \"{transports}\"\nworkload = \"{workload}\"\n\
          workers = 1\ncoroutines = 4\nreplication = 3\nseconds = {seconds}\n\
          timeout_s = {timeout_s}\nbench_args = [{}]\n",
-        bench_args.join(", ")
-    );
-    for i in 0..3 {
-        text += &format!("[[nodes]]\nhost = \"127.0.0.1\"\nport = {}\n", port + i);
-    }
-    let path = dir().join(name);
-    std::fs::write(&path, text).unwrap();
-    path
-}
-
-/// Waits for a child at most `limit`, killing it after that.
-fn wait_bounded(mut c: Child, limit: Duration) -> Output {
-    let started = Instant::now();
-    while c.try_wait().unwrap().is_none() {
-        if started.elapsed() > limit {
-            c.kill().unwrap();
-            panic!("process still running after {limit:?}");
+            bench_args.join(", ")
+        );
+        for i in 0..3 {
+            text += &format!("[[nodes]]\nhost = \"127.0.0.1\"\nport = {}\n", port + i);
         }
-        std::thread::sleep(Duration::from_millis(20));
+        let path = dir().join(name);
+        std::fs::write(&path, text).unwrap();
+        path
     }
-    c.wait_with_output().unwrap()
-}
 
-/// Runs `hytra cluster` on `file` (JSON report to `json`) for at most `limit`.
-fn run_cluster(file: &Path, json: &Path, limit: Duration) -> Output {
-    let c = hytra()
-        .args(["cluster", "--config"])
-        .arg(file)
-        .arg("--json")
-        .arg(json)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    wait_bounded(c, limit)
-}
-
-/// Starts `hytra node --id id` of `file`, its errors piped.
-fn node(file: &Path, id: u16) -> Child {
-    hytra()
-        .args(["node", "--config"])
-        .arg(file)
-        .args(["--id", &id.to_string()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
-}
-
-fn json_of(path: &Path) -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
-}
-
-/// Runs `hytra cluster` on `file` for at most `limit` and checks that it succeeded,
-/// serializable, with the workload's invariant holding and more than `committed_min`
-/// commits; returns its output and JSON report.
-fn run_checked(file: &Path, limit: Duration, committed_min: u64) -> (String, serde_json::Value) {
-    let json = file.with_extension("json");
-    let out = run_cluster(file, &json, limit);
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    let v = json_of(&json);
-    assert_eq!(v["checker"]["serializable"], true, "{v}");
-    assert_eq!(v["invariant_ok"], true, "{v}");
-    assert!(v["committed"].as_u64().unwrap() > committed_min, "{v}");
-    (stdout, v)
-}
-
-fn three_processes_run_smallbank_correctly(transports: &str) {
-    let file = cluster_file(&format!("ok-{transports}.toml"), "t0k", transports, 0.5, 30);
-    let (stdout, v) = run_checked(&file, Duration::from_secs(120), 100);
-    assert!(stdout.contains("smallbank on ucx"), "{stdout}");
-    assert_eq!(v["nodes"], 3);
-    // The file names no design: two-sided where only TCP joins the nodes.
-    let design = if transports == "tcp" { "fasst" } else { "drtmh" };
-    assert_eq!(v["design"], design, "{v}");
-    if design == "drtmh" {
-        // Every node backs up every partition (3 copies on 3 nodes), so each location
-        // cache starts with every remote record's address, learned from its own replicas.
-        assert_eq!(v["location_cache"]["misses"], 0, "{}", v["location_cache"]);
-        assert!(v["location_cache"]["hits"].as_u64().unwrap() > 100, "{}", v["location_cache"]);
+    /// Waits for a child at most `limit`, killing it after that.
+    fn wait_bounded(mut c: Child, limit: Duration) -> Output {
+        let started = Instant::now();
+        while c.try_wait().unwrap().is_none() {
+            if started.elapsed() > limit {
+                c.kill().unwrap();
+                panic!("process still running after {limit:?}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        c.wait_with_output().unwrap()
     }
-}
 
-#[test]
-fn three_processes_over_shared_memory() {
-    three_processes_run_smallbank_correctly("sm");
-}
-
-#[test]
-fn three_processes_over_tcp() {
-    three_processes_run_smallbank_correctly("tcp");
-}
-
-/// Threads that sleep on UCX's events between messages lose nothing: YCSB with ten
-/// operations per transaction (their reads sent together) over TCP, serializable, every
-/// update counted, and the nodes did sleep and were woken by what arrived.
-#[test]
-fn three_processes_waiting_on_events_over_tcp() {
-    let ycsb = ("ycsb", &["--ops-per-txn", "10", "--zipf-theta", "0.6", "--check"][..]);
-    let file = workload_file("event.toml", "t0k", "tcp", 0.5, 60, ycsb);
-    let text = std::fs::read_to_string(&file)
-        .unwrap()
-        .replace("workers = 1\n", "workers = 1\nwait = \"event\"\n");
-    std::fs::write(&file, text).unwrap();
-    let (stdout, v) = run_checked(&file, Duration::from_secs(120), 50);
-    assert!(stdout.contains("(tcp, wait event)"), "{stdout}");
-    assert_eq!(v["ucx"]["wait"], "event", "{v}");
-    let (sleeps, wakeups) =
-        (v["ucx"]["event_sleeps"].as_u64().unwrap(), v["ucx"]["event_wakeups"].as_u64().unwrap());
-    assert!(sleeps > 0 && wakeups > 0, "{}", v["ucx"]);
-}
-
-/// TPC-C's tables are sized for every row its inserts could add; node 0 checks the
-/// cluster from the replicas the others send it, which must carry only what was written.
-#[test]
-fn three_processes_run_tpcc_correctly() {
-    let tpcc = ("tpcc", &["--customers", "30", "--check"][..]);
-    let file = workload_file("tpcc.toml", "t0k", "sm", 0.3, 60, tpcc);
-    let (stdout, _) = run_checked(&file, Duration::from_secs(180), 50);
-    assert!(stdout.contains("replicas equal their primaries: true"), "{stdout}");
-}
-
-#[test]
-fn a_node_with_a_wrong_token_is_refused() {
-    let good = cluster_file("token-good.toml", "right", "sm", 0.2, 4);
-    let text = std::fs::read_to_string(&good).unwrap().replace("\"right\"", "\"wrong\"");
-    let bad = dir().join("token-bad.toml");
-    std::fs::write(&bad, text).unwrap();
-    let root = hytra()
-        .args(["node", "--config"])
-        .arg(&good)
-        .args(["--id", "0"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let intruder = hytra()
-        .args(["node", "--config"])
-        .arg(&bad)
-        .args(["--id", "1"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let refused = wait_bounded(intruder, Duration::from_secs(30));
-    let msg = String::from_utf8_lossy(&refused.stderr);
-    assert!(!refused.status.success());
-    assert!(msg.contains("wrong cluster token"), "{msg}");
-    // Node 0 gives up on the missing nodes after the file's timeout.
-    let root = wait_bounded(root, Duration::from_secs(30));
-    let msg = String::from_utf8_lossy(&root.stderr);
-    assert!(!root.status.success());
-    assert!(msg.contains("did not join"), "{msg}");
-}
-
-#[test]
-fn killing_a_node_stops_the_others_with_an_error() {
-    let file = cluster_file("kill.toml", "k", "sm", 60.0, 30);
-    let spawn = |id: u16| node(&file, id);
-    let (n0, n1, mut n2) = (spawn(0), spawn(1), spawn(2));
-    std::thread::sleep(Duration::from_secs(2));
-    n2.kill().unwrap();
-    n2.wait().unwrap();
-    for (id, c) in [(0, n0), (1, n1)] {
-        let out = wait_bounded(c, Duration::from_secs(20));
-        let msg = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "node {id} succeeded without node 2");
-        assert!(msg.contains("closed its connection"), "node {id}: {msg}");
+    /// Runs `hytra cluster` on `file` (JSON report to `json`) for at most `limit`.
+    fn run_cluster(file: &Path, json: &Path, limit: Duration) -> Output {
+        let c = hytra()
+            .args(["cluster", "--config"])
+            .arg(file)
+            .arg("--json")
+            .arg(json)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        wait_bounded(c, limit)
     }
-}
 
-/// A two-node `hytra io` cluster file: node 0 reads node 1's file (a 4 MiB file of the
-/// test's, so that a killed process leaves no generated file behind).
-fn io_file(name: &str, transports: &str, seconds: f64) -> (PathBuf, PathBuf) {
-    let data = dir().join(format!("{name}.dat"));
-    std::fs::write(&data, (0..4u32 << 20).map(|i| (i % 251) as u8).collect::<Vec<u8>>()).unwrap();
-    let port = free_port();
-    let mut text = format!(
-        "token = \"io\"\ntransports = \"{transports}\"\nworkload = \"io\"\nworkers = 2\n\
+    /// Starts `hytra node --id id` of `file`, its errors piped.
+    fn node(file: &Path, id: u16) -> Child {
+        hytra()
+            .args(["node", "--config"])
+            .arg(file)
+            .args(["--id", &id.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+
+    fn json_of(path: &Path) -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    }
+
+    /// Runs `hytra cluster` on `file` for at most `limit` and checks that it succeeded,
+    /// serializable, with the workload's invariant holding and more than `committed_min`
+    /// commits; returns its output and JSON report.
+    fn run_checked(
+        file: &Path,
+        limit: Duration,
+        committed_min: u64,
+    ) -> (String, serde_json::Value) {
+        let json = file.with_extension("json");
+        let out = run_cluster(file, &json, limit);
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+        let v = json_of(&json);
+        assert_eq!(v["checker"]["serializable"], true, "{v}");
+        assert_eq!(v["invariant_ok"], true, "{v}");
+        assert!(v["committed"].as_u64().unwrap() > committed_min, "{v}");
+        (stdout, v)
+    }
+
+    fn three_processes_run_smallbank_correctly(transports: &str) {
+        let file = cluster_file(&format!("ok-{transports}.toml"), "t0k", transports, 0.5, 30);
+        let (stdout, v) = run_checked(&file, Duration::from_secs(120), 100);
+        assert!(stdout.contains("smallbank on ucx"), "{stdout}");
+        assert_eq!(v["nodes"], 3);
+        // The file names no design: two-sided where only TCP joins the nodes.
+        let design = if transports == "tcp" { "fasst" } else { "drtmh" };
+        assert_eq!(v["design"], design, "{v}");
+        if design == "drtmh" {
+            // Every node backs up every partition (3 copies on 3 nodes), so each location
+            // cache starts with every remote record's address, learned from its own replicas.
+            assert_eq!(v["location_cache"]["misses"], 0, "{}", v["location_cache"]);
+            assert!(v["location_cache"]["hits"].as_u64().unwrap() > 100, "{}", v["location_cache"]);
+        }
+    }
+
+    #[test]
+    fn three_processes_over_shared_memory() {
+        three_processes_run_smallbank_correctly("sm");
+    }
+
+    #[test]
+    fn three_processes_over_tcp() {
+        three_processes_run_smallbank_correctly("tcp");
+    }
+
+    /// Threads that sleep on UCX's events between messages lose nothing: YCSB with ten
+    /// operations per transaction (their reads sent together) over TCP, serializable, every
+    /// update counted, and the nodes did sleep and were woken by what arrived.
+    #[test]
+    fn three_processes_waiting_on_events_over_tcp() {
+        let ycsb = ("ycsb", &["--ops-per-txn", "10", "--zipf-theta", "0.6", "--check"][..]);
+        let file = workload_file("event.toml", "t0k", "tcp", 0.5, 60, ycsb);
+        let text = std::fs::read_to_string(&file)
+            .unwrap()
+            .replace("workers = 1\n", "workers = 1\nwait = \"event\"\n");
+        std::fs::write(&file, text).unwrap();
+        let (stdout, v) = run_checked(&file, Duration::from_secs(120), 50);
+        assert!(stdout.contains("(tcp, wait event)"), "{stdout}");
+        assert_eq!(v["ucx"]["wait"], "event", "{v}");
+        let (sleeps, wakeups) = (
+            v["ucx"]["event_sleeps"].as_u64().unwrap(),
+            v["ucx"]["event_wakeups"].as_u64().unwrap(),
+        );
+        assert!(sleeps > 0 && wakeups > 0, "{}", v["ucx"]);
+    }
+
+    /// TPC-C's tables are sized for every row its inserts could add; node 0 checks the
+    /// cluster from the replicas the others send it, which must carry only what was written.
+    #[test]
+    fn three_processes_run_tpcc_correctly() {
+        let tpcc = ("tpcc", &["--customers", "30", "--check"][..]);
+        let file = workload_file("tpcc.toml", "t0k", "sm", 0.3, 60, tpcc);
+        let (stdout, _) = run_checked(&file, Duration::from_secs(180), 50);
+        assert!(stdout.contains("replicas equal their primaries: true"), "{stdout}");
+    }
+
+    #[test]
+    fn a_node_with_a_wrong_token_is_refused() {
+        let good = cluster_file("token-good.toml", "right", "sm", 0.2, 4);
+        let text = std::fs::read_to_string(&good).unwrap().replace("\"right\"", "\"wrong\"");
+        let bad = dir().join("token-bad.toml");
+        std::fs::write(&bad, text).unwrap();
+        let root = hytra()
+            .args(["node", "--config"])
+            .arg(&good)
+            .args(["--id", "0"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let intruder = hytra()
+            .args(["node", "--config"])
+            .arg(&bad)
+            .args(["--id", "1"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let refused = wait_bounded(intruder, Duration::from_secs(30));
+        let msg = String::from_utf8_lossy(&refused.stderr);
+        assert!(!refused.status.success());
+        assert!(msg.contains("wrong cluster token"), "{msg}");
+        // Node 0 gives up on the missing nodes after the file's timeout.
+        let root = wait_bounded(root, Duration::from_secs(30));
+        let msg = String::from_utf8_lossy(&root.stderr);
+        assert!(!root.status.success());
+        assert!(msg.contains("did not join"), "{msg}");
+    }
+
+    #[test]
+    fn killing_a_node_stops_the_others_with_an_error() {
+        let file = cluster_file("kill.toml", "k", "sm", 60.0, 30);
+        let spawn = |id: u16| node(&file, id);
+        let (n0, n1, mut n2) = (spawn(0), spawn(1), spawn(2));
+        std::thread::sleep(Duration::from_secs(2));
+        n2.kill().unwrap();
+        n2.wait().unwrap();
+        for (id, c) in [(0, n0), (1, n1)] {
+            let out = wait_bounded(c, Duration::from_secs(20));
+            let msg = String::from_utf8_lossy(&out.stderr);
+            assert!(!out.status.success(), "node {id} succeeded without node 2");
+            assert!(msg.contains("closed its connection"), "node {id}: {msg}");
+        }
+    }
+
+    /// A two-node `hytra io` cluster file: node 0 reads node 1's file (a 4 MiB file of the
+    /// test's, so that a killed process leaves no generated file behind).
+    fn io_file(name: &str, transports: &str, seconds: f64) -> (PathBuf, PathBuf) {
+        let data = dir().join(format!("{name}.dat"));
+        std::fs::write(&data, (0..4u32 << 20).map(|i| (i % 251) as u8).collect::<Vec<u8>>())
+            .unwrap();
+        let port = free_port();
+        let mut text = format!(
+            "token = \"io\"\ntransports = \"{transports}\"\nworkload = \"io\"\nworkers = 2\n\
          seconds = {seconds}\ntimeout_s = 30\n\
          bench_args = [\"--modes\", \"remote\", \"--engines\", \"pool\", \"--sizes\", \"4096\", \
          \"--depths\", \"8\", \"--file\", \"{}\", \"--warmup\", \"0.1\", \"--buffered\"]\n",
-        data.display()
-    );
-    for i in 0..2 {
-        text += &format!("[[nodes]]\nhost = \"127.0.0.1\"\nport = {}\n", port + i);
+            data.display()
+        );
+        for i in 0..2 {
+            text += &format!("[[nodes]]\nhost = \"127.0.0.1\"\nport = {}\n", port + i);
+        }
+        let path = dir().join(name);
+        std::fs::write(&path, text).unwrap();
+        (path, data)
     }
-    let path = dir().join(name);
-    std::fs::write(&path, text).unwrap();
-    (path, data)
+
+    #[test]
+    fn two_processes_read_a_file_over_shared_memory() {
+        let (file, data) = io_file("io.toml", "sm", 0.5);
+        let json = dir().join("io.json");
+        let out = run_cluster(&file, &json, Duration::from_secs(60));
+        let msg = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{msg}");
+        let v = json_of(&json);
+        assert_eq!(v["processes"], 2);
+        let run = &v["runs"][0];
+        assert_eq!(run["mode"], "Remote");
+        assert_eq!(run["errors"], 0, "{run}");
+        assert!(run["reads"].as_u64().unwrap() > 100, "{run}");
+        assert!(run["iops"].as_f64().unwrap() > 0.0, "{run}");
+        std::fs::remove_file(data).unwrap();
+    }
+
+    #[test]
+    fn an_io_cluster_asks_for_one_point() {
+        let (file, data) = io_file("io-many.toml", "sm", 0.5);
+        let text = std::fs::read_to_string(&file).unwrap().replace("\"4096\"", "\"512,4096\"");
+        std::fs::write(&file, text).unwrap();
+        let out = hytra().args(["cluster", "--config"]).arg(&file).output().unwrap();
+        let msg = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{msg}");
+        assert!(msg.contains("one point"), "{msg}");
+        std::fs::remove_file(data).unwrap();
+    }
+
+    #[test]
+    fn killing_the_requester_stops_the_owner_with_an_error() {
+        let (file, data) = io_file("io-kill.toml", "sm", 60.0);
+        let spawn = |id: u16| node(&file, id);
+        let (mut requester, owner) = (spawn(0), spawn(1));
+        std::thread::sleep(Duration::from_secs(2));
+        requester.kill().unwrap();
+        requester.wait().unwrap();
+        let out = wait_bounded(owner, Duration::from_secs(20));
+        let msg = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "the owner succeeded without its requester");
+        assert!(msg.contains("closed its connection"), "{msg}");
+        std::fs::remove_file(data).unwrap();
+    }
 }
 
+/// Stands for the tests of this file in a build without the `ucx` feature, so that
+/// the test output says they were not built.
+#[cfg(not(feature = "ucx"))]
 #[test]
-fn two_processes_read_a_file_over_shared_memory() {
-    let (file, data) = io_file("io.toml", "sm", 0.5);
-    let json = dir().join("io.json");
-    let out = run_cluster(&file, &json, Duration::from_secs(60));
-    let msg = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{msg}");
-    let v = json_of(&json);
-    assert_eq!(v["processes"], 2);
-    let run = &v["runs"][0];
-    assert_eq!(run["mode"], "Remote");
-    assert_eq!(run["errors"], 0, "{run}");
-    assert!(run["reads"].as_u64().unwrap() > 100, "{run}");
-    assert!(run["iops"].as_f64().unwrap() > 0.0, "{run}");
-    std::fs::remove_file(data).unwrap();
-}
-
-#[test]
-fn an_io_cluster_asks_for_one_point() {
-    let (file, data) = io_file("io-many.toml", "sm", 0.5);
-    let text = std::fs::read_to_string(&file).unwrap().replace("\"4096\"", "\"512,4096\"");
-    std::fs::write(&file, text).unwrap();
-    let out = hytra().args(["cluster", "--config"]).arg(&file).output().unwrap();
-    let msg = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{msg}");
-    assert!(msg.contains("one point"), "{msg}");
-    std::fs::remove_file(data).unwrap();
-}
-
-#[test]
-fn killing_the_requester_stops_the_owner_with_an_error() {
-    let (file, data) = io_file("io-kill.toml", "sm", 60.0);
-    let spawn = |id: u16| node(&file, id);
-    let (mut requester, owner) = (spawn(0), spawn(1));
-    std::thread::sleep(Duration::from_secs(2));
-    requester.kill().unwrap();
-    requester.wait().unwrap();
-    let out = wait_bounded(owner, Duration::from_secs(20));
-    let msg = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "the owner succeeded without its requester");
-    assert!(msg.contains("closed its connection"), "{msg}");
-    std::fs::remove_file(data).unwrap();
-}
+#[ignore = "the ucx backend is not in this build: install libucx-dev and run `cargo test --features ucx`"]
+fn not_built() {}

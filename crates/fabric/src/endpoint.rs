@@ -84,9 +84,11 @@ pub trait Endpoint {
 
     /// Fences `node` off this node: from now on this node's NIC refuses every one-sided
     /// request of `node`'s workers (they complete `Unreachable`) and drops their
-    /// datagrams, as closing every connection with a node does. Returns whether the
-    /// fabric can: one that cannot (shared memory mapped by the other process) leaves it
-    /// to the fenced node to stop itself when its lease runs out.
+    /// datagrams, as closing every connection with a node does; a request of `node`
+    /// already under way either lands before the call returns or not at all. Returns
+    /// whether the fabric can: one that cannot (UCX shared memory, mapped by the other
+    /// process) leaves it to the fenced node to stop itself when its lease runs out.
+    /// A node is never fenced off itself.
     fn fence(&mut self, node: NodeId) -> bool {
         let _ = node;
         false

@@ -156,3 +156,92 @@ fn faults_on_nodes_outside_the_cluster_or_empty_pauses_are_refused() {
         assert!(LocalCluster::new(config).is_err(), "{node} {kind:?} accepted");
     }
 }
+
+/// Where each worker of node `n` writes its step count into node 0's memory.
+fn slot(node: NodeId, index: u16) -> u64 {
+    256 + 8 * (2 * u64::from(node.0) + u64::from(index))
+}
+
+#[test]
+fn a_fenced_node_reaches_nothing_once_the_fence_returns() {
+    // Nodes 0 and 2 fence node 1 off at the same time, while both workers of node 1 (on
+    // threads of their own) keep writing into node 0's and node 2's memory and sending
+    // them datagrams: once a fence returns, nothing of node 1 lands at its fencer, and
+    // node 1's requests there fail. Node 2's traffic to node 0 goes on.
+    let fence_at = 20 * MS;
+    let shape = ClusterShape { nodes: 3, workers_per_node: 2, lanes_per_peer: 1 };
+    let mut config = LocalConfig::new(shape);
+    config.threads = Some(3);
+    let mut b = LocalCluster::new(config).unwrap();
+    let key = b.register_all(RegionSpec::new(4096)).unwrap();
+    // Per fencing node: node 1's slots there when its fence returned, then node 2's
+    // (worker 0) at node 0.
+    let fenced = Arc::new(Mutex::new(Vec::<(NodeId, Vec<u64>)>::new()));
+    let late_datagrams = Arc::new(AtomicU64::new(0));
+    let refused = Arc::new(AtomicU64::new(0));
+    run_scripts(&mut b, |ep| {
+        let (fenced, late, refused) = (fenced.clone(), late_datagrams.clone(), refused.clone());
+        let me = ep.me();
+        let mut count = 0u64;
+        let mut fence_done = false;
+        move |ep: &mut _| {
+            let ep: &mut <LocalCluster as Backend>::Ep = ep;
+            let now = ep.now_ns();
+            let mut buf = [0u8; 64];
+            while let Some((from, _)) = ep.recv(&mut buf) {
+                if fence_done && from.node == NodeId(1) {
+                    late.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            let mut out = [Completion::EMPTY; 16];
+            let n = ep.poll_cq(&mut out);
+            for c in &out[..n] {
+                if c.status == Status::Unreachable {
+                    refused.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            if me.node != NodeId(1) && me.index == 0 && !fence_done && now >= fence_at {
+                assert!(ep.fence(me.node), "the threads backend fences");
+                assert!(ep.fence(NodeId(1)));
+                let region = ep.region(key).unwrap();
+                let mut seen: Vec<u64> = (0..2).map(|i| region.load(slot(NodeId(1), i))).collect();
+                seen.push(region.load(slot(NodeId(2), 0)));
+                fenced.lock().unwrap().push((me.node, seen));
+                fence_done = true;
+            }
+            if me.node != NodeId(0) {
+                // Several writes a step, so that a fence often meets a step under way.
+                for target in [NodeId(0), NodeId(2)].into_iter().filter(|&t| t != me.node) {
+                    for _ in 0..8 {
+                        count += 1;
+                        let bytes = count.to_le_bytes();
+                        let remote =
+                            RemoteAddr { node: target, rkey: key, offset: slot(me.node, me.index) };
+                        let wr = WorkRequest::Write { remote, src: WriteSrc::Bytes(&bytes) };
+                        // A full completion queue refuses a post; the next step retries.
+                        let _ = ep.post(Qp::to(target), count, &wr, OpFlags::INLINE);
+                    }
+                    let to = hytra_fabric::WorkerId { node: target, index: 0 };
+                    let _ = ep.send(to, &count.to_le_bytes(), OpFlags::NONE);
+                }
+            }
+            now > 3 * fence_at
+        }
+    });
+    let fenced = fenced.lock().unwrap();
+    assert_eq!(fenced.len(), 2, "both fences returned: {fenced:?}");
+    for (fencer, seen) in fenced.iter() {
+        let region = b.region(*fencer, key).unwrap();
+        for (i, &at_fence) in seen[..2].iter().enumerate() {
+            let end = region.load(slot(NodeId(1), i as u16));
+            assert!(at_fence > 0, "worker {i} of node 1 wrote to node {} before", fencer.0);
+            assert_eq!(end, at_fence, "worker {i} of node 1 wrote to node {} after", fencer.0);
+        }
+    }
+    assert_eq!(late_datagrams.load(Ordering::Relaxed), 0, "datagrams of node 1 after a fence");
+    assert!(refused.load(Ordering::Relaxed) > 0, "node 1's requests never failed");
+    // Node 2 is fenced off by nobody: its writes into node 0 went on after the fence.
+    let (_, at_node0) = fenced.iter().find(|(n, _)| *n == NodeId(0)).unwrap();
+    let region = b.region(NodeId(0), key).unwrap();
+    assert!(region.load(slot(NodeId(2), 0)) > at_node0[2], "node 2's writes stopped");
+}

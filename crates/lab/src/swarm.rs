@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use hytra_fabric::local::LocalConfig;
 use hytra_fabric::rng::Rng;
-use hytra_fabric::sim::faults::{FaultConfig, NodeFault, NodeFaultKind, Partition};
+use hytra_fabric::sim::faults::{ClockDrift, FaultConfig, NodeFault, NodeFaultKind, Partition};
 use hytra_fabric::sim::profile::NicProfile;
 use hytra_fabric::sim::SimConfig;
 use hytra_fabric::{ClusterShape, NodeId};
@@ -75,6 +75,11 @@ const AFTER_HEAL_SIM_NS: u64 = 4 * RPC_TIMEOUT_SIM_NS;
 const CRASH_STREAM: u64 = 0xC_2A54;
 /// Stream of the long-pause draw (see [`draw_long_pause`]).
 const LONG_PAUSE_STREAM: u64 = 0x10_9A05E;
+/// Stream of the clock-drift draw (see [`draw_clock_drift`]).
+const CLOCK_DRIFT_STREAM: u64 = 0xC10C_D21F;
+/// Largest drift drawn for one node's clock: two nodes then differ by at most 4%,
+/// within the sixteenth of a lease the engine allows between two clocks (F1a).
+const CLOCK_DRIFT_PPM: i32 = 20_000;
 /// Leases of the seeds with crashes: the simulator's 5 ms, and shorter ones that put
 /// detection and recovery several times into a short window.
 const CRASH_LEASES_NS: [u64; 3] = [1_000_000, 2_000_000, 5_000_000];
@@ -226,6 +231,7 @@ impl Draw {
             ("long pause", node_faults.iter().any(long)),
             ("crash", node_faults.iter().any(|n| n.kind == NodeFaultKind::Crash)),
             ("partition", !net.partitions.is_empty()),
+            ("clock drift", !net.clock_drift.is_empty()),
         ];
         for (name, on) in kinds {
             if on {
@@ -326,16 +332,8 @@ pub fn draw(seed: u64, backend: SwarmBackend, planted: Option<PlantedFault>) -> 
         // When the last node fault ends: a crash at once, a pause when the node wakes.
         let last = crashes.iter().map(NodeFault::ends_at_ns).max().unwrap_or(0);
         if sim {
-            // A pause as long as a lease would remove a live node: the pauses drawn
-            // with the network's faults stay within the ratio of the default lease to
-            // the longest of them (5 to 2); only a long pause drawn as such removes one.
-            for f in &mut faults.node_faults {
-                if let NodeFaultKind::Pause { for_ns } = &mut f.kind {
-                    *for_ns = (*for_ns).min(lease_ns * 2 / 5);
-                }
-            }
             heal_ns = heal_ns.max(last + 3 * lease_ns + RECOVERY_SLACK_NS);
-            faults.node_faults.extend(crashes);
+            add_leased_faults(&mut faults, crashes, lease_ns, draw_clock_drift(seed, nodes));
             txn.recovery = Some(RecoveryParams { lease_ns, ..RecoveryParams::simulated() });
         } else {
             // Calls to a crashed node wait out their timeout, and a round of recovery
@@ -600,6 +598,41 @@ fn draw_long_pause(
     let at_ns = rng.below(span_ns);
     let for_ns = lease_ns * pick(&mut rng, &[2, 3, 6]);
     Some((vec![NodeFault { node, at_ns, kind: NodeFaultKind::Pause { for_ns } }], lease_ns))
+}
+
+/// Adds a seed's crashes or long pause, drawn with leases of `lease_ns`, and its clock
+/// drift to the network's faults.
+fn add_leased_faults(
+    faults: &mut FaultConfig,
+    crashes: Vec<NodeFault>,
+    lease_ns: u64,
+    drift: Vec<ClockDrift>,
+) {
+    // A pause as long as a lease would remove a live node: the pauses drawn with the
+    // network's faults stay within the ratio of the default lease to the longest of them
+    // (5 to 2); only a long pause drawn as such removes one.
+    for f in &mut faults.node_faults {
+        if let NodeFaultKind::Pause { for_ns } = &mut f.kind {
+            *for_ns = (*for_ns).min(lease_ns * 2 / 5);
+        }
+    }
+    faults.node_faults.extend(crashes);
+    faults.clock_drift = drift;
+}
+
+/// Clocks that run fast or slow, on half the simulated seeds that crash or long-pause a
+/// node (where leases decide): each node's clock off by up to [`CLOCK_DRIFT_PPM`] either
+/// way. A stream of its own: the rest of the seed draws what it drew before.
+fn draw_clock_drift(seed: u64, nodes: u16) -> Vec<ClockDrift> {
+    let mut rng = Rng::derive(seed, CLOCK_DRIFT_STREAM);
+    if !chance(&mut rng, 1, 2) {
+        return Vec::new();
+    }
+    let span = 2 * CLOCK_DRIFT_PPM as u64 + 1;
+    (0..nodes)
+        .map(|n| ClockDrift { node: NodeId(n), ppm: rng.below(span) as i32 - CLOCK_DRIFT_PPM })
+        .filter(|d| d.ppm != 0)
+        .collect()
 }
 
 /// What one seed's run showed.

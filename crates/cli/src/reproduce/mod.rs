@@ -6,6 +6,7 @@
 //! machine's cores. Every transactional run also checks its workload's invariants; a
 //! run that breaks one fails the command after the report is written.
 
+mod recovery;
 mod redn;
 mod svg;
 
@@ -23,7 +24,7 @@ use hytra_fabric::sim::{SimCluster, SimConfig};
 use hytra_fabric::ClusterShape;
 use hytra_rt::RtConfig;
 use hytra_txn::{AbortReason, Design, ExecStrategy, LockStrategy, Primitive as Prim, TxnConfig};
-use hytra_workloads::bench::{run, BenchParams, BenchResult};
+use hytra_workloads::bench::{run, BenchParams, BenchResult, RecoveryTimes};
 use hytra_workloads::micro::{run_point_settled, MicroParams, Primitive, WINDOW_DOUBLINGS_MAX};
 use hytra_workloads::smallbank::SmallBank;
 use hytra_workloads::tpcc::{TpcC, TpccMix, TpccParams};
@@ -107,6 +108,7 @@ enum Job {
     Bench(BenchJob),
     Micro(MicroJob),
     Offload(redn::OffloadJob),
+    Failure(recovery::FailureJob),
 }
 
 /// What one run measured.
@@ -123,6 +125,10 @@ struct Res {
     invariant_ok: bool,
     error: Option<String>,
     wall_s: f64,
+    /// A run with a crash: (ms from the crash, survivors' M txn/s) per interval.
+    timeline: Vec<(f64, f64)>,
+    /// A run with a crash: how long recovery took.
+    recovery: Option<RecoveryTimes>,
 }
 
 /// Sizes of one matrix.
@@ -228,6 +234,8 @@ enum Chart {
     },
     /// Per-phase latency stacked, one bar per job.
     Phases { title: String, groups: Vec<String>, jobs: Vec<usize> },
+    /// Each job's timeline ([`Res::timeline`]), one curve per job.
+    Timeline { title: String, x_label: String, y_label: String, series: Vec<(String, usize)> },
 }
 
 /// Computes one number from every run's results.
@@ -922,6 +930,7 @@ fn plan(a: &ReproduceArgs) -> Result<Plan, CliError> {
     design_figures(&mut p, &s);
     other_nics(&mut p, &s);
     redn::redn_figures(&mut p, &s);
+    recovery::recovery_figure(&mut p, &s, a.quick);
     if let Some(only) = &a.only {
         let known: Vec<&str> = p.figures.iter().map(|f| f.id).collect();
         if let Some(bad) = only.iter().find(|o| !known.contains(&o.as_str())) {
@@ -957,6 +966,7 @@ fn used_jobs(p: &Plan) -> Vec<bool> {
                 }
                 Chart::Bars { series, .. } => series.iter().flat_map(|s| s.1.clone()).collect(),
                 Chart::Phases { jobs, .. } => jobs.clone(),
+                Chart::Timeline { series, .. } => series.iter().map(|s| s.1).collect(),
             };
             for i in ids {
                 used[i] = true;
@@ -984,7 +994,7 @@ fn run_bench_job(j: &BenchJob, s: &Scale, seed: u64) -> anyhow::Result<Res> {
     let res = match j.wl {
         Wl::SmallBank => summarize(
             run(&mut b, &SmallBank { accounts_per_worker: s.accounts }, j.cfg, params)?,
-            s,
+            s.measure_ns,
         ),
         Wl::TpccNo => {
             // Room for the orders one district can take. A terminal commits at most about
@@ -1007,24 +1017,25 @@ fn run_bench_job(j: &BenchJob, s: &Scale, seed: u64) -> anyhow::Result<Res> {
                     "{full} New-Orders found their district out of order ids (room for {new_orders_max})"
                 );
             }
-            summarize(r, s)
+            summarize(r, s.measure_ns)
         }
         Wl::TpceCp => {
             let w = Tpce::new(TpceParams {
                 customers_per_worker: s.tpce_customers,
                 ..TpceParams::standard(seed)
             });
-            summarize(run(&mut b, &w, j.cfg, params)?, s)
+            summarize(run(&mut b, &w, j.cfg, params)?, s.measure_ns)
         }
     };
     Ok(res)
 }
 
-fn summarize<R>(r: BenchResult<R>, s: &Scale) -> Res {
+/// A transactional run's figures, its rate over a window of `measure_ns`.
+fn summarize<R>(r: BenchResult<R>, measure_ns: u64) -> Res {
     let st = &r.stats;
     let n = st.commits.max(1) as f64;
     Res {
-        rate: st.commits as f64 / (s.measure_ns as f64 / 1e9),
+        rate: st.commits as f64 / (measure_ns as f64 / 1e9),
         p50_us: st.latency.quantile(0.5) as f64 / 1e3,
         p99_us: st.latency.quantile(0.99) as f64 / 1e3,
         abort_rate: st.abort_rate(),
@@ -1087,6 +1098,7 @@ pub fn run_reproduce(a: ReproduceArgs) -> Result<(), CliError> {
                     Job::Bench(j) => run_bench_job(j, &s, a.seed),
                     Job::Micro(j) => run_micro_job(j, a.seed),
                     Job::Offload(j) => redn::run_offload_job(j, a.seed),
+                    Job::Failure(j) => recovery::run_failure_job(j, &s, a.seed),
                 };
                 let r =
                     r.unwrap_or_else(|e| Res { error: Some(format!("{e:#}")), ..Res::default() });
@@ -1160,7 +1172,7 @@ fn runs_alone(j: &Job, s: &Scale) -> bool {
         Job::Bench(b) => {
             workers(b.shape.nodes, b.shape.workers_per_node) > workers(s.nodes, s.workers)
         }
-        Job::Micro(_) | Job::Offload(_) => false,
+        Job::Micro(_) | Job::Offload(_) | Job::Failure(_) => false,
     }
 }
 
@@ -1246,6 +1258,7 @@ fn describe(j: &Job) -> String {
         ),
         Job::Micro(m) => format!("micro {} {} B on {}", m.label, m.payload, m.profile),
         Job::Offload(o) => redn::describe(o),
+        Job::Failure(f) => recovery::describe(f),
     }
 }
 
@@ -1356,6 +1369,25 @@ fn write_json(
                     v["mean_us"] = json!(x.mean_us);
                     v["invariant_ok"] = json!(x.invariant_ok);
                 }
+                Job::Failure(f) => {
+                    let ms = |t: Option<u64>| t.map(|ns| ns as f64 / 1e6);
+                    let t = x.recovery.unwrap_or_default();
+                    v["kind"] = json!("recovery");
+                    v["workload"] = json!("SmallBank");
+                    v["label"] = json!(f.label);
+                    v["profile"] = json!("cx4");
+                    v["nodes"] = json!(f.shape.nodes);
+                    v["workers"] = json!(f.shape.workers_per_node);
+                    v["coroutines"] = json!(f.coroutines);
+                    v["crash"] = json!({ "node": f.node, "at_ms": f.at_ns as f64 / 1e6, "end_ms": f.end_ns as f64 / 1e6 });
+                    v["recovery_ms"] = json!({
+                        "detected": ms(t.detected_ns), "configured": ms(t.configured_ns),
+                        "active": ms(t.active_ns), "recovered": ms(t.recovered_ns),
+                    });
+                    v["survivors_timeline"] = json!(x.timeline.iter().map(|&(at, m)| json!({ "ms_from_crash": at, "m_txn_per_s": m })).collect::<Vec<_>>());
+                    v["abort_rate"] = json!(x.abort_rate);
+                    v["invariant_ok"] = json!(x.invariant_ok);
+                }
             }
             v
         })
@@ -1417,6 +1449,11 @@ fn chart_svg(c: &Chart, r: &[Res]) -> String {
                 .collect();
             svg::stacked(title, "us per committed transaction", groups, &parts)
         }
+        Chart::Timeline { title, x_label, y_label, series } => {
+            let s: Vec<(String, Vec<(f64, f64)>)> =
+                series.iter().map(|(l, j)| (l.clone(), r[*j].timeline.clone())).collect();
+            svg::timeline(title, x_label, y_label, &s, 0.0, "crash")
+        }
     }
 }
 
@@ -1434,6 +1471,11 @@ fn chart_table(c: &Chart, r: &[Res], jobs: &[Job]) -> String {
                 m.payload, m.params.coroutines, m.params.batch
             ),
             Job::Offload(o) => format!("{}, mean {:.2} µs", redn::describe(o), x.mean_us),
+            Job::Failure(f) => format!(
+                "{} coroutines; {}",
+                f.coroutines,
+                recovery::times_text(x.recovery.as_ref())
+            ),
         };
         let _ = write!(
             rows,
@@ -1461,6 +1503,11 @@ fn chart_table(c: &Chart, r: &[Res], jobs: &[Job]) -> String {
         Chart::Phases { groups, jobs: js, .. } => {
             for (g, &j) in groups.iter().zip(js) {
                 add(g, j);
+            }
+        }
+        Chart::Timeline { series, .. } => {
+            for (l, j) in series {
+                add(l, *j);
             }
         }
     }

@@ -214,6 +214,43 @@ pub fn lines_scaled(
     series: &[(String, Vec<(f64, f64)>)],
     log_x: bool,
 ) -> String {
+    let f = plot(title, x_label, y_label, series, log_x, true);
+    f.finish()
+}
+
+/// A series over time: lines without markers (one point per interval), and a dashed
+/// vertical line at `event_x` labelled `event`.
+pub fn timeline(
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    series: &[(String, Vec<(f64, f64)>)],
+    event_x: f64,
+    event: &str,
+) -> String {
+    let mut f = plot(title, x_label, y_label, series, false, false);
+    let px = f.px(event_x);
+    let _ = write!(
+        f.svg,
+        r##"<line x1="{px:.1}" y1="{}" x2="{px:.1}" y2="{}" stroke="#555" stroke-dasharray="4 3"/><text x="{:.1}" y="{}">{}</text>"##,
+        TOP,
+        H - BOTTOM,
+        px + 4.0,
+        TOP + 12.0,
+        esc(event)
+    );
+    f.finish()
+}
+
+/// The frame and lines of a line chart, before it is finished.
+fn plot(
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    series: &[(String, Vec<(f64, f64)>)],
+    log_x: bool,
+    markers: bool,
+) -> Frame {
     let tx = |x: f64| if log_x { x.max(1.0).log2() } else { x };
     let series: Vec<(String, Vec<(f64, f64)>)> = series
         .iter()
@@ -253,7 +290,7 @@ pub fn lines_scaled(
             path.join(" "),
             colour(i)
         );
-        for &(a, b) in pts {
+        for &(a, b) in pts.iter().filter(|_| markers) {
             let _ = write!(
                 f.svg,
                 r#"<circle cx="{:.1}" cy="{:.1}" r="3" fill="{}"/>"#,
@@ -265,7 +302,7 @@ pub fn lines_scaled(
     }
     let labels: Vec<&str> = series.iter().map(|s| s.0.as_str()).collect();
     f.legend(&labels);
-    f.finish()
+    f
 }
 
 /// Grouped bars: one group per entry of `groups`, one bar per series in each.

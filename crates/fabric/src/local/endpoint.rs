@@ -10,7 +10,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use crate::constants::{CQ_DEPTH, DATAGRAM_MTU, INLINE_MAX, SQ_DEPTH};
+use crate::constants::{CQ_DEPTH, DATAGRAM_MTU, INLINE_MAX, RECV_DEPTH, SQ_DEPTH};
 use crate::endpoint::{Caps, Endpoint};
 use crate::exec::{execute, validate_post, Flat};
 use crate::ids::{ClusterShape, NodeId, Qp, Rkey, WorkerId, WrId};
@@ -102,7 +102,8 @@ impl LocalEndpoint {
         if self.shared.crashed(self.me.node) {
             return;
         }
-        if self.shared.crashed(remote.node) {
+        // A fenced-off node's requests fail as if every connection to the target closed.
+        if self.shared.crashed(remote.node) || self.shared.is_fenced(remote.node, self.me.node) {
             self.cq.push_back(Completion { wr_id: q.wr_id, status: Status::Unreachable, value: 0 });
             return;
         }
@@ -112,6 +113,27 @@ impl LocalEndpoint {
         if q.signaled || status != Status::Success {
             self.cq.push_back(Completion { wr_id: q.wr_id, status, value });
         }
+    }
+
+    /// The next datagram in this worker's inboxes, whoever sent it.
+    fn take(&mut self, buf: &mut [u8]) -> Option<(WorkerId, usize)> {
+        let shared = &self.shared;
+        if let Some(msg) = shared.small_inboxes[self.index as usize].pop() {
+            let len = msg.len as usize;
+            buf[..len].copy_from_slice(&msg.data[..len]);
+            return Some((shared.shape.worker_at(msg.from as usize), len));
+        }
+        let msg = shared.inboxes[self.index as usize].pop()?;
+        let len = msg.len as usize;
+        assert!(
+            buf.len() >= len,
+            "receive buffer of {} bytes for a {len}-byte datagram",
+            buf.len()
+        );
+        buf[..len].copy_from_slice(&msg.data[..len]);
+        let from = msg.from;
+        shared.pools[from as usize].push(msg).ok().expect("a pool never holds more than it owns");
+        Some((shared.shape.worker_at(from as usize), len))
     }
 
     fn flush_datagrams(&mut self) {
@@ -267,7 +289,10 @@ impl Endpoint for LocalEndpoint {
 
     fn trigger(&mut self, node: NodeId, wq: WqId, payload: &[u8]) -> Result<(), PostError> {
         let regions = self.shared.regions.get(usize::from(node.0)).ok_or(PostError::NoSuchPeer)?;
-        if self.shared.crashed(self.me.node) || self.shared.crashed(node) {
+        if self.shared.crashed(self.me.node)
+            || self.shared.crashed(node)
+            || self.shared.is_fenced(node, self.me.node)
+        {
             // Lost with the node, as a message to a dead NIC is.
             return Ok(());
         }
@@ -275,22 +300,24 @@ impl Endpoint for LocalEndpoint {
     }
 
     fn recv(&mut self, buf: &mut [u8]) -> Option<(WorkerId, usize)> {
-        let shared = &self.shared;
-        if let Some(msg) = shared.small_inboxes[self.index as usize].pop() {
-            let len = msg.len as usize;
-            buf[..len].copy_from_slice(&msg.data[..len]);
-            return Some((shared.shape.worker_at(msg.from as usize), len));
+        // Datagrams of nodes fenced off are dropped, however long they waited in the
+        // inbox; each inbox holds a bounded number.
+        for _ in 0..=2 * RECV_DEPTH {
+            let (from, len) = self.take(buf)?;
+            if !self.shared.is_fenced(self.me.node, from.node) {
+                return Some((from, len));
+            }
+            self.shared.dropped.fetch_add(1, Ordering::Relaxed);
         }
-        let msg = shared.inboxes[self.index as usize].pop()?;
-        let len = msg.len as usize;
-        assert!(
-            buf.len() >= len,
-            "receive buffer of {} bytes for a {len}-byte datagram",
-            buf.len()
-        );
-        buf[..len].copy_from_slice(&msg.data[..len]);
-        let from = msg.from;
-        shared.pools[from as usize].push(msg).ok().expect("a pool never holds more than it owns");
-        Some((shared.shape.worker_at(from as usize), len))
+        None
+    }
+
+    fn fence(&mut self, node: NodeId) -> bool {
+        // A configuration that removes this node says nothing this node could enforce
+        // on itself (and waiting out its own step would never end).
+        if node != self.me.node {
+            self.shared.fence(self.me.node, node);
+        }
+        true
     }
 }

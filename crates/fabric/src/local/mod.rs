@@ -10,7 +10,8 @@
 //! Node faults ([`LocalConfig::node_faults`]) follow the run's clock: a crashed node's
 //! workers are no longer stepped, requests to it complete `Unreachable`, and nothing it
 //! posts or sends takes effect any more (it counts as done); a paused node's workers
-//! are not stepped while the pause lasts, but its memory stays reachable.
+//! are not stepped while the pause lasts, but its memory stays reachable. Fencing a
+//! node off ([`crate::Endpoint::fence`]) is real here: see [`Shared::fence`].
 
 mod endpoint;
 mod nic;
@@ -18,7 +19,7 @@ mod nic;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crossbeam_queue::ArrayQueue;
 
@@ -26,9 +27,11 @@ pub use self::endpoint::LocalEndpoint;
 use self::endpoint::{Msg, SmallMsg};
 use self::nic::LocalNic;
 use crate::constants::{DATAGRAM_MTU, INLINE_MAX, RECV_DEPTH, SQ_DEPTH};
-use crate::endpoint::{Backend, BackendError, Caps, Program, RegionSpec, RunLimits, RunStats};
+use crate::endpoint::{
+    Backend, BackendError, Caps, Program, RegionSpec, RunLimits, RunStats, Step,
+};
 use crate::exec::check_region;
-use crate::ids::{ClusterShape, NodeId, Rkey};
+use crate::ids::{ClusterShape, NodeId, Rkey, WorkerId};
 use crate::memory::Region;
 use crate::node_fault::{NodeFault, NodeFaultKind};
 use crate::stepper::Stepper;
@@ -84,6 +87,11 @@ pub(crate) struct Shared {
     pub(crate) crashes: bool,
     /// Per node, the windows `[from, until)` in which its workers are not stepped.
     pauses: Vec<Vec<(u64, u64)>>,
+    /// `fenced[target * nodes + source]`: `target` refuses everything of `source`.
+    fenced: Vec<AtomicBool>,
+    /// Per worker, how many times its step began or ended: odd while it steps. A fence
+    /// waits out the steps of the fenced node that were under way when it was raised.
+    steps: Vec<StepMark>,
     done: AtomicUsize,
     abort: AtomicBool,
 }
@@ -114,6 +122,84 @@ impl Shared {
 
     fn has_faults(&self) -> bool {
         self.crashes || self.pauses.iter().any(|p| !p.is_empty())
+    }
+
+    /// Whether `target` fenced `source` off. Sequentially consistent, against the store
+    /// of [`Shared::fence`]: a step that misses the fence began before the fencer looked
+    /// at it (see [`Shared::fence`]).
+    pub(crate) fn is_fenced(&self, target: NodeId, source: NodeId) -> bool {
+        let nodes = usize::from(self.shape.nodes);
+        self.fenced[usize::from(target.0) * nodes + usize::from(source.0)].load(Ordering::SeqCst)
+    }
+
+    /// Fences `source` off `target`, and returns once nothing `source` does can reach
+    /// `target` any more. The flag alone does not do that: a worker of `source` that
+    /// checked it just before may be about to copy into `target`'s memory (preempted
+    /// between the two, for as long as the OS likes). So the fence also waits for every
+    /// step of `source`'s workers that was under way when the flag went up. A worker
+    /// marks its step (sequentially consistent) before it checks the flag, and the fencer
+    /// raises the flag before it reads the marks: either the worker sees the flag, or the
+    /// fencer sees the step and waits for its end (the store-buffer argument of
+    /// Dekker's algorithm). The caller's own step is never waited for: a node is never
+    /// fenced off itself, and only steps of `source` are.
+    pub(crate) fn fence(&self, target: NodeId, source: NodeId) {
+        assert_ne!(target, source, "a node fences others off, never itself");
+        let nodes = usize::from(self.shape.nodes);
+        self.fenced[usize::from(target.0) * nodes + usize::from(source.0)]
+            .store(true, Ordering::SeqCst);
+        let workers = usize::from(self.shape.workers_per_node);
+        for index in 0..workers {
+            let w = self.shape.worker_index(WorkerId { node: source, index: index as u16 });
+            let seen = self.steps[w].0.load(Ordering::SeqCst);
+            if seen % 2 == 0 {
+                continue;
+            }
+            let since = Instant::now();
+            while self.steps[w].0.load(Ordering::Acquire) == seen {
+                assert!(
+                    since.elapsed() < FENCE_WAIT_LIMIT,
+                    "worker {index} of node {} stayed in one step for {FENCE_WAIT_LIMIT:?} \
+                     while node {} fenced it off",
+                    source.0,
+                    target.0
+                );
+                std::thread::yield_now();
+            }
+        }
+    }
+}
+
+/// The longest a fence waits for a step of the fenced node to end. A step does a bounded
+/// amount of work; only a thread the OS keeps off its core for this long, or a bug, would
+/// reach it.
+const FENCE_WAIT_LIMIT: Duration = Duration::from_secs(60);
+
+/// A worker's step count, alone on its cache line: every step writes it, and its
+/// neighbours belong to workers on other threads.
+#[repr(align(128))]
+pub(crate) struct StepMark(AtomicU64);
+
+/// A program whose steps are marked in [`Shared::steps`], for [`Shared::fence`].
+struct Marked<'a, P> {
+    program: P,
+    mark: &'a AtomicU64,
+    count: u64,
+}
+
+impl<P: Program> Program for Marked<'_, P> {
+    fn step(&mut self) -> Step {
+        // Sequentially consistent: the mark must be visible before any fence flag is read
+        // in the step (the one store of a step that costs a barrier).
+        self.count += 1;
+        self.mark.store(self.count, Ordering::SeqCst);
+        let step = self.program.step();
+        self.count += 1;
+        self.mark.store(self.count, Ordering::Release);
+        step
+    }
+
+    fn is_done(&self) -> bool {
+        self.program.is_done()
     }
 }
 
@@ -203,6 +289,8 @@ impl LocalCluster {
             crashes: crash_at.iter().any(|&t| t != u64::MAX),
             crash_at,
             pauses,
+            fenced: (0..nodes * nodes).map(|_| AtomicBool::new(false)).collect(),
+            steps: (0..workers).map(|_| StepMark(AtomicU64::new(0))).collect(),
             done: AtomicUsize::new(0),
             abort: AtomicBool::new(false),
         })
@@ -331,9 +419,13 @@ where
     G: Fn(P) -> R,
 {
     let total = shared.shape.workers_total();
-    let mut programs: Vec<P> = mine
+    let mut programs: Vec<Marked<'_, P>> = mine
         .iter()
-        .map(|&w| make(LocalEndpoint::new(shared.clone(), shared.shape.worker_at(w))))
+        .map(|&w| Marked {
+            program: make(LocalEndpoint::new(shared.clone(), shared.shape.worker_at(w))),
+            mark: &shared.steps[w].0,
+            count: 0,
+        })
         .collect();
     let mut stepper = Stepper::new(programs.len());
     let faults = shared.has_faults();
@@ -351,7 +443,7 @@ where
             }
         }
     }
-    mine.iter().copied().zip(programs.into_iter().map(finish)).collect()
+    mine.iter().copied().zip(programs.into_iter().map(|m| finish(m.program))).collect()
 }
 
 /// Holds the workers of this thread whose node is paused now, and halts for good those
@@ -364,5 +456,38 @@ fn apply_faults(shared: &Shared, mine: &[usize], stepper: &mut Stepper) {
             NodeState::Paused => stepper.hold(i, true),
             NodeState::Crashed => stepper.halt(i, &shared.done),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fence_waits_for_the_step_under_way_on_the_fenced_node() {
+        let shape = ClusterShape { nodes: 2, workers_per_node: 2, lanes_per_peer: 1 };
+        let shared = LocalCluster::new(LocalConfig::new(shape)).unwrap().shared();
+        let w = shape.worker_index(WorkerId { node: NodeId(1), index: 1 });
+        // Worker 1 of node 1 is in a step (odd mark): it may have checked the flag just
+        // before it went up, and the fence must not return before the step ends.
+        shared.steps[w].0.store(1, Ordering::SeqCst);
+        let returned = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                shared.fence(NodeId(0), NodeId(1));
+                returned.store(true, Ordering::SeqCst);
+            });
+            let since = Instant::now();
+            while !shared.is_fenced(NodeId(0), NodeId(1)) {
+                assert!(since.elapsed() < Duration::from_secs(10), "the flag never went up");
+                std::thread::yield_now();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+            assert!(!returned.load(Ordering::SeqCst), "the fence returned during the step");
+            shared.steps[w].0.store(2, Ordering::Release);
+        });
+        assert!(returned.load(Ordering::SeqCst));
+        // Only node 1 is fenced off, and only at node 0.
+        assert!(!shared.is_fenced(NodeId(1), NodeId(0)));
     }
 }

@@ -230,6 +230,8 @@ pub(super) struct Core {
     pub(super) wq_scratch: Region,
     /// Per target node, the source nodes it fenced off.
     pub(super) fenced: Vec<Vec<bool>>,
+    /// Per node, the parts per million its clock gains on true time.
+    pub(super) drift_ppm: Vec<i32>,
 }
 
 impl Core {
@@ -241,6 +243,10 @@ impl Core {
         charge_model: bool,
     ) -> Core {
         let qps_per_worker = usize::from(shape.nodes) * usize::from(shape.lanes_per_peer);
+        let mut drift_ppm = vec![0; usize::from(shape.nodes)];
+        for d in &faults.clock_drift {
+            drift_ppm[usize::from(d.node.0)] = d.ppm;
+        }
         let workers = (0..shape.workers_total())
             .map(|_| WorkerState {
                 clock: 0,
@@ -292,7 +298,33 @@ impl Core {
             offload: profile.offload.as_ref().map(OffloadModel::new),
             wq_scratch: Region::zeroed(8),
             fenced: vec![vec![false; usize::from(shape.nodes)]; usize::from(shape.nodes)],
+            drift_ppm,
         }
+    }
+
+    /// What `node`'s clock reads, in nanoseconds, at true time `at` (picoseconds).
+    pub(crate) fn local_ns(&self, node: NodeId, at: Ps) -> u64 {
+        let ns = at / 1000;
+        match self.drift_ppm[usize::from(node.0)] {
+            0 => ns,
+            ppm => {
+                let scaled = u128::from(ns) * (1_000_000 + ppm) as u128 / 1_000_000;
+                u64::try_from(scaled).unwrap_or(u64::MAX)
+            }
+        }
+    }
+
+    /// The first true time (picoseconds) at which `node`'s clock reads `local_ns` or
+    /// more: when a timer it set for that reading fires.
+    pub(crate) fn true_ps(&self, node: NodeId, local_ns: u64) -> Ps {
+        let ns = match self.drift_ppm[usize::from(node.0)] {
+            0 => local_ns,
+            ppm => {
+                let ns = (u128::from(local_ns) * 1_000_000).div_ceil((1_000_000 + ppm) as u128);
+                u64::try_from(ns).unwrap_or(u64::MAX)
+            }
+        };
+        ns.saturating_mul(1000)
     }
 
     /// `target`'s NIC refuses everything from `source` from now on.

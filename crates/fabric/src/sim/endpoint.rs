@@ -41,8 +41,8 @@ impl Endpoint for SimEndpoint {
     fn now_ns(&self) -> u64 {
         let core = self.core.borrow();
         // While stepping, the worker lives at its own clock, ahead of the event time by
-        // the CPU work it has done so far.
-        core.workers[self.index as usize].clock.max(core.now) / 1000
+        // the CPU work it has done so far; its node's clock may drift from true time.
+        core.local_ns(self.me.node, core.workers[self.index as usize].clock.max(core.now))
     }
 
     fn charge_cpu(&mut self, ns: u64) {

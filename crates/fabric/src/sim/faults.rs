@@ -38,7 +38,24 @@ pub struct FaultConfig {
     pub node_faults: Vec<NodeFault>,
     /// Partitions.
     pub partitions: Vec<Partition>,
+    /// Nodes whose clocks run fast or slow.
+    pub clock_drift: Vec<ClockDrift>,
 }
+
+/// A node whose clock runs fast (positive) or slow against true time: what it reads
+/// from its clock and the timers it sets. Faults, partitions and the run's window are in
+/// true time.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct ClockDrift {
+    /// The node.
+    pub node: NodeId,
+    /// Parts per million its clock gains (or, negative, loses) against true time.
+    pub ppm: i32,
+}
+
+/// The largest drift a clock may have: a tenth, far beyond any crystal's, so that the
+/// margins the engine keeps for drift can be tested past their limit.
+pub const CLOCK_DRIFT_PPM_MAX: i32 = 100_000;
 
 impl FaultConfig {
     /// No faults.
@@ -80,6 +97,20 @@ impl FaultConfig {
         for p in &self.partitions {
             if p.side.iter().any(|n| n.0 >= nodes) || p.from_ns >= p.until_ns {
                 return Err(format!("bad partition {p:?}"));
+            }
+        }
+        for (i, d) in self.clock_drift.iter().enumerate() {
+            if d.node.0 >= nodes {
+                return Err(format!("clock drift on {} but the cluster has {nodes} nodes", d.node));
+            }
+            if d.ppm.abs() > CLOCK_DRIFT_PPM_MAX {
+                return Err(format!(
+                    "clock drift of {} ppm on {}: at most {CLOCK_DRIFT_PPM_MAX} either way",
+                    d.ppm, d.node
+                ));
+            }
+            if self.clock_drift[..i].iter().any(|e| e.node == d.node) {
+                return Err(format!("two clock drifts on {}", d.node));
             }
         }
         Ok(())
@@ -142,6 +173,9 @@ impl std::fmt::Display for FaultConfig {
                 us(p.from_ns),
                 us(p.until_ns)
             ));
+        }
+        for d in &self.clock_drift {
+            parts.push(format!("clock of {} {:+} ppm", d.node, d.ppm));
         }
         if parts.is_empty() {
             f.write_str("none")

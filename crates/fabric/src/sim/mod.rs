@@ -409,7 +409,9 @@ impl SimCluster {
                 Some(ws.clock)
             }
             Step::Idle { wake_at_ns, .. } => {
-                let timer = wake_at_ns.map(|t| t.saturating_mul(1000));
+                // Timers are set on the node's clock.
+                let node = self.config.shape.worker_at(worker as usize).node;
+                let timer = wake_at_ns.map(|t| core.true_ps(node, t));
                 match (core.next_visible(worker), timer) {
                     (Some(a), Some(b)) => Some(a.min(b)),
                     (a, b) => a.or(b),
