@@ -862,12 +862,28 @@ impl Reports {
 /// RPC timeouts a member gets to answer a round of recovery (at least; a lease if longer).
 const ANSWER_TIMEOUTS: u64 = 4;
 
-/// How long a member may take to answer a request of recovery before it counts as
-/// silent: a lease, or enough RPC timeouts to resend a request lost on the way several
-/// times if that is longer (with a lease of a few timeouts, one lost datagram would
-/// otherwise pass for a dead node).
-fn silent_ns<E: Endpoint>(co: &Co<E>, rec: &NodeRecovery) -> u64 {
-    rec.params.lease_ns.max(ANSWER_TIMEOUTS * co.config().rpc_timeout_ns)
+/// How a round of recovery waits for its members' answers.
+#[derive(Copy, Clone, Debug)]
+struct Patience {
+    /// How long a member may take to answer before it counts as silent.
+    silent_ns: u64,
+    /// How long to wait before asking again a member that answered "not yet" (or whose
+    /// request or reply was lost).
+    retry_ns: u64,
+}
+
+/// A round's patience. Silent: a lease, or enough RPC timeouts to resend a request lost
+/// on the way several times if that is longer (with a lease of a few timeouts, one lost
+/// datagram would otherwise pass for a dead node). Asked again: after a twentieth of an
+/// RPC timeout, or as often as recovery polls its own state if that is sooner (on
+/// threads, whose RPC timeout is a second, every round answered "not yet" once cost
+/// 50 ms).
+fn patience<E: Endpoint>(co: &Co<E>, rec: &NodeRecovery) -> Patience {
+    let rpc_timeout_ns = co.config().rpc_timeout_ns;
+    Patience {
+        silent_ns: rec.params.lease_ns.max(ANSWER_TIMEOUTS * rpc_timeout_ns),
+        retry_ns: (rpc_timeout_ns / 20).min(rec.poll_ns()),
+    }
 }
 
 /// Calls in flight at once in [`call_all`]: well under the worker's call slots.
@@ -895,9 +911,10 @@ async fn call_all<E: Endpoint, T>(
     co: &Co<E>,
     ty: RpcType,
     reqs: &[(WorkerId, Vec<u8>)],
-    silent_ns: u64,
+    patience: Patience,
     mut accept: impl FnMut(&[u8]) -> Option<T>,
 ) -> Result<Vec<T>, Unanswered> {
+    let Patience { silent_ns, retry_ns } = patience;
     let start = co.now_ns();
     let mut out: Vec<Option<T>> = reqs.iter().map(|_| None).collect();
     let mut heard = vec![start; reqs.len()];
@@ -928,7 +945,7 @@ async fn call_all<E: Endpoint, T>(
             return Err(Unanswered::NeverReady(reqs[pending[0]].0));
         }
         // Not ready yet, or lost on the way: ask again a little later.
-        co.sleep_until(now + co.config().rpc_timeout_ns / 20).await;
+        co.sleep_until(now + retry_ns).await;
     }
     Ok(out.into_iter().map(|v| v.expect("every request was answered")).collect())
 }
@@ -1092,7 +1109,7 @@ pub(crate) async fn granter<E: Endpoint>(co: Co<E>, wt: Rc<WorkerTxn>) {
 async fn reconfigure<E: Endpoint>(co: &Co<E>, wt: &Rc<WorkerTxn>, mut dead: Vec<NodeId>) {
     let node = wt.node.clone();
     let rec = &node.recovery;
-    let silent_ns = silent_ns(co, rec);
+    let patience = patience(co, rec);
     loop {
         let old = node.membership.current();
         rec.event(
@@ -1126,7 +1143,7 @@ async fn reconfigure<E: Endpoint>(co: &Co<E>, wt: &Rc<WorkerTxn>, mut dead: Vec<
         }
         rec.event(RecoveryStep::Committed { epoch: next.epoch }, co.now_ns());
         co.with_ep(|ep| install(&node, ep, next.clone()));
-        match rounds(co, &node, &old, &next, &bytes, silent_ns).await {
+        match rounds(co, &node, &old, &next, &bytes, patience).await {
             Ok(()) => {
                 rec.event(RecoveryStep::ActiveEverywhere { epoch: next.epoch }, co.now_ns());
                 return;
@@ -1173,21 +1190,21 @@ impl Round {
 }
 
 /// Rounds 1-4 of a reconfiguration from `old` to `new`; a member that does not answer
-/// one within `silent_ns` is silent.
+/// one within `patience` is silent.
 async fn rounds<E: Endpoint>(
     co: &Co<E>,
     node: &NodeEngine,
     old: &Config,
     new: &Config,
     bytes: &[u8],
-    silent_ns: u64,
+    patience: Patience,
 ) -> Result<(), Round> {
     let epoch = new.epoch;
     let members: Vec<NodeId> = new.members().collect();
     // 1: install and quiesce, every member at once.
     let reqs: Vec<(WorkerId, Vec<u8>)> =
         members.iter().map(|&n| (first(n), bytes.to_vec())).collect();
-    let answers = call_all(co, CONFIG, &reqs, silent_ns, |r| {
+    let answers = call_all(co, CONFIG, &reqs, patience, |r| {
         let mut i = In(r);
         let (e, q) = (i.u64()?, i.u8()?);
         (e > epoch || (e == epoch && q == 1)).then_some(e)
@@ -1204,7 +1221,7 @@ async fn rounds<E: Endpoint>(
         while cursor.0 != u32::MAX {
             let mut req = Vec::new();
             Out(&mut req).u64(epoch).u32(cursor.0).u32(cursor.1);
-            let page = call_all(co, REPORT, &[(first(n), req)], silent_ns, |r| Some(r.to_vec()))
+            let page = call_all(co, REPORT, &[(first(n), req)], patience, |r| Some(r.to_vec()))
                 .await
                 .map_err(|u| Round::of(u, "REPORT"))?;
             match reports.read_page(n, &page[0]) {
@@ -1248,7 +1265,7 @@ async fn rounds<E: Endpoint>(
             DecidePage::Last => Stage::Complete,
             DecidePage::Go => Stage::Applied,
         };
-        let answers = call_all(co, DECIDE, &reqs, silent_ns, |r| {
+        let answers = call_all(co, DECIDE, &reqs, patience, |r| {
             let mut i = In(r);
             let (e, stage) = (i.u64()?, i.u8()?);
             (e != epoch || stage >= wanted.code()).then_some(e)
@@ -1263,7 +1280,7 @@ async fn rounds<E: Endpoint>(
     let mut req = Vec::new();
     Out(&mut req).u64(epoch);
     let reqs: Vec<(WorkerId, Vec<u8>)> = members.iter().map(|&n| (first(n), req.clone())).collect();
-    call_all(co, ACTIVATE, &reqs, silent_ns, |r| {
+    call_all(co, ACTIVATE, &reqs, patience, |r| {
         let mut i = In(r);
         let (e, active) = (i.u64()?, i.u8()?);
         (e != epoch || active == 1).then_some(e)
@@ -1406,7 +1423,7 @@ async fn apply_decisions<E: Endpoint>(co: &Co<E>, node: &NodeEngine) {
     // decision was sent, so an answer from an older one is from before, not one to take.
     loop {
         let answered =
-            call_all(co, APPLY, &reqs, silent_ns(co, rec), |r| In(r).u64().filter(|&e| e >= epoch))
+            call_all(co, APPLY, &reqs, patience(co, rec), |r| In(r).u64().filter(|&e| e >= epoch))
                 .await;
         if answered.as_ref().is_ok_and(|epochs| epochs.iter().all(|&e| e == epoch)) {
             break;

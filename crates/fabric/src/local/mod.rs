@@ -11,7 +11,7 @@
 //! workers are no longer stepped, requests to it complete `Unreachable`, and nothing it
 //! posts or sends takes effect any more (it counts as done); a paused node's workers
 //! are not stepped while the pause lasts, but its memory stays reachable. Fencing a
-//! node off ([`crate::Endpoint::fence`]) is real here: see [`Shared::fence`].
+//! node off ([`crate::Endpoint::fence`]) is real here: see `Shared::fence`.
 
 mod endpoint;
 mod nic;

@@ -11,6 +11,7 @@ use crate::endpoint::{Caps, Endpoint};
 use crate::ids::{ClusterShape, NodeId, Qp, Rkey, WorkerId, WrId};
 use crate::memory::Region;
 use crate::sim::core::{ps, Core};
+use crate::sim::Fencing;
 use crate::verbs::{Completion, OpFlags, PostError, WorkRequest};
 use crate::wq::{WqCounters, WqId};
 
@@ -23,6 +24,7 @@ pub struct SimEndpoint {
     pub(super) caps: Caps,
     /// This node's regions (registration is over before endpoints exist).
     pub(super) regions: Vec<Region>,
+    pub(super) fencing: Fencing,
 }
 
 impl Endpoint for SimEndpoint {
@@ -76,8 +78,13 @@ impl Endpoint for SimEndpoint {
     }
 
     fn fence(&mut self, node: NodeId) -> bool {
-        self.core.borrow_mut().fence(self.me.node, node);
-        true
+        match self.fencing {
+            Fencing::Nic => {
+                self.core.borrow_mut().fence(self.me.node, node);
+                true
+            }
+            Fencing::Unavailable => false,
+        }
     }
 
     fn recv(&mut self, buf: &mut [u8]) -> Option<(WorkerId, usize)> {

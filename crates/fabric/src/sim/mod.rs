@@ -70,6 +70,19 @@ pub struct SimConfig {
     pub seed: u64,
     /// How CPU time is charged.
     pub cpu: CpuMode,
+    /// Whether a node can fence others off.
+    pub fencing: Fencing,
+}
+
+/// Whether the simulated fabric can fence a node off ([`crate::Endpoint::fence`]).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Fencing {
+    /// Each NIC refuses what comes from the nodes it fenced off, as closing their
+    /// connections does.
+    Nic,
+    /// Nothing can be fenced off, as with shared memory that another process maps: only
+    /// a removed node's own lease stops it. For testing the leases alone.
+    Unavailable,
 }
 
 impl SimConfig {
@@ -81,6 +94,7 @@ impl SimConfig {
             faults: FaultConfig::none(),
             seed,
             cpu: CpuMode::Model,
+            fencing: Fencing::Nic,
         }
     }
 
@@ -88,13 +102,17 @@ impl SimConfig {
     /// that any run can be replayed.
     pub fn describe(&self) -> String {
         format!(
-            "sim: seed={} nodes={} workers/node={} lanes={} profile={} cpu={:?}; faults: {}",
+            "sim: seed={} nodes={} workers/node={} lanes={} profile={} cpu={:?}{}; faults: {}",
             self.seed,
             self.shape.nodes,
             self.shape.workers_per_node,
             self.shape.lanes_per_peer,
             self.profile.name,
             self.cpu,
+            match self.fencing {
+                Fencing::Nic => "",
+                Fencing::Unavailable => " fencing=unavailable",
+            },
             self.faults
         )
     }
@@ -256,6 +274,7 @@ impl Backend for SimCluster {
                     shape,
                     caps,
                     regions,
+                    fencing: self.config.fencing,
                 })
             })
             .collect();
