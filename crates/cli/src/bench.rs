@@ -784,7 +784,7 @@ fn lease_of(cfg: &TxnConfig, sim: bool) -> RecoveryParams {
 }
 
 /// Timeline interval of a run with crashes (at least; long runs get wider ones).
-const CRASH_TIMELINE_NS: u64 = 100_000;
+pub(crate) const CRASH_TIMELINE_NS: u64 = 100_000;
 
 fn recovery_times<R>(
     crashes: &[Crash],

@@ -88,7 +88,7 @@ pub trait Endpoint {
     /// already under way either lands before the call returns or not at all. Returns
     /// whether the fabric can: one that cannot (UCX shared memory, mapped by the other
     /// process) leaves it to the fenced node to stop itself when its lease runs out.
-    /// A node is never fenced off itself.
+    /// `node` is never the caller's own node.
     fn fence(&mut self, node: NodeId) -> bool {
         let _ = node;
         false

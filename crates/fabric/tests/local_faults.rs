@@ -201,8 +201,7 @@ fn a_fenced_node_reaches_nothing_once_the_fence_returns() {
                 }
             }
             if me.node != NodeId(1) && me.index == 0 && !fence_done && now >= fence_at {
-                assert!(ep.fence(me.node), "the threads backend fences");
-                assert!(ep.fence(NodeId(1)));
+                assert!(ep.fence(NodeId(1)), "the threads backend fences");
                 let region = ep.region(key).unwrap();
                 let mut seen: Vec<u64> = (0..2).map(|i| region.load(slot(NodeId(1), i))).collect();
                 seen.push(region.load(slot(NodeId(2), 0)));

@@ -21,7 +21,7 @@ use hytra_fabric::local::LocalConfig;
 use hytra_fabric::rng::Rng;
 use hytra_fabric::sim::faults::{ClockDrift, FaultConfig, NodeFault, NodeFaultKind, Partition};
 use hytra_fabric::sim::profile::NicProfile;
-use hytra_fabric::sim::SimConfig;
+use hytra_fabric::sim::{Fencing, SimConfig};
 use hytra_fabric::{ClusterShape, NodeId};
 use hytra_rt::RtConfig;
 use hytra_txn::{
@@ -75,8 +75,8 @@ const AFTER_HEAL_SIM_NS: u64 = 4 * RPC_TIMEOUT_SIM_NS;
 const CRASH_STREAM: u64 = 0xC_2A54;
 /// Stream of the long-pause draw (see [`draw_long_pause`]).
 const LONG_PAUSE_STREAM: u64 = 0x10_9A05E;
-/// Stream of the clock-drift draw (see [`draw_clock_drift`]).
-const CLOCK_DRIFT_STREAM: u64 = 0xC10C_D21F;
+/// Stream of the draws of clock drift and fencing (see [`add_leased_faults`]).
+const LEASE_FAULTS_STREAM: u64 = 0xC10C_D21F;
 /// Largest drift drawn for one node's clock: two nodes then differ by at most 4%,
 /// within the sixteenth of a lease the engine allows between two clocks (F1a).
 const CLOCK_DRIFT_PPM: i32 = 20_000;
@@ -212,9 +212,9 @@ impl Draw {
             ("coherent atomics", self.coherent.to_string()),
         ];
         let none = FaultConfig::none();
-        let net = match &s.backend {
-            BackendSpec::Sim(c) => &c.faults,
-            _ => &none,
+        let (net, fencing) = match &s.backend {
+            BackendSpec::Sim(c) => (&c.faults, c.fencing),
+            _ => (&none, Fencing::Nic),
         };
         let node_faults = s.backend.node_faults();
         // A pause past the lease: the node is removed while it sleeps.
@@ -232,6 +232,7 @@ impl Draw {
             ("crash", node_faults.iter().any(|n| n.kind == NodeFaultKind::Crash)),
             ("partition", !net.partitions.is_empty()),
             ("clock drift", !net.clock_drift.is_empty()),
+            ("no fencing", fencing == Fencing::Unavailable),
         ];
         for (name, on) in kinds {
             if on {
@@ -327,13 +328,13 @@ pub fn draw(seed: u64, backend: SwarmBackend, planted: Option<PlantedFault>) -> 
     let span_ns = warmup_ns + measure_ns;
     let crashes = draw_crashes(seed, nodes, txn.replication, span_ns, leases)
         .or_else(|| draw_long_pause(seed, nodes, txn.replication, span_ns, leases));
-    let mut local_faults = Vec::new();
+    let (mut local_faults, mut fencing) = (Vec::new(), Fencing::Nic);
     if let Some((crashes, lease_ns)) = crashes {
         // When the last node fault ends: a crash at once, a pause when the node wakes.
         let last = crashes.iter().map(NodeFault::ends_at_ns).max().unwrap_or(0);
         if sim {
             heal_ns = heal_ns.max(last + 3 * lease_ns + RECOVERY_SLACK_NS);
-            add_leased_faults(&mut faults, crashes, lease_ns, draw_clock_drift(seed, nodes));
+            fencing = add_leased_faults(&mut faults, crashes, lease_ns, seed, nodes);
             txn.recovery = Some(RecoveryParams { lease_ns, ..RecoveryParams::simulated() });
         } else {
             // Calls to a crashed node wait out their timeout, and a round of recovery
@@ -364,6 +365,7 @@ pub fn draw(seed: u64, backend: SwarmBackend, planted: Option<PlantedFault>) -> 
         true => BackendSpec::Sim(Box::new(SimConfig {
             profile: nic,
             faults,
+            fencing,
             ..SimConfig::new(shape, seed)
         })),
         false => BackendSpec::Local(LocalConfig {
@@ -537,6 +539,21 @@ fn draw_faults(rng: &mut Rng, nodes: u16, span_ns: u64) -> (FaultConfig, u64) {
     (f, heal)
 }
 
+/// The generator of `stream` and the starting configuration, on one in `one_in` of the
+/// seeds whose replication leaves every partition two copies after losing a node.
+fn may_lose_a_node(
+    seed: u64,
+    stream: u64,
+    one_in: u64,
+    nodes: u16,
+    replication: u16,
+) -> Option<(Rng, Config)> {
+    let mut rng = Rng::derive(seed, stream);
+    let start = Config::initial(nodes, replication);
+    (chance(&mut rng, 1, one_in) && start.fewest_copies_without(&[NodeId(0)]).1 >= 2)
+        .then_some((rng, start))
+}
+
 /// Crashes of one or two nodes, on a third of the seeds whose replication leaves every
 /// partition two copies after them (recovery decides the transactions in doubt from a
 /// surviving backup's log), at any time of the run; and the lease that detects them.
@@ -547,11 +564,7 @@ fn draw_crashes(
     span_ns: u64,
     leases_ns: &[u64],
 ) -> Option<(Vec<NodeFault>, u64)> {
-    let mut rng = Rng::derive(seed, CRASH_STREAM);
-    let start = Config::initial(nodes, replication);
-    if !chance(&mut rng, 1, 3) || start.fewest_copies_without(&[NodeId(0)]).1 < 2 {
-        return None;
-    }
+    let (mut rng, start) = may_lose_a_node(seed, CRASH_STREAM, 3, nodes, replication)?;
     let lease_ns = pick(&mut rng, leases_ns);
     let first = NodeId(rng.below(u64::from(nodes)) as u16);
     let at_ns = rng.below(span_ns);
@@ -588,11 +601,7 @@ fn draw_long_pause(
     span_ns: u64,
     leases_ns: &[u64],
 ) -> Option<(Vec<NodeFault>, u64)> {
-    let mut rng = Rng::derive(seed, LONG_PAUSE_STREAM);
-    let start = Config::initial(nodes, replication);
-    if !chance(&mut rng, 1, 6) || start.fewest_copies_without(&[NodeId(0)]).1 < 2 {
-        return None;
-    }
+    let (mut rng, _) = may_lose_a_node(seed, LONG_PAUSE_STREAM, 6, nodes, replication)?;
     let lease_ns = pick(&mut rng, leases_ns);
     let node = NodeId(rng.below(u64::from(nodes)) as u16);
     let at_ns = rng.below(span_ns);
@@ -600,14 +609,18 @@ fn draw_long_pause(
     Some((vec![NodeFault { node, at_ns, kind: NodeFaultKind::Pause { for_ns } }], lease_ns))
 }
 
-/// Adds a seed's crashes or long pause, drawn with leases of `lease_ns`, and its clock
-/// drift to the network's faults.
+/// Adds a seed's crashes or long pause, drawn with leases of `lease_ns`, to the
+/// network's faults, with what else tests the leases: drifting clocks, and on a quarter
+/// of the seeds a fabric that cannot fence (only a removed node's lease stops it, as on
+/// UCX shared memory), which it returns. Those two have a stream of their own: the rest
+/// of the seed draws what it drew before.
 fn add_leased_faults(
     faults: &mut FaultConfig,
     crashes: Vec<NodeFault>,
     lease_ns: u64,
-    drift: Vec<ClockDrift>,
-) {
+    seed: u64,
+    nodes: u16,
+) -> Fencing {
     // A pause as long as a lease would remove a live node: the pauses drawn with the
     // network's faults stay within the ratio of the default lease to the longest of them
     // (5 to 2); only a long pause drawn as such removes one.
@@ -617,22 +630,20 @@ fn add_leased_faults(
         }
     }
     faults.node_faults.extend(crashes);
-    faults.clock_drift = drift;
-}
-
-/// Clocks that run fast or slow, on half the simulated seeds that crash or long-pause a
-/// node (where leases decide): each node's clock off by up to [`CLOCK_DRIFT_PPM`] either
-/// way. A stream of its own: the rest of the seed draws what it drew before.
-fn draw_clock_drift(seed: u64, nodes: u16) -> Vec<ClockDrift> {
-    let mut rng = Rng::derive(seed, CLOCK_DRIFT_STREAM);
-    if !chance(&mut rng, 1, 2) {
-        return Vec::new();
+    let mut rng = Rng::derive(seed, LEASE_FAULTS_STREAM);
+    // Half the seeds: each node's clock off by up to CLOCK_DRIFT_PPM either way.
+    if chance(&mut rng, 1, 2) {
+        let span = 2 * CLOCK_DRIFT_PPM as u64 + 1;
+        faults.clock_drift = (0..nodes)
+            .map(|n| ClockDrift { node: NodeId(n), ppm: rng.below(span) as i32 - CLOCK_DRIFT_PPM })
+            .filter(|d| d.ppm != 0)
+            .collect();
     }
-    let span = 2 * CLOCK_DRIFT_PPM as u64 + 1;
-    (0..nodes)
-        .map(|n| ClockDrift { node: NodeId(n), ppm: rng.below(span) as i32 - CLOCK_DRIFT_PPM })
-        .filter(|d| d.ppm != 0)
-        .collect()
+    if chance(&mut rng, 1, 4) {
+        Fencing::Unavailable
+    } else {
+        Fencing::Nic
+    }
 }
 
 /// What one seed's run showed.

@@ -445,7 +445,9 @@ fn install<E: Endpoint>(node: &NodeEngine, ep: &mut E, next: Config) {
     if next.epoch <= old.epoch {
         return;
     }
-    for n in old.members().filter(|&n| !next.is_member(n)) {
+    // A node the configuration removes stops on its own (and fencing itself would cut
+    // off its own loopback requests): it fences off only the others removed.
+    for n in old.members().filter(|&n| !next.is_member(n) && n != node.node) {
         ep.fence(n);
     }
     let epoch = next.epoch;

@@ -979,17 +979,7 @@ fn used_jobs(p: &Plan) -> Vec<bool> {
 fn run_bench_job(j: &BenchJob, s: &Scale, seed: u64) -> anyhow::Result<Res> {
     let profile = NicProfile::by_name(j.profile).context("profile")?;
     let mut b = SimCluster::new(SimConfig { profile, ..SimConfig::new(j.shape, seed) })?;
-    let params = BenchParams {
-        coroutines: j.coroutines,
-        warmup_ns: s.warmup_ns,
-        measure_ns: s.measure_ns,
-        seed,
-        check: false,
-        rt: RtConfig { rpc_timeout_ns: 1_000_000, ..RtConfig::default() },
-        drain_ns: 1_000_000_000,
-        warm_cache: true,
-        timeline_ns: 0,
-    };
+    let params = bench_params(s, j.coroutines, s.measure_ns, seed);
     let span = (s.warmup_ns + s.measure_ns) as f64 / 1e9;
     let res = match j.wl {
         Wl::SmallBank => summarize(
@@ -1028,6 +1018,22 @@ fn run_bench_job(j: &BenchJob, s: &Scale, seed: u64) -> anyhow::Result<Res> {
         }
     };
     Ok(res)
+}
+
+/// The parameters of a transactional run of the matrix: the scale's warm-up, a window
+/// of `measure_ns`, no checker (the invariants still run), no timeline.
+fn bench_params(s: &Scale, coroutines: u16, measure_ns: u64, seed: u64) -> BenchParams {
+    BenchParams {
+        coroutines,
+        warmup_ns: s.warmup_ns,
+        measure_ns,
+        seed,
+        check: false,
+        rt: RtConfig { rpc_timeout_ns: 1_000_000, ..RtConfig::default() },
+        drain_ns: 1_000_000_000,
+        warm_cache: true,
+        timeline_ns: 0,
+    }
 }
 
 /// A transactional run's figures, its rate over a window of `measure_ns`.

@@ -7,7 +7,6 @@ use anyhow::Context;
 use hytra_fabric::sim::profile::NicProfile;
 use hytra_fabric::sim::{SimCluster, SimConfig};
 use hytra_fabric::{ClusterShape, NodeFault, NodeFaultKind, NodeId};
-use hytra_rt::RtConfig;
 use hytra_txn::{Design, TxnConfig};
 use hytra_workloads::bench::{run, BenchParams, RecoveryTimes, RECOVERED_SHARE};
 use hytra_workloads::smallbank::SmallBank;
@@ -28,8 +27,9 @@ pub(super) struct FailureJob {
     pub(super) label: String,
 }
 
-/// Width of the timeline's intervals: fine enough to see a recovery of a few leases.
-const INTERVAL_NS: u64 = 100_000;
+/// Width of the timeline's intervals: `hytra bench --crash`'s, fine enough to see a
+/// recovery of a few leases.
+const INTERVAL_NS: u64 = crate::bench::CRASH_TIMELINE_NS;
 
 /// Runs one failure job: the survivors' timeline (ms from the crash, M txn/s) and the
 /// recovery times, checked by the workload's invariants on the survivors.
@@ -43,15 +43,8 @@ pub(super) fn run_failure_job(j: &FailureJob, s: &Scale, seed: u64) -> anyhow::R
     });
     let mut b = SimCluster::new(config)?;
     let params = BenchParams {
-        coroutines: j.coroutines,
-        warmup_ns: s.warmup_ns,
-        measure_ns: j.end_ns - s.warmup_ns,
-        seed,
-        check: false,
-        rt: RtConfig { rpc_timeout_ns: 1_000_000, ..RtConfig::default() },
-        drain_ns: 1_000_000_000,
-        warm_cache: true,
         timeline_ns: INTERVAL_NS,
+        ..super::bench_params(s, j.coroutines, j.end_ns - s.warmup_ns, seed)
     };
     let cfg = TxnConfig::preset(Design::DrtmH);
     let r = run(&mut b, &SmallBank { accounts_per_worker: s.accounts }, cfg, params)?;

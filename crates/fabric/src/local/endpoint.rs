@@ -313,11 +313,7 @@ impl Endpoint for LocalEndpoint {
     }
 
     fn fence(&mut self, node: NodeId) -> bool {
-        // A configuration that removes this node says nothing this node could enforce
-        // on itself (and waiting out its own step would never end).
-        if node != self.me.node {
-            self.shared.fence(self.me.node, node);
-        }
+        self.shared.fence(self.me.node, node);
         true
     }
 }

@@ -78,6 +78,7 @@ impl Endpoint for SimEndpoint {
     }
 
     fn fence(&mut self, node: NodeId) -> bool {
+        assert_ne!(node, self.me.node, "a node fences others off, never itself");
         match self.fencing {
             Fencing::Nic => {
                 self.core.borrow_mut().fence(self.me.node, node);
