@@ -12,7 +12,6 @@ use std::sync::Arc;
 
 use hytra_fabric::Endpoint;
 use hytra_rt::{HandlerCtx, Worker};
-use hytra_store::layout::RECORD_HEADER_WORDS;
 use hytra_store::{Owner, Replica, StoreError, TableId};
 
 use crate::engine::NodeEngine;
@@ -254,13 +253,13 @@ fn log<E: Endpoint>(
     let Some(start) = wire::decode_log(req, entry) else { return wire::encode_word(0, ctx.reply) };
     // Only entries of the epoch in force, and not while recovering: recovery reads the
     // rings once every member quiesced, and nothing may land behind its back.
-    let Some(epoch) = crate::log::entry_epoch(entry) else {
+    let Some((epoch, records)) = crate::log::entry_epoch(entry) else {
         return wire::encode_word(0, ctx.reply);
     };
     if epoch != node.membership.epoch() || !node.recovery.open(ctx.ep.now_ns()) {
         return wire::encode_word(wire::REFUSED, ctx.reply);
     }
-    ctx.ep.charge_cpu(node.cfg.costs.record_ns * (entry.len() as u64 / RECORD_HEADER_WORDS).max(1));
+    ctx.ep.charge_cpu(node.cfg.costs.record_ns * records.max(1));
     let c = ctx.ep.shape().worker_index(ctx.src);
     if put(&node.log_region, &node.log, c, start, entry).is_err() {
         return wire::encode_word(0, ctx.reply);
@@ -284,14 +283,12 @@ fn reclaim<E: Endpoint>(
         return;
     }
     let c = ctx.ep.shape().worker_index(ctx.src);
-    let before = node.log_region.load(node.log.head_offset(c));
-    let head = match apply(&node.store, &node.log_region, &node.log, c, up_to, buf) {
-        Ok(h) => h,
+    let applied = match apply(&node.store, &node.log_region, &node.log, c, up_to, buf) {
+        Ok(a) => a,
         Err(e) => panic!("log ring of {} at {} is corrupt: {e:?}", ctx.src, node.node),
     };
-    let words = head.saturating_sub(before) / 8;
-    ctx.ep.charge_cpu(node.cfg.costs.record_ns * (words / RECORD_HEADER_WORDS).max(1));
+    ctx.ep.charge_cpu(node.cfg.costs.record_ns * applied.records.max(1));
     if flags & SYNC != 0 {
-        wire::encode_word(head, ctx.reply);
+        wire::encode_word(applied.head, ctx.reply);
     }
 }

@@ -301,9 +301,19 @@ struct Header {
     records: usize,
 }
 
-/// The epoch an entry was logged in, if its header reads at all.
-pub fn entry_epoch(entry: &[u64]) -> Option<u64> {
-    header(entry).map(|h| h.epoch)
+/// The epoch an entry was logged in and the records it carries, if its header reads at
+/// all.
+pub fn entry_epoch(entry: &[u64]) -> Option<(u64, u64)> {
+    header(entry).map(|h| (h.epoch, h.count))
+}
+
+/// What [`apply`] did.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Applied {
+    /// The ring's head after it: everything before is applied.
+    pub head: u64,
+    /// Records applied (of entries not void).
+    pub records: u64,
 }
 
 fn header(entry: &[u64]) -> Option<Header> {
@@ -474,12 +484,13 @@ pub fn apply(
     c: usize,
     up_to: u64,
     buf: &mut Vec<u64>,
-) -> Result<u64, CorruptLog> {
+) -> Result<Applied, CorruptLog> {
     let head_at = layout.head_offset(c);
     let ring_at = layout.ring_offset(c);
     let ring = layout.ring_bytes;
     let void_epoch = region.load(layout.void_epoch_offset(c));
     let mut head = region.load(head_at);
+    let mut records = 0;
     // A coordinator never has more than a ring's worth of log past the head it learned,
     // which is at most this one (L2): asked to apply further, the loop below would go
     // round the ring again and again (a SKIP at offset 0 and `up_to` near 2^64 spin it
@@ -497,11 +508,12 @@ pub fn apply(
             apply_entry(store, &buf[..len], &h)
                 .map_err(|()| CorruptLog { position: head, word: buf[0] })?;
             region.store(layout.tseq_offset(c), h.tseq);
+            records += h.count;
         }
         head += len as u64 * 8;
     }
     region.store(head_at, head);
-    Ok(head)
+    Ok(Applied { head, records })
 }
 
 fn apply_entry(store: &NodeStore, entry: &[u64], h: &Header) -> Result<(), ()> {
@@ -874,7 +886,10 @@ mod tests {
         let (store, region, layout) = backup();
         region.store(layout.ring_offset(0), skip_word(0));
         let mut buf = Vec::new();
-        assert_eq!(apply(&store, &region, &layout, 0, 4096, &mut buf), Ok(4096));
+        assert_eq!(
+            apply(&store, &region, &layout, 0, 4096, &mut buf),
+            Ok(Applied { head: 4096, records: 0 })
+        );
         let far = 4096 + 4096 * 3;
         assert_eq!(
             apply(&store, &region, &layout, 0, far, &mut buf),
@@ -956,7 +971,11 @@ mod tests {
         // An entry of epoch 1 landing afterwards is void; one of epoch 2 applies.
         put_txn(4, 1, 9 << 8);
         put_txn(5, 2, 5 << 8);
-        assert_eq!(apply(&store, &region, &layout, 0, at, &mut buf), Ok(at));
+        // The void entry's record is not counted as applied.
+        assert_eq!(
+            apply(&store, &region, &layout, 0, at, &mut buf),
+            Ok(Applied { head: at, records: 1 })
+        );
         assert_eq!(replica.header(replica.lookup(4).unwrap()).version, 5 << 8);
     }
 }

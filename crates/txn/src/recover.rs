@@ -34,8 +34,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use hytra_fabric::{Endpoint, NodeId, Qp, RemoteAddr, WorkRequest, WorkerId};
 use hytra_rt::{Co, HandlerCtx, RpcType, Worker};
@@ -207,6 +207,29 @@ impl DecidePage {
     }
 }
 
+/// How far a node is with the end of the run, as its lease renewals tell the manager.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[repr(u8)]
+enum EndState {
+    /// Its clients still run.
+    Running = 0,
+    /// Its clients are done (and their logs flushed).
+    Done = 1,
+    /// It heard the manager end the run: the manager need not tell it again.
+    Finished = 2,
+}
+
+impl EndState {
+    fn decode(b: u8) -> Option<EndState> {
+        match b {
+            0 => Some(EndState::Running),
+            1 => Some(EndState::Done),
+            2 => Some(EndState::Finished),
+            _ => None,
+        }
+    }
+}
+
 /// What the workers of a node share about recovery.
 pub struct NodeRecovery {
     /// The configuration epoch whose recovery is in progress here (0: none).
@@ -238,7 +261,8 @@ pub struct NodeRecovery {
     /// Member: the member's clock when it asked for the last lease granted, or, if
     /// later, when it installed or activated the configuration in force.
     granted: AtomicU64,
-    done: Vec<AtomicBool>,
+    /// Manager: how far each member is with the end of the run ([`EndState`]).
+    end_states: Vec<AtomicU8>,
     /// The whole run is over.
     finished: AtomicBool,
     /// This node stopped itself (cut off longer than it may be).
@@ -246,7 +270,9 @@ pub struct NodeRecovery {
     /// Transaction coroutines of this node still running.
     clients: AtomicU64,
     /// What recovery could not survive.
-    fatal: Mutex<Option<String>>,
+    /// (Set once; read without a lock, as [`NodeRecovery::ended`] is on every turn of
+    /// every client.)
+    fatal: OnceLock<String>,
     /// Times of recovery's steps, for reports: (what, ns).
     events: Mutex<Vec<RecoveryEvent>>,
     /// Where configurations are committed.
@@ -275,11 +301,11 @@ impl NodeRecovery {
             renewed: (0..nodes).map(|_| AtomicU64::new(0)).collect(),
             to_grant: (0..nodes).map(|_| AtomicU64::new(0)).collect(),
             granted: AtomicU64::new(0),
-            done: (0..nodes).map(|_| AtomicBool::new(false)).collect(),
+            end_states: (0..nodes).map(|_| AtomicU8::new(EndState::Running as u8)).collect(),
             finished: AtomicBool::new(false),
             stopped: AtomicBool::new(false),
             clients: AtomicU64::new(0),
-            fatal: Mutex::new(None),
+            fatal: OnceLock::new(),
             events: Mutex::new(Vec::new()),
             store,
             params,
@@ -322,7 +348,7 @@ impl NodeRecovery {
     pub(crate) fn ended(&self) -> bool {
         self.stopped.load(Ordering::Acquire)
             || self.finished.load(Ordering::Acquire)
-            || self.fatal.lock().expect("no recorder panicked").is_some()
+            || self.fatal.get().is_some()
     }
 
     /// Whether this node stopped itself: removed from the configuration, or cut off for
@@ -333,11 +359,12 @@ impl NodeRecovery {
 
     /// What recovery could not survive, if anything.
     pub fn fatal(&self) -> Option<String> {
-        self.fatal.lock().expect("no recorder panicked").clone()
+        self.fatal.get().cloned()
     }
 
     fn fail(&self, why: String) {
-        self.fatal.lock().expect("no recorder panicked").get_or_insert(why);
+        // The first reason stands.
+        let _ = self.fatal.set(why);
     }
 
     /// The steps recovery took here, in the order they happened.
@@ -364,6 +391,32 @@ impl NodeRecovery {
 
     /// Whether this node's part of the run is done: its transaction coroutines ended and
     /// every worker flushed its logs.
+    /// How far this node is with the end of the run.
+    fn end_state_here(&self) -> EndState {
+        match (self.finished.load(Ordering::Acquire), self.done_here()) {
+            (true, _) => EndState::Finished,
+            (false, true) => EndState::Done,
+            (false, false) => EndState::Running,
+        }
+    }
+
+    /// Manager: how far member `n` said it was.
+    fn end_state_of(&self, n: NodeId) -> EndState {
+        EndState::decode(self.end_states[usize::from(n.0)].load(Ordering::Acquire))
+            .expect("only valid end states are stored")
+    }
+
+    /// How long a background task of this node sleeps between two turns: a
+    /// [`RENEWALS_PER_LEASE`]th of the lease while clients run; once they are done, the
+    /// poll interval, so that the end of the run is agreed and noticed within a few polls
+    /// rather than a few leases (2 s each on threads and processes).
+    fn turn_ns(&self) -> u64 {
+        match self.done_here() {
+            true => self.poll_ns(),
+            false => self.params.lease_ns / RENEWALS_PER_LEASE,
+        }
+    }
+
     fn done_here(&self) -> bool {
         self.clients.load(Ordering::Acquire) == 0
             && self.flushed.load(Ordering::Acquire) == self.quiesced.len() as u64
@@ -403,12 +456,17 @@ fn first(node: NodeId) -> WorkerId {
 
 fn lease<E: Endpoint>(node: &NodeEngine, ctx: &mut HandlerCtx<'_, E>, req: &[u8]) {
     let mut i = In(req);
-    let (Some(epoch), Some(done), Some(sent)) = (i.u64(), i.u8(), i.u64()) else { return };
+    let (Some(epoch), Some(state), Some(sent)) = (i.u64(), i.u8(), i.u64()) else { return };
+    let Some(state) = EndState::decode(state) else { return };
     let rec = &node.recovery;
     let from = usize::from(ctx.src.node.0);
     if epoch == node.membership.epoch() && from < rec.renewed.len() && sent != 0 {
         rec.renewed[from].fetch_max(ctx.ep.now_ns(), Ordering::AcqRel);
-        rec.done[from].store(done != 0, Ordering::Release);
+        // Never back from Finished: a renewal sent before the member heard FINISH may
+        // arrive after its acknowledgement.
+        if rec.end_state_of(ctx.src.node) != EndState::Finished {
+            rec.end_states[from].store(state as u8, Ordering::Release);
+        }
         rec.to_grant[from].fetch_max(sent, Ordering::AcqRel);
     }
 }
@@ -960,11 +1018,19 @@ pub(crate) async fn membership<E: Endpoint>(co: Co<E>, wt: Rc<WorkerTxn>) {
     let rec = &node.recovery;
     let me = co.me().node;
     let lease = rec.params.lease_ns;
-    // Rounds the manager has been telling members the run is over.
-    let mut finishing = 0;
+    // Since when the manager has been telling members the run is over.
+    let mut finishing: Option<u64> = None;
     let mut last_turn = co.now_ns();
     loop {
         if rec.ended() {
+            let cfg = wt.view.get();
+            if rec.end_state_here() == EndState::Finished && cfg.manager() != me {
+                // Told the run is over: say so, so that the manager need not go on
+                // telling (a lost acknowledgement only keeps it telling longer).
+                let mut req = Vec::new();
+                Out(&mut req).u64(cfg.epoch).u8(EndState::Finished as u8).u64(co.now_ns().max(1));
+                let _ = co.send_oneway(first(cfg.manager()), LEASE, &req);
+            }
             return;
         }
         let cfg = wt.view.get().clone();
@@ -985,18 +1051,22 @@ pub(crate) async fn membership<E: Endpoint>(co: Co<E>, wt: Rc<WorkerTxn>) {
             return;
         }
         if cfg.manager() == me {
-            if finishing > 0
+            if finishing.is_some()
                 || rec.recovering.load(Ordering::Acquire) == 0
-                    && cfg.members().all(|n| rec.done[usize::from(n.0)].load(Ordering::Acquire))
+                    && cfg.members().all(|n| rec.end_state_of(n) != EndState::Running)
             {
-                // Told one-way, for two leases, while leases are still granted: a member
-                // that misses every one of them ends on its own (see below). Members that
-                // ended stop renewing: nobody is removed any more.
-                finishing += 1;
-                for n in cfg.members().filter(|&n| n != me) {
+                // Told one-way every turn until each member acknowledged it, for two
+                // leases at most, while leases are still granted: a member that misses
+                // every one of them ends on its own (see below). Members that ended stop
+                // renewing: nobody is removed any more.
+                let since = *finishing.get_or_insert(now);
+                let others = || cfg.members().filter(|&n| n != me);
+                for n in others().filter(|&n| rec.end_state_of(n) != EndState::Finished) {
                     let _ = co.send_oneway(first(n), FINISH, &[]);
                 }
-                if finishing > 2 * RENEWALS_PER_LEASE {
+                if others().all(|n| rec.end_state_of(n) == EndState::Finished)
+                    || now > since + 2 * lease
+                {
                     rec.finished.store(true, Ordering::Release);
                     return;
                 }
@@ -1020,7 +1090,7 @@ pub(crate) async fn membership<E: Endpoint>(co: Co<E>, wt: Rc<WorkerTxn>) {
             }
         } else {
             let mut req = Vec::new();
-            Out(&mut req).u64(cfg.epoch).u8(u8::from(rec.done_here())).u64(now.max(1));
+            Out(&mut req).u64(cfg.epoch).u8(rec.end_state_here() as u8).u64(now.max(1));
             // A lost request is covered by the next one.
             let _ = co.send_oneway(first(cfg.manager()), LEASE, &req);
             let silent = now.saturating_sub(rec.granted.load(Ordering::Acquire));
@@ -1048,7 +1118,7 @@ pub(crate) async fn membership<E: Endpoint>(co: Co<E>, wt: Rc<WorkerTxn>) {
                 return;
             }
         }
-        co.sleep_until(co.now_ns().max(now) + lease / RENEWALS_PER_LEASE).await;
+        co.sleep_until(co.now_ns().max(now) + rec.turn_ns()).await;
     }
 }
 
@@ -1082,7 +1152,7 @@ pub(crate) async fn granter<E: Endpoint>(co: Co<E>, wt: Rc<WorkerTxn>) {
         let now = co.now_ns();
         if cfg.manager() == me {
             rec.renewed[usize::from(me.0)].store(now, Ordering::Release);
-            rec.done[usize::from(me.0)].store(rec.done_here(), Ordering::Release);
+            rec.end_states[usize::from(me.0)].store(rec.end_state_here() as u8, Ordering::Release);
             // A manager that did not run for a lease (paused, descheduled) may be being
             // taken over, and on a fabric that cannot fence it off only its lapsed lease
             // keeps it from posting: it grants nothing more, itself included, in this
@@ -1101,7 +1171,7 @@ pub(crate) async fn granter<E: Endpoint>(co: Co<E>, wt: Rc<WorkerTxn>) {
                 }
             }
         }
-        co.sleep_until(co.now_ns().max(now) + lease / RENEWALS_PER_LEASE).await;
+        co.sleep_until(co.now_ns().max(now) + rec.turn_ns()).await;
     }
 }
 

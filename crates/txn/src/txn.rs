@@ -691,9 +691,10 @@ impl<E: Endpoint> TxnCtx<E> {
         let mut result = Ok(());
         for &i in idxs.iter().filter(|&&i| i != usize::MAX) {
             let started = match self.start_read(i).await {
-                Err(Abort(AbortReason::Full)) if !pending.is_empty() => {
+                Err(Abort(AbortReason::Full)) if self.scratch_used > 0 => {
                     // No scratch left for another READ: land those in flight, whose
-                    // scratch is then free, and start this one again.
+                    // scratch is then free (with one read out at a time they all landed
+                    // already), and start this one again.
                     result = self.drain(&mut pending).await;
                     if result.is_err() {
                         break;

@@ -44,9 +44,10 @@ impl<E: Endpoint> TxnCtx<E> {
                 continue;
             }
             let started = match self.start_lock(i).await {
-                Err(Abort(AbortReason::Full)) if !flights.is_empty() => {
+                Err(Abort(AbortReason::Full)) if self.scratch_used > 0 => {
                     // Perhaps only the scratch is full: land what is in flight (its
-                    // scratch is then free) and try again.
+                    // scratch is then free; with one request out at a time all of it
+                    // landed already) and try again.
                     result = self.land(&mut flights, true).await;
                     if result.is_err() {
                         break;
@@ -89,9 +90,10 @@ impl<E: Endpoint> TxnCtx<E> {
                 continue;
             }
             let started = match self.start_validate(i).await {
-                Err(Abort(AbortReason::Full)) if !flights.is_empty() => {
+                Err(Abort(AbortReason::Full)) if self.scratch_used > 0 => {
                     // The scratch is full: land what is in flight (its scratch is then
-                    // free) and try again.
+                    // free; with one request out at a time all of it landed already)
+                    // and try again.
                     result = self.land(&mut flights, false).await;
                     if result.is_err() {
                         break;

@@ -120,3 +120,16 @@ fn a_manager_that_dies_reconfiguring_is_replaced() {
         assert!(took_over, "{what}: no member took over: {:?}", r.recovery.events);
     }
 }
+
+#[test]
+fn a_run_ends_a_few_polls_after_its_clients() {
+    // Once every member's clients are done, the manager tells them the run is over until
+    // each acknowledged it. It used to tell them for two whole leases, which on threads
+    // and processes (2 s leases) made every run 4 s longer than its window.
+    let r = crashes_run(Design::DrtmH, 4, &[], 3);
+    assert_recovered(&r, "no crash");
+    let window_ns = 40_000_000;
+    let lease_ns = hytra_txn::RecoveryParams::simulated().lease_ns;
+    let tail_ns = r.run.elapsed_ns - window_ns;
+    assert!(tail_ns < lease_ns / 2, "the run ended {tail_ns} ns after its window");
+}

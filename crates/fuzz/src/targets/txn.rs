@@ -298,8 +298,8 @@ fn apply_run(input: &[u8]) {
         backup.log.write_words(layout.ring_offset(0), &ring_words[..n]);
         backup.log.store(layout.head_offset(0), head & HEAD_MASK);
         let mut buf = Vec::new();
-        if let Ok(at) = apply(&backup.store, &backup.log, &layout, 0, *up_to, &mut buf) {
-            assert!(at >= *up_to, "apply stopped short of up_to");
+        if let Ok(applied) = apply(&backup.store, &backup.log, &layout, 0, *up_to, &mut buf) {
+            assert!(applied.head >= *up_to, "apply stopped short of up_to");
         }
         // What recovery does with the rest of the ring: read it, then resolve it
         // (transactions of odd owners committed), whatever it holds.
