@@ -389,8 +389,6 @@ impl NodeRecovery {
         self.clients.fetch_sub(1, Ordering::AcqRel);
     }
 
-    /// Whether this node's part of the run is done: its transaction coroutines ended and
-    /// every worker flushed its logs.
     /// How far this node is with the end of the run.
     fn end_state_here(&self) -> EndState {
         match (self.finished.load(Ordering::Acquire), self.done_here()) {
@@ -417,6 +415,8 @@ impl NodeRecovery {
         }
     }
 
+    /// Whether this node's part of the run is done: its transaction coroutines ended and
+    /// every worker flushed its logs.
     fn done_here(&self) -> bool {
         self.clients.load(Ordering::Acquire) == 0
             && self.flushed.load(Ordering::Acquire) == self.quiesced.len() as u64
