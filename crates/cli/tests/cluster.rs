@@ -186,22 +186,8 @@ mod with_ucx {
         let text = std::fs::read_to_string(&good).unwrap().replace("\"right\"", "\"wrong\"");
         let bad = dir().join("token-bad.toml");
         std::fs::write(&bad, text).unwrap();
-        let root = hytra()
-            .args(["node", "--config"])
-            .arg(&good)
-            .args(["--id", "0"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let intruder = hytra()
-            .args(["node", "--config"])
-            .arg(&bad)
-            .args(["--id", "1"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let root = node(&good, 0);
+        let intruder = node(&bad, 1);
         let refused = wait_bounded(intruder, Duration::from_secs(30));
         let msg = String::from_utf8_lossy(&refused.stderr);
         assert!(!refused.status.success());
