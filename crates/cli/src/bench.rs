@@ -89,17 +89,20 @@ pub struct BenchArgs {
     /// Copies of every partition.
     #[arg(long, default_value_t = 3)]
     replication: u16,
-    /// SmallBank accounts per worker thread.
+    /// SmallBank accounts per worker thread (about 0.5 KB each with 3 copies, location
+    /// caches included).
     #[arg(long, default_value_t = 100_000)]
     accounts_per_worker: u64,
     /// TPC-C warehouses per worker thread.
     #[arg(long, default_value_t = 1)]
     warehouses_per_worker: u64,
-    /// TPC-C customers per district (3000 in the specification).
-    #[arg(long, default_value_t = 3000)]
+    /// TPC-C customers per district (3000 in the specification). With 3 copies a
+    /// warehouse takes about 110 MB at the defaults and 360 MB at the specification's
+    /// sizes (3000, 100000), so the default 4 x 4 cluster fits in 2 GB.
+    #[arg(long, default_value_t = 1000)]
     customers: u64,
-    /// TPC-C items (100000 in the specification).
-    #[arg(long, default_value_t = 100_000)]
+    /// TPC-C items (100000 in the specification; each warehouse stocks every item).
+    #[arg(long, default_value_t = 20_000)]
     items: u64,
     /// TPC-C: percentage of New-Order lines supplied by another warehouse.
     #[arg(long, default_value_t = 1)]
@@ -114,8 +117,9 @@ pub struct BenchArgs {
     /// TPC-E: percentage of price-moving transactions (the rest are Customer-Position).
     #[arg(long, default_value_t = 10)]
     market_feed_pct: u64,
-    /// TATP: subscribers per worker thread.
-    #[arg(long, default_value_t = 100_000)]
+    /// TATP: subscribers per worker thread (about 4 KB each with 3 copies: a subscriber
+    /// reserves rows for every facility and forwarding it may have).
+    #[arg(long, default_value_t = 20_000)]
     subscribers_per_worker: u64,
     /// TATP: choose subscribers uniformly (default: the specification's skew).
     #[arg(long)]
@@ -123,8 +127,9 @@ pub struct BenchArgs {
     /// YCSB: core workload a, b, c, d, e or f.
     #[arg(long, default_value = "a")]
     ycsb_mix: String,
-    /// YCSB: records per worker thread.
-    #[arg(long, default_value_t = 100_000)]
+    /// YCSB: records per worker thread (about 3.3 KB each with 3 copies at the default
+    /// 1 KB of fields).
+    #[arg(long, default_value_t = 20_000)]
     records_per_worker: u64,
     /// YCSB: zipfian constant θ (0: uniform).
     #[arg(long, default_value_t = 0.99)]

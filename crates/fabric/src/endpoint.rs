@@ -168,13 +168,31 @@ pub struct RegionSpec {
     /// ring). The simulator steps that worker when a remote WRITE or atomic lands here;
     /// real backends ignore it, since their workers poll continuously.
     pub watcher: Option<u16>,
+    /// How the region's memory is backed.
+    pub pages: Pages,
 }
 
 impl RegionSpec {
-    /// A region of `len_bytes` that nobody watches.
+    /// A region of `len_bytes` that nobody watches, on huge pages where they pay.
     pub const fn new(len_bytes: u64) -> Self {
-        RegionSpec { len_bytes, watcher: None }
+        RegionSpec { len_bytes, watcher: None, pages: Pages::Huge }
     }
+
+    /// The same region, backed by `pages`.
+    pub const fn with_pages(self, pages: Pages) -> Self {
+        RegionSpec { pages, ..self }
+    }
+}
+
+/// Pages behind a region's memory.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Pages {
+    /// Huge pages where the host has them and the region is large: for memory touched
+    /// nearly everywhere and read at random (a TLB miss per access otherwise).
+    Huge,
+    /// Base pages only: for memory that stays sparse, where each touched spot would
+    /// otherwise cost (and zero) a whole huge page.
+    Base,
 }
 
 /// When a run stops.

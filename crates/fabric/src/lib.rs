@@ -43,7 +43,7 @@ mod verbs;
 pub mod wq;
 
 pub use endpoint::{
-    validate_shape, Backend, BackendError, Caps, Endpoint, Program, RegionSpec, RunLimits,
+    validate_shape, Backend, BackendError, Caps, Endpoint, Pages, Program, RegionSpec, RunLimits,
     RunStats, Step,
 };
 pub use ids::{ClusterShape, LocalAddr, NodeId, Qp, RemoteAddr, Rkey, WorkerId, WrId};

@@ -16,6 +16,7 @@ use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::constants::WORD;
+use crate::endpoint::Pages;
 use crate::verbs::AccessError;
 
 /// A registered memory region. Cloning is cheap and shares the memory.
@@ -80,9 +81,17 @@ impl Region {
     /// A zero-filled region of `len_bytes` (a multiple of 8) owned by this process. Its
     /// pages are mapped on first touch, so untouched parts cost no memory.
     pub fn zeroed(len_bytes: u64) -> Region {
+        Region::zeroed_on(len_bytes, Pages::Huge)
+    }
+
+    /// As [`Region::zeroed`], backed by `pages`.
+    pub fn zeroed_on(len_bytes: u64, pages: Pages) -> Region {
         assert!(len_bytes % WORD == 0, "region length {len_bytes} is not a multiple of 8");
         let words = usize::try_from(len_bytes / WORD).expect("region fits in memory");
-        let mem = zeroed_words(words);
+        let mem = match pages {
+            Pages::Huge => zeroed_words(words),
+            Pages::Base => zeroed_words_small_pages(words),
+        };
         let ptr = NonNull::new(mem.as_ptr().cast_mut()).unwrap_or(NonNull::dangling());
         let witness = WITNESS.load(Ordering::SeqCst).then(|| Arc::from(zeroed_u32s(words)));
         Region { ptr, words, _owner: Arc::new(mem), witness }

@@ -230,7 +230,10 @@ impl KvService {
             // waits for it; keys are dense, so worker i's is the first plus i.
             for i in 0..shape.workers_per_node {
                 let len_bytes = (u64::from(cfg.slots_per_worker) * slot_bytes).max(8);
-                let k = backend.register(node, RegionSpec { len_bytes, watcher: Some(i) })?;
+                let k = backend.register(
+                    node,
+                    RegionSpec { watcher: Some(i), ..RegionSpec::new(len_bytes) },
+                )?;
                 if i == 0 {
                     assert!(slots_key.is_none_or(|p| p == k), "slot regions have one key");
                     slots_key = Some(k);

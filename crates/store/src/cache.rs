@@ -17,8 +17,20 @@
 //! are dense fills its band without a single conflict when the cache is as large as the
 //! table, and tables never evict each other. Workloads with composite keys should encode
 //! them densely.
+//!
+//! A warm start (every record's address, as after a long run) is nearly the same for
+//! every node of a process, so it is built once as an image that the nodes' caches share
+//! read-only. The image may hold entries a node's own warm start would not (the records
+//! of its own partitions, which it never looks up): a node copies a set into its own
+//! entries the first time it changes it (copy on write, per set), leaving those out and
+//! keeping the others in their order, so the set is then exactly what its own warm start
+//! would have put there, provided the image evicted nothing. A process simulating
+//! sixteen nodes holds one warm image instead of sixteen. Two threads changing the same
+//! untouched set at once may lose one change (one copies the image over the other's
+//! entry): a lost entry is a later miss, never a wrong answer.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use crate::catalog::TableId;
 
@@ -27,13 +39,34 @@ const WAYS: usize = 4;
 /// Bytes per entry (two words).
 pub const ENTRY_BYTES: u64 = 16;
 
+/// Which entries of a warm image a cache leaves out when it copies a set: (table, key)
+/// of the records its own warm start would not have cached.
+pub type Foreign = Box<dyn Fn(TableId, u64) -> bool + Send + Sync>;
+
+/// A shared warm image and what of it is not this cache's.
+struct Start {
+    /// Shared, never written after it was installed.
+    image: Arc<LocationCache>,
+    foreign: Foreign,
+}
+
 /// A node's location cache.
 pub struct LocationCache {
     /// Per entry: the key, then `table << 56 | generation << 48 | offset_words + 1` (0:
-    /// empty).
+    /// empty). With an image, only the sets marked in `own` are this cache's.
     words: Box<[AtomicU64]>,
+    /// The warm image this cache started from, if any.
+    image: OnceLock<Start>,
+    /// One bit per set: its entries are in `words` (copied from the image on the first
+    /// change); clear: the image's are this cache's.
+    own: Box<[AtomicU64]>,
+    /// Sets marked in `own`: while none is, a lookup goes straight to the image without
+    /// reading `own` (one cache miss fewer per lookup at a large cluster's size).
+    owned: AtomicUsize,
     /// Next way to evict, per set.
     victim: Box<[AtomicU32]>,
+    /// Entries evicted so far.
+    evicted: AtomicU64,
     sets: usize,
     /// Per table id: (first set, sets) of its band.
     bands: Vec<(usize, usize)>,
@@ -70,10 +103,92 @@ impl LocationCache {
         LocationCache {
             // Sparse: most bands stay empty, so no huge pages (see `zeroed_words_small_pages`).
             words: hytra_fabric::zeroed_words_small_pages(sets * WAYS * 2),
+            image: OnceLock::new(),
+            own: hytra_fabric::zeroed_words_small_pages(sets.div_ceil(64)),
+            owned: AtomicUsize::new(0),
             victim: hytra_fabric::zeroed_u32s(sets),
+            evicted: AtomicU64::new(0),
             sets,
             bands,
         }
+    }
+
+    /// An empty cache of the same size and bands, to fill as a warm image.
+    pub fn blank(&self) -> LocationCache {
+        LocationCache {
+            words: hytra_fabric::zeroed_words_small_pages(self.words.len()),
+            image: OnceLock::new(),
+            own: hytra_fabric::zeroed_words_small_pages(self.own.len()),
+            owned: AtomicUsize::new(0),
+            victim: hytra_fabric::zeroed_u32s(self.sets),
+            evicted: AtomicU64::new(0),
+            sets: self.sets,
+            bands: self.bands.clone(),
+        }
+    }
+
+    /// Entries evicted to make room so far.
+    pub fn evicted(&self) -> u64 {
+        self.evicted.load(Ordering::Relaxed)
+    }
+
+    /// Starts this cache from `image` (filled through [`LocationCache::blank`] of a cache
+    /// like this one): its entries read as this cache's, but for the `foreign` ones,
+    /// which this cache must never look up, until a set is changed. Once, before
+    /// anything was put into this cache (its own entries would be hidden).
+    pub fn start_from(&self, image: Arc<LocationCache>, foreign: Foreign) {
+        assert!(
+            image.sets == self.sets && image.bands == self.bands,
+            "a cache image of another geometry"
+        );
+        assert!(image.image.get().is_none(), "an image must hold its own entries");
+        assert!(self.image.set(Start { image, foreign }).is_ok(), "the cache already has an image");
+    }
+
+    /// The words holding set `set`'s entries now: the image's until this cache owns it.
+    fn set_words(&self, set: usize) -> &[AtomicU64] {
+        let range = set * WAYS * 2..(set + 1) * WAYS * 2;
+        match self.image.get() {
+            Some(start) if !self.owns(set) => &start.image.words[range],
+            _ => &self.words[range],
+        }
+    }
+
+    fn owns(&self, set: usize) -> bool {
+        self.owned.load(Ordering::Acquire) > 0
+            && self.own[set / 64].load(Ordering::Acquire) & (1 << (set % 64)) != 0
+    }
+
+    /// The words of set `set`, to change: copied from the image first if it has one and
+    /// this cache does not own the set yet.
+    fn set_words_mut(&self, set: usize) -> &[AtomicU64] {
+        let range = set * WAYS * 2..(set + 1) * WAYS * 2;
+        if let Some(start) = self.image.get() {
+            if !self.owns(set) {
+                // The image's entries but the foreign ones, in their order from way 0: as
+                // this cache's own warm start would have filled the set.
+                let theirs = &start.image.words[range.clone()];
+                let mine = &self.words[range.clone()];
+                let mut to = 0;
+                for w in 0..WAYS {
+                    let key = theirs[2 * w].load(Ordering::Relaxed);
+                    let tag = theirs[2 * w + 1].load(Ordering::Relaxed);
+                    if tag == 0 || (start.foreign)(TableId((tag >> 56) as u16), key) {
+                        continue;
+                    }
+                    mine[2 * to].store(key, Ordering::Relaxed);
+                    mine[2 * to + 1].store(tag, Ordering::Relaxed);
+                    to += 1;
+                }
+                // Release: a reader that sees the bit (and the count) sees the copied
+                // entries.
+                let bit = 1 << (set % 64);
+                if self.own[set / 64].fetch_or(bit, Ordering::Release) & bit == 0 {
+                    self.owned.fetch_add(1, Ordering::Release);
+                }
+            }
+        }
+        &self.words[range]
     }
 
     /// Whether the cache holds anything at all.
@@ -102,12 +217,12 @@ impl LocationCache {
     /// The cached offset of a record learned under `generation` of its partition's
     /// placement, if any (possibly stale: verify the record's key).
     pub fn get(&self, table: TableId, key: u64, generation: u8) -> Option<u64> {
-        let base = self.set_of(table, key)? * WAYS * 2;
+        let words = self.set_words(self.set_of(table, key)?);
         let want = u64::from(table.0) << 8 | u64::from(generation);
         for w in 0..WAYS {
-            let i = base + 2 * w;
-            if self.words[i].load(Ordering::Acquire) == key {
-                let tag = self.words[i + 1].load(Ordering::Acquire);
+            let i = 2 * w;
+            if words[i].load(Ordering::Acquire) == key {
+                let tag = words[i + 1].load(Ordering::Acquire);
                 if tag != 0 && tag >> 48 == want {
                     return Some(((tag & ((1 << 48) - 1)) - 1) * 8);
                 }
@@ -120,34 +235,40 @@ impl LocationCache {
     /// (replacing the key's entry, or evicting one).
     pub fn put(&self, table: TableId, key: u64, generation: u8, offset: u64) {
         let Some(set) = self.set_of(table, key) else { return };
-        let base = set * WAYS * 2;
         let tag = Self::tag(table, generation, offset);
-        let tag_at = |w: usize| self.words[base + 2 * w + 1].load(Ordering::Relaxed);
+        let words = self.set_words_mut(set);
+        let tag_at = |w: usize| words[2 * w + 1].load(Ordering::Relaxed);
         // The key's own entry, else an empty way, else a victim in round-robin order.
         let way = (0..WAYS)
             .find(|&w| {
                 let t = tag_at(w);
                 t != 0
                     && t >> 56 == u64::from(table.0)
-                    && self.words[base + 2 * w].load(Ordering::Relaxed) == key
+                    && words[2 * w].load(Ordering::Relaxed) == key
             })
             .or_else(|| (0..WAYS).find(|&w| tag_at(w) == 0))
-            .unwrap_or_else(|| self.victim[set].fetch_add(1, Ordering::Relaxed) as usize % WAYS);
-        let i = base + 2 * way;
+            .unwrap_or_else(|| {
+                self.evicted.fetch_add(1, Ordering::Relaxed);
+                self.victim[set].fetch_add(1, Ordering::Relaxed) as usize % WAYS
+            });
+        let i = 2 * way;
         // Invalidate, then fill: a concurrent reader sees the old entry, none, or the new
         // one, or a torn mix that the record's key check rejects.
-        self.words[i + 1].store(0, Ordering::Release);
-        self.words[i].store(key, Ordering::Release);
-        self.words[i + 1].store(tag, Ordering::Release);
+        words[i + 1].store(0, Ordering::Release);
+        words[i].store(key, Ordering::Release);
+        words[i + 1].store(tag, Ordering::Release);
     }
 
     /// Drops a key's entry (after it led to the wrong record).
     pub fn forget(&self, table: TableId, key: u64) {
         let Some(set) = self.set_of(table, key) else { return };
-        let base = set * WAYS * 2;
+        if !self.set_words(set).iter().step_by(2).any(|k| k.load(Ordering::Relaxed) == key) {
+            return;
+        }
+        let words = self.set_words_mut(set);
         for w in 0..WAYS {
-            if self.words[base + 2 * w].load(Ordering::Relaxed) == key {
-                self.words[base + 2 * w + 1].store(0, Ordering::Release);
+            if words[2 * w].load(Ordering::Relaxed) == key {
+                words[2 * w + 1].store(0, Ordering::Release);
             }
         }
     }
@@ -200,6 +321,66 @@ mod tests {
                 assert_eq!(c.get(t, k, 0), Some((k + 1) * 8), "{t:?}/{k} evicted");
             }
         }
+    }
+
+    #[test]
+    fn caches_started_from_one_image_change_apart() {
+        let tables = [(T0, 64), (T1, 64)];
+        let a = LocationCache::new(128 * ENTRY_BYTES, &tables);
+        let b = LocationCache::new(128 * ENTRY_BYTES, &tables);
+        let image = a.blank();
+        for k in 0..64 {
+            image.put(T0, k, 0, (k + 1) * 8);
+        }
+        let image = Arc::new(image);
+        // Key 4 is a's own record: a never looks it up, and its copy of the set drops it.
+        a.start_from(image.clone(), Box::new(|t, k| t == T0 && k == 4));
+        b.start_from(image.clone(), Box::new(|_, _| false));
+        assert_eq!(a.get(T0, 5, 0), Some(48), "the image's entries are every cache's");
+        a.put(T0, 5, 1, 4096);
+        a.forget(T0, 6);
+        a.put(T1, 9, 0, 800);
+        assert_eq!(a.get(T0, 5, 1), Some(4096));
+        assert_eq!(a.get(T0, 6, 0), None);
+        assert_eq!(a.get(T0, 7, 0), Some(64), "the rest of a copied set stays");
+        assert_eq!(a.get(T0, 4, 0), None, "a foreign entry is left out of the copy");
+        assert_eq!(b.get(T0, 4, 0), Some(40));
+        assert_eq!(a.get(T1, 9, 0), Some(800));
+        assert_eq!(b.get(T0, 5, 0), Some(48), "a change stays in its cache");
+        assert_eq!(b.get(T0, 6, 0), Some(56));
+        assert_eq!(b.get(T1, 9, 0), None);
+        assert_eq!(image.get(T0, 5, 0), Some(48), "the image is never written");
+        let c = LocationCache::new(64 * ENTRY_BYTES, &tables);
+        let start = std::panic::AssertUnwindSafe(|| c.start_from(image, Box::new(|_, _| false)));
+        let refused = std::panic::catch_unwind(start);
+        assert!(refused.is_err(), "an image of another size is refused");
+    }
+
+    #[test]
+    fn a_copied_set_is_what_the_nodes_own_warm_start_would_hold() {
+        // Keys 4..8 share a set, and so do 68, 132, ... (16 sets in table 0's band). The
+        // node's own warm start skips its key 4; started from the shared image instead, it
+        // must fill and evict exactly as that one would, whatever comes next.
+        let tables = [(T0, 64), (T1, 64)];
+        let own = LocationCache::new(128 * ENTRY_BYTES, &tables);
+        let shared = LocationCache::new(128 * ENTRY_BYTES, &tables);
+        let image = shared.blank();
+        for k in 4..8 {
+            image.put(T0, k, 0, k * 8);
+            if k != 4 {
+                own.put(T0, k, 0, k * 8);
+            }
+        }
+        shared.start_from(Arc::new(image), Box::new(|_, k| k == 4));
+        for k in [68, 132, 196, 6, 260, 324] {
+            own.put(T0, k, 0, k * 8 + 8);
+            shared.put(T0, k, 0, k * 8 + 8);
+        }
+        for k in [4, 5, 6, 7, 68, 132, 196, 260, 324] {
+            assert_eq!(shared.get(T0, k, 0), own.get(T0, k, 0), "key {k}");
+        }
+        assert_eq!(shared.evicted(), own.evicted());
+        assert!(own.evicted() > 0, "the sequence evicts");
     }
 
     #[test]

@@ -57,6 +57,20 @@ pub struct TableSpec {
     pub partitioner: Partitioner,
     /// Key to bucket.
     pub index: IndexLayout,
+    /// How much of the region loading fills, which decides how its memory is backed.
+    pub fill: Fill,
+}
+
+/// How much of a table's region its loaded records fill.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Fill {
+    /// Most of it, and reads land anywhere in it: backed by huge pages where the host
+    /// has them, which saves a TLB miss on nearly every random access.
+    Dense,
+    /// Small islands in a large range (a table sized for the keys a run may insert,
+    /// such as TPC-C's orders): base pages, since one huge page per island would make
+    /// most of the range resident and zero it for nothing.
+    Sparse,
 }
 
 /// Why a catalog is refused.
@@ -262,11 +276,11 @@ impl Catalog {
     }
 
     /// Regions the store registers on every node, in registration order: (table,
-    /// partition, bytes).
-    pub fn regions(&self) -> impl Iterator<Item = (TableId, u16, u64)> + '_ {
-        self.tables
-            .iter()
-            .flat_map(move |(t, g)| (0..self.nodes).map(move |p| (t.id, p, g.region_bytes())))
+    /// partition, bytes, fill).
+    pub fn regions(&self) -> impl Iterator<Item = (TableId, u16, u64, Fill)> + '_ {
+        self.tables.iter().flat_map(move |(t, g)| {
+            (0..self.nodes).map(move |p| (t.id, p, g.region_bytes(), t.fill))
+        })
     }
 }
 
@@ -282,6 +296,7 @@ mod tests {
             capacity,
             partitioner: Partitioner::Modulo,
             index: IndexLayout::Hashed,
+            fill: Fill::Dense,
         }
     }
 
@@ -290,7 +305,7 @@ mod tests {
         let c = Catalog::new(vec![table(0, 100), table(1, 50)], 5, 3).unwrap();
         assert_eq!(c.rkey(TableId(1), 2), Rkey(7));
         assert_eq!(c.regions().count(), 10);
-        let keys: Vec<Rkey> = c.regions().map(|(t, p, _)| c.rkey(t, p)).collect();
+        let keys: Vec<Rkey> = c.regions().map(|(t, p, _, _)| c.rkey(t, p)).collect();
         assert_eq!(keys, (0..10).map(Rkey).collect::<Vec<_>>(), "registration order");
     }
 

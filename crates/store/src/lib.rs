@@ -19,7 +19,9 @@ pub mod placement;
 pub mod replica;
 
 pub use cache::LocationCache;
-pub use catalog::{Catalog, CatalogError, Geometry, IndexLayout, Partitioner, TableId, TableSpec};
+pub use catalog::{
+    Catalog, CatalogError, Fill, Geometry, IndexLayout, Partitioner, TableId, TableSpec,
+};
 pub use layout::{Owner, RecordHeader};
 pub use node::NodeStore;
 pub use placement::{BackupState, PartitionPlace, Placement};

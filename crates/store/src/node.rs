@@ -5,10 +5,10 @@
 
 use std::sync::Arc;
 
-use hytra_fabric::{Backend, BackendError, NodeId, RegionSpec};
+use hytra_fabric::{Backend, BackendError, NodeId, Pages, RegionSpec};
 
 use crate::cache::LocationCache;
-use crate::catalog::{Catalog, TableId};
+use crate::catalog::{Catalog, Fill, TableId};
 use crate::replica::Replica;
 
 /// What one node holds.
@@ -42,8 +42,12 @@ impl NodeStore {
         let nodes = backend.shape().nodes;
         assert_eq!(catalog.nodes(), nodes, "catalog built for another cluster size");
         let mut first = None;
-        for (table, partition, bytes) in catalog.regions() {
-            let rkey = backend.register_all(RegionSpec::new(bytes))?;
+        for (table, partition, bytes, fill) in catalog.regions() {
+            let pages = match fill {
+                Fill::Dense => Pages::Huge,
+                Fill::Sparse => Pages::Base,
+            };
+            let rkey = backend.register_all(RegionSpec::new(bytes).with_pages(pages))?;
             let first = *first.get_or_insert(rkey);
             let expect = Catalog::clone(&catalog).with_first_rkey(first).rkey(table, partition);
             assert_eq!(rkey, expect, "store regions registered out of order");
@@ -58,7 +62,7 @@ impl NodeStore {
                 let node = NodeId(n);
                 let replicas = catalog
                     .regions()
-                    .map(|(table, partition, _)| {
+                    .map(|(table, partition, _, _)| {
                         let rkey = catalog.rkey(table, partition);
                         let region = backend.region(node, rkey).expect("region just registered");
                         Replica::new(table, partition, rkey, region, catalog.geometry(table))

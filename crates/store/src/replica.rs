@@ -512,7 +512,7 @@ impl Replica {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::catalog::{Catalog, IndexLayout, Partitioner, TableSpec};
+    use crate::catalog::{Catalog, Fill, IndexLayout, Partitioner, TableSpec};
     use crate::layout::{is_present, search_bucket, version_number};
 
     fn replica(capacity: u64) -> Replica {
@@ -532,6 +532,7 @@ mod tests {
             capacity,
             partitioner,
             index,
+            fill: Fill::Dense,
         };
         let c = Catalog::new(vec![spec], nodes, 1).unwrap();
         let g = c.geometry(TableId(0));
@@ -708,6 +709,7 @@ mod tests {
             capacity: 10,
             partitioner: Partitioner::Modulo,
             index: IndexLayout::Hashed,
+            fill: Fill::Dense,
         };
         assert!(Catalog::new(vec![spec], 1, 1).is_err());
     }

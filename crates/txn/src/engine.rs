@@ -14,10 +14,11 @@ use std::task::Waker;
 
 use hytra_check::TxnRecord;
 use hytra_fabric::{
-    Backend, BackendError, Endpoint, LocalAddr, NodeId, Qp, Region, RegionSpec, Rkey, WorkerId,
+    Backend, BackendError, Endpoint, LocalAddr, NodeId, Pages, Qp, Region, RegionSpec, Rkey,
+    WorkerId,
 };
 use hytra_rt::{CallTicket, Co, OpTicket, RpcType, Worker};
-use hytra_store::{Catalog, NodeStore, Replica, StoreError, TableId};
+use hytra_store::{Catalog, LocationCache, NodeStore, Replica, StoreError, TableId};
 use thiserror::Error;
 
 use crate::config::{ConfigError, ExecStrategy, TxnConfig};
@@ -35,6 +36,11 @@ use hytra_store::layout::KEY_WORD;
 /// Scratch memory of one coroutine: destinations of READs and atomics, log entries and
 /// commit payloads staged for one-sided WRITEs.
 pub const SCRATCH_CO_BYTES: u64 = 64 << 10;
+
+/// The partitions a node's location cache is warmed with, each with the node whose
+/// replica it is read from.
+type Known = Vec<(u16, NodeId)>;
+
 /// The part of a coroutine's scratch reset at every attempt; the rest holds commit
 /// payloads until the coroutine's next commit (docs/INVARIANTS.md M5).
 pub const SCRATCH_ATTEMPT_BYTES: u64 = 48 << 10;
@@ -214,7 +220,9 @@ impl Engine {
             rings: shape.workers_total() as u64,
         }
         .region_bytes();
-        let log_rkey = backend.register_all(RegionSpec::new(log_bytes))?;
+        // A ring per coordinator, written from its start on and filled only by a long
+        // run: base pages, or every ring would be resident in whole from its first entry.
+        let log_rkey = backend.register_all(RegionSpec::new(log_bytes).with_pages(Pages::Base))?;
         let log = LogLayout {
             rkey: log_rkey,
             ring_bytes: cfg.log_ring_bytes,
@@ -320,10 +328,10 @@ impl Engine {
         self.nodes[usize::from(n.0)].store.replica(table, p)
     }
 
-    /// Fills every node's location cache with the address of every record the other
-    /// nodes hold as primaries: the state a long run reaches (a 300 MB cache holds a
-    /// SmallBank index, DrTM+H §5.1), which a short simulated window would spend its
-    /// whole length approaching. Does nothing for designs without a cache.
+    /// Starts every node's location cache with the address of every record of the other
+    /// nodes' partitions that this process knows: the state a long run reaches (a 300 MB
+    /// cache holds a SmallBank index, DrTM+H §5.1), which a short simulated window would
+    /// spend its whole length approaching. Does nothing for designs without a cache.
     pub fn warm_caches(&self) {
         if !matches!(
             self.cfg.exec,
@@ -332,33 +340,70 @@ impl Engine {
             return;
         }
         let config = &self.initial;
+        // Per node, the partitions it knows and where from; nodes that know the same ones
+        // share one image (all of them, when one process hosts every node).
+        // `None`: the image evicted entries, so it is no use (and is dropped at once).
+        let mut images: Vec<(Known, Option<Arc<LocationCache>>)> = Vec::new();
         for here in self.nodes.iter().filter(|n| self.hosts(n.node)) {
             let cache = here.store.cache();
             if !cache.enabled() {
                 continue;
             }
-            for p in 0..self.catalog.partitions() {
-                let place = config.placement.part(p);
-                if place.primary == here.node {
-                    continue;
-                }
-                // A primary of this process, or else a backup replica here, which was
-                // loaded as its primary was (the same keys in the same order), so its
-                // offsets are the primary's. An entry that is not would be caught like
-                // any stale one (S4). With fewer copies than nodes, only the partitions
-                // of other processes backed up here are known.
-                let source = if self.hosts(place.primary) {
-                    place.primary
-                } else if config.placement.holds(here.node, p) {
-                    here.node
-                } else {
-                    continue;
-                };
-                for spec in self.catalog.tables() {
-                    let replica = self.nodes[usize::from(source.0)].store.replica(spec.id, p);
-                    for (off, key) in replica.records() {
-                        cache.put(spec.id, key, place.generation, off);
+            let known: Known = (0..self.catalog.partitions())
+                .filter_map(|p| {
+                    // The primary's replica if this process hosts it, or else a backup
+                    // replica here, which was loaded as its primary was (the same keys in
+                    // the same order), so its offsets are the primary's. An entry that is
+                    // not would be caught like any stale one (S4). With fewer copies than
+                    // nodes, only the partitions of other processes backed up here are
+                    // known.
+                    let primary = config.placement.part(p).primary;
+                    if self.hosts(primary) {
+                        Some((p, primary))
+                    } else {
+                        config.placement.holds(here.node, p).then_some((p, here.node))
                     }
+                })
+                .collect();
+            let image = match images.iter().find(|(k, _)| *k == known) {
+                Some((_, image)) => image.clone(),
+                None => {
+                    let image = cache.blank();
+                    self.warm(&image, &known);
+                    let image = (image.evicted() == 0).then(|| Arc::new(image));
+                    images.push((known.clone(), image.clone()));
+                    image
+                }
+            };
+            // A node's own partitions are in the shared image, but not in the cache its
+            // own warm start would fill: it never looks them up, and drops them from a
+            // set when it first changes it. That is exact only if the image evicted
+            // nothing (an own entry could have pushed out another's); else the node's
+            // cache is warmed on its own, without them.
+            let own: Vec<bool> = (0..self.catalog.partitions())
+                .map(|p| config.placement.part(p).primary == here.node)
+                .collect();
+            if let Some(image) = image {
+                let catalog = self.catalog.clone();
+                let foreign = move |t, key| own[usize::from(catalog.partition(t, key))];
+                cache.start_from(image, Box::new(foreign));
+            } else {
+                let mine: Known =
+                    known.into_iter().filter(|&(p, _)| !own[usize::from(p)]).collect();
+                self.warm(cache, &mine);
+            }
+        }
+    }
+
+    /// Puts into `cache` the address of every record of the `known` partitions, read
+    /// from the given replicas.
+    fn warm(&self, cache: &LocationCache, known: &Known) {
+        for &(p, source) in known {
+            let generation = self.initial.placement.part(p).generation;
+            for spec in self.catalog.tables() {
+                let replica = self.nodes[usize::from(source.0)].store.replica(spec.id, p);
+                for (off, key) in replica.records() {
+                    cache.put(spec.id, key, generation, off);
                 }
             }
         }

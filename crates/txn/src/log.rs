@@ -715,7 +715,7 @@ mod tests {
         use hytra_fabric::testing::TestBackend;
         use hytra_fabric::ClusterShape;
         use hytra_store::layout::version_number;
-        use hytra_store::{Catalog, IndexLayout, Partitioner, TableSpec};
+        use hytra_store::{Catalog, Fill, IndexLayout, Partitioner, TableSpec};
 
         const ROUNDS: usize = 2_000;
         const KEYS: u64 = 40;
@@ -728,6 +728,7 @@ mod tests {
             capacity: 2 * KEYS,
             partitioner: Partitioner::Modulo,
             index: IndexLayout::Hashed,
+            fill: Fill::Dense,
         };
         let catalog = Catalog::new(vec![spec], 2, 2).unwrap();
         let (_, stores) = NodeStore::register(&mut backend, catalog, 0).unwrap();
@@ -806,7 +807,7 @@ mod tests {
         use hytra_fabric::local::LocalCluster;
         use hytra_fabric::testing::TestBackend;
         use hytra_fabric::ClusterShape;
-        use hytra_store::{Catalog, IndexLayout, Partitioner, TableSpec};
+        use hytra_store::{Catalog, Fill, IndexLayout, Partitioner, TableSpec};
 
         let shape = ClusterShape { nodes: 2, workers_per_node: 1, lanes_per_peer: 1 };
         let mut backend = LocalCluster::for_test(shape, 0);
@@ -817,6 +818,7 @@ mod tests {
             capacity: 16,
             partitioner: Partitioner::Modulo,
             index: IndexLayout::Hashed,
+            fill: Fill::Dense,
         };
         let catalog = Catalog::new(vec![spec], 2, 2).unwrap();
         let (_, stores) = NodeStore::register(&mut backend, catalog, 0).unwrap();

@@ -112,7 +112,7 @@ impl NicLookups {
         let answers = (0..shape.workers_per_node)
             .map(|i| {
                 let len_bytes = u64::from(lanes) * u64::from(shape.nodes) * slot_bytes;
-                backend.register_all(RegionSpec { len_bytes, watcher: Some(i) })
+                backend.register_all(RegionSpec { watcher: Some(i), ..RegionSpec::new(len_bytes) })
             })
             .collect::<Result<Vec<_>, _>>()?;
         let mut lookups = NicLookups {

@@ -10,7 +10,7 @@ use hytra_fabric::sim::{SimCluster, SimConfig};
 use hytra_fabric::{ClusterShape, NodeId, RunLimits, WorkerId};
 use hytra_rt::{run_workers_with, RpcType, RtConfig};
 use hytra_store::layout::KEY_MAX;
-use hytra_store::{Catalog, IndexLayout, Partitioner, TableId, TableSpec};
+use hytra_store::{Catalog, Fill, IndexLayout, Partitioner, TableId, TableSpec};
 use hytra_txn::wire::{self, CommitReq, RecordReply, RecordReq, Status};
 use hytra_txn::{Design, Engine, TxnConfig};
 
@@ -27,6 +27,7 @@ fn answers(requests: Vec<(RpcType, Vec<u8>)>) -> Vec<Vec<u8>> {
         capacity: 64,
         partitioner: Partitioner::Modulo,
         index: IndexLayout::Hashed,
+        fill: Fill::Dense,
     };
     let cfg = TxnConfig { replication: 2, ..TxnConfig::preset(Design::DrtmH) };
     let catalog = Catalog::new(vec![table], 2, 2).unwrap();

@@ -16,7 +16,7 @@ use hytra_fabric::rng::Rng;
 use hytra_fabric::sim::{SimCluster, SimConfig};
 use hytra_fabric::{ClusterShape, Endpoint};
 use hytra_rt::{RtConfig, Worker};
-use hytra_store::{IndexLayout, Partitioner, StoreError, TableId, TableSpec};
+use hytra_store::{Fill, IndexLayout, Partitioner, StoreError, TableId, TableSpec};
 use hytra_txn::{Design, Engine, TxnConfig, TxnCtx, WorkerTxn};
 use hytra_workloads::bench::{
     run, spawn_clients, BenchParams, ClientPlan, InvariantReport, Workload,
@@ -91,6 +91,7 @@ impl Workload for Counters {
             capacity: self.keys.div_ceil(u64::from(shape.nodes)) + 16,
             partitioner: Partitioner::Modulo,
             index: IndexLayout::Sequential,
+            fill: Fill::Dense,
         }]
     }
 

@@ -69,7 +69,7 @@ pub trait Workload: Sync {
     /// more: untouched memory costs nothing). By default, the regions' whole size.
     fn store_bytes(&self, catalog: &Catalog, shape: ClusterShape) -> u64 {
         let _ = shape;
-        catalog.regions().map(|(_, _, b)| b).sum()
+        catalog.regions().map(|(_, _, b, _)| b).sum()
     }
     /// Loads the initial data into every replica.
     fn load(&self, engine: &Engine, shape: ClusterShape) -> Result<(), StoreError>;
@@ -858,7 +858,7 @@ mod tests {
     #[test]
     fn an_image_placed_outside_the_cluster_is_refused() {
         use hytra_fabric::sim::{SimCluster, SimConfig};
-        use hytra_store::{IndexLayout, Partitioner, TableId};
+        use hytra_store::{Fill, IndexLayout, Partitioner, TableId};
 
         let shape = ClusterShape { nodes: 2, workers_per_node: 1, lanes_per_peer: 1 };
         let mut b = SimCluster::new(SimConfig::new(shape, 1)).unwrap();
@@ -869,6 +869,7 @@ mod tests {
             capacity: 16,
             partitioner: Partitioner::Modulo,
             index: IndexLayout::Hashed,
+            fill: Fill::Dense,
         };
         let cfg = TxnConfig { replication: 2, ..TxnConfig::preset(hytra_txn::Design::DrtmH) };
         let catalog = Catalog::new(vec![table], 2, 2).unwrap();

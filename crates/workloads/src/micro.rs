@@ -316,8 +316,9 @@ pub fn run_point<B: Backend>(
         backend.register_all(RegionSpec::new(workers * u64::from(params.coroutines) * per_co))?;
     // Mailboxes exist only for wrpc; others get token regions (keys stay dense).
     let mailbox_bytes = if primitive == Primitive::WriteRpc { slots_per_worker * slot } else { 8 };
-    let mut mailboxes =
-        |i: u16| backend.register_all(RegionSpec { len_bytes: mailbox_bytes, watcher: Some(i) });
+    let mut mailboxes = |i: u16| {
+        backend.register_all(RegionSpec { watcher: Some(i), ..RegionSpec::new(mailbox_bytes) })
+    };
     let inbox_first = mailboxes(0)?;
     for i in 1..shape.workers_per_node {
         mailboxes(i)?;

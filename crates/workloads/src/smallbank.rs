@@ -15,7 +15,7 @@ use std::rc::Rc;
 use hytra_fabric::rng::Rng;
 use hytra_fabric::{ClusterShape, Endpoint};
 use hytra_rt::Worker;
-use hytra_store::{IndexLayout, Partitioner, StoreError, TableId, TableSpec};
+use hytra_store::{Fill, IndexLayout, Partitioner, StoreError, TableId, TableSpec};
 use hytra_txn::{Abort, AbortReason, Engine, Txn, TxnCtx, WorkerTxn};
 
 use crate::bench::{check_replicas, spawn_clients, ClientPlan, InvariantReport, Workload};
@@ -251,6 +251,7 @@ impl Workload for SmallBank {
                 partitioner: Partitioner::Modulo,
                 // Accounts are numbered densely: loading fills the index in order.
                 index: IndexLayout::Sequential,
+                fill: Fill::Dense,
             })
             .collect()
     }

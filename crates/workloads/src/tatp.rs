@@ -17,7 +17,7 @@ use std::rc::Rc;
 use hytra_fabric::rng::Rng;
 use hytra_fabric::{ClusterShape, Endpoint};
 use hytra_rt::Worker;
-use hytra_store::{IndexLayout, Partitioner, StoreError, TableId, TableSpec};
+use hytra_store::{Fill, IndexLayout, Partitioner, StoreError, TableId, TableSpec};
 use hytra_txn::{Abort, AbortReason, Engine, Txn, TxnCtx, WorkerTxn};
 
 use crate::bench::{check_replicas, spawn_clients, ClientPlan, InvariantReport, Workload};
@@ -342,6 +342,7 @@ impl Workload for Tatp {
             // A subscriber's rows are `group` consecutive keys: one partition holds them.
             partitioner: Partitioner::Range { keys_per_partition: group },
             index: IndexLayout::Sequential,
+            fill: Fill::Dense,
         };
         vec![
             spec(SUBSCRIBER, "subscriber", SUB_WORDS, 1),

@@ -14,7 +14,7 @@ use std::rc::Rc;
 use hytra_fabric::rng::Rng;
 use hytra_fabric::{ClusterShape, Endpoint};
 use hytra_rt::Worker;
-use hytra_store::{IndexLayout, Partitioner, StoreError, TableId, TableSpec};
+use hytra_store::{Fill, IndexLayout, Partitioner, StoreError, TableId, TableSpec};
 use hytra_txn::{Abort, Engine, Rec, Txn, TxnCtx, WorkerTxn};
 
 use crate::bench::{check_replicas, spawn_clients, ClientPlan, InvariantReport, Workload};
@@ -214,6 +214,7 @@ impl Workload for Tpce {
             // A customer's accounts and holdings stay with the customer.
             partitioner: Partitioner::Range { keys_per_partition: group },
             index: IndexLayout::Sequential,
+            fill: Fill::Dense,
         };
         vec![
             grouped(CUSTOMER, "customer", 6, 1),
@@ -226,6 +227,7 @@ impl Workload for Tpce {
                 capacity: self.securities(shape).div_ceil(u64::from(shape.nodes)) + 1,
                 partitioner: Partitioner::Modulo,
                 index: IndexLayout::Sequential,
+                fill: Fill::Dense,
             },
         ]
     }

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use hytra_fabric::rng::Rng;
 use hytra_fabric::{ClusterShape, Endpoint};
 use hytra_rt::Worker;
-use hytra_store::{IndexLayout, Partitioner, StoreError, TableId, TableSpec};
+use hytra_store::{Fill, IndexLayout, Partitioner, StoreError, TableId, TableSpec};
 use hytra_txn::{Abort, Engine, Intent, Txn, TxnCtx, WorkerTxn};
 
 use crate::bench::{check_replicas, spawn_clients, ClientPlan, InvariantReport, Workload};
@@ -447,6 +447,7 @@ impl Workload for Ycsb {
             capacity: keys.div_ceil(u64::from(shape.nodes)) + 16,
             partitioner: Partitioner::Modulo,
             index: IndexLayout::Sequential,
+            fill: Fill::Dense,
         }]
     }
 

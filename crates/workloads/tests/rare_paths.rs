@@ -11,7 +11,7 @@ use hytra_fabric::sim::{SimCluster, SimConfig};
 use hytra_fabric::{ClusterShape, Endpoint, RunLimits};
 use hytra_rt::{run_workers_with, RtConfig};
 use hytra_store::layout::{is_present, slot_tag, Owner, ABSENT, RECORD_HEADER_WORDS};
-use hytra_store::{Catalog, IndexLayout, Partitioner, TableId, TableSpec};
+use hytra_store::{Catalog, Fill, IndexLayout, Partitioner, TableId, TableSpec};
 use hytra_txn::{AbortReason, Design, Engine, NodeEngine, Outcome, TxnConfig, TxnCtx, TxnStats};
 
 const T: TableId = TableId(0);
@@ -71,6 +71,7 @@ fn setup(mut cfg: TxnConfig, coherent: bool) -> (SimCluster, Engine) {
         capacity: 64,
         partitioner: Partitioner::Modulo,
         index: IndexLayout::Hashed,
+        fill: Fill::Dense,
     };
     cfg.replication = 2;
     let catalog = Catalog::new(vec![table], 2, 2).unwrap();

@@ -163,8 +163,9 @@ impl Scale {
             // TPC-C/no's New-Order reads one customer row and never the initial orders,
             // order lines and history rows, which all scale with the customers: a few
             // leave its numbers alone (within seed noise at 8 x 8), where 1 000 made each
-            // run of the full matrix gigabytes larger.
-            customers: if a.quick { 300 } else { 30 },
+            // run of the full matrix gigabytes larger (and 300 made loading most of a
+            // quick run's time).
+            customers: 30,
             items: if a.quick { 10_000 } else { 20_000 },
             tpce_customers: if a.quick { 300 } else { 1_000 },
             warmup_ns: if a.quick { 100_000 } else { 200_000 },

@@ -307,7 +307,7 @@ impl Backend for LocalCluster {
     fn register(&mut self, node: NodeId, spec: RegionSpec) -> Result<Rkey, BackendError> {
         check_region(&self.config.shape, node, spec)?;
         let list = &mut self.regions[usize::from(node.0)];
-        list.push(Region::zeroed(spec.len_bytes));
+        list.push(Region::zeroed_on(spec.len_bytes, spec.pages));
         Ok(Rkey(u32::try_from(list.len() - 1).expect("region count fits u32")))
     }
 

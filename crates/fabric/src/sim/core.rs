@@ -6,12 +6,12 @@
 //! and configuration. Not for: running programs (see `cluster.rs`) or the endpoint API
 //! (see `endpoint.rs`); this file holds the mechanics both of them drive.
 
-use std::cmp::{Ordering as CmpOrdering, Reverse};
-use std::collections::BinaryHeap;
+use std::cmp::Ordering as CmpOrdering;
 
 use crate::ids::{ClusterShape, NodeId, Qp, Rkey, WorkerId};
 use crate::memory::Region;
 use crate::rng::Rng;
+use crate::sim::calendar::EventQueue;
 use crate::sim::faults::{FaultConfig, NodeFaultKind};
 use crate::sim::nic::{BufPool, Datagram, Model, Nic, NodeState, OneSided, Queued};
 use crate::sim::profile::NicProfile;
@@ -203,7 +203,7 @@ pub struct SimStats {
 pub(super) struct Core {
     pub(super) now: Ps,
     pub(super) seq: u64,
-    pub(super) queue: BinaryHeap<Reverse<Timed<u32>>>,
+    pub(super) queue: EventQueue,
     /// Events by slab index; `free` lists empty slots.
     pub(super) events: Vec<Option<Event>>,
     pub(super) free: Vec<u32>,
@@ -277,7 +277,7 @@ impl Core {
         Core {
             now: 0,
             seq: 0,
-            queue: BinaryHeap::new(),
+            queue: EventQueue::new(),
             events: Vec::new(),
             free: Vec::new(),
             shape,
@@ -363,16 +363,15 @@ impl Core {
                 u32::try_from(self.events.len() - 1).expect("events in flight fit u32")
             }
         };
-        self.queue.push(Reverse(Timed { at, seq: self.seq, item: slot }));
+        self.queue.push(Timed { at, seq: self.seq, item: slot });
     }
 
     /// Next event, if it is not later than `limit`.
     pub(crate) fn pop(&mut self, limit: Ps) -> Option<Event> {
-        let next = self.queue.peek()?;
-        if next.0.at > limit {
+        if self.queue.peek_at()? > limit {
             return None;
         }
-        let Reverse(t) = self.queue.pop().expect("peeked");
+        let t = self.queue.pop().expect("peeked");
         self.now = t.at;
         self.stats.events += 1;
         self.trace.add(t.at);

@@ -14,6 +14,7 @@
 //! - `endpoint.rs`: the [`Endpoint`](crate::Endpoint) of a simulated worker
 //! - `trace.rs`: the trace hash
 
+mod calendar;
 mod core;
 mod endpoint;
 pub mod faults;
@@ -220,7 +221,7 @@ impl Backend for SimCluster {
             return Err(BackendError::Register { node, len_bytes: spec.len_bytes, reason });
         }
         check_region(&self.config.shape, node, spec)?;
-        let region = Region::zeroed(spec.len_bytes);
+        let region = Region::zeroed_on(spec.len_bytes, spec.pages);
         Ok(self.core.borrow_mut().add_region(node, region, spec.watcher))
     }
 

@@ -56,6 +56,13 @@ impl Default for Timeline {
 }
 
 impl Timeline {
+    /// The ring slot of bucket `b` (the ring's length is a power of two, so a mask: a
+    /// division here cost more than the rest of a booking).
+    fn slot(&self, b: u64) -> usize {
+        debug_assert!(self.slots.is_power_of_two());
+        (b & (self.slots - 1)) as usize
+    }
+
     fn advance(&mut self, now: Ps) {
         let bucket = now / GRAIN;
         if bucket <= self.base {
@@ -67,7 +74,7 @@ impl Timeline {
         let slots = self.slots;
         let from = self.base.max(bucket.saturating_sub(slots));
         for b in from..bucket {
-            let slot = (b % slots) as usize;
+            let slot = self.slot(b);
             let nb = b + slots;
             let taken = self.tail_free.saturating_sub(nb * GRAIN).min(GRAIN);
             self.used[slot] = taken as u32;
@@ -83,14 +90,15 @@ impl Timeline {
         debug_assert!(new <= MAX_SLOTS);
         let mut used = vec![0; new as usize];
         let mut next = vec![0; new as usize];
+        let (old_mask, new_mask) = (old - 1, new - 1);
         for b in self.base..self.base + old {
-            used[(b % new) as usize] = self.used[(b % old) as usize];
-            next[(b % new) as usize] = self.next[(b % old) as usize];
+            used[(b & new_mask) as usize] = self.used[(b & old_mask) as usize];
+            next[(b & new_mask) as usize] = self.next[(b & old_mask) as usize];
         }
         for b in self.base + old..self.base + new {
             let taken = self.tail_free.saturating_sub(b * GRAIN).min(GRAIN);
-            used[(b % new) as usize] = taken as u32;
-            next[(b % new) as usize] = if taken == GRAIN { b + 1 } else { b };
+            used[(b & new_mask) as usize] = taken as u32;
+            next[(b & new_mask) as usize] = if taken == GRAIN { b + 1 } else { b };
         }
         self.slots = new;
         self.used = used;
@@ -103,7 +111,7 @@ impl Timeline {
         let horizon = self.base + slots;
         let mut root = b;
         while root < horizon {
-            let n = self.next[(root % slots) as usize];
+            let n = self.next[self.slot(root)];
             if n == root {
                 break;
             }
@@ -111,7 +119,7 @@ impl Timeline {
         }
         let mut x = b;
         while x < root {
-            let slot = (x % slots) as usize;
+            let slot = self.slot(x);
             let n = self.next[slot];
             self.next[slot] = root;
             x = n;
@@ -140,7 +148,7 @@ impl Timeline {
                 self.tail_free = start + remaining;
                 return self.tail_free.max(at + dur);
             }
-            let index = (b % self.slots) as usize;
+            let index = self.slot(b);
             let used = Ps::from(self.used[index]);
             let take = (GRAIN - used).min(remaining);
             self.used[index] += take as u32;

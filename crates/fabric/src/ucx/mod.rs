@@ -58,7 +58,9 @@ pub use self::exchange::{Exchange, Quiescence, Solo, Waves};
 #[cfg(feature = "pmix")]
 pub use self::pmix::PmixExchange;
 use crate::constants::{DATAGRAM_MTU, INLINE_MAX, SQ_DEPTH};
-use crate::endpoint::{Backend, BackendError, Caps, Program, RegionSpec, RunLimits, RunStats};
+use crate::endpoint::{
+    Backend, BackendError, Caps, Pages, Program, RegionSpec, RunLimits, RunStats,
+};
 use crate::exec::check_region;
 use crate::ids::{ClusterShape, NodeId, Rkey};
 use crate::memory::Region;
@@ -352,10 +354,10 @@ impl UcxCluster {
         len >= HUGE && network && free_huge_pages().is_some_and(|n| n * HUGE >= len)
     }
 
-    fn alloc(&self, node: NodeId, len: u64) -> Result<HostedRegion, BackendError> {
+    fn alloc(&self, node: NodeId, len: u64, pages: Pages) -> Result<HostedRegion, BackendError> {
         let fail = |reason: String| BackendError::Register { node, len_bytes: len, reason };
         let bytes = usize::try_from(len).map_err(|_| fail("larger than memory".into()))?;
-        let huge = self.wants_huge_pages(len);
+        let huge = pages == Pages::Huge && self.wants_huge_pages(len);
         let mut memh = std::ptr::null_mut();
         let mut addr: *mut c_void = std::ptr::null_mut();
         let mut rkey_buf: *mut c_void = std::ptr::null_mut();
@@ -412,9 +414,9 @@ impl Backend for UcxCluster {
     fn register(&mut self, node: NodeId, spec: RegionSpec) -> Result<Rkey, BackendError> {
         check_region(&self.config.shape, node, spec)?;
         let slot = if self.config.hosts(node) {
-            RegionSlot::Hosted(self.alloc(node, spec.len_bytes)?)
+            RegionSlot::Hosted(self.alloc(node, spec.len_bytes, spec.pages)?)
         } else {
-            RegionSlot::Shadow(Region::zeroed(spec.len_bytes))
+            RegionSlot::Shadow(Region::zeroed_on(spec.len_bytes, spec.pages))
         };
         let list = &mut self.regions[usize::from(node.0)];
         list.push(slot);

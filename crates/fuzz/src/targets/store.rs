@@ -2,7 +2,9 @@
 //! run, decoded and restored onto a replica of the same table.
 
 use hytra_fabric::{Region, Rkey};
-use hytra_store::{Catalog, IndexLayout, Partitioner, Replica, ReplicaImage, TableId, TableSpec};
+use hytra_store::{
+    Catalog, Fill, IndexLayout, Partitioner, Replica, ReplicaImage, TableId, TableSpec,
+};
 
 use crate::Target;
 
@@ -26,6 +28,7 @@ pub(super) fn replica() -> Replica {
         capacity: CAPACITY,
         partitioner: Partitioner::Modulo,
         index: IndexLayout::Hashed,
+        fill: Fill::Dense,
     };
     let catalog = Catalog::new(vec![spec], 1, 1).expect("a valid catalog");
     let g = catalog.geometry(TableId(0));

@@ -7,7 +7,9 @@ use std::sync::Arc;
 
 use hytra_fabric::sim::{SimCluster, SimConfig};
 use hytra_fabric::{ClusterShape, Region, Rkey};
-use hytra_store::{Catalog, IndexLayout, NodeStore, Partitioner, ReplicaImage, TableId, TableSpec};
+use hytra_store::{
+    Catalog, Fill, IndexLayout, NodeStore, Partitioner, ReplicaImage, TableId, TableSpec,
+};
 use hytra_txn::log::{
     apply, place, put, resolve, scan, skip_word, EntryBuilder, LogLayout, LOGGED_DELETE,
 };
@@ -204,6 +206,7 @@ fn tables() -> Vec<TableSpec> {
         capacity: 24,
         partitioner: Partitioner::Modulo,
         index,
+        fill: Fill::Dense,
     };
     vec![spec(0, 2, IndexLayout::Hashed), spec(1, 3, IndexLayout::Sequential)]
 }

@@ -23,7 +23,7 @@
 //! Money is in cents, rates (tax, discount) in hundredths of a percent, strings packed
 //! eight bytes to a word.
 
-use hytra_store::{IndexLayout, Partitioner, TableId, TableSpec};
+use hytra_store::{Fill, IndexLayout, Partitioner, TableId, TableSpec};
 
 /// Warehouse.
 pub const WAREHOUSE: TableId = TableId(0);
@@ -280,6 +280,13 @@ impl Scale {
         let words =
             [w::WORDS, d::WORDS, c::WORDS, h::WORDS, 1, o::WORDS, ol::WORDS, s::WORDS, 1, 1];
         let per_w = self.keys_per_warehouse();
+        // Tables sized for the rows a run inserts hold their loaded rows in islands at
+        // the start of each district's key range.
+        let loaded = self.loaded_rows();
+        let fill: [Fill; 10] = std::array::from_fn(|i| match loaded[i] * 2 < per_w[i] {
+            true => Fill::Sparse,
+            false => Fill::Dense,
+        });
         (0..10)
             .map(|i| {
                 // Capacity covers every key (order lines use 5-15 of every 16): with the
@@ -294,6 +301,7 @@ impl Scale {
                         keys_per_partition: per_w[i] * self.warehouses_per_node,
                     },
                     index: IndexLayout::Sequential,
+                    fill: fill[i],
                 }
             })
             .collect()
@@ -363,6 +371,25 @@ mod tests {
         assert_eq!(ol::DIST_INFO + words_for(24), usize::from(ol::WORDS));
         assert_eq!(h::DATA + words_for(24), usize::from(h::WORDS));
         assert_eq!(w::ADDRESS + 3 * words_for(20) + 1 + words_for(9), w::TAX);
+    }
+
+    #[test]
+    fn tables_sized_for_inserts_are_sparse_and_loaded_ones_dense() {
+        // As `TpcC` sizes a run: orders for 1000 New-Orders beyond the 300 loaded.
+        let s = Scale {
+            warehouses_per_node: 2,
+            customers: 300,
+            items: 1000,
+            orders: 1301,
+            history: 3000 + 20_000,
+        };
+        let fill: Vec<Fill> = s.tables().iter().map(|t| t.fill).collect();
+        for t in [HISTORY, NEW_ORDER, ORDER, ORDER_LINE] {
+            assert_eq!(fill[usize::from(t.0)], Fill::Sparse, "{t:?}");
+        }
+        for t in [WAREHOUSE, DISTRICT, CUSTOMER, STOCK] {
+            assert_eq!(fill[usize::from(t.0)], Fill::Dense, "{t:?}");
+        }
     }
 
     #[test]
