@@ -37,13 +37,13 @@ use hytra_store::layout::KEY_WORD;
 /// commit payloads staged for one-sided WRITEs.
 pub const SCRATCH_CO_BYTES: u64 = 64 << 10;
 
-/// The partitions a node's location cache is warmed with, each with the node whose
-/// replica it is read from.
-type Known = Vec<(u16, NodeId)>;
-
 /// The part of a coroutine's scratch reset at every attempt; the rest holds commit
 /// payloads until the coroutine's next commit (docs/INVARIANTS.md M5).
 pub const SCRATCH_ATTEMPT_BYTES: u64 = 48 << 10;
+
+/// The partitions a node's location cache is warmed with, each with the node whose
+/// replica it is read from.
+type Known = Vec<(u16, NodeId)>;
 
 /// Why the engine could not be set up.
 #[derive(Debug, Error)]
