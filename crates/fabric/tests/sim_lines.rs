@@ -1,11 +1,13 @@
 //! What the simulator shows of one-sided requests that real NICs show too: a READ or
 //! WRITE longer than a cache line takes effect line by line, so a READ racing a WRITE can
-//! return a torn mix (M2); a connection still applies its requests in order (R1); and a
-//! partition that heals within the transport's retry time only delays requests.
+//! return a torn mix (M2); a connection still applies its requests in order (R1) and
+//! completes them in order, unsignaled ones included; and a partition that heals within
+//! the transport's retry time only delays requests.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use hytra_fabric::sim::faults::{FaultConfig, Partition};
+use hytra_fabric::sim::profile::NicProfile;
 use hytra_fabric::sim::{SimCluster, SimConfig};
 use hytra_fabric::testing::run_scripts;
 use hytra_fabric::{
@@ -167,6 +169,86 @@ fn write_then_flag(faults: FaultConfig) {
         }
     });
     assert!(checks.load(Ordering::Relaxed) > ROUNDS, "the watcher looked often enough");
+}
+
+#[test]
+fn a_completion_comes_after_the_unsignaled_atomics_before_it() {
+    // A train of CASes to one word, then a READ on the same connection. The atomic
+    // unit serialises the CASes; the READ's answer leaves behind theirs (RC answers in
+    // order), so it completes no sooner than the last CAS does when that one is
+    // signaled. Were it to overtake them, a poster waiting on it would never feel the
+    // unit's queue and could feed it without bound.
+    let last_cas = cas_train(Tail::SignaledCas);
+    let read = cas_train(Tail::UnsignaledCasThenRead);
+    // The two runs' workers differ by a few ns in their own posting and polling; a READ
+    // that overtakes the last CAS does so by that CAS's time in the unit (hundreds).
+    assert!(
+        read + 50 >= last_cas,
+        "the READ completed after {read} ns, the CASes before it after {last_cas} ns"
+    );
+}
+
+enum Tail {
+    SignaledCas,
+    UnsignaledCasThenRead,
+}
+
+/// Node 1 posts 64 CASes to one word of node 0 (a cx3, whose atomics are slow), all
+/// unsignaled but maybe the last, then maybe a signaled READ; returns how long after
+/// posting the one signaled request completed.
+fn cas_train(tail: Tail) -> u64 {
+    const CASES: u64 = 64;
+    let shape = ClusterShape { nodes: 2, workers_per_node: 1, lanes_per_peer: 1 };
+    let mut cfg = SimConfig::new(shape, 5);
+    cfg.profile = NicProfile::cx3();
+    let mut b = SimCluster::new(cfg).unwrap();
+    let data = b.register_all(RegionSpec::new(64)).unwrap();
+    let scratch = b.register_all(RegionSpec::new(CASES * 8 + 64)).unwrap();
+    let took = std::sync::Mutex::new(None);
+    run_scripts(&mut b, |ep| {
+        let me = ep.me().node.0;
+        let mut posted_at = None;
+        let (took, tail) = (&took, &tail);
+        move |ep: &mut _| {
+            let ep: &mut <SimCluster as Backend>::Ep = ep;
+            if me == 0 {
+                return true;
+            }
+            let remote = RemoteAddr { node: NodeId(0), rkey: data, offset: 0 };
+            let Some(t0) = posted_at else {
+                // Before posting: the READ's own post must not count against it.
+                posted_at = Some(ep.now_ns());
+                for k in 0..CASES {
+                    let local = LocalAddr { rkey: scratch, offset: k * 8 };
+                    let wr = WorkRequest::Cas { remote, local, compare: k, swap: k + 1 };
+                    let flags = match tail {
+                        Tail::SignaledCas if k + 1 == CASES => OpFlags::SIGNALED,
+                        _ => OpFlags::NONE,
+                    };
+                    ep.post(Qp::to(NodeId(0)), k, &wr, flags).unwrap();
+                }
+                if let Tail::UnsignaledCasThenRead = tail {
+                    let local = LocalAddr { rkey: scratch, offset: CASES * 8 };
+                    let wr = WorkRequest::Read { remote, local, len: 8 };
+                    ep.post(Qp::to(NodeId(0)), CASES, &wr, OpFlags::SIGNALED).unwrap();
+                }
+                return false;
+            };
+            let mut c = [Completion::EMPTY; 1];
+            if ep.poll_cq(&mut c) == 0 {
+                return false;
+            }
+            assert_eq!(c[0].status, Status::Success);
+            if let Tail::UnsignaledCasThenRead = tail {
+                let s = ep.region(scratch).unwrap();
+                assert_eq!(s.load(CASES * 8), CASES, "every CAS took effect before the READ");
+            }
+            *took.lock().unwrap() = Some(ep.now_ns() - t0);
+            true
+        }
+    });
+    let took = took.lock().unwrap().expect("the signaled request completed");
+    took
 }
 
 /// Node 0 READs node 1 once, at `post_at_ns`; returns the status and when it completed.

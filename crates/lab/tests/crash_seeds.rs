@@ -33,9 +33,10 @@ fn crash_seeds_that_found_bugs_pass() {
 }
 
 /// Seeds that pause a node past its lease and once failed: (seed, what it found).
-const LONG_PAUSES: [(u64, &str); 2] = [
+const LONG_PAUSES: [(u64, &str); 3] = [
     (38, "a removed node's coroutines, stopped with tickets in hand, counted as leaks"),
     (377, "the manager woke after its removal, took everyone for dead and stopped the cluster"),
+    (9325, "READs overtook unsignaled CASes, the atomic unit's queue grew without bound, and a live node's renewals waited behind it"),
 ];
 
 #[test]

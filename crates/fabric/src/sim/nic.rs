@@ -469,6 +469,13 @@ impl Core {
         self.wake(op.src, at);
     }
 
+    /// Records that `op`, unsignaled, would have completed at `at`: the connection's
+    /// later completions appear no earlier.
+    fn behind(&mut self, op: &OneSided, at: Ps) {
+        let q = &mut self.workers[op.src as usize].qps[op.qp_slot as usize];
+        q.last_complete = q.last_complete.max(at);
+    }
+
     /// A one-sided request reaches its target: check, apply, and schedule the answer.
     pub(crate) fn arrive(&mut self, op: OneSided) {
         let src_node = self.shape.worker_at(op.src as usize).node;
@@ -559,7 +566,11 @@ impl Core {
             None if op.signaled || status != Status::Success => {
                 self.push_cqe(&op, cqe_at, status, value)
             }
-            None => {}
+            // Unsignaled, it shows no completion, but the connection's later ones still
+            // come after it (R1): a READ posted behind a CAS must not report before the
+            // CAS has cleared the atomic unit, or the poster never feels that unit's
+            // queue and keeps feeding it.
+            None => self.behind(&op, cqe_at),
         }
     }
 
@@ -628,6 +639,8 @@ impl Core {
             self.release_inline(&op);
             if op.signaled {
                 self.push_cqe(&op, cqe_at, Status::Success, 0);
+            } else {
+                self.behind(&op, cqe_at);
             }
         }
     }

@@ -10,9 +10,13 @@
 //! bucket. Buckets behind the current event time are recycled.
 //!
 //! The ring of buckets grows (doubling) when a booking reaches past it, up to
-//! `MAX_SLOTS`. Only beyond that does a job queue after everything (a FIFO tail), and
-//! the tail's time is then withheld from the buckets that later enter the ring, so even
-//! an overload of many milliseconds never delivers more than the resource's capacity.
+//! `MAX_SLOTS`. Beyond that, bookings are kept exactly, as disjoint intervals of time
+//! (`far`), and handed to the buckets as they enter the ring: even an overload of many
+//! milliseconds never delivers more than the resource's capacity, and one job booked
+//! far ahead (a response behind a long queue elsewhere) takes only its own time, not
+//! all the time up to it.
+
+use std::collections::BTreeMap;
 
 use crate::sim::core::Ps;
 
@@ -37,8 +41,10 @@ pub(crate) struct Timeline {
     next: Vec<u64>,
     /// Bucket number of the oldest live bucket.
     base: u64,
-    /// End of the FIFO tail beyond the horizon.
-    tail_free: Ps,
+    /// Time booked beyond the ring's horizon: start -> end, disjoint, none touching
+    /// another, all at or after the horizon. One interval per job booked out there at
+    /// most, so bounded by the jobs in flight.
+    far: BTreeMap<Ps, Ps>,
 }
 
 const _: () = assert!(GRAIN <= u32::MAX as Ps);
@@ -50,7 +56,7 @@ impl Default for Timeline {
             used: vec![0; MIN_SLOTS as usize],
             next: (0..MIN_SLOTS).collect(),
             base: 0,
-            tail_free: 0,
+            far: BTreeMap::new(),
         }
     }
 }
@@ -68,15 +74,15 @@ impl Timeline {
         if bucket <= self.base {
             return;
         }
-        // Each recycled slot becomes bucket `b + slots`. Capacity that the FIFO tail
-        // already handed out in it is taken, or a bucket entering the horizon would
-        // offer the same time twice and the resource would exceed its capacity.
+        // Each recycled slot becomes bucket `b + slots`. Capacity booked beyond the
+        // horizon in it is taken, or a bucket entering the horizon would offer the same
+        // time twice and the resource would exceed its capacity.
         let slots = self.slots;
         let from = self.base.max(bucket.saturating_sub(slots));
         for b in from..bucket {
             let slot = self.slot(b);
             let nb = b + slots;
-            let taken = self.tail_free.saturating_sub(nb * GRAIN).min(GRAIN);
+            let taken = self.enter(nb);
             self.used[slot] = taken as u32;
             self.next[slot] = if taken == GRAIN { nb + 1 } else { nb };
         }
@@ -96,13 +102,72 @@ impl Timeline {
             next[(b & new_mask) as usize] = self.next[(b & old_mask) as usize];
         }
         for b in self.base + old..self.base + new {
-            let taken = self.tail_free.saturating_sub(b * GRAIN).min(GRAIN);
+            let taken = self.enter(b);
             used[(b & new_mask) as usize] = taken as u32;
             next[(b & new_mask) as usize] = if taken == GRAIN { b + 1 } else { b };
         }
         self.slots = new;
         self.used = used;
         self.next = next;
+    }
+
+    /// Bucket `b` enters the ring: returns the time booked in it beyond the horizon,
+    /// and forgets every far booking before its end (buckets enter in order, and those
+    /// skipped by a jump of time are past).
+    fn enter(&mut self, b: u64) -> Ps {
+        let (lo, hi) = (b * GRAIN, (b + 1) * GRAIN);
+        let mut taken = 0;
+        while let Some((&start, &end)) = self.far.first_key_value() {
+            if start >= hi {
+                break;
+            }
+            taken += end.min(hi) - start.max(lo).min(end.min(hi));
+            self.far.remove(&start);
+            if end > hi {
+                self.far.insert(hi, end);
+                break;
+            }
+        }
+        debug_assert!(taken <= GRAIN);
+        taken
+    }
+
+    /// Books `dur` beyond the horizon, from `at` on, in the first free time (in pieces
+    /// around earlier far bookings); returns when the last piece ends.
+    fn book_far(&mut self, mut at: Ps, mut dur: Ps) -> Ps {
+        debug_assert!(at >= (self.base + self.slots) * GRAIN, "far bookings are past the ring");
+        loop {
+            // Out of any interval covering `at`.
+            if let Some((_, &end)) = self.far.range(..=at).next_back() {
+                if end > at {
+                    at = end;
+                    continue;
+                }
+            }
+            let gap_end = self.far.range(at..).next().map_or(Ps::MAX, |(&s, _)| s);
+            let take = dur.min(gap_end - at);
+            self.insert_far(at, at + take);
+            dur -= take;
+            if dur == 0 {
+                return at + take;
+            }
+            at = gap_end;
+        }
+    }
+
+    /// Adds the free interval `[start, end)` to the far bookings, merged with the ones
+    /// it touches.
+    fn insert_far(&mut self, mut start: Ps, mut end: Ps) {
+        if let Some((&s, &e)) = self.far.range(..=start).next_back() {
+            if e == start {
+                self.far.remove(&s);
+                start = s;
+            }
+        }
+        if let Some(e) = self.far.remove(&end) {
+            end = e;
+        }
+        self.far.insert(start, end);
     }
 
     /// First bucket at or after `b` with capacity left (or past the horizon).
@@ -144,9 +209,8 @@ impl Timeline {
                     self.grow();
                     continue;
                 }
-                let start = (b * GRAIN).max(self.tail_free);
-                self.tail_free = start + remaining;
-                return self.tail_free.max(at + dur);
+                let end = self.book_far((b * GRAIN).max(at), remaining);
+                return end.max(at + dur);
             }
             let index = self.slot(b);
             let used = Ps::from(self.used[index]);
@@ -219,16 +283,43 @@ mod tests {
     }
 
     #[test]
-    fn the_tail_is_not_handed_out_twice() {
+    fn time_past_the_ring_is_not_handed_out_twice() {
         // One job backs the resource up to twice the largest ring; the part past it is
-        // in the FIFO tail. Once time moves on and those buckets enter the ring, a new
-        // job must still queue behind it.
+        // booked beyond the horizon. Once time moves on and those buckets enter the
+        // ring, a new job must still queue behind it.
         let mut t = Timeline::default();
         let horizon = MAX_SLOTS * GRAIN;
         assert_eq!(t.book(0, 2 * horizon, 0), 2 * horizon);
         assert_eq!(t.slots, MAX_SLOTS);
         let now = horizon + horizon / 2;
         assert_eq!(t.book(now, GRAIN, now), 2 * horizon + GRAIN);
+    }
+
+    #[test]
+    fn a_lone_booking_far_ahead_takes_only_its_own_time() {
+        // A job booked past the largest ring (a response behind a long queue elsewhere)
+        // must not make the time before it look busy once that time enters the ring.
+        let mut t = Timeline::default();
+        let horizon = MAX_SLOTS * GRAIN;
+        assert_eq!(t.book(3 * horizon, GRAIN, 0), 3 * horizon + GRAIN);
+        assert_eq!(t.book(3 * horizon, GRAIN, 0), 3 * horizon + 2 * GRAIN, "queues behind it");
+        assert_eq!(t.book(2 * horizon, GRAIN, 0), 2 * horizon + GRAIN, "earlier, so first");
+        let now = horizon + horizon / 2;
+        assert_eq!(t.book(now, GRAIN, now), now + GRAIN);
+        // Those far jobs still hold their time once it is inside the ring.
+        let now = 3 * horizon - GRAIN;
+        assert_eq!(t.book(now, 3 * GRAIN, now), 3 * horizon + 4 * GRAIN);
+    }
+
+    #[test]
+    fn a_far_job_fills_the_gaps_between_earlier_far_jobs() {
+        let mut t = Timeline::default();
+        let h = MAX_SLOTS * GRAIN;
+        t.book(2 * h, GRAIN, 0);
+        t.book(2 * h + 2 * GRAIN, GRAIN, 0);
+        // Two grains of work from 2h: the one free grain between them, then after.
+        assert_eq!(t.book(2 * h, 2 * GRAIN, 0), 2 * h + 4 * GRAIN);
+        assert_eq!(t.far.len(), 1, "touching intervals merge");
     }
 
     #[test]
