@@ -94,6 +94,15 @@ pub trait Endpoint {
         false
     }
 
+    /// Crashes this worker's node now, as a fault injector would at a chosen point of a
+    /// protocol: its CPUs and NIC stop; nothing its workers post or send from now on takes
+    /// effect (requests already handed to the NIC are in flight and may land), and they
+    /// are not stepped again. Returns whether the backend can: only the simulator does,
+    /// where the same seed then crashes at the same point.
+    fn crash_here(&mut self) -> bool {
+        false
+    }
+
     /// Verb programs: rings the doorbell of work queue `wq` of this node after the host
     /// wrote entries and advanced the queue's doorbell record (see [`crate::wq`]).
     /// Backends without a NIC model refuse with [`PostError::Unsupported`].

@@ -25,8 +25,8 @@ use hytra_fabric::sim::{Fencing, SimConfig};
 use hytra_fabric::{ClusterShape, NodeId};
 use hytra_rt::RtConfig;
 use hytra_txn::{
-    Config, Design, ExecStrategy, LockStrategy, PlantedFault, Primitive, RecoveryParams,
-    RecoveryStep, TxnConfig,
+    Config, CrashPoint, Design, ExecStrategy, LockStrategy, PlantedFault, Primitive, ProtocolPoint,
+    RecoveryParams, RecoveryStep, TxnConfig,
 };
 use hytra_workloads::bench::BenchParams;
 use hytra_workloads::tpcc::TpccMix;
@@ -73,6 +73,8 @@ const AFTER_HEAL_SIM_NS: u64 = 4 * RPC_TIMEOUT_SIM_NS;
 /// Stream of the crash draw: a stream of its own, so that a seed without crashes draws
 /// the same configuration as before crashes were drawn.
 const CRASH_STREAM: u64 = 0xC_2A54;
+/// Stream of the draw of a crash at a point of the protocol (see [`draw_point_crash`]).
+const POINT_STREAM: u64 = 0x9_0147;
 /// Stream of the long-pause draw (see [`draw_long_pause`]).
 const LONG_PAUSE_STREAM: u64 = 0x10_9A05E;
 /// Stream of the draws of clock drift and fencing (see [`add_leased_faults`]).
@@ -177,6 +179,14 @@ impl Draw {
             }
             _ => {}
         }
+        if let Some(c) = t.crash_point {
+            line.push_str(&format!(
+                "; crash {} {} from {} us",
+                c.node,
+                c.point.name(),
+                c.from_ns / 1000
+            ));
+        }
         if let Some(r) = t.recovery {
             line.push_str(&format!("; lease {} ms", r.lease_ns / 1_000_000));
         }
@@ -230,6 +240,7 @@ impl Draw {
             ("pause", node_faults.iter().any(|n| n.kind != NodeFaultKind::Crash && !long(n))),
             ("long pause", node_faults.iter().any(long)),
             ("crash", node_faults.iter().any(|n| n.kind == NodeFaultKind::Crash)),
+            ("crash at a point", t.crash_point.is_some()),
             ("partition", !net.partitions.is_empty()),
             ("clock drift", !net.clock_drift.is_empty()),
             ("no fencing", fencing == Fencing::Unavailable),
@@ -247,6 +258,9 @@ impl Draw {
         if !crashed.is_empty() {
             let manager = crashed.iter().any(|&(n, _)| n == NodeId(0));
             d.push(("crashed", if manager { "the manager" } else { "others" }.to_string()));
+        }
+        if let Some(c) = t.crash_point {
+            d.push(("crash point", c.point.name().to_string()));
         }
         if let Some(r) = t.recovery {
             d.push(("lease", format!("{} ms", r.lease_ns / 1_000_000)));
@@ -324,14 +338,12 @@ pub fn draw(seed: u64, backend: SwarmBackend, planted: Option<PlantedFault>) -> 
     } else {
         (FaultConfig::none(), 0)
     };
-    let leases: &[u64] = if sim { &CRASH_LEASES_NS } else { &CRASH_LEASES_LOCAL_NS };
     let span_ns = warmup_ns + measure_ns;
-    let crashes = draw_crashes(seed, nodes, txn.replication, span_ns, leases)
-        .or_else(|| draw_long_pause(seed, nodes, txn.replication, span_ns, leases));
+    let crashes = draw_node_losses(seed, sim, nodes, span_ns, &mut txn);
     let (mut local_faults, mut fencing) = (Vec::new(), Fencing::Nic);
-    if let Some((crashes, lease_ns)) = crashes {
+    if let Some((crashes, lease_ns, point_heal_ns)) = crashes {
         // When the last node fault ends: a crash at once, a pause when the node wakes.
-        let last = crashes.iter().map(NodeFault::ends_at_ns).max().unwrap_or(0);
+        let last = crashes.iter().map(NodeFault::ends_at_ns).max().unwrap_or(0).max(point_heal_ns);
         if sim {
             heal_ns = heal_ns.max(last + 3 * lease_ns + RECOVERY_SLACK_NS);
             fencing = add_leased_faults(&mut faults, crashes, lease_ns, seed, nodes);
@@ -588,6 +600,71 @@ fn draw_crashes(
     Some((crashes, lease_ns))
 }
 
+/// What may cost the cluster a node: crashes, else a long pause, else (on the simulator)
+/// a crash at a point of the protocol, which goes into `txn`. Returns the faults by time,
+/// the lease that detects them, and when a crash at a point is over at the latest (0
+/// without one).
+fn draw_node_losses(
+    seed: u64,
+    sim: bool,
+    nodes: u16,
+    span_ns: u64,
+    txn: &mut TxnConfig,
+) -> Option<(Vec<NodeFault>, u64, u64)> {
+    let leases: &[u64] = if sim { &CRASH_LEASES_NS } else { &CRASH_LEASES_LOCAL_NS };
+    let r = txn.replication;
+    let by_time = draw_crashes(seed, nodes, r, span_ns, leases)
+        .or_else(|| draw_long_pause(seed, nodes, r, span_ns, leases));
+    if by_time.is_some() || !sim {
+        return by_time.map(|(faults, lease_ns)| (faults, lease_ns, 0));
+    }
+    // Only the simulator crashes a node from inside, at a point of the protocol.
+    let (faults, point, lease_ns) = draw_point_crash(seed, nodes, r, span_ns, leases)?;
+    txn.crash_point = Some(point);
+    // The point is reached soon after it is armed (the first transaction that logs or
+    // writes back there), or, for a manager, once it recovers from the crash drawn with
+    // it: one more detection and recovery.
+    Some((faults, lease_ns, point.from_ns + 3 * lease_ns + RECOVERY_SLACK_NS))
+}
+
+/// A crash at a point of the protocol, on a fifth of the simulated seeds that could lose a
+/// node but draw no crash and no long pause: a coordinator that has landed one log entry
+/// of several, or has written back one record of several; or the manager that has just
+/// committed the configuration removing a node crashed at the same time (drawn only
+/// where losing both leaves every partition two copies, as for [`draw_crashes`]'s second
+/// crash). Returns the crashes by time that go with it, the point, and the lease.
+fn draw_point_crash(
+    seed: u64,
+    nodes: u16,
+    replication: u16,
+    span_ns: u64,
+    leases_ns: &[u64],
+) -> Option<(Vec<NodeFault>, CrashPoint, u64)> {
+    let (mut rng, start) = may_lose_a_node(seed, POINT_STREAM, 5, nodes, replication)?;
+    let lease_ns = pick(&mut rng, leases_ns);
+    let node = NodeId(rng.below(u64::from(nodes)) as u16);
+    let from_ns = rng.below(span_ns);
+    let point = pick(&mut rng, ProtocolPoint::ALL);
+    if point != ProtocolPoint::Reconfiguring {
+        return Some((Vec::new(), CrashPoint { node, point, from_ns }, lease_ns));
+    }
+    // The node crashed by time, among those whose loss with the manager of their
+    // recovery (the lowest other member) leaves every partition two copies.
+    let manager_of = |n: NodeId| if n == NodeId(0) { NodeId(1) } else { NodeId(0) };
+    let candidates: Vec<NodeId> = (0..nodes)
+        .map(NodeId)
+        .filter(|&n| start.fewest_copies_without(&[n, manager_of(n)]).1 >= 2)
+        .collect();
+    if candidates.is_empty() {
+        // A coordinator's point where the manager's cannot be drawn.
+        let point = ProtocolPoint::LoggedPartly;
+        return Some((Vec::new(), CrashPoint { node, point, from_ns }, lease_ns));
+    }
+    let crashed = candidates[usize::from(node.0) % candidates.len()];
+    let crash = NodeFault { node: crashed, at_ns: from_ns, kind: NodeFaultKind::Crash };
+    Some((vec![crash], CrashPoint { node: manager_of(crashed), point, from_ns }, lease_ns))
+}
+
 /// A pause longer than a lease of one node, on a sixth of the seeds that crash nothing
 /// but could lose a node (see [`draw_crashes`]): two to six leases, so that the node is
 /// removed while it sleeps (a manager is taken over two or three leases into its
@@ -754,6 +831,11 @@ pub fn run_seed(seed: u64, backend: SwarmBackend, planted: Option<PlantedFault>)
                 report.trace_hash = Some(o.result.run.trace_hash);
             }
             report.findings = judge(&d, &o);
+            if let Some(c) = d.spec.txn.crash_point {
+                // Whether the run got there: coverage of the points, not an oracle.
+                let reached = o.result.recovery.crashed.contains(&c.node);
+                report.dimensions.push(("crash point reached", reached.to_string()));
+            }
             if d.spec.backend.is_sim() && seed % REPLAY_EVERY == 0 && report.findings.is_empty() {
                 match run_caught(&d) {
                     Ok(again) if again.result.run.trace_hash != o.result.run.trace_hash => {
@@ -798,6 +880,16 @@ pub fn judge(d: &Draw, o: &Outcome) -> Vec<String> {
         });
         if !removed {
             findings.push(format!("{node} crashed at {} us and was never removed", at_ns / 1000));
+        }
+    }
+    // A crash at a point of the protocol happens when the run gets there: every node the
+    // run saw crash, removed too.
+    for &node in r.recovery.crashed.iter().filter(|n| !crashes.iter().any(|(c, _)| c == *n)) {
+        let removed = r.recovery.events.iter().any(
+            |(_, e)| matches!(&e.step, RecoveryStep::Removing { dead, .. } if dead.contains(&node)),
+        );
+        if !removed {
+            findings.push(format!("{node} crashed at its crash point and was never removed"));
         }
     }
     // Every configuration committed to the store (without a crashed node, or one paused

@@ -2,6 +2,7 @@
 //! fixed. Each names what it found (docs/TESTING.md, "What it found").
 
 use hytra_lab::swarm::{draw, run_seed, SwarmBackend};
+use hytra_txn::ProtocolPoint;
 
 /// (seed, what it found).
 const FOUND: [(u64, &str); 10] = [
@@ -64,5 +65,25 @@ const LONG_PAUSES_ON_THREADS: [(u64, &str); 2] = [
 fn long_pauses_on_threads_that_found_bugs_pass() {
     for (seed, found) in LONG_PAUSES_ON_THREADS {
         passes(seed, SwarmBackend::Local, found);
+    }
+}
+
+/// Seeds that crash a node at each point of the protocol the swarm draws: (seed, point).
+const POINT_CRASHES: [(u64, ProtocolPoint); 3] = [
+    (81, ProtocolPoint::LoggedPartly),
+    (140, ProtocolPoint::WrittenBackPartly),
+    (74, ProtocolPoint::Reconfiguring),
+];
+
+#[test]
+fn crashes_at_each_point_of_the_protocol_are_recovered_from() {
+    for (seed, point) in POINT_CRASHES {
+        let d = draw(seed, SwarmBackend::Sim, None);
+        let drawn = d.spec.txn.crash_point.map(|c| c.point);
+        assert_eq!(drawn, Some(point), "seed {seed} draws the point: {}", d.summary());
+        let r = run_seed(seed, SwarmBackend::Sim, None);
+        let reached = r.dimensions.iter().any(|(k, v)| *k == "crash point reached" && v == "true");
+        assert!(reached, "seed {seed} reached {point:?}: {}", r.summary);
+        assert!(r.passed(), "seed {seed} ({point:?}): {:?}\n{}", r.findings, r.summary);
     }
 }

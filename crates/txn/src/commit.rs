@@ -28,8 +28,8 @@ use hytra_fabric::{
 use hytra_rt::{CallTicket, Co, OpTicket, RpcError, RpcType};
 use hytra_store::layout::{self, checksum, ABSENT, LOCK_WORD, VERSION_WORD};
 
-use crate::config::{PlantedFault, Primitive};
-use crate::engine::{PendingAck, WorkerTxn};
+use crate::config::{PlantedFault, Primitive, ProtocolPoint};
+use crate::engine::{crash_point, PendingAck, WorkerTxn};
 use crate::log::{place, skip_word, EntryBuilder, LOGGED_DELETE, WRITTEN_PARTITIONS_MAX};
 use crate::outcome::{Abort, AbortReason, Outcome};
 use crate::txn::{Frozen, Locked, Txn, TxnCtx};
@@ -207,7 +207,7 @@ impl<E: Endpoint> TxnCtx<E> {
         self.scratch_used = 0;
         let mut flights = std::mem::take(&mut self.log_flights);
         let mut result = Ok(());
-        for &(node, part, start, skip) in starts.iter() {
+        for (k, &(node, part, start, skip)) in starts.iter().enumerate() {
             let b = &mut builders[usize::from(node.0)];
             let len = b.entry_words(usize::from(part)) as u64 * 8;
             // The entry lies past the SKIP, if the ring wraps first.
@@ -216,6 +216,18 @@ impl<E: Endpoint> TxnCtx<E> {
             match self.send_entry(node, entry, start, skip, &mut flights).await {
                 Ok(f) => flights.push(f),
                 Err(f) => result = Err(f),
+            }
+            let me = self.co.me().node;
+            if k == 0
+                && starts.len() > 1
+                && result.is_ok()
+                && self.node.cfg.crashes_at(me, ProtocolPoint::LoggedPartly, self.co.now_ns())
+            {
+                // One entry landed, none of the others posted.
+                result = self.land_logs(&mut flights).await;
+                if result.is_ok() {
+                    crash_point(&self.co, &self.node.cfg, ProtocolPoint::LoggedPartly).await;
+                }
             }
             if result.is_ok() && !self.node.cfg.outstanding {
                 result = self.land_logs(&mut flights).await;
@@ -554,10 +566,20 @@ impl<E: Endpoint> TxnCtx<E> {
         let mut waits = std::mem::take(&mut self.waits);
         let mut calls = Vec::new();
         let mut result = Ok(());
+        let mut wrote_one = false;
         for i in 0..self.acc.len() {
             let a = self.acc[i];
             if !a.write {
                 continue;
+            }
+            let me = self.co.me().node;
+            if std::mem::replace(&mut wrote_one, true)
+                && self.node.cfg.crashes_at(me, ProtocolPoint::WrittenBackPartly, self.co.now_ns())
+            {
+                // The records before this one are written back and unlocked (their
+                // requests handed to the NIC), the others not.
+                self.co.ring_doorbells();
+                crash_point(&self.co, &self.node.cfg, ProtocolPoint::WrittenBackPartly).await;
             }
             if let Err(f) = self.hold().await {
                 result = Err(f);

@@ -148,6 +148,42 @@ named_choices!(PlantedFault {
     SkipInsertLock => "skip-insert-lock",
 });
 
+/// A point of the protocol where a node may be crashed on purpose (the swarm's fault
+/// injection; see [`CrashPoint`]).
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub enum ProtocolPoint {
+    /// A coordinator landed its first log entry of a transaction that logs to several
+    /// backups, and has posted none of the others: some backups hold the transaction,
+    /// others never will.
+    LoggedPartly,
+    /// A coordinator, past its commit point, wrote back (and unlocked) the first record
+    /// of a transaction that writes several: the others stay locked at their old
+    /// versions.
+    WrittenBackPartly,
+    /// A configuration manager committed a new configuration to the store and installed
+    /// it, before any round of its recovery ran.
+    Reconfiguring,
+}
+
+named_choices!(ProtocolPoint {
+    LoggedPartly => "logged-partly",
+    WrittenBackPartly => "written-back-partly",
+    Reconfiguring => "reconfiguring",
+});
+
+/// Crash `node` the first time one of its coroutines reaches `point` at or after
+/// `from_ns` of its clock (on a backend that can crash a node from inside: the
+/// simulator).
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub struct CrashPoint {
+    /// The node to crash.
+    pub node: hytra_fabric::NodeId,
+    /// Where.
+    pub point: ProtocolPoint,
+    /// Not before this time of the node's clock (ns from the run's start).
+    pub from_ns: u64,
+}
+
 /// CPU costs the engine charges in the simulator for its own work (the fabric and the
 /// runtime charge theirs). Assumptions of a few tens of cycles per step, kept small: the
 /// papers give no per-operation CPU figure below whole phases.
@@ -204,6 +240,8 @@ pub struct TxnConfig {
     pub costs: TxnCosts,
     /// A bug planted on purpose (tests only; `None` in every real run).
     pub planted: Option<PlantedFault>,
+    /// A crash at a point of the protocol (the swarm's; `None` in every real run).
+    pub crash_point: Option<CrashPoint>,
     /// Leases and the configuration store; `None`: what suits the backend
     /// ([`crate::RecoveryParams::simulated`] on virtual time, else
     /// [`crate::RecoveryParams::real`]).
@@ -244,6 +282,7 @@ impl TxnConfig {
             reclaim_after_bytes: 4 << 10,
             costs: TxnCosts::default(),
             planted: None,
+            crash_point: None,
             recovery: None,
         };
         match design {
@@ -300,6 +339,9 @@ impl TxnConfig {
         if self.lock == LockStrategy::AtExecution && self.exec != ExecStrategy::TwoSided {
             return bad("locking at execution rides on the two-sided read RPC".into());
         }
+        if let Some(c) = self.crash_point.filter(|c| c.node.0 >= nodes) {
+            return bad(format!("crash point on {}, which is not a node (0..{nodes})", c.node));
+        }
         if self.retries_max == 0 || self.log_ring_bytes < 4096 || self.log_ring_bytes % 8 != 0 {
             return bad(
                 "retries_max must be positive and log rings at least 4096 bytes (a multiple of 8)"
@@ -319,5 +361,15 @@ impl TxnConfig {
     /// Whether `fault` is planted.
     pub fn planted(&self, fault: PlantedFault) -> bool {
         self.planted == Some(fault)
+    }
+
+    /// Whether `node` is to crash at `point`, reached at `now_ns` of its clock.
+    pub fn crashes_at(
+        &self,
+        node: hytra_fabric::NodeId,
+        point: ProtocolPoint,
+        now_ns: u64,
+    ) -> bool {
+        self.crash_point.is_some_and(|c| c.node == node && c.point == point && now_ns >= c.from_ns)
     }
 }

@@ -21,7 +21,7 @@ use hytra_rt::{CallTicket, Co, OpTicket, RpcType, Worker};
 use hytra_store::{Catalog, LocationCache, NodeStore, Replica, StoreError, TableId};
 use thiserror::Error;
 
-use crate::config::{ConfigError, ExecStrategy, TxnConfig};
+use crate::config::{ConfigError, ExecStrategy, ProtocolPoint, TxnConfig};
 use crate::config_store::{ConfigStore, MemoryStore};
 use crate::handlers;
 use crate::log::{LogLayout, RingOut};
@@ -715,4 +715,19 @@ impl WorkerTxn {
     pub(crate) fn ring_owner(&self, node: NodeId) -> WorkerId {
         WorkerId { node, index: self.me.index }
     }
+}
+
+/// Crashes this coroutine's node here if the configuration's crash point says so (the
+/// swarm's fault injection); the coroutine then never resumes. Nothing when no crash
+/// point is set.
+pub(crate) async fn crash_point<E: Endpoint>(co: &Co<E>, cfg: &TxnConfig, point: ProtocolPoint) {
+    if !cfg.crashes_at(co.me().node, point, co.now_ns()) {
+        return;
+    }
+    let crashed = co.with_ep(|ep| ep.crash_here());
+    assert!(
+        crashed,
+        "a crash point needs a backend that crashes a node from inside (the simulator)"
+    );
+    std::future::pending::<()>().await;
 }

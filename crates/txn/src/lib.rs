@@ -55,7 +55,8 @@ mod validate;
 pub mod wire;
 
 pub use config::{
-    Design, ExecStrategy, LockStrategy, PlantedFault, Primitive, TxnConfig, TxnCosts,
+    CrashPoint, Design, ExecStrategy, LockStrategy, PlantedFault, Primitive, ProtocolPoint,
+    TxnConfig, TxnCosts,
 };
 pub use engine::{Engine, EngineError, NodeEngine, WorkerTxn, SCRATCH_CO_BYTES};
 pub use membership::{Config, Membership};

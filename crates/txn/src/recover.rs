@@ -41,8 +41,9 @@ use hytra_fabric::{Endpoint, NodeId, Qp, RemoteAddr, WorkRequest, WorkerId};
 use hytra_rt::{Co, HandlerCtx, RpcType, Worker};
 use hytra_store::{BackupState, PartitionPlace, Placement, TableId};
 
+use crate::config::ProtocolPoint;
 use crate::config_store::{Cas, ConfigStore, StoreFailure};
-use crate::engine::{NodeEngine, WorkerTxn};
+use crate::engine::{crash_point, NodeEngine, WorkerTxn};
 use crate::log::{records, resolve, scan, InDoubt};
 use crate::membership::{Config, EPOCH_FIRST};
 use crate::wire::{In, Out};
@@ -1215,6 +1216,7 @@ async fn reconfigure<E: Endpoint>(co: &Co<E>, wt: &Rc<WorkerTxn>, mut dead: Vec<
         }
         rec.event(RecoveryStep::Committed { epoch: next.epoch }, co.now_ns());
         co.with_ep(|ep| install(&node, ep, next.clone()));
+        crash_point(co, &node.cfg, ProtocolPoint::Reconfiguring).await;
         match rounds(co, &node, &old, &next, &bytes, patience).await {
             Ok(()) => {
                 rec.event(RecoveryStep::ActiveEverywhere { epoch: next.epoch }, co.now_ns());

@@ -533,6 +533,25 @@ impl Core {
         (f.kind == NodeFaultKind::Crash).then_some(f.node)
     }
 
+    /// Crashes `node` now, from inside one of its workers' steps (`Endpoint::crash_here`).
+    /// Its workers are halted; the event loop counts them done once the step ends.
+    pub(crate) fn crash_here(&mut self, node: NodeId) {
+        let nic = &mut self.nics[usize::from(node.0)];
+        if nic.state == NodeState::Crashed {
+            return;
+        }
+        nic.state = NodeState::Crashed;
+        self.trace.add(0xFB << 56 | u64::from(node.0));
+        for w in self.node_workers(node) {
+            self.workers[w as usize].halted = true;
+        }
+    }
+
+    /// Whether `node` has crashed.
+    pub(crate) fn node_crashed(&self, node: NodeId) -> bool {
+        self.nics[usize::from(node.0)].state == NodeState::Crashed
+    }
+
     /// The nodes that crashed so far.
     pub(crate) fn crashed(&self) -> Vec<NodeId> {
         (0..self.shape.nodes)

@@ -62,6 +62,9 @@ impl Endpoint for SimEndpoint {
         wr: &WorkRequest<'_>,
         flags: OpFlags,
     ) -> Result<(), PostError> {
+        if self.dead() {
+            return Ok(());
+        }
         self.core.borrow_mut().post(self.index, qp, wr_id, wr, flags)
     }
 
@@ -74,7 +77,15 @@ impl Endpoint for SimEndpoint {
     }
 
     fn send(&mut self, to: WorkerId, payload: &[u8], flags: OpFlags) -> Result<(), PostError> {
+        if self.dead() {
+            return Ok(());
+        }
         self.core.borrow_mut().send(self.index, to, payload, flags)
+    }
+
+    fn crash_here(&mut self) -> bool {
+        self.core.borrow_mut().crash_here(self.me.node);
+        true
     }
 
     fn fence(&mut self, node: NodeId) -> bool {
@@ -93,6 +104,9 @@ impl Endpoint for SimEndpoint {
     }
 
     fn wq_doorbell(&mut self, wq: WqId) -> Result<(), PostError> {
+        if self.dead() {
+            return Ok(());
+        }
         self.core.borrow_mut().wq_doorbell(self.index, wq)
     }
 
@@ -101,6 +115,18 @@ impl Endpoint for SimEndpoint {
     }
 
     fn trigger(&mut self, node: NodeId, wq: WqId, payload: &[u8]) -> Result<(), PostError> {
+        if self.dead() {
+            return Ok(());
+        }
         self.core.borrow_mut().trigger(self.index, node, wq, payload)
+    }
+}
+
+impl SimEndpoint {
+    /// Whether this worker's node crashed during the worker's current step (`crash_here`):
+    /// what it still posts or sends in that step vanishes, as from a dead CPU. A node
+    /// crashed by time is never stepped again, so this is the only way to be here dead.
+    fn dead(&self) -> bool {
+        self.core.borrow().node_crashed(self.me.node)
     }
 }

@@ -370,14 +370,8 @@ impl SimCluster {
             Event::Deliver(dg) => self.core.borrow_mut().deliver(dg),
             Event::NodeFault { index } => {
                 let crashed = self.core.borrow_mut().node_fault(index);
-                // A crashed node's programs will never run again: they count as done.
                 if let Some(node) = crashed {
-                    let per = usize::from(self.config.shape.workers_per_node);
-                    let first = usize::from(node.0) * per;
-                    for d in done[first..first + per].iter_mut().filter(|d| !**d) {
-                        *d = true;
-                        *remaining -= 1;
-                    }
+                    self.count_crashed_done(node, done, remaining);
                 }
             }
             Event::Resume { node } => self.core.borrow_mut().resume(node),
@@ -395,8 +389,23 @@ impl SimCluster {
                     done[w] = true;
                     *remaining -= 1;
                 }
+                let node = self.config.shape.worker_at(w).node;
+                if self.core.borrow().node_crashed(node) {
+                    // It crashed itself in this step (`crash_here`): never stepped again.
+                    return self.count_crashed_done(node, done, remaining);
+                }
                 self.schedule_next(worker, outcome);
             }
+        }
+    }
+
+    /// A crashed node's programs will never run again: they count as done.
+    fn count_crashed_done(&self, node: NodeId, done: &mut [bool], remaining: &mut usize) {
+        let per = usize::from(self.config.shape.workers_per_node);
+        let first = usize::from(node.0) * per;
+        for d in done[first..first + per].iter_mut().filter(|d| !**d) {
+            *d = true;
+            *remaining -= 1;
         }
     }
 
