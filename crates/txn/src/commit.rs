@@ -33,7 +33,7 @@ use crate::engine::{crash_point, PendingAck, WorkerTxn};
 use crate::log::{place, skip_word, EntryBuilder, LOGGED_DELETE, WRITTEN_PARTITIONS_MAX};
 use crate::outcome::{Abort, AbortReason, Outcome};
 use crate::txn::{Frozen, Locked, Txn, TxnCtx};
-use crate::wire::{self, CommitReq, RecordReq, DELETE, REFUSED, SYNC};
+use crate::wire::{self, CommitReq, RecordReq, DELETE, MALFORMED, REFUSED, SYNC};
 
 /// How logging ended.
 enum Logged {
@@ -394,6 +394,9 @@ impl<E: Endpoint> TxnCtx<E> {
                         }
                     }
                     Ok(Some(REFUSED)) | Err(_) => result = Err(Frozen),
+                    Ok(Some(MALFORMED)) => {
+                        panic!("{} could not place a log entry this coordinator built", f.node)
+                    }
                     Ok(Some(head)) => {
                         self.wt.rings.borrow_mut()[usize::from(f.node.0)].learn_head(head)
                     }

@@ -250,11 +250,12 @@ fn log<E: Endpoint>(
     req: &[u8],
     entry: &mut Vec<u64>,
 ) {
-    let Some(start) = wire::decode_log(req, entry) else { return wire::encode_word(0, ctx.reply) };
+    let malformed = |reply: &mut Vec<u8>| wire::encode_word(wire::MALFORMED, reply);
+    let Some(start) = wire::decode_log(req, entry) else { return malformed(ctx.reply) };
     // Only entries of the epoch in force, and not while recovering: recovery reads the
     // rings once every member quiesced, and nothing may land behind its back.
     let Some((epoch, records)) = crate::log::entry_epoch(entry) else {
-        return wire::encode_word(0, ctx.reply);
+        return malformed(ctx.reply);
     };
     if epoch != node.membership.epoch() || !node.recovery.open(ctx.ep.now_ns()) {
         return wire::encode_word(wire::REFUSED, ctx.reply);
@@ -262,9 +263,11 @@ fn log<E: Endpoint>(
     ctx.ep.charge_cpu(node.cfg.costs.record_ns * records.max(1));
     let c = ctx.ep.shape().worker_index(ctx.src);
     if put(&node.log_region, &node.log, c, start, entry).is_err() {
-        return wire::encode_word(0, ctx.reply);
+        return malformed(ctx.reply);
     }
-    wire::encode_word(node.log_region.load(node.log.head_offset(c)), ctx.reply);
+    let head = node.log_region.load(node.log.head_offset(c));
+    debug_assert!(head < wire::MALFORMED, "a ring head is a stream position, never a status");
+    wire::encode_word(head, ctx.reply);
 }
 
 fn reclaim<E: Endpoint>(

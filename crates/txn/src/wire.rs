@@ -314,6 +314,11 @@ pub fn decode_reclaim(b: &[u8]) -> Option<(u8, u32, u64)> {
 /// acknowledgement.
 pub const REFUSED: u64 = u64::MAX;
 
+/// The answer of a LOG whose entry the backup could not decode or place: not a ring
+/// head, never an acknowledgement (the transaction is not logged there). A coordinator
+/// never sends such an entry; one that is answered so has a bug.
+pub const MALFORMED: u64 = u64::MAX - 1;
+
 /// An eight-byte reply (an acknowledgement, or a ring head).
 pub fn encode_word(v: u64, buf: &mut Vec<u8>) {
     Out(buf).u64(v);
