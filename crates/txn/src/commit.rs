@@ -221,6 +221,7 @@ impl<E: Endpoint> TxnCtx<E> {
             if k == 0
                 && starts.len() > 1
                 && result.is_ok()
+                && self.node.cfg.crash_point.is_some()
                 && self.node.cfg.crashes_at(me, ProtocolPoint::LoggedPartly, self.co.now_ns())
             {
                 // One entry landed, none of the others posted.
@@ -576,7 +577,9 @@ impl<E: Endpoint> TxnCtx<E> {
                 continue;
             }
             let me = self.co.me().node;
+            // (The clock is read only in runs that crash somewhere.)
             if std::mem::replace(&mut wrote_one, true)
+                && self.node.cfg.crash_point.is_some()
                 && self.node.cfg.crashes_at(me, ProtocolPoint::WrittenBackPartly, self.co.now_ns())
             {
                 // The records before this one are written back and unlocked (their

@@ -721,7 +721,7 @@ impl WorkerTxn {
 /// swarm's fault injection); the coroutine then never resumes. Nothing when no crash
 /// point is set.
 pub(crate) async fn crash_point<E: Endpoint>(co: &Co<E>, cfg: &TxnConfig, point: ProtocolPoint) {
-    if !cfg.crashes_at(co.me().node, point, co.now_ns()) {
+    if cfg.crash_point.is_none() || !cfg.crashes_at(co.me().node, point, co.now_ns()) {
         return;
     }
     let crashed = co.with_ep(|ep| ep.crash_here());
