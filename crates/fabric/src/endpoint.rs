@@ -95,9 +95,9 @@ pub trait Endpoint {
     }
 
     /// Crashes this worker's node now, as a fault injector would at a chosen point of a
-    /// protocol: its CPUs and NIC stop; nothing its workers post or send from now on takes
-    /// effect (requests already handed to the NIC are in flight and may land), and they
-    /// are not stepped again. Returns whether the backend can: only the simulator does,
+    /// protocol: its CPUs and NIC stop; nothing its workers post, send or ring from now on
+    /// takes effect and they learn of nothing more (requests whose doorbell rang are in
+    /// flight and may land); they are not stepped again. Ring what must be out first. Returns whether the backend can: only the simulator does,
     /// where the same seed then crashes at the same point.
     fn crash_here(&mut self) -> bool {
         false

@@ -181,10 +181,11 @@ impl Draw {
         }
         if let Some(c) = t.crash_point {
             line.push_str(&format!(
-                "; crash {} {} from {} us",
+                "; crash {} {} from {} to {} us",
                 c.node,
                 c.point.name(),
-                c.from_ns / 1000
+                c.from_ns / 1000,
+                c.until_ns / 1000
             ));
         }
         if let Some(r) = t.recovery {
@@ -621,10 +622,8 @@ fn draw_node_losses(
     // Only the simulator crashes a node from inside, at a point of the protocol.
     let (faults, point, lease_ns) = draw_point_crash(seed, nodes, r, span_ns, leases)?;
     txn.crash_point = Some(point);
-    // The point is reached soon after it is armed (the first transaction that logs or
-    // writes back there), or, for a manager, once it recovers from the crash drawn with
-    // it: one more detection and recovery.
-    Some((faults, lease_ns, point.from_ns + 3 * lease_ns + RECOVERY_SLACK_NS))
+    // A crash at the point comes by its window's end or never.
+    Some((faults, lease_ns, point.until_ns))
 }
 
 /// A crash at a point of the protocol, on a fifth of the simulated seeds that could lose a
@@ -646,10 +645,12 @@ fn draw_point_crash(
     let from_ns = rng.below(span_ns);
     let point = pick(&mut rng, ProtocolPoint::ALL);
     if point != ProtocolPoint::Reconfiguring {
-        return Some((Vec::new(), CrashPoint { node, point, from_ns }, lease_ns));
+        let until_ns = from_ns + lease_ns;
+        return Some((Vec::new(), CrashPoint { node, point, from_ns, until_ns }, lease_ns));
     }
     // The node crashed by time, among those whose loss with the manager of their
-    // recovery (the lowest other member) leaves every partition two copies.
+    // recovery leaves every partition two copies. That manager is node 0, or node 1
+    // when node 0 is the one lost (the first of the members ranked to take over).
     let manager_of = |n: NodeId| if n == NodeId(0) { NodeId(1) } else { NodeId(0) };
     let candidates: Vec<NodeId> = (0..nodes)
         .map(NodeId)
@@ -658,11 +659,16 @@ fn draw_point_crash(
     if candidates.is_empty() {
         // A coordinator's point where the manager's cannot be drawn.
         let point = ProtocolPoint::LoggedPartly;
-        return Some((Vec::new(), CrashPoint { node, point, from_ns }, lease_ns));
+        let until_ns = from_ns + lease_ns;
+        return Some((Vec::new(), CrashPoint { node, point, from_ns, until_ns }, lease_ns));
     }
     let crashed = candidates[usize::from(node.0) % candidates.len()];
     let crash = NodeFault { node: crashed, at_ns: from_ns, kind: NodeFaultKind::Crash };
-    Some((vec![crash], CrashPoint { node: manager_of(crashed), point, from_ns }, lease_ns))
+    // The manager gets there once it has found the crash: a lease after it for a
+    // member, two or three for the manager (its successor takes over).
+    let until_ns = from_ns + 4 * lease_ns;
+    let manager = manager_of(crashed);
+    Some((vec![crash], CrashPoint { node: manager, point, from_ns, until_ns }, lease_ns))
 }
 
 /// A pause longer than a lease of one node, on a sixth of the seeds that crash nothing
@@ -884,10 +890,14 @@ pub fn judge(d: &Draw, o: &Outcome) -> Vec<String> {
     }
     // A crash at a point of the protocol happens when the run gets there: every node the
     // run saw crash, removed too.
+    // Not before the point's window opened, when it cannot have crashed yet.
+    let point = d.spec.txn.crash_point.filter(|c| r.recovery.crashed.contains(&c.node));
     for &node in r.recovery.crashed.iter().filter(|n| !crashes.iter().any(|(c, _)| c == *n)) {
-        let removed = r.recovery.events.iter().any(
-            |(_, e)| matches!(&e.step, RecoveryStep::Removing { dead, .. } if dead.contains(&node)),
-        );
+        let from = point.filter(|c| c.node == node).map_or(0, |c| c.from_ns);
+        let removed = r.recovery.events.iter().any(|(_, e)| {
+            e.at_ns >= from
+                && matches!(&e.step, RecoveryStep::Removing { dead, .. } if dead.contains(&node))
+        });
         if !removed {
             findings.push(format!("{node} crashed at its crash point and was never removed"));
         }
@@ -899,7 +909,7 @@ pub fn judge(d: &Draw, o: &Outcome) -> Vec<String> {
         r.recovery.events.iter().filter(|(_, e)| pred(&e.step)).map(|(_, e)| e.at_ns).max()
     };
     if let Some(removing) = at(&|s| matches!(s, RecoveryStep::Committed { .. })) {
-        let crashed = crashes.last().map_or(0, |&(_, t)| t);
+        let crashed = crashes.last().map_or(0, |&(_, t)| t).max(point.map_or(0, |c| c.from_ns));
         let active = at(&|s| matches!(s, RecoveryStep::ActiveEverywhere { .. }));
         if active.is_none_or(|a| a < removing.max(crashed)) {
             findings.push(format!(

@@ -522,6 +522,17 @@ impl<E: Endpoint> Co<E> {
         }
     }
 
+    /// Hands everything this worker has queued to the fabric now: the RPC frames waiting
+    /// in its outbox and the requests waiting for a doorbell (what the end of the step
+    /// would do). For a point where what was issued must be out, such as a crash
+    /// injected there.
+    pub fn flush(&self) {
+        let mut ep = self.inner.ep.borrow_mut();
+        self.inner.outbox.borrow_mut().flush(&mut *ep);
+        self.inner.deferred.set(false);
+        ep.ring_doorbells();
+    }
+
     /// As [`Co::issue`] with extra flags (e.g. `INLINE`) on every request.
     pub fn issue_with(
         &self,

@@ -583,8 +583,8 @@ impl<E: Endpoint> TxnCtx<E> {
                 && self.node.cfg.crashes_at(me, ProtocolPoint::WrittenBackPartly, self.co.now_ns())
             {
                 // The records before this one are written back and unlocked (their
-                // requests handed to the NIC), the others not.
-                self.co.ring_doorbells();
+                // requests and calls handed to the fabric by `crash_point`), the others
+                // not.
                 crash_point(&self.co, &self.node.cfg, ProtocolPoint::WrittenBackPartly).await;
             }
             if let Err(f) = self.hold().await {

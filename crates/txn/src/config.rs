@@ -171,9 +171,9 @@ named_choices!(ProtocolPoint {
     Reconfiguring => "reconfiguring",
 });
 
-/// Crash `node` the first time one of its coroutines reaches `point` at or after
-/// `from_ns` of its clock (on a backend that can crash a node from inside: the
-/// simulator).
+/// Crash `node` the first time one of its coroutines reaches `point` between `from_ns`
+/// and `until_ns` of its clock (on a backend that can crash a node from inside: the
+/// simulator). The bound lets a run know when the crash is over at the latest.
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]
 pub struct CrashPoint {
     /// The node to crash.
@@ -182,6 +182,8 @@ pub struct CrashPoint {
     pub point: ProtocolPoint,
     /// Not before this time of the node's clock (ns from the run's start).
     pub from_ns: u64,
+    /// Nor after this one: a point first reached later crashes nothing.
+    pub until_ns: u64,
 }
 
 /// CPU costs the engine charges in the simulator for its own work (the fabric and the
@@ -342,6 +344,12 @@ impl TxnConfig {
         if let Some(c) = self.crash_point.filter(|c| c.node.0 >= nodes) {
             return bad(format!("crash point on {}, which is not a node (0..{nodes})", c.node));
         }
+        if let Some(c) = self.crash_point.filter(|c| c.until_ns < c.from_ns) {
+            return bad(format!(
+                "crash point from {} ns until {} ns: an empty window",
+                c.from_ns, c.until_ns
+            ));
+        }
         if self.retries_max == 0 || self.log_ring_bytes < 4096 || self.log_ring_bytes % 8 != 0 {
             return bad(
                 "retries_max must be positive and log rings at least 4096 bytes (a multiple of 8)"
@@ -370,6 +378,8 @@ impl TxnConfig {
         point: ProtocolPoint,
         now_ns: u64,
     ) -> bool {
-        self.crash_point.is_some_and(|c| c.node == node && c.point == point && now_ns >= c.from_ns)
+        self.crash_point.is_some_and(|c| {
+            c.node == node && c.point == point && (c.from_ns..=c.until_ns).contains(&now_ns)
+        })
     }
 }

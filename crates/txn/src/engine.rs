@@ -724,6 +724,9 @@ pub(crate) async fn crash_point<E: Endpoint>(co: &Co<E>, cfg: &TxnConfig, point:
     if cfg.crash_point.is_none() || !cfg.crashes_at(co.me().node, point, co.now_ns()) {
         return;
     }
+    // What the point says was done is out of the node: frames queued for the end of
+    // the step and requests behind a doorbell would die with it.
+    co.flush();
     let crashed = co.with_ep(|ep| ep.crash_here());
     assert!(
         crashed,

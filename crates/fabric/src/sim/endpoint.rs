@@ -69,10 +69,16 @@ impl Endpoint for SimEndpoint {
     }
 
     fn ring_doorbells(&mut self) {
+        if self.dead() {
+            return;
+        }
         self.core.borrow_mut().ring_all(self.index);
     }
 
     fn poll_cq(&mut self, out: &mut [Completion]) -> usize {
+        if self.dead() {
+            return 0;
+        }
         self.core.borrow_mut().poll_cq(self.index, out)
     }
 
@@ -100,6 +106,9 @@ impl Endpoint for SimEndpoint {
     }
 
     fn recv(&mut self, buf: &mut [u8]) -> Option<(WorkerId, usize)> {
+        if self.dead() {
+            return None;
+        }
         self.core.borrow_mut().recv(self.index, buf)
     }
 
@@ -124,8 +133,9 @@ impl Endpoint for SimEndpoint {
 
 impl SimEndpoint {
     /// Whether this worker's node crashed during the worker's current step (`crash_here`):
-    /// what it still posts or sends in that step vanishes, as from a dead CPU. A node
-    /// crashed by time is never stepped again, so this is the only way to be here dead.
+    /// what it still posts, sends or rings in that step vanishes and it learns of no
+    /// completion or datagram, as a dead CPU. A node crashed by time is never stepped
+    /// again, so this is the only way to be here dead.
     fn dead(&self) -> bool {
         self.core.borrow().node_crashed(self.me.node)
     }
