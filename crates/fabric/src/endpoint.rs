@@ -97,8 +97,9 @@ pub trait Endpoint {
     /// Crashes this worker's node now, as a fault injector would at a chosen point of a
     /// protocol: its CPUs and NIC stop; nothing its workers post, send or ring from now on
     /// takes effect and they learn of nothing more (requests whose doorbell rang are in
-    /// flight and may land); they are not stepped again. Ring what must be out first. Returns whether the backend can: only the simulator does,
-    /// where the same seed then crashes at the same point.
+    /// flight and may land); they are not stepped again. Ring what must be out first.
+    /// Returns whether the backend can: only the simulator does, where the same seed
+    /// then crashes at the same point.
     fn crash_here(&mut self) -> bool {
         false
     }

@@ -889,8 +889,7 @@ pub fn judge(d: &Draw, o: &Outcome) -> Vec<String> {
         }
     }
     // A crash at a point of the protocol happens when the run gets there: every node the
-    // run saw crash, removed too.
-    // Not before the point's window opened, when it cannot have crashed yet.
+    // run saw crash, removed too, and not before the point's window opened.
     let point = d.spec.txn.crash_point.filter(|c| r.recovery.crashed.contains(&c.node));
     for &node in r.recovery.crashed.iter().filter(|n| !crashes.iter().any(|(c, _)| c == *n)) {
         let from = point.filter(|c| c.node == node).map_or(0, |c| c.from_ns);

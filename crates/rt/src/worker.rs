@@ -112,6 +112,19 @@ pub struct Worker<E: Endpoint> {
     resumes: u64,
 }
 
+impl<E: Endpoint> Inner<E> {
+    /// Hands the fabric every frame in the outbox and every request behind a doorbell;
+    /// returns whether it refused some frames (they wait in the outbox for the next).
+    fn flush(&self) -> bool {
+        let mut ep = self.ep.borrow_mut();
+        let mut outbox = self.outbox.borrow_mut();
+        outbox.flush(&mut *ep);
+        self.deferred.set(false);
+        ep.ring_doorbells();
+        outbox.deferred
+    }
+}
+
 impl<E: Endpoint + 'static> Worker<E> {
     /// A worker on endpoint `ep`.
     pub fn new(ep: E, cfg: RtConfig) -> Worker<E> {
@@ -313,14 +326,10 @@ impl<E: Endpoint + 'static> Program for Worker<E> {
         let inner = &self.inner;
         let resumed = self.executor.run_ready(|| inner.ep.borrow_mut().charge_cpu(costs.switch_ns));
         self.resumes += resumed as u64;
-        let mut ep = self.inner.ep.borrow_mut();
-        let mut outbox = self.inner.outbox.borrow_mut();
-        outbox.flush(&mut *ep);
         // Coroutines ring their deferred batches before they wait; this rings what is
         // left (and what an error path left open).
-        self.inner.deferred.set(false);
-        ep.ring_doorbells();
-        if more_rx || polled || outbox.deferred || self.executor.ready().any() {
+        let refused = self.inner.flush();
+        if more_rx || polled || refused || self.executor.ready().any() {
             return Step::Busy;
         }
         let call = self.inner.calls.borrow_mut().next_deadline();
@@ -527,10 +536,7 @@ impl<E: Endpoint> Co<E> {
     /// would do). For a point where what was issued must be out, such as a crash
     /// injected there.
     pub fn flush(&self) {
-        let mut ep = self.inner.ep.borrow_mut();
-        self.inner.outbox.borrow_mut().flush(&mut *ep);
-        self.inner.deferred.set(false);
-        ep.ring_doorbells();
+        self.inner.flush();
     }
 
     /// As [`Co::issue`] with extra flags (e.g. `INLINE`) on every request.

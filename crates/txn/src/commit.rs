@@ -217,17 +217,17 @@ impl<E: Endpoint> TxnCtx<E> {
                 Ok(f) => flights.push(f),
                 Err(f) => result = Err(f),
             }
-            let me = self.co.me().node;
+            let point = ProtocolPoint::LoggedPartly;
             if k == 0
                 && starts.len() > 1
                 && result.is_ok()
                 && self.node.cfg.crash_point.is_some()
-                && self.node.cfg.crashes_at(me, ProtocolPoint::LoggedPartly, self.co.now_ns())
+                && self.node.cfg.crashes_at(self.co.me().node, point, self.co.now_ns())
             {
                 // One entry landed, none of the others posted.
                 result = self.land_logs(&mut flights).await;
                 if result.is_ok() {
-                    crash_point(&self.co, &self.node.cfg, ProtocolPoint::LoggedPartly).await;
+                    crash_point(&self.co, &self.node.cfg, point).await;
                 }
             }
             if result.is_ok() && !self.node.cfg.outstanding {
@@ -576,12 +576,7 @@ impl<E: Endpoint> TxnCtx<E> {
             if !a.write {
                 continue;
             }
-            let me = self.co.me().node;
-            // (The clock is read only in runs that crash somewhere.)
-            if std::mem::replace(&mut wrote_one, true)
-                && self.node.cfg.crash_point.is_some()
-                && self.node.cfg.crashes_at(me, ProtocolPoint::WrittenBackPartly, self.co.now_ns())
-            {
+            if std::mem::replace(&mut wrote_one, true) {
                 // The records before this one are written back and unlocked (their
                 // requests and calls handed to the fabric by `crash_point`), the others
                 // not.
