@@ -82,13 +82,13 @@ pub struct BenchArgs {
     seed: u64,
     /// Record the history and check serializability (memory grows with the run).
     #[arg(long)]
-    check: bool,
+    pub(crate) check: bool,
     /// Write the results as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
     /// Copies of every partition.
     #[arg(long, default_value_t = 3)]
-    replication: u16,
+    pub(crate) replication: u16,
     /// SmallBank accounts per worker thread (about 0.5 KB each with 3 copies, location
     /// caches included).
     #[arg(long, default_value_t = 100_000)]
@@ -650,7 +650,14 @@ fn run_ucx<W: Workload>(
             UcxCluster::with_exchange(uc, p.exchange(shape.nodes)?)?
         }
     };
-    hytra_workloads::bench::run_partial(&mut b, workload, cfg, params)
+    let procs = match a.placement.as_ref().and_then(|p| p.launcher.as_ref()) {
+        None => hytra_workloads::bench::Processes::default(),
+        Some(l) => hytra_workloads::bench::Processes {
+            store: std::sync::Arc::new(hytra_txn::config_store::TcpStore::new(l.store)),
+            journal: Some(l.journal.clone()),
+        },
+    };
+    hytra_workloads::bench::run_partial_in(&mut b, workload, cfg, params, procs)
 }
 
 #[cfg(not(feature = "ucx"))]
@@ -753,8 +760,8 @@ fn run_workload<W: Workload>(a: &BenchArgs, shared: Run, workload: W) -> Result<
     }
     let result = match result {
         Ok(Some(r)) => Ok(r),
-        // A node of a cluster spread over processes other than the first: node 0
-        // reports for everyone.
+        // A node of a cluster spread over processes that did not get the results: node
+        // 0, or under `hytra cluster` the lowest survivor, reports for everyone.
         Ok(None) => return Ok(()),
         Err(e) => Err(e),
     };
@@ -769,10 +776,24 @@ fn run_workload<W: Workload>(a: &BenchArgs, shared: Run, workload: W) -> Result<
     print_report(a, &cfg, types, &result, seconds, sim);
     let recovered = recovery_times(&crashes, &used, &result);
     print_recovery(&recovered, lease_of(&cfg, sim).lease_ns);
+    // Processes of a cluster that died (`hytra cluster --kill`): their part came from
+    // their journals.
+    let lost: Vec<u16> = match crashes.is_empty() {
+        true => result.recovery.crashed.iter().map(|n| n.0).collect(),
+        false => Vec::new(),
+    };
+    if !lost.is_empty() {
+        println!(
+            "lost nodes   {lost:?} died during the run: the survivors removed them, went on, and checked their part from their journals"
+        );
+    }
     if let (Some(file), Some(path)) = (out, a.json.as_deref()) {
         let mut doc = json_report(a, &cfg, types, &used, &result, seconds, sim, started.elapsed());
         if !recovered.is_empty() {
             doc["crashes"] = json_recovery(&recovered, &result);
+        }
+        if !lost.is_empty() {
+            doc["lost_nodes"] = serde_json::json!(lost);
         }
         write_json(file, path, &doc)?;
     }

@@ -14,10 +14,13 @@
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
+#[cfg(feature = "ucx")]
 use std::process::{Child, Command, Stdio};
 #[cfg(feature = "pmix")]
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+#[cfg(feature = "ucx")]
+use std::time::Instant;
 
 use clap::{Args, Parser};
 use hytra_lab::cluster_file::{self, ClusterFile, NodeEntry};
@@ -36,6 +39,19 @@ pub struct Placement {
     pub bootstrap: Bootstrap,
     /// Bound on joining and on every exchange.
     pub timeout: Duration,
+    /// What `hytra cluster` shares with its nodes so that the run survives one of them
+    /// dying; `None` elsewhere.
+    pub launcher: Option<Launcher>,
+}
+
+/// What a node started by `hytra cluster` learns of its launcher.
+#[derive(Clone, Debug)]
+#[cfg_attr(not(feature = "ucx"), allow(dead_code))]
+pub struct Launcher {
+    /// The configuration store the launcher serves.
+    pub store: SocketAddr,
+    /// The directory where every worker journals its history.
+    pub journal: PathBuf,
 }
 
 /// How the processes of a cluster meet.
@@ -46,6 +62,14 @@ pub enum Bootstrap {
     Tcp {
         /// Node 0's bootstrap address.
         root: SocketAddr,
+        /// The cluster token.
+        token: String,
+    },
+    /// The hub that `hytra cluster` runs at `addr`: every node is a member, so that the
+    /// run outlives any of them.
+    Hub {
+        /// The hub's address.
+        addr: SocketAddr,
         /// The cluster token.
         token: String,
     },
@@ -70,6 +94,15 @@ impl Placement {
                 token,
                 self.timeout,
             )?)),
+            Bootstrap::Hub { addr, token } => {
+                Ok(Box::new(hytra_fabric::ucx::TcpExchange::join_hub(
+                    self.me,
+                    nodes,
+                    *addr,
+                    token,
+                    self.timeout,
+                )?))
+            }
             #[cfg(feature = "pmix")]
             Bootstrap::Pmix(slot) => {
                 let ex = slot.lock().expect("the PMIx slot is never poisoned").take();
@@ -184,6 +217,14 @@ pub struct NodeArgs {
     /// Started by `hytra cluster`, which tells the user what the nodes wait for.
     #[arg(long, hide = true)]
     launched: bool,
+    /// Started by `hytra cluster`: its hub, configuration store and journal directory
+    /// (all three or none).
+    #[arg(long, hide = true, requires_all = ["store", "journal"])]
+    hub: Option<SocketAddr>,
+    #[arg(long, hide = true, requires = "hub")]
+    store: Option<SocketAddr>,
+    #[arg(long, hide = true, requires = "hub")]
+    journal: Option<PathBuf>,
 }
 
 /// Runs `hytra node`.
@@ -191,6 +232,16 @@ pub fn run_node(a: NodeArgs) -> Result<(), CliError> {
     let f = read_file(&a.config)?;
     let timeout = Duration::from_secs(f.timeout_s);
     let placement = match a.id {
+        Some(id) if a.hub.is_some() => {
+            let mut p = tcp_placement(&f, &a.config, id, timeout)?;
+            let (Some(addr), Some(store), Some(journal)) = (a.hub, a.store, a.journal.clone())
+            else {
+                return usage("--hub, --store and --journal come together");
+            };
+            p.bootstrap = Bootstrap::Hub { addr, token: f.token.clone() };
+            p.launcher = Some(Launcher { store, journal });
+            p
+        }
         Some(id) => {
             let p = tcp_placement(&f, &a.config, id, timeout)?;
             if let (false, Bootstrap::Tcp { root, .. }) = (a.launched, &p.bootstrap) {
@@ -210,7 +261,9 @@ pub fn run_node(a: NodeArgs) -> Result<(), CliError> {
             ))
         }
     };
-    let json = if placement.me == 0 { a.json.as_deref() } else { None };
+    // Node 0 reports, or under `hytra cluster` whichever node survives first.
+    let json =
+        if placement.me == 0 || placement.launcher.is_some() { a.json.as_deref() } else { None };
     match job(&f, json)? {
         Job::Bench(mut args) => {
             args.placement = Some(placement);
@@ -241,7 +294,12 @@ fn tcp_placement(
         return usage(format!("--id {id} is not a node of {} (0..{nodes})", config.display()));
     }
     let root = resolve(&f.nodes[0])?;
-    Ok(Placement { me: id, bootstrap: Bootstrap::Tcp { root, token: f.token.clone() }, timeout })
+    Ok(Placement {
+        me: id,
+        bootstrap: Bootstrap::Tcp { root, token: f.token.clone() },
+        timeout,
+        launcher: None,
+    })
 }
 
 /// Whether a PMIx launcher started this process: it tells its children their namespace
@@ -274,7 +332,12 @@ fn pmix_placement(
         ))
     })?;
     ex.check_token(&f.token).map_err(|e| CliError::Usage(e.to_string()))?;
-    Ok(Placement { me, bootstrap: Bootstrap::Pmix(Arc::new(Mutex::new(Some(ex)))), timeout })
+    Ok(Placement {
+        me,
+        bootstrap: Bootstrap::Pmix(Arc::new(Mutex::new(Some(ex)))),
+        timeout,
+        launcher: None,
+    })
 }
 
 #[cfg(not(feature = "pmix"))]
@@ -291,11 +354,18 @@ pub struct ClusterArgs {
     /// Write the cluster's report as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Kill node NODE's process with SIGKILL SECONDS after the run started (a
+    /// benchmark with --check and replication 3 or more): the survivors remove it, go
+    /// on, and check the whole history, the dead node's part from its journal.
+    #[arg(long, value_name = "NODE@SECONDS")]
+    kill: Option<String>,
 }
 
 /// Kills and reaps every child still running.
+#[cfg(feature = "ucx")]
 struct Children(Vec<(u16, Child)>);
 
+#[cfg(feature = "ucx")]
 impl Drop for Children {
     fn drop(&mut self) {
         for (_, c) in &mut self.0 {
@@ -305,20 +375,158 @@ impl Drop for Children {
     }
 }
 
+/// A node to kill, and when (after the run started).
+#[derive(Clone, Copy, Debug)]
+#[cfg_attr(not(feature = "ucx"), allow(dead_code))]
+struct Kill {
+    node: u16,
+    after: Duration,
+}
+
+/// `--kill NODE@SECONDS`, checked against the file and its benchmark.
+fn parse_kill(spec: &str, f: &ClusterFile, args: &BenchArgs) -> Result<Kill, CliError> {
+    let Some((node, at)) = spec.split_once('@') else {
+        return usage(format!("--kill '{spec}': expected NODE@SECONDS, such as 2@1.5"));
+    };
+    let nodes = f.nodes.len();
+    let node: u16 = match node.parse() {
+        Ok(n) if usize::from(n) < nodes => n,
+        _ => {
+            return usage(format!(
+                "--kill '{spec}': there is no node {node} (nodes are 0..{nodes})"
+            ))
+        }
+    };
+    let seconds = f.seconds.unwrap_or(5.0);
+    let after = match at.parse::<f64>() {
+        Ok(t) if t > 0.0 && t < seconds => Duration::from_secs_f64(t),
+        _ => {
+            return usage(format!(
+                "--kill '{spec}': the time must lie in the run, after 0 and before its {seconds} s"
+            ))
+        }
+    };
+    if !args.check {
+        return usage(
+            "--kill: the survivors check the dead node's part from its journal, which is kept with --check only: add \"--check\" to bench_args",
+        );
+    }
+    if args.replication < 3 {
+        return usage(format!(
+            "--kill: with replication {} a partition would keep {} copy; recovery needs two (a backup's log decides the transactions in doubt)",
+            args.replication,
+            args.replication.saturating_sub(1)
+        ));
+    }
+    Ok(Kill { node, after })
+}
+
+/// A directory removed with everything in it when dropped.
+#[cfg(feature = "ucx")]
+struct TempDir(PathBuf);
+
+#[cfg(feature = "ucx")]
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// What the launcher runs beside a benchmark's nodes: the hub they all join, the
+/// configuration store they share, and the directory of their journals.
+#[cfg(feature = "ucx")]
+struct Services {
+    hub: std::thread::JoinHandle<Result<hytra_fabric::ucx::HubOutcome, hytra_fabric::BackendError>>,
+    store: std::thread::JoinHandle<()>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    started: std::sync::Arc<std::sync::Mutex<Option<Instant>>>,
+    args: Vec<String>,
+    _journal: TempDir,
+}
+
+#[cfg(feature = "ucx")]
+impl Services {
+    fn start(f: &ClusterFile) -> Result<Services, CliError> {
+        use std::sync::atomic::AtomicBool;
+        let run = |e: String| CliError::Run(anyhow::anyhow!(e));
+        let nodes = u16::try_from(f.nodes.len()).unwrap_or(u16::MAX);
+        let timeout = Duration::from_secs(f.timeout_s);
+        let loopback: SocketAddr = ([127, 0, 0, 1], 0).into();
+        let hub = hytra_fabric::ucx::Hub::bind(loopback, nodes, &f.token, timeout)
+            .map_err(|e| run(e.to_string()))?;
+        let hub_addr = hub.addr().map_err(|e| run(e.to_string()))?;
+        let listener = std::net::TcpListener::bind(loopback)
+            .map_err(|e| run(format!("the configuration store cannot listen: {e}")))?;
+        let store_addr =
+            listener.local_addr().map_err(|e| run(format!("the store's address: {e}")))?;
+        let dir = std::env::temp_dir().join(format!("hytra-cluster-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| run(format!("cannot create {}: {e}", dir.display())))?;
+        let journal = TempDir(dir);
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let started = std::sync::Arc::new(std::sync::Mutex::new(None));
+        let store = {
+            let stop = stop.clone();
+            let memory = std::sync::Arc::new(hytra_txn::config_store::MemoryStore::default());
+            std::thread::spawn(move || hytra_txn::config_store::serve(listener, memory, stop))
+        };
+        let hub = {
+            let (stop, started) = (stop.clone(), started.clone());
+            std::thread::spawn(move || {
+                hub.serve(
+                    |at| *started.lock().expect("never poisoned") = Some(at),
+                    || stop.load(std::sync::atomic::Ordering::Acquire),
+                )
+            })
+        };
+        let args = vec![
+            "--hub".into(),
+            hub_addr.to_string(),
+            "--store".into(),
+            store_addr.to_string(),
+            "--journal".into(),
+            journal.0.display().to_string(),
+        ];
+        Ok(Services { hub, store, stop, started, args, _journal: journal })
+    }
+
+    fn started(&self) -> Option<Instant> {
+        *self.started.lock().expect("never poisoned")
+    }
+
+    /// Stops the store and the hub; what the hub saw of the run.
+    fn finish(self) -> Option<hytra_fabric::ucx::HubOutcome> {
+        self.stop.store(true, std::sync::atomic::Ordering::Release);
+        let _ = self.store.join();
+        self.hub.join().ok().and_then(Result::ok)
+    }
+}
+
 /// Runs `hytra cluster`.
 pub fn run_cluster(a: ClusterArgs) -> Result<(), CliError> {
     let f = read_file(&a.config)?;
     // Every node runs over UCX: say so once here, not once per child.
     crate::BackendKind::parse("ucx")?;
     // Check the benchmark options here once, not in every child.
-    match job(&f, a.json.as_deref())? {
+    let mut kill = None;
+    let bench = match job(&f, a.json.as_deref())? {
         Job::Io(mut args) => {
             let timeout = Duration::from_secs(f.timeout_s);
             args.placement = Some(tcp_placement(&f, &a.config, 0, timeout)?);
             crate::io::check(&args)?;
+            if a.kill.is_some() {
+                return usage("--kill applies to benchmarks (the io workload has no recovery)");
+            }
+            false
         }
-        Job::Bench(args) => crate::bench::check(&args)?,
-    }
+        Job::Bench(args) => {
+            crate::bench::check(&args)?;
+            if let Some(k) = &a.kill {
+                kill = Some(parse_kill(k, &f, &args)?);
+            }
+            true
+        }
+    };
     if f.nodes.is_empty() {
         return usage(format!(
             "hytra cluster starts the processes of the [[nodes]] in {}, and it lists none (a file with only node_count is for srun or mpirun)",
@@ -334,19 +542,62 @@ pub fn run_cluster(a: ClusterArgs) -> Result<(), CliError> {
             ));
         }
     }
+    launch(&a, &f, bench, kill)
+}
+
+#[cfg(not(feature = "ucx"))]
+fn launch(_: &ClusterArgs, _: &ClusterFile, _: bool, _: Option<Kill>) -> Result<(), CliError> {
+    unreachable!("refused by run_cluster without the ucx feature")
+}
+
+/// Kills `k`'s node if its time into the run (started at `run`) has come: the node and
+/// when, if it was killed.
+#[cfg(feature = "ucx")]
+fn kill_when_due(
+    children: &mut Children,
+    k: Kill,
+    run: Instant,
+) -> Result<Option<(u16, f64)>, CliError> {
+    if run.elapsed() < k.after {
+        return Ok(None);
+    }
+    let Some((_, c)) = children.0.iter_mut().find(|(id, _)| *id == k.node) else {
+        return Ok(None);
+    };
+    // Child::kill sends SIGKILL: the process gets no chance to say goodbye.
+    c.kill().map_err(|e| CliError::Run(anyhow::anyhow!("cannot kill node {}: {e}", k.node)))?;
+    let at = run.elapsed().as_secs_f64();
+    eprintln!("hytra cluster: killed node {} (SIGKILL) {at:.2} s into the run", k.node);
+    Ok(Some((k.node, at)))
+}
+
+/// Starts the nodes (and, for a benchmark, the services they share), kills one if asked,
+/// and waits for them all.
+#[cfg(feature = "ucx")]
+fn launch(
+    a: &ClusterArgs,
+    f: &ClusterFile,
+    bench: bool,
+    kill: Option<Kill>,
+) -> Result<(), CliError> {
     crate::signals::catch_stop_signals();
     let exe = std::env::current_exe()
         .map_err(|e| CliError::Run(anyhow::anyhow!("cannot find the hytra binary: {e}")))?;
+    let services = if bench { Some(Services::start(f)?) } else { None };
     let mut children = Children(Vec::new());
     for id in 0..f.nodes.len() as u16 {
         let mut cmd = Command::new(&exe);
         cmd.arg("node").arg("--config").arg(&a.config).arg("--id").arg(id.to_string());
         cmd.arg("--launched");
-        if let (0, Some(j)) = (id, &a.json) {
+        if let Some(s) = &services {
+            cmd.args(&s.args);
+        }
+        // Node 0 prints the report, or under the hub whichever survivor gets the results;
+        // the others only their errors.
+        if let Some(j) = a.json.as_ref().filter(|_| id == 0 || services.is_some()) {
             cmd.arg("--json").arg(j);
         }
-        // Node 0 prints the report; the others only their errors.
-        if id != 0 {
+        if id != 0 && services.is_none() {
             cmd.stdout(Stdio::null());
         }
         let child = cmd
@@ -359,6 +610,7 @@ pub fn run_cluster(a: ClusterArgs) -> Result<(), CliError> {
         + Duration::from_secs(60);
     let started = Instant::now();
     let mut failed: Vec<String> = Vec::new();
+    let mut killed: Option<(u16, f64)> = None;
     while !children.0.is_empty() {
         if crate::signals::interrupted() {
             return Err(CliError::Run(anyhow::anyhow!("interrupted: stopped every node")));
@@ -369,12 +621,18 @@ pub fn run_cluster(a: ClusterArgs) -> Result<(), CliError> {
                 limit.as_secs()
             )));
         }
+        if let (Some(k), None, Some(run)) =
+            (kill, killed, services.as_ref().and_then(Services::started))
+        {
+            killed = kill_when_due(&mut children, k, run)?;
+        }
         let mut i = 0;
         while i < children.0.len() {
             let (id, c) = &mut children.0[i];
             match c.try_wait() {
                 Ok(Some(status)) => {
-                    if !status.success() {
+                    let ours = killed.is_some_and(|(k, _)| k == *id);
+                    if !status.success() && !ours {
                         failed.push(format!("node {id} exited with {status}"));
                     }
                     children.0.swap_remove(i);
@@ -392,6 +650,20 @@ pub fn run_cluster(a: ClusterArgs) -> Result<(), CliError> {
             )));
         }
         std::thread::sleep(Duration::from_millis(20));
+    }
+    if let Some(outcome) = services.and_then(Services::finish) {
+        if let Some((node, _)) = killed {
+            if !outcome.dead.contains(&node) {
+                return Err(CliError::Run(anyhow::anyhow!(
+                    "node {node} was killed, but the hub never saw it go"
+                )));
+            }
+        }
+    }
+    if kill.is_some() && killed.is_none() {
+        return Err(CliError::Run(anyhow::anyhow!(
+            "the run ended before the kill was due: nothing was killed"
+        )));
     }
     Ok(())
 }

@@ -47,6 +47,7 @@ pub fn catch_stop_signals() {
 }
 
 /// Whether SIGINT or SIGTERM arrived since [`catch_stop_signals`].
+#[cfg_attr(not(feature = "ucx"), allow(dead_code))]
 pub fn interrupted() -> bool {
     INTERRUPTED.load(Ordering::SeqCst)
 }

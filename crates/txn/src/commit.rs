@@ -881,6 +881,7 @@ impl<E: Endpoint> TxnCtx<E> {
                 Some(r) => r,
                 None => self.record(),
             };
+            self.wt.journal(b'H', || serde_json::to_vec(&record).expect("a record serializes"));
             if let Some(h) = self.wt.history.borrow_mut().as_mut() {
                 h.push(record);
             }

@@ -22,7 +22,7 @@ use hytra_store::{Catalog, LocationCache, NodeStore, Replica, StoreError, TableI
 use thiserror::Error;
 
 use crate::config::{ConfigError, ExecStrategy, ProtocolPoint, TxnConfig};
-use crate::config_store::{ConfigStore, MemoryStore};
+use crate::config_store::{Cas, ConfigStore, MemoryStore};
 use crate::handlers;
 use crate::log::{LogLayout, RingOut};
 use crate::membership::{Config, Membership, View};
@@ -194,6 +194,25 @@ impl Engine {
         cfg: TxnConfig,
         coroutines: u16,
     ) -> Result<Engine, EngineError> {
+        Engine::setup_with_store(
+            backend,
+            catalog,
+            cfg,
+            coroutines,
+            Arc::new(MemoryStore::default()),
+        )
+    }
+
+    /// As [`Engine::setup`], committing configurations to `config_store`, which the
+    /// processes of a cluster share (each stores the first configuration, or finds the
+    /// same one stored).
+    pub fn setup_with_store<B: Backend>(
+        backend: &mut B,
+        catalog: Catalog,
+        cfg: TxnConfig,
+        coroutines: u16,
+        config_store: Arc<dyn ConfigStore>,
+    ) -> Result<Engine, EngineError> {
         let shape = backend.shape();
         cfg.validate(shape.nodes)?;
         if catalog.replication() != cfg.replication {
@@ -208,12 +227,20 @@ impl Engine {
             true => RecoveryParams::simulated(),
             false => RecoveryParams::real(),
         });
-        let config_store: Arc<dyn ConfigStore> = Arc::new(MemoryStore::default());
         let mut bytes = Vec::new();
         initial.encode(&mut bytes);
-        config_store
+        let stored = config_store
             .cas(0, initial.epoch, &bytes)
-            .expect("a fresh store takes the first configuration");
+            .map_err(|e| ConfigError::Invalid(format!("storing the first configuration: {e}")))?;
+        if let Cas::Lost(epoch, other) = stored {
+            // Another process of the cluster stored it first: it must be this one.
+            if epoch != initial.epoch || other != bytes {
+                return Err(ConfigError::Invalid(format!(
+                    "the configuration store holds epoch {epoch}, not this cluster's first configuration"
+                ))
+                .into());
+            }
+        }
         let log_bytes = LogLayout {
             rkey: Rkey(0),
             ring_bytes: cfg.log_ring_bytes,
@@ -493,6 +520,7 @@ impl Engine {
             acker: RefCell::new(None),
             stats: RefCell::new(TxnStats::default()),
             history: RefCell::new(record_history.then(Vec::new)),
+            journal: RefCell::new(None),
             active: Cell::new(0),
             window: Cell::new((0, u64::MAX)),
             timeline_ns: Cell::new(0),
@@ -568,6 +596,8 @@ pub struct WorkerTxn {
     pub(crate) acker: RefCell<Option<Waker>>,
     pub(crate) stats: RefCell<TxnStats>,
     pub(crate) history: RefCell<Option<Vec<TxnRecord>>>,
+    /// Where the history goes as it is made, if anywhere (see [`WorkerTxn::set_journal`]).
+    journal: RefCell<Option<std::fs::File>>,
     /// Coroutines currently running transactions (the background task ends after them).
     pub(crate) active: Cell<u32>,
     /// Transactions finishing in `[start, end)` are counted.
@@ -684,7 +714,38 @@ impl WorkerTxn {
     }
 
     pub(crate) fn push_doubt(&self, record: TxnRecord) {
+        self.journal(b'D', || serde_json::to_vec(&record).expect("a record serializes"));
         self.doubt.borrow_mut().push(record);
+    }
+
+    /// Writes what this worker's history holds, and what its clients count, to `file` as
+    /// it happens, one line per event and one `write` per line, so that the part of a
+    /// process killed during the run can still be checked (lines: `D` record in doubt,
+    /// `H` record committed, `R` the clients' tally; the bench reads them back).
+    pub fn set_journal(&self, file: std::fs::File) {
+        *self.journal.borrow_mut() = Some(file);
+    }
+
+    /// Whether a journal is kept.
+    pub fn journals(&self) -> bool {
+        self.journal.borrow().is_some()
+    }
+
+    /// Appends one line `tag body` to the journal, if one is kept.
+    pub(crate) fn journal(&self, tag: u8, body: impl FnOnce() -> Vec<u8>) {
+        use std::io::Write;
+        let mut j = self.journal.borrow_mut();
+        let Some(file) = j.as_mut() else { return };
+        let mut line = vec![tag, b' '];
+        line.extend(body());
+        line.push(b'\n');
+        file.write_all(&line).expect("the journal of a run is writable");
+    }
+
+    /// Appends the clients' tally (`R`, JSON) to the journal, if one is kept: the last
+    /// such line is what a killed process's clients counted.
+    pub fn journal_report(&self, report: impl FnOnce() -> Vec<u8>) {
+        self.journal(b'R', report);
     }
 
     /// Takes the record in doubt of attempt `owner`, if there is one.

@@ -402,6 +402,12 @@ impl<E: Endpoint> TxnCtx<E> {
         self.node.recovery.ended()
     }
 
+    /// Appends the clients' tally to the worker's journal, if it keeps one
+    /// ([`WorkerTxn::journal_report`]).
+    pub fn journal_report(&self, report: impl FnOnce() -> Vec<u8>) {
+        self.wt.journal_report(report);
+    }
+
     /// The epoch of the attempt's configuration, as messages carry it.
     pub(crate) fn epoch(&self) -> u32 {
         self.config.epoch as u32
@@ -452,6 +458,12 @@ impl<E: Endpoint> Txn<'_, E> {
     /// name it.
     pub fn id(&self) -> u64 {
         self.ctx.owner.0
+    }
+
+    /// Appends the clients' tally to the worker's journal, if it keeps one
+    /// ([`WorkerTxn::journal_report`]).
+    pub fn journal_report(&self, report: impl FnOnce() -> Vec<u8>) {
+        self.ctx.wt.journal_report(report);
     }
 
     /// Reads a record.

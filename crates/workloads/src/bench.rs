@@ -5,7 +5,9 @@
 //! for serializability and the workload's own invariants. The same code runs on every
 //! backend; only time (virtual or wall) differs.
 
+use std::path::{Path, PathBuf};
 use std::rc::Rc;
+use std::sync::Arc;
 
 use hytra_check::{History, Report};
 use hytra_fabric::rng::Rng;
@@ -14,6 +16,7 @@ use hytra_rt::{run_workers_with, RtConfig, Worker, WorkerStats};
 use hytra_store::{
     take_word, Catalog, CatalogError, ImageDecodeError, ReplicaImage, StoreError, TableSpec,
 };
+use hytra_txn::config_store::{ConfigStore, MemoryStore};
 use hytra_txn::{
     Abort, Engine, EngineError, Outcome, RecoveryEvent, RecoveryStep, Txn, TxnConfig, TxnCtx,
     TxnStats, WorkerTxn,
@@ -472,15 +475,131 @@ fn restore_images(engine: &Engine, images: Vec<PlacedImage>) -> Result<(), Bench
 /// history, reports and replica contents to the first process, which rebuilds the whole
 /// cluster's state in its shadows and checks it exactly as [`run`] does; it returns the
 /// result, the others `None`.
-#[allow(
-    clippy::too_many_lines,
-    reason = "longer than the limit before the limit was set; split it when it next changes"
-)]
 pub fn run_partial<B: Backend, W: Workload>(
     backend: &mut B,
     workload: &W,
     cfg: TxnConfig,
     params: BenchParams,
+) -> Result<Option<BenchResult<W::Report>>, BenchError> {
+    run_partial_in(backend, workload, cfg, params, Processes::default())
+}
+
+/// What the processes of a cluster share beyond the fabric, so that the run survives
+/// one of them dying.
+#[derive(Clone)]
+pub struct Processes {
+    /// Where configurations are committed (every process of a cluster must name the
+    /// same store).
+    pub store: Arc<dyn ConfigStore>,
+    /// A directory every process can read, where each worker journals its history and
+    /// its clients' tally as they happen (with `check`), so that the part of a process
+    /// killed during the run can be checked from its journal.
+    pub journal: Option<PathBuf>,
+}
+
+impl Default for Processes {
+    fn default() -> Processes {
+        Processes { store: Arc::new(MemoryStore::default()), journal: None }
+    }
+}
+
+/// The journal of worker `index` in `dir`.
+fn journal_path(dir: &Path, index: usize) -> PathBuf {
+    dir.join(format!("worker-{index}.journal"))
+}
+
+/// What a killed process's workers journaled, as the part it never sent: their history
+/// (attempts still in doubt kept iff recovery committed them, as `engine` knows) and
+/// their clients' last tally. A line cut short by the kill is the last one, and ignored.
+fn journaled_part<R: serde::de::DeserializeOwned>(
+    engine: &Engine,
+    dir: &Path,
+    workers: impl Iterator<Item = usize>,
+) -> Result<Part<R>, BenchError> {
+    let mut part = Part {
+        stats: TxnStats::default(),
+        rt: WorkerStats::default(),
+        history: Vec::new(),
+        reports: Vec::new(),
+        attempts_total: 0,
+        leaked: 0,
+        all_done: true,
+        elapsed_ns: 0,
+        wall_ns: 0,
+        datagrams_dropped: 0,
+        event_sleeps: 0,
+        event_wakeups: 0,
+    };
+    for index in workers {
+        let path = journal_path(dir, index);
+        let bad = |why: String| BenchError::Params(format!("journal {}: {why}", path.display()));
+        let text = std::fs::read(&path).map_err(|e| bad(e.to_string()))?;
+        let lines: Vec<&[u8]> = text.split(|&b| b == b'\n').collect();
+        let mut doubts: Vec<hytra_check::TxnRecord> = Vec::new();
+        let mut report = None;
+        for (k, line) in lines.iter().enumerate() {
+            let last = k + 1 == lines.len();
+            if line.is_empty() && last {
+                break;
+            }
+            let parsed = parse_journal_line::<R>(line);
+            let Some(event) = parsed else {
+                if last {
+                    break;
+                }
+                return Err(bad(format!("line {} does not parse", k + 1)));
+            };
+            match event {
+                JournalLine::Doubt(r) => doubts.push(r),
+                JournalLine::Committed(r) => {
+                    doubts.retain(|d| d.id != r.id);
+                    part.history.push(r);
+                }
+                JournalLine::Report(r) => report = Some(r),
+            }
+        }
+        part.history.extend(doubts.into_iter().filter(|r| engine.verdict(r.id)));
+        if let Some(r) = report {
+            part.reports.push((index, r));
+        }
+    }
+    Ok(part)
+}
+
+/// One line of a worker's journal (see [`hytra_txn::WorkerTxn::set_journal`]). An
+/// attempt that never commits keeps its `D` line: recovery decided it aborted, or it
+/// never left its node.
+enum JournalLine<R> {
+    /// `D`: an attempt past its commit point, outcome unknown.
+    Doubt(hytra_check::TxnRecord),
+    /// `H`: a committed transaction (its `D` line, if any, came before).
+    Committed(hytra_check::TxnRecord),
+    /// `R`: the clients' tally so far.
+    Report(R),
+}
+
+fn parse_journal_line<R: serde::de::DeserializeOwned>(line: &[u8]) -> Option<JournalLine<R>> {
+    let (&tag, rest) = line.split_first()?;
+    let body = rest.strip_prefix(b" ")?;
+    Some(match tag {
+        b'D' => JournalLine::Doubt(serde_json::from_slice(body).ok()?),
+        b'H' => JournalLine::Committed(serde_json::from_slice(body).ok()?),
+        b'R' => JournalLine::Report(serde_json::from_slice(body).ok()?),
+        _ => return None,
+    })
+}
+
+/// As [`run_partial`], for a process of a cluster that shares `procs`.
+#[allow(
+    clippy::too_many_lines,
+    reason = "longer than the limit before the limit was set; split it when it next changes"
+)]
+pub fn run_partial_in<B: Backend, W: Workload>(
+    backend: &mut B,
+    workload: &W,
+    cfg: TxnConfig,
+    params: BenchParams,
+    procs: Processes,
 ) -> Result<Option<BenchResult<W::Report>>, BenchError> {
     let shape = backend.shape();
     if params.coroutines == 0 || params.measure_ns == 0 {
@@ -490,8 +609,10 @@ pub fn run_partial<B: Backend, W: Workload>(
     }
     workload.validate(shape).map_err(BenchError::Params)?;
     let catalog = Catalog::new(workload.tables(shape), shape.nodes, cfg.replication)?;
-    let engine = Engine::setup(backend, catalog, cfg, params.coroutines)?;
+    let engine =
+        Engine::setup_with_store(backend, catalog, cfg, params.coroutines, procs.store.clone())?;
     workload.load(&engine, shape)?;
+    let journal = procs.journal.as_deref().filter(|_| params.check);
     if params.warm_cache {
         engine.warm_caches();
     }
@@ -509,6 +630,13 @@ pub fn run_partial<B: Backend, W: Workload>(
         limits,
         |w| {
             let wt = engine.install(w, params.check);
+            if let Some(dir) = journal {
+                let path = journal_path(dir, shape.worker_index(w.co().me()));
+                match std::fs::File::create(&path) {
+                    Ok(f) => wt.set_journal(f),
+                    Err(e) => panic!("cannot create the journal {}: {e}", path.display()),
+                }
+            }
             wt.set_window(params.warmup_ns, end_ns);
             wt.set_timeline(params.timeline_ns);
             let state = workload.spawn(w, &wt, plan);
@@ -563,6 +691,7 @@ pub fn run_partial<B: Backend, W: Workload>(
         part.reports.push((index, r));
     }
     let everywhere = (0..shape.nodes).all(|n| engine.hosts(NodeId(n)));
+    let mut dead: Vec<NodeId> = Vec::new();
     let parts = if everywhere {
         vec![part]
     } else {
@@ -589,6 +718,25 @@ pub fn run_partial<B: Backend, W: Workload>(
             // Restored images are dropped at once: together they are the whole database.
             restore_images(&engine, images)?;
             parts.push(p);
+        }
+        // Workers no part reports belong to processes that died: their journals tell.
+        let reported: std::collections::BTreeSet<usize> =
+            parts.iter().flat_map(|p| p.reports.iter().map(|(i, _)| *i)).collect();
+        let lost: Vec<usize> =
+            (0..shape.workers_total()).filter(|i| !reported.contains(i)).collect();
+        if !lost.is_empty() {
+            let Some(dir) = journal.filter(|_| params.check) else {
+                return Err(BenchError::Params(format!(
+                    "workers {lost:?} sent no results (their process died), and no journal was kept to check them by (run with --check)"
+                )));
+            };
+            for &i in &lost {
+                let node = shape.worker_at(i).node;
+                if !dead.contains(&node) {
+                    dead.push(node);
+                }
+            }
+            parts.push(journaled_part(&engine, dir, lost.into_iter())?);
         }
         parts
     };
@@ -644,8 +792,10 @@ pub fn run_partial<B: Backend, W: Workload>(
         .flat_map(|n| n.recovery.events().into_iter().map(move |e| (n.node, e)))
         .collect();
     events.sort_by_key(|(n, e)| (e.at_ns, *n));
+    let mut crashed = run.crashed.clone();
+    crashed.extend(dead);
     let recovery = RecoveryLog {
-        crashed: run.crashed.clone(),
+        crashed,
         events,
         // Spread over processes, nobody crashes (crashes are simulated), and only this
         // process's workers' counters were kept apart.

@@ -111,6 +111,7 @@ where
         // From here the attempt commits: should its node die before it learns the
         // outcome, the run's end asks recovery.
         tallies.committing.borrow_mut()[co] = Some((t.id(), c));
+        t.journal_report(|| serde_json::to_vec(&tallies.report()).expect("a tally serializes"));
         Ok(c)
     })
     .await;
@@ -122,5 +123,6 @@ where
     if let Some(c) = committed {
         tallies.committed.set(tallies.committed.get().plus(c));
     }
+    ctx.journal_report(|| serde_json::to_vec(&tallies.report()).expect("a tally serializes"));
     committed
 }

@@ -17,18 +17,18 @@ use std::time::{Duration, Instant};
 use super::exchange::{Exchange, Quiescence, Waves};
 use crate::endpoint::BackendError;
 
-const MAGIC: &[u8; 8] = b"HYTRA-B1";
-const ACCEPTED: u8 = b'A';
-const REFUSED: u8 = b'R';
-const PROBE: u8 = b'P';
+pub(super) const MAGIC: &[u8; 8] = b"HYTRA-B1";
+pub(super) const ACCEPTED: u8 = b'A';
+pub(super) const REFUSED: u8 = b'R';
+pub(super) const PROBE: u8 = b'P';
 const REPORT: u8 = b'R';
-const STOP: u8 = b'S';
+pub(super) const STOP: u8 = b'S';
 /// Bytes of a report: the tag, done, sent, received.
 const REPORT_BYTES: usize = 18;
 /// Largest frame accepted (results with replica images of a large node).
 const FRAME_MAX: usize = 4 << 30;
 
-fn err(msg: impl Into<String>) -> BackendError {
+pub(super) fn err(msg: impl Into<String>) -> BackendError {
     BackendError::Cluster(msg.into())
 }
 
@@ -42,8 +42,16 @@ enum Role {
         wave: Option<Vec<Option<Quiescence>>>,
         waves: Waves,
     },
-    /// Any other node: the connection to node 0.
-    Member { root: TcpStream, inbox: Vec<u8> },
+    /// Any other node: the connection to node 0 (or to the hub).
+    Member { root: TcpStream, inbox: Vec<u8>, hub: Option<HubMember> },
+}
+
+/// A member of a star around a [`super::hub::Hub`] rather than node 0: it reports its
+/// datagrams by node (so the hub can end a run whose node died), and its gather hears
+/// back whether it is the survivor that got everyone's results.
+#[derive(Clone, Copy, Debug)]
+struct HubMember {
+    nodes: u16,
 }
 
 /// The TCP bootstrap of one process (one node) of a cluster.
@@ -74,6 +82,26 @@ impl TcpExchange {
         } else {
             Self::connect(me, nodes, root, token, timeout)?
         };
+        Ok(TcpExchange { me, role, timeout, stopped: false, nonblocking: false })
+    }
+
+    /// Joins the cluster as node `me` of `nodes` through the hub at `hub` (run by the
+    /// launcher, `hytra cluster`): every node, node 0 included, is a member. The run
+    /// survives the death of any of them; the results go to the lowest survivor.
+    pub fn join_hub(
+        me: u16,
+        nodes: u16,
+        hub: SocketAddr,
+        token: &str,
+        timeout: Duration,
+    ) -> Result<TcpExchange, BackendError> {
+        if me >= nodes {
+            return Err(err(format!("node id {me} is outside a cluster of {nodes} nodes")));
+        }
+        let mut role = Self::connect(me, nodes, hub, token, timeout)?;
+        if let Role::Member { hub, .. } = &mut role {
+            *hub = Some(HubMember { nodes });
+        }
         Ok(TcpExchange { me, role, timeout, stopped: false, nonblocking: false })
     }
 
@@ -179,7 +207,7 @@ impl TcpExchange {
         write_frame(&mut s, &hello).map_err(|e| err(format!("node 0 at {root}: {e}")))?;
         let reply = read_frame(&mut s).map_err(|e| err(format!("node 0 at {root}: {e}")))?;
         match reply.split_first() {
-            Some((&ACCEPTED, _)) => Ok(Role::Member { root: s, inbox: Vec::new() }),
+            Some((&ACCEPTED, _)) => Ok(Role::Member { root: s, inbox: Vec::new(), hub: None }),
             Some((&REFUSED, why)) => {
                 Err(err(format!("node 0 refused node {me}: {}", String::from_utf8_lossy(why))))
             }
@@ -216,7 +244,7 @@ impl TcpExchange {
     }
 }
 
-fn read_hello(s: &mut TcpStream) -> Result<(u16, u16, String), String> {
+pub(super) fn read_hello(s: &mut TcpStream) -> Result<(u16, u16, String), String> {
     let f = read_frame(s).map_err(|e| e.to_string())?;
     if f.len() < 12 || &f[..8] != MAGIC {
         return Err("not a hytra bootstrap".into());
@@ -226,20 +254,20 @@ fn read_hello(s: &mut TcpStream) -> Result<(u16, u16, String), String> {
     Ok((id, nodes, String::from_utf8_lossy(&f[12..]).into_owned()))
 }
 
-fn write_reply(s: &mut TcpStream, kind: u8, msg: &[u8]) -> std::io::Result<()> {
+pub(super) fn write_reply(s: &mut TcpStream, kind: u8, msg: &[u8]) -> std::io::Result<()> {
     let mut f = vec![kind];
     f.extend_from_slice(msg);
     write_frame(s, &f)
 }
 
-fn write_frame(s: &mut TcpStream, data: &[u8]) -> std::io::Result<()> {
+pub(super) fn write_frame(s: &mut TcpStream, data: &[u8]) -> std::io::Result<()> {
     let len = u32::try_from(data.len())
         .map_err(|_| std::io::Error::new(ErrorKind::InvalidInput, "frame too large"))?;
     s.write_all(&len.to_le_bytes())?;
     s.write_all(data)
 }
 
-fn read_frame(s: &mut TcpStream) -> std::io::Result<Vec<u8>> {
+pub(super) fn read_frame(s: &mut TcpStream) -> std::io::Result<Vec<u8>> {
     let mut len = [0u8; 4];
     s.read_exact(&mut len)?;
     let len = u32::from_le_bytes(len) as usize;
@@ -263,13 +291,18 @@ impl Exchange for TcpExchange {
             }
             Role::Member { inbox, .. } => inbox.clear(),
         }
+        if let Role::Member { root, hub: Some(_), .. } = &mut self.role {
+            // A hub's member does not get the gather's answer, only everyone's blobs.
+            let me = self.me;
+            write_u64_frame(root, &mine)
+                .map_err(|e| err(format!("node {me} cannot reach the hub: {e}")))?;
+            let packed = read_u64_frame(root);
+            let packed = packed.map_err(|e| err(format!("node {me} lost the hub: {e}")))?;
+            return unpack(&packed);
+        }
         match self.gather(mine)? {
             Some(all) => {
-                let mut packed = Vec::new();
-                for b in &all {
-                    packed.extend_from_slice(&(b.len() as u64).to_le_bytes());
-                    packed.extend_from_slice(b);
-                }
+                let packed = pack(&all);
                 let Role::Root { peers, .. } = &mut self.role else { unreachable!() };
                 for (id, s) in peers.iter_mut().enumerate() {
                     if let Some(s) = s {
@@ -282,20 +315,7 @@ impl Exchange for TcpExchange {
                 let Role::Member { root, .. } = &mut self.role else { unreachable!() };
                 let packed = read_u64_frame(root);
                 let packed = packed.map_err(|e| self.lost(0, &e))?;
-                let mut all = Vec::new();
-                let mut rest = &packed[..];
-                while !rest.is_empty() {
-                    if rest.len() < 8 {
-                        return Err(err("node 0 sent a truncated exchange"));
-                    }
-                    let n = u64::from_le_bytes(rest[..8].try_into().expect("8 bytes")) as usize;
-                    if rest.len() < 8 + n {
-                        return Err(err("node 0 sent a truncated exchange"));
-                    }
-                    all.push(rest[8..8 + n].to_vec());
-                    rest = &rest[8 + n..];
-                }
-                Ok(all)
+                unpack(&packed)
             }
         }
     }
@@ -323,10 +343,21 @@ impl Exchange for TcpExchange {
                 }
                 Ok(Some(all))
             }
-            Role::Member { root, .. } => {
+            Role::Member { root, hub: None, .. } => {
                 write_u64_frame(root, &mine)
                     .map_err(|e| err(format!("node {me} cannot reach node 0: {e}")))?;
                 Ok(None)
+            }
+            Role::Member { root, hub: Some(_), .. } => {
+                write_u64_frame(root, &mine)
+                    .map_err(|e| err(format!("node {me} cannot reach the hub: {e}")))?;
+                let reply = read_u64_frame(root)
+                    .map_err(|e| err(format!("node {me} lost the hub: {e}")))?;
+                match reply.split_first() {
+                    Some((&0, [])) => Ok(None),
+                    Some((&1, packed)) => unpack(packed).map(Some),
+                    _ => Err(err("the hub answered a gather with something else")),
+                }
             }
         }
     }
@@ -342,7 +373,7 @@ impl Exchange for TcpExchange {
             self.nonblocking = true;
         }
         let polled = match &mut self.role {
-            Role::Member { root, inbox } => member_poll(root, inbox, local),
+            Role::Member { root, inbox, hub } => member_poll(root, inbox, local, *hub),
             Role::Root { peers, inboxes, wave, waves } => {
                 root_poll(peers, inboxes, wave, waves, local)
             }
@@ -357,17 +388,24 @@ impl Exchange for TcpExchange {
     }
 }
 
-/// A member's turn: answer node 0's probes with `local`, and learn whether to stop.
+/// A member's turn: answer node 0's (or the hub's) probes with `local`, and learn
+/// whether to stop.
 fn member_poll(
     root: &mut TcpStream,
     inbox: &mut Vec<u8>,
     local: Quiescence,
+    hub: Option<HubMember>,
 ) -> Result<bool, (u16, std::io::Error)> {
     pull(root, inbox).map_err(|e| (0, e))?;
     let mut stop = false;
     for b in std::mem::take(inbox) {
         match b {
             STOP => stop = true,
+            PROBE if hub.is_some() => {
+                let nodes = hub.map_or(0, |h| usize::from(h.nodes));
+                assert_eq!(local.by_node.len(), nodes, "a hub's member counts by node");
+                send_small(root, &encode_report(&local)).map_err(|e| (0, e))?;
+            }
             PROBE => {
                 let mut r = [0u8; REPORT_BYTES];
                 r[0] = REPORT;
@@ -405,6 +443,7 @@ fn root_poll(
                         done: r[1] != 0,
                         sent: u64::from_le_bytes(r[2..10].try_into().expect("8 bytes")),
                         received: u64::from_le_bytes(r[10..].try_into().expect("8 bytes")),
+                        by_node: Vec::new(),
                     })
                 }
                 (other, _) => return Err((id as u16, unexpected(other))),
@@ -419,7 +458,7 @@ fn root_poll(
         if !answered {
             return Ok(false);
         }
-        let over = waves.observe(std::iter::once(local).chain(w.iter().flatten().copied()));
+        let over = waves.observe(std::iter::once(local.clone()).chain(w.iter().flatten().cloned()));
         *wave = None;
         if over {
             for (id, s) in peers.iter_mut().enumerate() {
@@ -441,8 +480,66 @@ fn root_poll(
     Ok(false)
 }
 
+/// A member's report to the hub: the tag, done, then (sent, received) per node.
+pub(super) fn encode_report(q: &Quiescence) -> Vec<u8> {
+    let mut r = Vec::with_capacity(2 + 16 * q.by_node.len());
+    r.push(REPORT);
+    r.push(u8::from(q.done));
+    for &(s, g) in &q.by_node {
+        r.extend_from_slice(&s.to_le_bytes());
+        r.extend_from_slice(&g.to_le_bytes());
+    }
+    r
+}
+
+/// Bytes of a member's report to the hub of a cluster of `nodes`.
+pub(super) fn report_bytes(nodes: u16) -> usize {
+    2 + 16 * usize::from(nodes)
+}
+
+/// Reads a report [`encode_report`] wrote (exactly [`report_bytes`] long).
+pub(super) fn decode_report(r: &[u8]) -> Option<Quiescence> {
+    if r.len() < 2 || r[0] != REPORT || (r.len() - 2) % 16 != 0 {
+        return None;
+    }
+    let word = |b: &[u8]| u64::from_le_bytes(b.try_into().expect("8 bytes"));
+    let by_node: Vec<(u64, u64)> =
+        r[2..].chunks_exact(16).map(|c| (word(&c[..8]), word(&c[8..]))).collect();
+    let sent = by_node.iter().map(|p| p.0).sum();
+    let received = by_node.iter().map(|p| p.1).sum();
+    Some(Quiescence { done: r[1] != 0, sent, received, by_node })
+}
+
+/// Blobs as one frame: each as its u64 length, then its bytes.
+pub(super) fn pack(all: &[Vec<u8>]) -> Vec<u8> {
+    let mut packed = Vec::new();
+    for b in all {
+        packed.extend_from_slice(&(b.len() as u64).to_le_bytes());
+        packed.extend_from_slice(b);
+    }
+    packed
+}
+
+/// Reads what [`pack`] wrote.
+fn unpack(packed: &[u8]) -> Result<Vec<Vec<u8>>, BackendError> {
+    let mut all = Vec::new();
+    let mut rest = packed;
+    while !rest.is_empty() {
+        if rest.len() < 8 {
+            return Err(err("a truncated exchange"));
+        }
+        let n = u64::from_le_bytes(rest[..8].try_into().expect("8 bytes")) as usize;
+        if rest.len() - 8 < n {
+            return Err(err("a truncated exchange"));
+        }
+        all.push(rest[8..8 + n].to_vec());
+        rest = &rest[8 + n..];
+    }
+    Ok(all)
+}
+
 /// Appends whatever `s` (non-blocking) has to `inbox`; a closed connection is an error.
-fn pull(s: &mut TcpStream, inbox: &mut Vec<u8>) -> std::io::Result<()> {
+pub(super) fn pull(s: &mut TcpStream, inbox: &mut Vec<u8>) -> std::io::Result<()> {
     let mut buf = [0u8; 64];
     loop {
         match s.read(&mut buf) {
@@ -458,7 +555,7 @@ fn pull(s: &mut TcpStream, inbox: &mut Vec<u8>) -> std::io::Result<()> {
 /// Writes a control message to a non-blocking socket. At most one message per direction
 /// is ever unanswered, so it always fits the socket's empty buffer; a short write would
 /// mean the peer stopped reading.
-fn send_small(s: &mut TcpStream, msg: &[u8]) -> std::io::Result<()> {
+pub(super) fn send_small(s: &mut TcpStream, msg: &[u8]) -> std::io::Result<()> {
     let full = std::io::Error::new(ErrorKind::WriteZero, "a control message did not fit");
     match s.write(msg) {
         Ok(n) if n == msg.len() => Ok(()),
@@ -468,16 +565,16 @@ fn send_small(s: &mut TcpStream, msg: &[u8]) -> std::io::Result<()> {
     }
 }
 
-fn unexpected(b: u8) -> std::io::Error {
+pub(super) fn unexpected(b: u8) -> std::io::Error {
     std::io::Error::new(ErrorKind::InvalidData, format!("unexpected control byte {b:#04x}"))
 }
 
-fn write_u64_frame(s: &mut TcpStream, data: &[u8]) -> std::io::Result<()> {
+pub(super) fn write_u64_frame(s: &mut TcpStream, data: &[u8]) -> std::io::Result<()> {
     s.write_all(&(data.len() as u64).to_le_bytes())?;
     s.write_all(data)
 }
 
-fn read_u64_frame(s: &mut TcpStream) -> std::io::Result<Vec<u8>> {
+pub(super) fn read_u64_frame(s: &mut TcpStream) -> std::io::Result<Vec<u8>> {
     let mut len = [0u8; 8];
     s.read_exact(&mut len)?;
     let len = u64::from_le_bytes(len) as usize;
@@ -515,9 +612,18 @@ mod tests {
                     // before both.
                     loop {
                         let local = match me {
-                            0 => Quiescence { done: true, sent: 4, received: 4 },
-                            1 => Quiescence { done: after(30), sent: 1, received: 0 },
-                            _ => Quiescence { done: true, sent: 0, received: u64::from(after(60)) },
+                            0 => Quiescence {
+                                done: true,
+                                sent: 4,
+                                received: 4,
+                                ..Default::default()
+                            },
+                            1 => Quiescence { done: after(30), sent: 1, ..Default::default() },
+                            _ => Quiescence {
+                                done: true,
+                                received: u64::from(after(60)),
+                                ..Default::default()
+                            },
                         };
                         if x.poll_done(local).unwrap() {
                             assert!(after(60), "node {me} stopped with a datagram in flight");
@@ -572,7 +678,7 @@ mod tests {
         member.join().unwrap();
         let started = Instant::now();
         let e = loop {
-            match x.poll_done(Quiescence { done: true, sent: 0, received: 0 }) {
+            match x.poll_done(Quiescence { done: true, ..Default::default() }) {
                 Err(e) => break e,
                 Ok(stop) => assert!(!stop, "stopped without the member"),
             }

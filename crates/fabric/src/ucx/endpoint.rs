@@ -125,6 +125,8 @@ impl WorkerSet {
             let raw = unsafe {
                 ffi::hx_worker_create(
                     ctx.raw.as_ptr(),
+                    u32::from(shape.nodes),
+                    u32::from(shape.workers_per_node),
                     &mut addr,
                     &mut len,
                     err.as_mut_ptr(),
@@ -371,6 +373,21 @@ impl DatagramCounts {
         // atomically written fields; both pointers are to locals.
         unsafe { ffi::hx_datagram_counts(self.0.as_ptr(), &mut sent, &mut received) };
         (sent, received)
+    }
+
+    /// Adds (sent, received or dropped) by peer node to `sent` and `received`.
+    pub(crate) fn add_by_node(self, sent: &mut [u64], received: &mut [u64]) {
+        assert_eq!(sent.len(), received.len(), "one count of each per node");
+        // SAFETY: the worker is alive (see the `Send` note); the shim writes at most
+        // `sent.len()` words into each of the two live slices.
+        unsafe {
+            ffi::hx_datagram_counts_by_node(
+                self.0.as_ptr(),
+                sent.as_mut_ptr(),
+                received.as_mut_ptr(),
+                sent.len(),
+            )
+        };
     }
 }
 
@@ -657,6 +674,7 @@ impl Endpoint for UcxEndpoint {
                 self.s.worker.as_ptr(),
                 ep,
                 self.s.index as u32,
+                u32::from(to.node.0),
                 payload.as_ptr().cast(),
                 payload.len(),
             );

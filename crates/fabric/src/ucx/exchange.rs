@@ -24,7 +24,7 @@ pub trait Exchange: Send {
 }
 
 /// What a process says of itself when asked whether a run is over.
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Quiescence {
     /// Every worker here is done, and everything they posted is complete at its target.
     pub done: bool,
@@ -32,6 +32,9 @@ pub struct Quiescence {
     pub sent: u64,
     /// Datagrams they handed to their programs or dropped.
     pub received: u64,
+    /// The same by peer node: (sent to it, received or dropped from it). Empty where the
+    /// exchange does not need it; a hub that lost a process judges by these.
+    pub by_node: Vec<(u64, u64)>,
 }
 
 /// When a run is over: done workers still answer requests, so a datagram in flight (a
@@ -53,6 +56,28 @@ impl Waves {
             done &= q.done;
             sent += q.sent;
             received += q.received;
+        }
+        let quiet = (done && sent == received).then_some((sent, received));
+        let over = quiet.is_some() && quiet == self.last;
+        self.last = quiet;
+        over
+    }
+
+    /// As [`Waves::observe`], counting only datagrams between nodes that are `live` (by
+    /// node id): the reports of processes that died are missing, and what the survivors
+    /// sent them or got from them before they died is never answered. Each report must
+    /// count by node.
+    pub fn observe_live(&mut self, parts: &[Quiescence], live: &[bool]) -> bool {
+        let (mut done, mut sent, mut received) = (true, 0, 0);
+        for q in parts {
+            assert_eq!(q.by_node.len(), live.len(), "a report counts datagrams by node");
+            done &= q.done;
+            for (&(s, r), &l) in q.by_node.iter().zip(live) {
+                if l {
+                    sent += s;
+                    received += r;
+                }
+            }
         }
         let quiet = (done && sent == received).then_some((sent, received));
         let over = quiet.is_some() && quiet == self.last;
@@ -224,7 +249,7 @@ mod tests {
     use super::*;
 
     fn q(done: bool, sent: u64, received: u64) -> Quiescence {
-        Quiescence { done, sent, received }
+        Quiescence { done, sent, received, by_node: Vec::new() }
     }
 
     #[test]

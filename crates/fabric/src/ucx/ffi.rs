@@ -77,6 +77,8 @@ extern "C" {
 
     pub(crate) fn hx_worker_create(
         ctx: *mut Context,
+        nodes: u32,
+        per_node: u32,
         addr: *mut *mut c_void,
         addr_len: *mut usize,
         err: *mut c_char,
@@ -97,6 +99,14 @@ extern "C" {
     /// Datagrams the worker sent, and those it handed over or dropped; callable from any
     /// thread while the worker lives.
     pub(crate) fn hx_datagram_counts(w: *const Worker, sent: *mut u64, received: *mut u64);
+    /// Adds the worker's datagrams by peer node to `sent` and `received` (`nodes` long
+    /// each); callable from any thread while the worker lives.
+    pub(crate) fn hx_datagram_counts_by_node(
+        w: *const Worker,
+        sent: *mut u64,
+        received: *mut u64,
+        nodes: usize,
+    );
 
     pub(crate) fn hx_ep_create(
         w: *mut Worker,
@@ -156,6 +166,7 @@ extern "C" {
         w: *mut Worker,
         e: *mut Ep,
         from: u32,
+        to_node: u32,
         data: *const c_void,
         len: usize,
     ) -> c_int;

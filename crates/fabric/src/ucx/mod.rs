@@ -38,6 +38,7 @@ pub mod bootstrap;
 mod endpoint;
 pub mod exchange;
 mod ffi;
+pub mod hub;
 mod lanes;
 pub mod minimal;
 #[cfg(feature = "pmix")]
@@ -54,6 +55,7 @@ use std::time::{Duration, Instant};
 pub use self::bootstrap::TcpExchange;
 pub use self::endpoint::UcxEndpoint;
 pub use self::exchange::{Exchange, Quiescence, Solo, Waves};
+pub use self::hub::{Hub, HubOutcome};
 
 #[cfg(feature = "pmix")]
 pub use self::pmix::PmixExchange;
@@ -676,8 +678,12 @@ where
                     let (cs, cr) = c.read();
                     (s + cs, r + cr)
                 });
+                let nodes = usize::from(shared.shape.nodes);
+                let (mut to, mut from) = (vec![0; nodes], vec![0; nodes]);
+                c.counts.iter().for_each(|c| c.add_by_node(&mut to, &mut from));
+                let by_node = to.into_iter().zip(from).collect();
                 let mut ex = c.exchange.lock().expect("exchange lock");
-                match ex.poll_done(Quiescence { done, sent, received }) {
+                match ex.poll_done(Quiescence { done, sent, received, by_node }) {
                     Ok(true) => shared.stop.store(true, Ordering::Release),
                     Ok(false) => {}
                     Err(e) => {

@@ -376,6 +376,7 @@ impl PmixExchange {
                 done: b[0] != 0,
                 sent: u64::from_le_bytes(b[1..9].try_into().expect("8 bytes")),
                 received: u64::from_le_bytes(b[9..].try_into().expect("8 bytes")),
+                by_node: Vec::new(),
             });
         }
         Ok(self.waves.observe(parts))

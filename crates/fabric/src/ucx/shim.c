@@ -116,6 +116,11 @@ typedef struct hx_worker {
      * worker's thread (with `bump`), read by the process's coordinator thread, which ends
      * a run only once every datagram sent was handed over or dropped. */
     uint64_t sent, taken, dropped;
+    /* The same by peer node (sent to it; taken or dropped from it): a run whose node died
+     * ends on the survivors' traffic alone. `per_node` workers per node; a datagram whose
+     * sender is unknown counts as node 0's. */
+    uint32_t nodes, per_node;
+    uint64_t *sent_to, *got_from;
     hx_op *free_ops;
     uint64_t ops_live;
     uint64_t posted;    /* operations posted so far */
@@ -489,6 +494,13 @@ static inline void bump(uint64_t *c, int64_t by)
     __atomic_store_n(c, __atomic_load_n(c, __ATOMIC_RELAXED) + (uint64_t)by, __ATOMIC_RELEASE);
 }
 
+/* Counts a datagram from dense worker `from` as taken (or dropped) by node. */
+static inline void got_from(hx_worker *w, uint32_t from)
+{
+    uint32_t n = w->per_node ? from / w->per_node : 0;
+    bump(&w->got_from[n < w->nodes ? n : 0], 1);
+}
+
 static ucs_status_t am_arrived(void *arg, const void *header, size_t header_len, void *data,
                                size_t len, const ucp_am_recv_param_t *param)
 {
@@ -496,12 +508,14 @@ static ucs_status_t am_arrived(void *arg, const void *header, size_t header_len,
     uint32_t from = 0;
     if (header_len != sizeof from || (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
         bump(&w->dropped, 1);
+        got_from(w, 0);
         return UCS_OK;
     }
     memcpy(&from, header, sizeof from);
     size_t need = 8 + ((len + 7) & ~(size_t)7);
     if ((w->ring_tail - w->ring_head) + need > HX_RING_BYTES) {
         bump(&w->dropped, 1);
+        got_from(w, from);
         return UCS_OK;
     }
     /* Entries never wrap: if one would cross the end, pad to the start. */
@@ -510,6 +524,7 @@ static ucs_status_t am_arrived(void *arg, const void *header, size_t header_len,
         size_t pad = HX_RING_BYTES - at;
         if ((w->ring_tail - w->ring_head) + pad + need > HX_RING_BYTES) {
             bump(&w->dropped, 1);
+            got_from(w, from);
             return UCS_OK;
         }
         uint32_t marker[2] = { UINT32_MAX, 0 };
@@ -524,16 +539,23 @@ static ucs_status_t am_arrived(void *arg, const void *header, size_t header_len,
     return UCS_OK;
 }
 
-hx_worker *hx_worker_create(ucp_context_h ctx, void **addr, size_t *addr_len, char *err,
-                            size_t err_len)
+hx_worker *hx_worker_create(ucp_context_h ctx, uint32_t nodes, uint32_t per_node, void **addr,
+                            size_t *addr_len, char *err, size_t err_len)
 {
     hx_worker *w = calloc(1, sizeof *w);
     if (w == NULL) {
         snprintf(err, err_len, "out of memory");
         return NULL;
     }
+    w->nodes = nodes ? nodes : 1;
+    w->per_node = per_node;
+    w->sent_to = calloc(w->nodes, sizeof *w->sent_to);
+    w->got_from = calloc(w->nodes, sizeof *w->got_from);
     w->ring = malloc(HX_RING_BYTES);
-    if (w->ring == NULL) {
+    if (w->ring == NULL || w->sent_to == NULL || w->got_from == NULL) {
+        free(w->ring);
+        free(w->sent_to);
+        free(w->got_from);
         free(w);
         snprintf(err, err_len, "out of memory");
         return NULL;
@@ -548,6 +570,8 @@ hx_worker *hx_worker_create(ucp_context_h ctx, void **addr, size_t *addr_len, ch
     if (st != UCS_OK) {
         snprintf(err, err_len, "ucp_worker_create: %s", ucs_status_string(st));
         free(w->ring);
+        free(w->sent_to);
+        free(w->got_from);
         free(w);
         return NULL;
     }
@@ -569,6 +593,8 @@ hx_worker *hx_worker_create(ucp_context_h ctx, void **addr, size_t *addr_len, ch
         snprintf(err, err_len, "worker setup: %s", ucs_status_string(st));
         ucp_worker_destroy(w->worker);
         free(w->ring);
+        free(w->sent_to);
+        free(w->got_from);
         free(w);
         return NULL;
     }
@@ -598,6 +624,8 @@ void hx_worker_destroy(hx_worker *w)
     }
     free(w->cq);
     free(w->ring);
+    free(w->sent_to);
+    free(w->got_from);
     free(w);
 }
 
@@ -668,6 +696,7 @@ int64_t hx_recv(hx_worker *w, uint32_t *from, uint8_t *buf, size_t buf_len)
             memcpy(buf, w->ring + at + 8, len);
             bump(&w->taken, 1);
         }
+        got_from(w, head[0]);
         *from = head[0];
         w->ring_head += 8 + ((len + 7) & ~(size_t)7);
         return len > buf_len ? -1 : (int64_t)len;
@@ -715,6 +744,16 @@ void hx_datagram_counts(const hx_worker *w, uint64_t *sent, uint64_t *received)
     *received = __atomic_load_n(&w->taken, __ATOMIC_ACQUIRE) +
                 __atomic_load_n(&w->dropped, __ATOMIC_ACQUIRE);
     *sent = __atomic_load_n(&w->sent, __ATOMIC_ACQUIRE);
+}
+
+/* Adds the worker's datagrams by peer node to `sent` and `received` (`nodes` long). */
+void hx_datagram_counts_by_node(const hx_worker *w, uint64_t *sent, uint64_t *received,
+                                size_t nodes)
+{
+    for (size_t n = 0; n < nodes && n < w->nodes; n++) {
+        sent[n] += __atomic_load_n(&w->sent_to[n], __ATOMIC_ACQUIRE);
+        received[n] += __atomic_load_n(&w->got_from[n], __ATOMIC_ACQUIRE);
+    }
 }
 
 /* ---- endpoints ---- */
@@ -1078,8 +1117,10 @@ int hx_atomic(hx_worker *w, hx_ep *e, int cas, uint64_t compare, uint64_t operan
 
 /* Sends one datagram as an active message with the sender's dense index as header.
  * Nothing is reported: datagrams may be lost. */
-int hx_am_send(hx_worker *w, hx_ep *e, uint32_t from, const void *data, size_t len)
+int hx_am_send(hx_worker *w, hx_ep *e, uint32_t from, uint32_t to_node, const void *data,
+               size_t len)
 {
+    uint64_t *to = &w->sent_to[to_node < w->nodes ? to_node : 0];
     hx_op *op = op_next(w, NULL, 0, 0);
     op->silent = 1;
     ucp_request_param_t p;
@@ -1090,6 +1131,7 @@ int hx_am_send(hx_worker *w, hx_ep *e, uint32_t from, const void *data, size_t l
     /* Counted before it can arrive, so that no process ever counts a datagram received
      * that its sender has not counted sent; taken back below if UCP refuses it. */
     bump(&w->sent, 1);
+    bump(to, 1);
     ucs_status_ptr_t sp = ucp_am_send_nbx(e->ep, HX_AM_ID, &header, sizeof header, data, len, &p);
     if (UCS_PTR_IS_ERR(sp) && UCS_PTR_STATUS(sp) == UCS_ERR_NO_RESOURCE) {
         /* UCP will send later from a copy we keep alive until it is done. */
@@ -1105,6 +1147,7 @@ int hx_am_send(hx_worker *w, hx_ep *e, uint32_t from, const void *data, size_t l
     }
     if (UCS_PTR_IS_ERR(sp)) {
         bump(&w->sent, -1);
+        bump(to, -1);
     }
     settle(op, sp);
     return 0;
