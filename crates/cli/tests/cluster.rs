@@ -220,8 +220,8 @@ mod with_ucx {
     /// remove it (leases of a second), go on, and check the whole history, the dead
     /// node's part from its journal; nothing acknowledged is lost.
     fn a_killed_node_is_survived(transports: &str, victim: u16) {
-        // One cluster at a time: eight processes polling on two cores starve each other's
-        // lease renewals.
+        // One of these at a time, their threads sleeping on UCX's events: processes
+        // polling on two cores beside other clusters starve each other's lease renewals.
         static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
         let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let name = format!("survive-{transports}-{victim}.toml");
@@ -229,7 +229,9 @@ mod with_ucx {
             ("smallbank", &["--accounts-per-worker", "2000", "--check", "--lease-ms", "1000"][..]);
         let file = workload_file(&name, "k", transports, 4.0, 30, smallbank);
         let port = free_port();
-        let text = std::fs::read_to_string(&file).unwrap()
+        let text = std::fs::read_to_string(&file)
+            .unwrap()
+            .replace("workers = 1\n", "workers = 1\nwait = \"event\"\n")
             + &format!("[[nodes]]\nhost = \"127.0.0.1\"\nport = {port}\n");
         std::fs::write(&file, text).unwrap();
         let json = file.with_extension("json");
@@ -260,13 +262,12 @@ mod with_ucx {
     /// Node 0, the first configuration manager, dies: node 1 takes over and commits the
     /// new configuration to the launcher's store.
     #[test]
-    #[ignore = "fails when other clusters run beside it on two cores (a live node loses its lease); run with --ignored on an idle host"]
+    #[ignore = "open bug: after node 0 dies over shared memory the survivors can freeze (no datagram moves, no worker finishes); seen with 10000 accounts and 8 coroutines per worker, docs/TESTING.md"]
     fn a_cluster_survives_the_death_of_node_0_over_shared_memory() {
         a_killed_node_is_survived("sm", 0);
     }
 
     #[test]
-    #[ignore = "fails when other clusters run beside it on two cores (a live node loses its lease); run with --ignored on an idle host"]
     fn a_cluster_survives_the_death_of_a_node_over_tcp() {
         a_killed_node_is_survived("tcp", 2);
     }

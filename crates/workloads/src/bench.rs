@@ -725,7 +725,7 @@ pub fn run_partial_in<B: Backend, W: Workload>(
         let lost: Vec<usize> =
             (0..shape.workers_total()).filter(|i| !reported.contains(i)).collect();
         if !lost.is_empty() {
-            let Some(dir) = journal.filter(|_| params.check) else {
+            let Some(dir) = journal else {
                 return Err(BenchError::Params(format!(
                     "workers {lost:?} sent no results (their process died), and no journal was kept to check them by (run with --check)"
                 )));

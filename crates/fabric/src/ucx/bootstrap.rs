@@ -126,19 +126,11 @@ impl TcpExchange {
                     s.set_nodelay(true).ok();
                     match read_hello(&mut s) {
                         Ok((id, their_nodes, their_token)) => {
-                            let refusal = if their_token != token {
-                                Some("wrong cluster token".to_string())
-                            } else if their_nodes != nodes {
-                                Some(format!(
-                                    "cluster size differs: node 0 has {nodes} nodes, you said {their_nodes}"
-                                ))
-                            } else if id == 0 || id >= nodes {
-                                Some(format!("node id {id} is not in 1..{nodes}"))
-                            } else if peers[usize::from(id)].is_some() {
-                                Some(format!("node id {id} is already taken"))
-                            } else {
-                                None
-                            };
+                            let refusal = refusal(
+                                (id, their_nodes, &their_token),
+                                ("node 0", token, 1..nodes),
+                                |id| peers[usize::from(id)].is_some(),
+                            );
                             match refusal {
                                 Some(why) => {
                                     eprintln!("bootstrap: refused a node from {from}: {why}");
@@ -241,6 +233,28 @@ impl TcpExchange {
             e.to_string()
         };
         err(format!("node {who} {what}"))
+    }
+}
+
+/// Why a root (`who`, of a cluster with `token` whose joining ids are `ids`) refuses the
+/// hello (id, nodes, token) of a node, if it does; `taken` says whether an id joined
+/// already.
+pub(super) fn refusal(
+    (id, nodes, token): (u16, u16, &str),
+    (who, own_token, ids): (&str, &str, std::ops::Range<u16>),
+    taken: impl Fn(u16) -> bool,
+) -> Option<String> {
+    let own_nodes = ids.end;
+    if token != own_token {
+        Some("wrong cluster token".to_string())
+    } else if nodes != own_nodes {
+        Some(format!("cluster size differs: {who} has {own_nodes} nodes, you said {nodes}"))
+    } else if !ids.contains(&id) {
+        Some(format!("node id {id} is not in {}..{}", ids.start, ids.end))
+    } else if taken(id) {
+        Some(format!("node id {id} is already taken"))
+    } else {
+        None
     }
 }
 

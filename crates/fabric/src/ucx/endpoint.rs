@@ -360,21 +360,12 @@ impl Progress {
 pub(crate) struct DatagramCounts(NonNull<ffi::Worker>);
 
 // SAFETY: the handle only reads counters that the shim stores and loads atomically
-// (`hx_datagram_counts`); the worker outlives every thread of the run.
+// (`hx_datagram_counts_by_node`); the worker outlives every thread of the run.
 unsafe impl Send for DatagramCounts {}
 // SAFETY: as for `Send`: reads are atomic loads, so any thread may make them at once.
 unsafe impl Sync for DatagramCounts {}
 
 impl DatagramCounts {
-    /// (sent, received or dropped) so far.
-    pub(crate) fn read(self) -> (u64, u64) {
-        let (mut sent, mut received) = (0, 0);
-        // SAFETY: the worker is alive (see the `Send` note) and the shim reads only
-        // atomically written fields; both pointers are to locals.
-        unsafe { ffi::hx_datagram_counts(self.0.as_ptr(), &mut sent, &mut received) };
-        (sent, received)
-    }
-
     /// Adds (sent, received or dropped) by peer node to `sent` and `received`.
     pub(crate) fn add_by_node(self, sent: &mut [u64], received: &mut [u64]) {
         assert_eq!(sent.len(), received.len(), "one count of each per node");

@@ -96,9 +96,6 @@ extern "C" {
     /// 1: armed with nothing pending (the thread may sleep on the fd); 0: work pending;
     /// -1: a UCP error.
     pub(crate) fn hx_worker_arm(w: *mut Worker) -> c_int;
-    /// Datagrams the worker sent, and those it handed over or dropped; callable from any
-    /// thread while the worker lives.
-    pub(crate) fn hx_datagram_counts(w: *const Worker, sent: *mut u64, received: *mut u64);
     /// Adds the worker's datagrams by peer node to `sent` and `received` (`nodes` long
     /// each); callable from any thread while the worker lives.
     pub(crate) fn hx_datagram_counts_by_node(

@@ -16,7 +16,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use super::bootstrap::{
-    decode_report, err, pack, pull, read_hello, read_u64_frame, report_bytes, send_small,
+    decode_report, err, pack, pull, read_hello, read_u64_frame, refusal, report_bytes, send_small,
     unexpected, write_reply, write_u64_frame, ACCEPTED, PROBE, REFUSED, STOP,
 };
 use super::exchange::{Quiescence, Waves};
@@ -38,8 +38,6 @@ pub struct Hub {
 pub struct HubOutcome {
     /// Nodes whose process vanished during the run, in the order the hub noticed.
     pub dead: Vec<u16>,
-    /// The survivor that got every survivor's results.
-    pub reporter: Option<u16>,
 }
 
 /// One member's connection, while it lives.
@@ -117,20 +115,11 @@ impl Hub {
                             continue;
                         }
                     };
-                    let refusal = if token != self.token {
-                        Some("wrong cluster token".to_string())
-                    } else if nodes != self.nodes {
-                        Some(format!(
-                            "cluster size differs: the hub has {} nodes, you said {nodes}",
-                            self.nodes
-                        ))
-                    } else if id >= self.nodes {
-                        Some(format!("node id {id} is not in 0..{}", self.nodes))
-                    } else if members[usize::from(id)].stream.is_some() {
-                        Some(format!("node id {id} is already taken"))
-                    } else {
-                        None
-                    };
+                    let refusal = refusal(
+                        (id, nodes, &token),
+                        ("the hub", &self.token, 0..self.nodes),
+                        |id| members[usize::from(id)].stream.is_some(),
+                    );
                     if let Some(why) = refusal {
                         eprintln!("hub: refused a node from {from}: {why}");
                         let _ = write_reply(&mut s, REFUSED, why.as_bytes());
@@ -295,7 +284,6 @@ impl Hub {
                 dies(members, out, id);
             }
         }
-        out.reporter = Some(reporter as u16);
         Ok(())
     }
 }

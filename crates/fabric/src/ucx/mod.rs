@@ -674,13 +674,10 @@ where
                 last_poll = Instant::now();
                 let done = shared.done.load(Ordering::Acquire) == total_local
                     && shared.flushed.load(Ordering::Acquire) == shared.threads;
-                let (sent, received) = c.counts.iter().fold((0, 0), |(s, r), c| {
-                    let (cs, cr) = c.read();
-                    (s + cs, r + cr)
-                });
                 let nodes = usize::from(shared.shape.nodes);
                 let (mut to, mut from) = (vec![0; nodes], vec![0; nodes]);
                 c.counts.iter().for_each(|c| c.add_by_node(&mut to, &mut from));
+                let (sent, received) = (to.iter().sum(), from.iter().sum());
                 let by_node = to.into_iter().zip(from).collect();
                 let mut ex = c.exchange.lock().expect("exchange lock");
                 match ex.poll_done(Quiescence { done, sent, received, by_node }) {

@@ -112,13 +112,13 @@ typedef struct hx_worker {
     size_t cq_cap, cq_head, cq_len;
     uint8_t *ring; /* received datagrams: [u32 from][u32 len][data padded to 8] */
     size_t ring_head, ring_tail; /* byte counters, unbounded */
-    /* Datagrams sent, handed to the program, and dropped on arrival. Written only by the
-     * worker's thread (with `bump`), read by the process's coordinator thread, which ends
-     * a run only once every datagram sent was handed over or dropped. */
-    uint64_t sent, taken, dropped;
-    /* The same by peer node (sent to it; taken or dropped from it): a run whose node died
-     * ends on the survivors' traffic alone. `per_node` workers per node; a datagram whose
+    /* Datagrams dropped on arrival; and by peer node, those sent to it and those from it
+     * handed to the program or dropped. Written only by the worker's thread (with `bump`),
+     * read by the process's coordinator thread, which ends a run only once every datagram
+     * sent was handed over or dropped (counted by node, so that a run whose node died can
+     * end on the survivors' traffic alone). `per_node` workers per node; a datagram whose
      * sender is unknown counts as node 0's. */
+    uint64_t dropped;
     uint32_t nodes, per_node;
     uint64_t *sent_to, *got_from;
     hx_op *free_ops;
@@ -694,7 +694,6 @@ int64_t hx_recv(hx_worker *w, uint32_t *from, uint8_t *buf, size_t buf_len)
             bump(&w->dropped, 1);
         } else {
             memcpy(buf, w->ring + at + 8, len);
-            bump(&w->taken, 1);
         }
         got_from(w, head[0]);
         *from = head[0];
@@ -737,13 +736,6 @@ int hx_worker_arm(hx_worker *w)
 uint64_t hx_dropped(const hx_worker *w)
 {
     return __atomic_load_n(&w->dropped, __ATOMIC_ACQUIRE);
-}
-
-void hx_datagram_counts(const hx_worker *w, uint64_t *sent, uint64_t *received)
-{
-    *received = __atomic_load_n(&w->taken, __ATOMIC_ACQUIRE) +
-                __atomic_load_n(&w->dropped, __ATOMIC_ACQUIRE);
-    *sent = __atomic_load_n(&w->sent, __ATOMIC_ACQUIRE);
 }
 
 /* Adds the worker's datagrams by peer node to `sent` and `received` (`nodes` long). */
@@ -1130,7 +1122,6 @@ int hx_am_send(hx_worker *w, hx_ep *e, uint32_t from, uint32_t to_node, const vo
     uint32_t header = from;
     /* Counted before it can arrive, so that no process ever counts a datagram received
      * that its sender has not counted sent; taken back below if UCP refuses it. */
-    bump(&w->sent, 1);
     bump(to, 1);
     ucs_status_ptr_t sp = ucp_am_send_nbx(e->ep, HX_AM_ID, &header, sizeof header, data, len, &p);
     if (UCS_PTR_IS_ERR(sp) && UCS_PTR_STATUS(sp) == UCS_ERR_NO_RESOURCE) {
@@ -1146,7 +1137,6 @@ int hx_am_send(hx_worker *w, hx_ep *e, uint32_t from, uint32_t to_node, const vo
         sp = ucp_am_send_nbx(e->ep, HX_AM_ID, copy, sizeof header, copy + 8, len, &p);
     }
     if (UCS_PTR_IS_ERR(sp)) {
-        bump(&w->sent, -1);
         bump(to, -1);
     }
     settle(op, sp);
