@@ -653,7 +653,12 @@ fn run_ucx<W: Workload>(
     let procs = match a.placement.as_ref().and_then(|p| p.launcher.as_ref()) {
         None => hytra_workloads::bench::Processes::default(),
         Some(l) => hytra_workloads::bench::Processes {
-            store: std::sync::Arc::new(hytra_txn::config_store::TcpStore::new(l.store)),
+            store: match &l.store {
+                crate::cluster::StoreAt::Launcher(addr) => {
+                    std::sync::Arc::new(hytra_txn::config_store::TcpStore::new(*addr))
+                }
+                crate::cluster::StoreAt::Etcd(etcd) => std::sync::Arc::new(etcd.clone()),
+            },
             journal: Some(l.journal.clone()),
         },
     };

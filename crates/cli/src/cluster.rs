@@ -48,10 +48,61 @@ pub struct Placement {
 #[derive(Clone, Debug)]
 #[cfg_attr(not(feature = "ucx"), allow(dead_code))]
 pub struct Launcher {
-    /// The configuration store the launcher serves.
-    pub store: SocketAddr,
+    /// Where configurations are committed.
+    pub store: StoreAt,
     /// The directory where every worker journals its history.
     pub journal: PathBuf,
+}
+
+/// Where a node started by `hytra cluster` commits configurations; passed to it as
+/// `--store ADDR` (the launcher's own store, served over TCP) or
+/// `--store etcd://HOST:PORT[,HOST:PORT...]/PREFIX` (etcd, under the run's key prefix).
+#[derive(Clone, Debug)]
+#[cfg_attr(not(feature = "ucx"), allow(dead_code))]
+pub enum StoreAt {
+    /// The store the launcher serves.
+    Launcher(SocketAddr),
+    /// An etcd cluster.
+    Etcd(hytra_txn::config_store::etcd::EtcdStore),
+}
+
+impl std::str::FromStr for StoreAt {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<StoreAt, String> {
+        let Some(rest) = s.strip_prefix("etcd://") else {
+            return s.parse().map(StoreAt::Launcher).map_err(|e| format!("{s:?}: {e}"));
+        };
+        let (hosts, prefix) = rest
+            .find('/')
+            .map(|at| rest.split_at(at))
+            .ok_or_else(|| format!("{s:?}: no key prefix after the endpoints"))?;
+        let endpoints = hosts.split(',').map(resolve_endpoint).collect::<Result<Vec<_>, _>>()?;
+        hytra_txn::config_store::etcd::EtcdStore::new(endpoints, prefix)
+            .map(StoreAt::Etcd)
+            .map_err(|e| e.to_string())
+    }
+}
+
+impl std::fmt::Display for StoreAt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoreAt::Launcher(a) => write!(f, "{a}"),
+            StoreAt::Etcd(e) => {
+                let hosts: Vec<String> = e.endpoints().iter().map(ToString::to_string).collect();
+                write!(f, "etcd://{}{}", hosts.join(","), e.prefix())
+            }
+        }
+    }
+}
+
+/// The first address `host:port` names.
+fn resolve_endpoint(e: &str) -> Result<SocketAddr, String> {
+    e.trim()
+        .to_socket_addrs()
+        .map_err(|why| format!("{e}: {why}"))?
+        .next()
+        .ok_or_else(|| format!("{e}: names no address"))
 }
 
 /// How the processes of a cluster meet.
@@ -222,7 +273,7 @@ pub struct NodeArgs {
     #[arg(long, hide = true, requires_all = ["store", "journal"])]
     hub: Option<SocketAddr>,
     #[arg(long, hide = true, requires = "hub")]
-    store: Option<SocketAddr>,
+    store: Option<StoreAt>,
     #[arg(long, hide = true, requires = "hub")]
     journal: Option<PathBuf>,
 }
@@ -437,11 +488,76 @@ impl Drop for TempDir {
 #[cfg(feature = "ucx")]
 struct Services {
     hub: std::thread::JoinHandle<Result<hytra_fabric::ucx::HubOutcome, hytra_fabric::BackendError>>,
-    store: std::thread::JoinHandle<()>,
+    store: StoreService,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     started: std::sync::Arc<std::sync::Mutex<Option<Instant>>>,
     args: Vec<String>,
     _journal: TempDir,
+}
+
+/// The configuration store of a launch: served by the launcher, or this run's keys in
+/// etcd (deleted when the run ends).
+#[cfg(feature = "ucx")]
+enum StoreService {
+    Served(std::thread::JoinHandle<()>),
+    Etcd(hytra_txn::config_store::etcd::EtcdStore),
+}
+
+#[cfg(feature = "ucx")]
+impl StoreService {
+    /// The file's etcd (reachable, checked before any node starts), else a store served
+    /// on `loopback` until `stop`; and where the nodes find it.
+    fn start(
+        f: &ClusterFile,
+        loopback: SocketAddr,
+        stop: &Arc<std::sync::atomic::AtomicBool>,
+    ) -> Result<(StoreService, StoreAt), CliError> {
+        use hytra_txn::config_store::ConfigStore;
+        let run = |e: String| CliError::Run(anyhow::anyhow!(e));
+        if let Some(hosts) = f.etcd_endpoints() {
+            let endpoints = hosts
+                .iter()
+                .map(|h| resolve_endpoint(h))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| run(format!("store: {e}")))?;
+            // A run of its own: keys of an earlier run with the same file never mix in.
+            let since = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_nanos();
+            let prefix = format!("/hytra/run-{}-{since}", std::process::id());
+            let etcd = hytra_txn::config_store::etcd::EtcdStore::new(endpoints, &prefix)
+                .map_err(|e| run(e.to_string()))?;
+            etcd.get()
+                .map_err(|e| run(format!("store = {:?}: {e}", f.store.as_deref().unwrap_or(""))))?;
+            return Ok((StoreService::Etcd(etcd.clone()), StoreAt::Etcd(etcd)));
+        }
+        let listener = std::net::TcpListener::bind(loopback)
+            .map_err(|e| run(format!("the configuration store cannot listen: {e}")))?;
+        let addr = listener.local_addr().map_err(|e| run(format!("the store's address: {e}")))?;
+        let stop = stop.clone();
+        let memory = Arc::new(hytra_txn::config_store::MemoryStore::default());
+        let served =
+            std::thread::spawn(move || hytra_txn::config_store::serve(listener, memory, stop));
+        Ok((StoreService::Served(served), StoreAt::Launcher(addr)))
+    }
+
+    /// Stops serving (`stop` set already), or deletes the run's keys from etcd.
+    fn finish(self) {
+        match self {
+            StoreService::Served(t) => {
+                let _ = t.join();
+            }
+            StoreService::Etcd(e) => {
+                if let Err(why) = e.clear() {
+                    eprintln!(
+                        "hytra cluster: the run's keys under {} stay in etcd: {why}",
+                        e.prefix()
+                    );
+                }
+            }
+        }
+    }
 }
 
 #[cfg(feature = "ucx")]
@@ -455,21 +571,13 @@ impl Services {
         let hub = hytra_fabric::ucx::Hub::bind(loopback, nodes, &f.token, timeout)
             .map_err(|e| run(e.to_string()))?;
         let hub_addr = hub.addr().map_err(|e| run(e.to_string()))?;
-        let listener = std::net::TcpListener::bind(loopback)
-            .map_err(|e| run(format!("the configuration store cannot listen: {e}")))?;
-        let store_addr =
-            listener.local_addr().map_err(|e| run(format!("the store's address: {e}")))?;
         let dir = std::env::temp_dir().join(format!("hytra-cluster-{}", std::process::id()));
         std::fs::create_dir_all(&dir)
             .map_err(|e| run(format!("cannot create {}: {e}", dir.display())))?;
         let journal = TempDir(dir);
         let stop = std::sync::Arc::new(AtomicBool::new(false));
         let started = std::sync::Arc::new(std::sync::Mutex::new(None));
-        let store = {
-            let stop = stop.clone();
-            let memory = std::sync::Arc::new(hytra_txn::config_store::MemoryStore::default());
-            std::thread::spawn(move || hytra_txn::config_store::serve(listener, memory, stop))
-        };
+        let (store, store_at) = StoreService::start(f, loopback, &stop)?;
         let hub = {
             let (stop, started) = (stop.clone(), started.clone());
             std::thread::spawn(move || {
@@ -483,7 +591,7 @@ impl Services {
             "--hub".into(),
             hub_addr.to_string(),
             "--store".into(),
-            store_addr.to_string(),
+            store_at.to_string(),
             "--journal".into(),
             journal.0.display().to_string(),
         ];
@@ -497,7 +605,7 @@ impl Services {
     /// Stops the store and the hub; what the hub saw of the run.
     fn finish(self) -> Option<hytra_fabric::ucx::HubOutcome> {
         self.stop.store(true, std::sync::atomic::Ordering::Release);
-        let _ = self.store.join();
+        self.store.finish();
         self.hub.join().ok().and_then(Result::ok)
     }
 }

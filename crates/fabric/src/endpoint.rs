@@ -86,9 +86,13 @@ pub trait Endpoint {
     /// request of `node`'s workers (they complete `Unreachable`) and drops their
     /// datagrams, as closing every connection with a node does; a request of `node`
     /// already under way either lands before the call returns or not at all. Returns
-    /// whether the fabric can: one that cannot (UCX shared memory, mapped by the other
-    /// process) leaves it to the fenced node to stop itself when its lease runs out.
-    /// `node` is never the caller's own node.
+    /// whether the fabric can: one that cannot (UCX, whose remote accesses are served by
+    /// the target's software or, on shared memory, made by the other process itself)
+    /// leaves it to the fenced node to stop itself when its lease runs out. Either way,
+    /// requests of this node to `node` may from now on complete `Unreachable`, those in
+    /// flight included: a fabric that never learns of a dead peer (UCX shared memory)
+    /// fails them here, or they would never complete. `node` is never the caller's own
+    /// node.
     fn fence(&mut self, node: NodeId) -> bool {
         let _ = node;
         false

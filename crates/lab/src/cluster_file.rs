@@ -48,6 +48,10 @@ pub struct ClusterFile {
     /// How many nodes the cluster has, for a file without `[[nodes]]`; with them, it
     /// must equal their number. Under a launcher the job must have this many processes.
     pub node_count: Option<u16>,
+    /// Where `hytra cluster` commits the configurations of a run (recovery's
+    /// compare-and-set): `etcd://HOST:PORT[,HOST:PORT...]`, the client endpoints of an
+    /// etcd (3.4 or later) cluster. `None`: the launcher holds the store itself.
+    pub store: Option<String>,
 }
 
 /// What a node's threads do when none of their workers has work (`hytra bench --wait`).
@@ -83,7 +87,17 @@ impl Wait {
 const EMULATED_RMA: [&str; 2] = ["tcp", "sockcm"];
 const ON_HOST: [&str; 8] = ["sm", "shm", "posix", "sysv", "mm", "cma", "knem", "xpmem"];
 
+/// The scheme of [`ClusterFile::store`].
+const ETCD_SCHEME: &str = "etcd://";
+
 impl ClusterFile {
+    /// The etcd endpoints of [`ClusterFile::store`] (`host:port` each, checked by
+    /// [`parse`]), if the file names one.
+    pub fn etcd_endpoints(&self) -> Option<Vec<String>> {
+        let rest = self.store.as_deref()?.strip_prefix(ETCD_SCHEME)?;
+        Some(rest.split(',').map(|e| e.trim().to_string()).collect())
+    }
+
     /// The design to run: the file's, else `fasst` where nodes reach each other only
     /// over TCP (no other network transport, and shared memory absent or the nodes on
     /// several hosts), which emulates one-sided operations on the target's CPU (there
@@ -220,6 +234,18 @@ pub fn parse(text: &str) -> Result<ClusterFile, ClusterFileError> {
     if f.token.is_empty() {
         return Err(ClusterFileError::EmptyToken);
     }
+    if let Some(store) = &f.store {
+        let endpoint_ok = |e: &str| {
+            e.trim().rsplit_once(':').is_some_and(|(host, port)| {
+                !host.is_empty() && !host.contains('/') && port.parse::<u16>().is_ok_and(|p| p > 0)
+            })
+        };
+        let ok =
+            store.strip_prefix(ETCD_SCHEME).is_some_and(|rest| rest.split(',').all(endpoint_ok));
+        if !ok {
+            return range("store", format!("{store:?}"), "\"etcd://HOST:PORT[,HOST:PORT...]\"");
+        }
+    }
     if f.workload == "io" {
         if f.node_count() != 2 {
             return Err(ClusterFileError::IoNodes(f.node_count()));
@@ -264,6 +290,21 @@ mod tests {
             assert_eq!(file(tls, hosts, "").design(), want, "{tls} on {hosts:?}");
         }
         assert_eq!(file("tcp", one, "design = \"drtmr\"\n").design(), "drtmr", "the file's own");
+    }
+
+    #[test]
+    fn a_store_is_an_etcd_url_or_refused() {
+        let f = |extra: &str| parse(&format!("token = \"t\"\nnode_count = 2\n{extra}"));
+        assert_eq!(f("").unwrap().etcd_endpoints(), None);
+        let one = f("store = \"etcd://127.0.0.1:2379\"\n").unwrap();
+        assert_eq!(one.etcd_endpoints(), Some(vec!["127.0.0.1:2379".to_string()]));
+        let two = f("store = \"etcd://a:1, b:2\"\n").unwrap();
+        assert_eq!(two.etcd_endpoints(), Some(vec!["a:1".to_string(), "b:2".to_string()]));
+        for bad in ["zk://a:1", "etcd://", "etcd://a", "etcd://a:0", "etcd://a:1,", "etcd://a:1/x"]
+        {
+            let e = f(&format!("store = \"{bad}\"\n")).unwrap_err();
+            assert!(matches!(e, ClusterFileError::Range { key: "store", .. }), "{bad}: {e}");
+        }
     }
 
     #[test]

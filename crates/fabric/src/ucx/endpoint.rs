@@ -401,17 +401,50 @@ pub struct UcxEndpoint {
     /// Completions this side made up: refused remote accesses, unreachable peers.
     errors: VecDeque<Completion>,
     cqes: Vec<ffi::Cqe>,
+    /// Per node: whether this worker cut its endpoints to it; and how many it cut.
+    cut: Vec<bool>,
+    cuts: usize,
 }
 
 impl UcxEndpoint {
     pub(crate) fn new(shared: Arc<RunShared>, s: Setup) -> UcxEndpoint {
         let queues = vec![SendQueue::default(); s.lanes.len()];
+        let nodes = usize::from(shared.shape.nodes);
         UcxEndpoint {
             shared,
             s,
             queues,
             errors: VecDeque::new(),
             cqes: vec![ffi::Cqe::default(); 256],
+            cut: vec![false; nodes],
+            cuts: 0,
+        }
+    }
+
+    /// Cuts this worker's endpoints to every node the engine fenced off since the last
+    /// call (on any worker of this process): their operations in flight complete in
+    /// error (as `Unreachable`), later ones fail at once, datagrams to them are dropped.
+    fn apply_cuts(&mut self) {
+        let shape = self.shared.shape;
+        let lanes = usize::from(shape.lanes_per_peer);
+        let per_node = usize::from(shape.workers_per_node);
+        for n in 0..usize::from(shape.nodes) {
+            if self.cut[n] || !self.shared.cut[n].load(Ordering::Acquire) {
+                continue;
+            }
+            self.cut[n] = true;
+            self.cuts += 1;
+            let w = self.s.worker.as_ptr();
+            let eps = self.s.lanes[n * lanes..(n + 1) * lanes]
+                .iter()
+                .map(|l| l.ep)
+                .chain(self.s.eps[n * per_node..(n + 1) * per_node].iter().copied());
+            for ep in eps {
+                // SAFETY: live handles of this worker, used only by this thread; a cut
+                // endpoint stays allocated (the shim posts nothing more on it) until
+                // `Workers::destroy` frees it after the run.
+                unsafe { ffi::hx_ep_cut(w, ep) };
+            }
         }
     }
 
@@ -616,7 +649,23 @@ impl Endpoint for UcxEndpoint {
 
     fn ring_doorbells(&mut self) {}
 
+    /// UCX cannot refuse a peer's requests (its RMA is served by the shim, or, on shared
+    /// memory, by the peer itself through the mapped segment), so this only cuts every
+    /// endpoint of this process to `node`: over shared memory a dead peer never fails
+    /// one, and requests to it would otherwise never complete.
+    fn fence(&mut self, node: NodeId) -> bool {
+        assert_ne!(node, self.s.me.node, "a node never fences itself off");
+        if !self.shared.cut[usize::from(node.0)].swap(true, Ordering::AcqRel) {
+            self.shared.cuts.fetch_add(1, Ordering::AcqRel);
+        }
+        self.apply_cuts();
+        false
+    }
+
     fn poll_cq(&mut self, out: &mut [Completion]) -> usize {
+        if self.shared.cuts.load(Ordering::Acquire) != self.cuts {
+            self.apply_cuts();
+        }
         let mut n = 0;
         while n < out.len() {
             let Some(c) = self.errors.pop_front() else { break };

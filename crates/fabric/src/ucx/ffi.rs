@@ -115,6 +115,7 @@ extern "C" {
     pub(crate) fn hx_ep_failed(e: *const Ep) -> i32;
     pub(crate) fn hx_ep_info(e: *mut Ep, buf: *mut c_char, buf_len: usize) -> i64;
     pub(crate) fn hx_ep_set_order(e: *mut Ep, order: i32);
+    pub(crate) fn hx_ep_cut(w: *mut Worker, e: *mut Ep);
     pub(crate) fn hx_ep_destroy(w: *mut Worker, e: *mut Ep);
     pub(crate) fn hx_rkey_unpack(
         e: *mut Ep,

@@ -503,6 +503,8 @@ impl Backend for UcxCluster {
             event_wakeups: AtomicU64::new(0),
             abort: AtomicBool::new(false),
             dropped: AtomicU64::new(0),
+            cut: (0..shape.nodes).map(|_| AtomicBool::new(false)).collect(),
+            cuts: AtomicUsize::new(0),
         });
         let own_regions: Vec<Vec<Region>> =
             self.regions.iter().map(|l| l.iter().map(|s| s.region().clone()).collect()).collect();
@@ -600,6 +602,11 @@ pub(crate) struct RunShared {
     event_wakeups: AtomicU64,
     abort: AtomicBool,
     pub(crate) dropped: AtomicU64,
+    /// Per node: the engine fenced it off (it left the run), so every worker of this
+    /// process cuts its endpoints to it, each on its own thread; and how many nodes are
+    /// cut, which a worker compares with what it has applied on every poll.
+    pub(crate) cut: Vec<AtomicBool>,
+    pub(crate) cuts: AtomicUsize,
 }
 
 /// What the thread that talks to the other processes holds: the exchange, and the

@@ -72,6 +72,10 @@ typedef struct hx_ep {
     int32_t fetched;  /* a READ or atomic was issued since the last fence */
     int32_t kinds;    /* HX_KIND_* issued since the last flush */
     int32_t flushing; /* a flush is in progress: later operations wait */
+    int32_t closed;   /* the UCP endpoint is closed (hx_ep_cut): post nothing on it */
+    int32_t stuck;    /* a flush of a cut endpoint never ended: its callback may still
+                       * come, so the endpoint is never freed */
+    struct hx_op *live; /* operations in flight, newest first (see abandon_live) */
     uint32_t gets;    /* READs in flight (HX_ORDER_EMULATED) */
     struct hx_deferred *wait_head, *wait_tail;
 } hx_ep;
@@ -103,7 +107,9 @@ typedef struct hx_op {
     int32_t silent;   /* push nothing, not even a failure (datagrams; a WRITE whose
                        * flush reports for it) */
     int32_t get;      /* a READ, counted in its endpoint's `gets` while in flight */
+    int32_t abandoned; /* reported failed when its endpoint was cut (abandon_live) */
     struct hx_op *next;
+    struct hx_op *live_prev, *live_next; /* in its endpoint's `live` list while in flight */
 } hx_op;
 
 typedef struct hx_worker {
@@ -181,6 +187,7 @@ static hx_op *op_next(hx_worker *w, hx_ep *ep, uint64_t wr_id, uint64_t tag)
     op->report = 0;
     op->silent = 0;
     op->get = 0;
+    op->abandoned = 0;
     w->posted++;
     return op;
 }
@@ -209,13 +216,26 @@ static inline void op_report(const hx_op *op, ucs_status_t status)
 static void op_done(void *request, ucs_status_t status, void *user_data)
 {
     hx_op *op = user_data;
-    if (op->ep != NULL && op->ep->inflight > 0) {
-        op->ep->inflight--;
+    hx_ep *e = op->ep;
+    if (e != NULL) {
+        if (e->inflight > 0) {
+            e->inflight--;
+        }
+        if (op->get && e->gets > 0) {
+            e->gets--;
+        }
+        if (op->live_prev != NULL) {
+            op->live_prev->live_next = op->live_next;
+        } else {
+            e->live = op->live_next;
+        }
+        if (op->live_next != NULL) {
+            op->live_next->live_prev = op->live_prev;
+        }
     }
-    if (op->get && op->ep->gets > 0) {
-        op->ep->gets--;
+    if (!op->abandoned) {
+        op_report(op, status);
     }
-    op_report(op, status);
     op_put(op);
     if (request != NULL) {
         ucp_request_free(request);
@@ -238,9 +258,16 @@ static inline void settle(hx_op *op, ucs_status_ptr_t sp)
     hx_worker *w = op->w;
     w->free_ops = op->next;
     w->ops_live++;
-    if (op->ep != NULL) {
-        op->ep->inflight++;
-        op->ep->gets += (uint32_t)op->get;
+    hx_ep *e = op->ep;
+    if (e != NULL) {
+        e->inflight++;
+        e->gets += (uint32_t)op->get;
+        op->live_prev = NULL;
+        op->live_next = e->live;
+        if (e->live != NULL) {
+            e->live->live_prev = op;
+        }
+        e->live = op;
     }
 }
 
@@ -821,13 +848,15 @@ int32_t hx_ep_failed(const hx_ep *e)
     return e->failed;
 }
 
-void hx_ep_destroy(hx_worker *w, hx_ep *e)
+/* Closes `e`'s UCP endpoint by force, once: operations in flight on it complete in error,
+ * those waiting for a flush fail. `e->failed` must be set, so that nothing is issued
+ * on it any more. */
+static void close_forced(hx_worker *w, hx_ep *e)
 {
-    /* Whatever still waits for a flush fails instead of being issued on a closing
-     * endpoint (the run is over; nobody polls for it). */
-    if (e->failed == 0) {
-        e->failed = UCS_ERR_CANCELED;
+    if (e->closed) {
+        return;
     }
+    e->closed = 1;
     ucp_request_param_t p;
     memset(&p, 0, sizeof p);
     p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
@@ -845,7 +874,57 @@ void hx_ep_destroy(hx_worker *w, hx_ep *e)
     if (!e->flushing) {
         drain(e);
     }
-    free(e);
+}
+
+/* Reports every operation of `e` still in flight as failed now, oldest first, and
+ * forgets it: its context leaves the endpoint, and a late callback, if UCP ever makes
+ * one, only returns it to the pool. */
+static void abandon_live(hx_ep *e)
+{
+    hx_op *oldest = e->live;
+    while (oldest != NULL && oldest->live_next != NULL) {
+        oldest = oldest->live_next;
+    }
+    for (hx_op *op = oldest; op != NULL; op = op->live_prev) {
+        op->abandoned = 1;
+        op->ep = NULL;
+        op_report(op, e->failed);
+    }
+    e->live = NULL;
+    e->inflight = 0;
+    e->gets = 0;
+}
+
+/* Cuts `e` off its peer, which left the run: what is in flight on it completes in error
+ * and every later operation fails at once (datagrams are dropped). On shared memory a
+ * dead peer never fails an endpoint, and operations towards it could wait forever. */
+void hx_ep_cut(hx_worker *w, hx_ep *e)
+{
+    if (e->failed == 0) {
+        e->failed = UCS_ERR_CONNECTION_RESET;
+    }
+    close_forced(w, e);
+    /* What the close did not end (UCX 1.13 ends nothing in flight to a dead
+     * shared-memory peer) fails here, so that no poster waits for it forever. */
+    abandon_live(e);
+    if (e->flushing) {
+        e->stuck = 1;
+        e->flushing = 0;
+        drain(e);
+    }
+}
+
+void hx_ep_destroy(hx_worker *w, hx_ep *e)
+{
+    /* Whatever still waits for a flush fails instead of being issued on a closing
+     * endpoint (the run is over; nobody polls for it). */
+    if (e->failed == 0) {
+        e->failed = UCS_ERR_CANCELED;
+    }
+    close_forced(w, e);
+    if (!e->stuck) {
+        free(e);
+    }
 }
 
 int hx_rkey_unpack(hx_ep *e, const void *buf, ucp_rkey_h *rkey)
@@ -1112,6 +1191,9 @@ int hx_atomic(hx_worker *w, hx_ep *e, int cas, uint64_t compare, uint64_t operan
 int hx_am_send(hx_worker *w, hx_ep *e, uint32_t from, uint32_t to_node, const void *data,
                size_t len)
 {
+    if (e->closed) {
+        return 0; /* a datagram to a peer that left is lost, uncounted */
+    }
     uint64_t *to = &w->sent_to[to_node < w->nodes ? to_node : 0];
     hx_op *op = op_next(w, NULL, 0, 0);
     op->silent = 1;

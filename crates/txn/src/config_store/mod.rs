@@ -7,7 +7,8 @@
 //!
 //! [`MemoryStore`] is the store of a cluster in one process (the simulator, threads); a
 //! cluster of processes on one machine uses the one its launcher holds and serves over
-//! TCP ([`serve`], reached through [`TcpStore`]), behind the same trait.
+//! TCP ([`serve`], reached through [`TcpStore`]); hosts that share nothing use etcd
+//! ([`etcd::EtcdStore`]). All behind the same trait.
 //!
 //! Wire format of [`serve`]: frames of a little-endian u32 length and that many bytes.
 //! Requests: `G` (get), or `C` with the expected epoch, the new epoch (u64 each) and the
@@ -22,12 +23,17 @@ use std::time::Duration;
 
 use thiserror::Error;
 
+pub mod etcd;
+
 /// Why the store could not answer.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum StoreFailure {
     /// The store is out of reach or failed; the caller may try again later.
     #[error("configuration store unavailable: {0}")]
     Unavailable(String),
+    /// The store answered something that does not read as what hytra stored there.
+    #[error("configuration store answered something unreadable: {0}")]
+    Malformed(String),
 }
 
 /// The outcome of a compare-and-set.
