@@ -87,3 +87,53 @@ fn a_stopped_etcd_is_unavailable_and_a_second_endpoint_is_tried() {
     let err = store.get().unwrap_err().to_string();
     assert!(err.contains("unavailable") && err.contains(&dead.to_string()), "{err}");
 }
+
+/// The first endpoint commits the compare-and-set but its answer is lost (a proxy that
+/// passes the request on and drops the reply); the second endpoint then finds exactly this
+/// configuration stored, which is this manager's commit, not another's.
+#[test]
+fn a_commit_whose_answer_was_lost_is_still_this_managers() {
+    use std::io::{Read, Write};
+    let Some(e) = etcd("lost") else { return };
+    let proxy = TcpListener::bind("127.0.0.1:0").unwrap();
+    let via = proxy.local_addr().unwrap();
+    let etcd_at = e.client;
+    let relay = std::thread::spawn(move || {
+        let (mut from, _) = proxy.accept().unwrap();
+        from.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
+        // The whole request: headers, then Content-Length bytes of body.
+        let mut req = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            let n = from.read(&mut buf).unwrap();
+            assert!(n > 0, "the request ended early");
+            req.extend_from_slice(&buf[..n]);
+            let text = String::from_utf8_lossy(&req).into_owned();
+            if let Some(at) = text.find("\r\n\r\n") {
+                let len: usize = text
+                    .lines()
+                    .find_map(|l| l.strip_prefix("Content-Length: "))
+                    .unwrap()
+                    .trim()
+                    .parse()
+                    .unwrap();
+                if req.len() >= at + 4 + len {
+                    break;
+                }
+            }
+        }
+        let mut to = std::net::TcpStream::connect(etcd_at).unwrap();
+        to.write_all(&req).unwrap();
+        let mut answer = Vec::new();
+        to.read_to_end(&mut answer).unwrap();
+        assert!(String::from_utf8_lossy(&answer).contains("\"succeeded\":true"));
+        // Dropped without a word back.
+    });
+    let store = EtcdStore::new(vec![via, e.client], "/hytra-test/lost").unwrap();
+    assert_eq!(store.cas(0, 1, b"mine"), Ok(Cas::Done));
+    relay.join().unwrap();
+    assert_eq!(store.get(), Ok(Some((1, b"mine".to_vec()))));
+    // Without a failed endpoint before it, the same finding is another manager's.
+    let direct = EtcdStore::new(vec![e.client], "/hytra-test/lost").unwrap();
+    assert_eq!(direct.cas(0, 1, b"mine"), Ok(Cas::Lost(1, b"mine".to_vec())));
+}

@@ -67,13 +67,15 @@ impl EtcdStore {
         self.post("/v3/kv/deleterange", &body).map(|_| ())
     }
 
-    /// Sends `body` to `path` at the first endpoint that answers; the answer's JSON.
-    fn post(&self, path: &str, body: &Value) -> Result<Value, StoreFailure> {
+    /// Sends `body` to `path` at the first endpoint that answers; the answer's JSON, and
+    /// whether an endpoint tried before failed (it may have applied the request before
+    /// its answer was lost).
+    fn post(&self, path: &str, body: &Value) -> Result<(Value, bool), StoreFailure> {
         let body = body.to_string();
         let mut why = Vec::new();
         for &at in &self.endpoints {
             match post_once(at, path, &body) {
-                Ok(v) => return Ok(v),
+                Ok(v) => return Ok((v, !why.is_empty())),
                 Err(e) => why.push(format!("{at}: {e}")),
             }
         }
@@ -130,7 +132,7 @@ impl EtcdStore {
 impl ConfigStore for EtcdStore {
     fn get(&self) -> Result<Option<(u64, Vec<u8>)>, StoreFailure> {
         // A transaction without comparisons succeeds: both reads at one revision.
-        let answer = self.post("/v3/kv/txn", &json!({ "success": self.reads() }))?;
+        let (answer, _) = self.post("/v3/kv/txn", &json!({ "success": self.reads() }))?;
         self.stored(&answer)
     }
 
@@ -152,12 +154,15 @@ impl ConfigStore for EtcdStore {
             ],
             "failure": self.reads(),
         });
-        let answer = self.post("/v3/kv/txn", &body)?;
+        let (answer, retried) = self.post("/v3/kv/txn", &body)?;
         // proto3 leaves a false `succeeded` out.
         if answer.get("succeeded").and_then(Value::as_bool) == Some(true) {
             return Ok(Cas::Done);
         }
         match self.stored(&answer)? {
+            // An endpoint that failed first may have committed this very request and lost
+            // only its answer: finding exactly it stored, this manager's write is in.
+            Some((e, b)) if retried && e == epoch && b == bytes => Ok(Cas::Done),
             Some((e, b)) => Ok(Cas::Lost(e, b)),
             None => Err(malformed(
                 &format!("nothing stored, where epoch {expected} was expected"),
