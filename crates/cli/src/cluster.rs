@@ -510,7 +510,7 @@ impl StoreService {
     fn start(
         f: &ClusterFile,
         loopback: SocketAddr,
-        stop: &Arc<std::sync::atomic::AtomicBool>,
+        stop: &std::sync::Arc<std::sync::atomic::AtomicBool>,
     ) -> Result<(StoreService, StoreAt), CliError> {
         use hytra_txn::config_store::ConfigStore;
         let run = |e: String| CliError::Run(anyhow::anyhow!(e));
@@ -536,7 +536,7 @@ impl StoreService {
             .map_err(|e| run(format!("the configuration store cannot listen: {e}")))?;
         let addr = listener.local_addr().map_err(|e| run(format!("the store's address: {e}")))?;
         let stop = stop.clone();
-        let memory = Arc::new(hytra_txn::config_store::MemoryStore::default());
+        let memory = std::sync::Arc::new(hytra_txn::config_store::MemoryStore::default());
         let served =
             std::thread::spawn(move || hytra_txn::config_store::serve(listener, memory, stop));
         Ok((StoreService::Served(served), StoreAt::Launcher(addr)))

@@ -922,6 +922,9 @@ void hx_ep_destroy(hx_worker *w, hx_ep *e)
         e->failed = UCS_ERR_CANCELED;
     }
     close_forced(w, e);
+    /* A callback that still comes (as the worker is destroyed) must not reach the freed
+     * endpoint. */
+    abandon_live(e);
     if (!e->stuck) {
         free(e);
     }
