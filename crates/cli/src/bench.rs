@@ -17,7 +17,7 @@ use hytra_rt::RtConfig;
 use hytra_store::{Catalog, NodeStore};
 use hytra_txn::{
     AbortClass, AbortReason, Design, ExecStrategy, LockStrategy, NicLookups, Primitive,
-    RecoveryParams, TxnConfig, PHASES,
+    RecoveryParams, Rereplication, TxnConfig, PHASES,
 };
 use hytra_workloads::bench::{
     run, BenchError, BenchParams, BenchResult, RecoveryTimes, Workload, RECOVERED_SHARE,
@@ -79,7 +79,7 @@ pub struct BenchArgs {
     warmup: f64,
     /// Seed of every random choice.
     #[arg(long, default_value_t = 1)]
-    seed: u64,
+    pub(crate) seed: u64,
     /// Record the history and check serializability (memory grows with the run).
     #[arg(long)]
     pub(crate) check: bool,
@@ -194,8 +194,10 @@ pub struct BenchArgs {
     faults_ppm: u32,
     /// Crash node NODE at SECONDS from the start of the run (warm-up included; inside
     /// the measured window), and report how long recovery took. Repeatable, as long as
-    /// every partition keeps two copies (sim and local) [--seconds then defaults to
-    /// twenty leases: 0.1 on sim, 40 on local; --lease-ms 100 shortens local runs].
+    /// every partition keeps two copies through each failure (crashes within three
+    /// leases fail together; later ones meet re-replication's copies) (sim and local)
+    /// [--seconds then defaults to twenty leases: 0.1 on sim, 40 on local; --lease-ms 100
+    /// shortens local runs].
     #[arg(long, value_name = "NODE@SECONDS")]
     crash: Vec<String>,
     /// Lease of every node with the configuration manager, in milliseconds: a node is
@@ -203,6 +205,11 @@ pub struct BenchArgs {
     /// and ucx].
     #[arg(long)]
     lease_ms: Option<f64>,
+    /// After a failure, copy each partition that lost a replica to a new backup at this
+    /// rate in MB/s into each receiving node, or `off` to run on with the copies left
+    /// [default: 250 on sim, 128 on local and ucx].
+    #[arg(long, value_name = "MBPS|off")]
+    rereplicate: Option<String>,
 }
 
 /// `--wait`: the cluster file's names, listed in the help and in errors.
@@ -301,13 +308,31 @@ fn txn_config(a: &BenchArgs) -> Result<TxnConfig, CliError> {
     if let Some(m) = a.cache_mib {
         c.cache_bytes = m << 20;
     }
+    let sim = a.backend == "sim";
+    let base = if sim { RecoveryParams::simulated() } else { RecoveryParams::real() };
     if let Some(ms) = a.lease_ms {
         if !(ms.is_finite() && (0.1..=600_000.0).contains(&ms)) {
             return usage(format!("--lease-ms {ms}: expected 0.1 to 600000"));
         }
-        let sim = a.backend == "sim";
-        let base = if sim { RecoveryParams::simulated() } else { RecoveryParams::real() };
-        c.recovery = Some(RecoveryParams { lease_ns: (ms * 1e6) as u64, ..base });
+        let r = c.recovery.unwrap_or(base);
+        c.recovery = Some(RecoveryParams { lease_ns: (ms * 1e6) as u64, ..r });
+    }
+    if let Some(rate) = &a.rereplicate {
+        let rereplication = match rate.as_str() {
+            "off" => Rereplication::Off,
+            mbps => match mbps.parse::<f64>() {
+                Ok(m) if m.is_finite() && (1.0..=100_000.0).contains(&m) => {
+                    Rereplication::Paced { bytes_per_sec: (m * 1e6) as u64 }
+                }
+                _ => {
+                    return usage(format!(
+                        "--rereplicate {rate}: expected off, or a rate of 1 to 100000 MB/s"
+                    ))
+                }
+            },
+        };
+        let r = c.recovery.unwrap_or(base);
+        c.recovery = Some(RecoveryParams { rereplication, ..r });
     }
     if let Err(e) = c.validate(a.nodes) {
         return usage(e.to_string());
@@ -420,7 +445,7 @@ fn prepare(a: &BenchArgs) -> Result<Run, CliError> {
     if !(0.0..10.0).contains(&a.warmup) {
         return usage(format!("--warmup {}: a fraction of --seconds in 0..10", a.warmup));
     }
-    let crashes = crashes(a, seconds)?;
+    let crashes = crashes(a, &cfg, seconds)?;
     let shape =
         ClusterShape { nodes: a.nodes, workers_per_node: a.workers, lanes_per_peer: a.lanes };
     Ok(Run { sim, profile, seconds, cfg, shape, crashes })
@@ -577,7 +602,7 @@ impl Crash {
 }
 
 /// `--crash NODE@SECONDS`, checked against the cluster and the run's window.
-fn crashes(a: &BenchArgs, seconds: f64) -> Result<Vec<Crash>, CliError> {
+fn crashes(a: &BenchArgs, cfg: &TxnConfig, seconds: f64) -> Result<Vec<Crash>, CliError> {
     if a.crash.is_empty() {
         return Ok(Vec::new());
     }
@@ -611,17 +636,18 @@ fn crashes(a: &BenchArgs, seconds: f64) -> Result<Vec<Crash>, CliError> {
         }
         out.push(Crash { node, at_ns: (at * 1e9) as u64 });
     }
-    // Recovery decides the transactions in doubt from a surviving backup's log, and
-    // nothing re-replicates yet: every partition must keep two of its copies.
-    let dead: Vec<NodeId> = out.iter().map(|c| NodeId(c.node)).collect();
-    let (p, left) = hytra_txn::Config::initial(a.nodes, a.replication).fewest_copies_without(&dead);
-    if left < 2 {
-        return usage(format!(
-            "--crash: partition {p} would keep {left} of its {} copies; recovery needs two (a backup's log decides the transactions in doubt, and nothing re-replicates yet)",
-            a.replication
-        ));
-    }
     out.sort_by_key(|c| c.at_ns);
+    // Recovery decides the transactions in doubt from a surviving backup's log: every
+    // partition must keep two copies through each failure. Crashes within three leases
+    // of each other fail together (the first is not even detected before two leases);
+    // later ones meet the copies re-replication made, if they are whole by then.
+    let params = lease_of(cfg, a.backend == "sim");
+    let timed: Vec<(NodeId, u64)> = out.iter().map(|c| (NodeId(c.node), c.at_ns)).collect();
+    let copies = params.rereplication.target(a.replication);
+    let apart = 3 * params.lease_ns;
+    if let Err(why) = hytra_txn::resync::survivable(a.nodes, a.replication, copies, &timed, apart) {
+        return usage(format!("--crash: {why}"));
+    }
     Ok(out)
 }
 
@@ -780,17 +806,36 @@ fn run_workload<W: Workload>(a: &BenchArgs, shared: Run, workload: W) -> Result<
     let types = workload.txn_types();
     print_report(a, &cfg, types, &result, seconds, sim);
     let recovered = recovery_times(&crashes, &used, &result);
-    print_recovery(&recovered, lease_of(&cfg, sim).lease_ns);
+    if !crashes.is_empty() {
+        print_recovery(&recovered, lease_of(&cfg, sim).lease_ns, &result.recovery.still_copying);
+    }
     // Processes of a cluster that died (`hytra cluster --kill`): their part came from
     // their journals.
     let lost: Vec<u16> = match crashes.is_empty() {
         true => result.recovery.crashed.iter().map(|n| n.0).collect(),
         false => Vec::new(),
     };
+    // Whether re-replication made every partition whole again after the last loss (as
+    // far as this process saw: the manager, which reports, records it).
+    let replicated = result
+        .recovery
+        .events
+        .iter()
+        .any(|(_, e)| matches!(e.step, hytra_txn::RecoveryStep::Replicated { .. }));
     if !lost.is_empty() {
         println!(
             "lost nodes   {lost:?} died during the run: the survivors removed them, went on, and checked their part from their journals"
         );
+        match (replicated, result.recovery.still_copying.is_empty()) {
+            (true, true) => {
+                println!("             re-replicated: every partition's copies whole again")
+            }
+            (_, false) => println!(
+                "             still copying at the end of the run: {:?} (partition, node)",
+                result.recovery.still_copying
+            ),
+            (false, true) => {}
+        }
     }
     if let (Some(file), Some(path)) = (out, a.json.as_deref()) {
         let mut doc = json_report(a, &cfg, types, &used, &result, seconds, sim, started.elapsed());
@@ -799,6 +844,10 @@ fn run_workload<W: Workload>(a: &BenchArgs, shared: Run, workload: W) -> Result<
         }
         if !lost.is_empty() {
             doc["lost_nodes"] = serde_json::json!(lost);
+            doc["replicated"] = serde_json::json!(replicated);
+            let copying: Vec<[u16; 2]> =
+                result.recovery.still_copying.iter().map(|&(p, n)| [p, n.0]).collect();
+            doc["still_copying"] = serde_json::json!(copying);
         }
         write_json(file, path, &doc)?;
     }
@@ -840,7 +889,11 @@ fn recovery_times<R>(
     out
 }
 
-fn print_recovery(times: &[(Crash, RecoveryTimes)], lease_ns: u64) {
+fn print_recovery(
+    times: &[(Crash, RecoveryTimes)],
+    lease_ns: u64,
+    still_copying: &[(u16, NodeId)],
+) {
     let ms = |t: Option<u64>| match t {
         Some(ns) => format!("+{:.2} ms", ns as f64 / 1e6),
         None => "not within the run".to_string(),
@@ -866,6 +919,17 @@ fn print_recovery(times: &[(Crash, RecoveryTimes)], lease_ns: u64) {
                 String::new()
             }
         );
+        if let Some(ns) = t.replicated_ns {
+            println!(
+                "             re-replicated: every partition's copies whole again {}",
+                ms(Some(ns))
+            );
+        }
+    }
+    if !still_copying.is_empty() {
+        let list: Vec<String> =
+            still_copying.iter().map(|(p, n)| format!("partition {p} on {n}")).collect();
+        println!("             still copying at the end of the run: {}", list.join(", "));
     }
 }
 
@@ -880,6 +944,7 @@ fn json_recovery<R>(times: &[(Crash, RecoveryTimes)], r: &BenchResult<R>) -> ser
                 "detected_ms": ms(t.detected_ns),
                 "configured_ms": ms(t.configured_ns),
                 "active_ms": ms(t.active_ns),
+                "replicated_ms": ms(t.replicated_ns),
                 "recovered_ms": ms(t.recovered_ns),
                 "recovered_share": RECOVERED_SHARE,
                 "survivors_tps_before": t.before_tps,
@@ -893,7 +958,18 @@ fn json_recovery<R>(times: &[(Crash, RecoveryTimes)], r: &BenchResult<R>) -> ser
         .iter()
         .map(|(n, e)| json!({ "node": n.0, "at_s": e.at_ns as f64 / 1e9, "step": format!("{:?}", e.step) }))
         .collect();
-    json!({ "each": crashes, "steps": steps, "survivors_timeline": r.recovery.survivors_timeline })
+    let copying: Vec<serde_json::Value> = r
+        .recovery
+        .still_copying
+        .iter()
+        .map(|(p, n)| json!({ "partition": p, "node": n.0 }))
+        .collect();
+    json!({
+        "each": crashes,
+        "steps": steps,
+        "survivors_timeline": r.recovery.survivors_timeline,
+        "still_copying": copying,
+    })
 }
 
 /// A progress bar on standard error, shown once a run has lasted two seconds.

@@ -407,8 +407,10 @@ pub struct ClusterArgs {
     json: Option<PathBuf>,
     /// Kill node NODE's process with SIGKILL SECONDS after the run started (a
     /// benchmark with --check and replication 3 or more): the survivors remove it, go
-    /// on, and check the whole history, the dead node's part from its journal.
-    #[arg(long, value_name = "NODE@SECONDS")]
+    /// on, and check the whole history, the dead node's part from its journal. `random`
+    /// (or `random@SECONDS`) draws the node, node 0 included, and the time (between a
+    /// quarter and three fifths of the run) from the benchmark's --seed, and says which.
+    #[arg(long, value_name = "NODE@SECONDS|random[@SECONDS]")]
     kill: Option<String>,
 }
 
@@ -434,21 +436,39 @@ struct Kill {
     after: Duration,
 }
 
-/// `--kill NODE@SECONDS`, checked against the file and its benchmark.
+/// Stream of `--kill random`'s draw from the benchmark's seed.
+const KILL_STREAM: u64 = 0x4B_1110;
+
+/// `--kill NODE@SECONDS` or `--kill random[@SECONDS]`, checked against the file and its
+/// benchmark.
 fn parse_kill(spec: &str, f: &ClusterFile, args: &BenchArgs) -> Result<Kill, CliError> {
-    let Some((node, at)) = spec.split_once('@') else {
-        return usage(format!("--kill '{spec}': expected NODE@SECONDS, such as 2@1.5"));
-    };
     let nodes = f.nodes.len();
-    let node: u16 = match node.parse() {
-        Ok(n) if usize::from(n) < nodes => n,
-        _ => {
+    let seconds = f.seconds.unwrap_or(5.0);
+    // The draw is made whatever the spec, so that `random` and `random@S` pick the
+    // same node.
+    let mut rng = hytra_fabric::rng::Rng::derive(args.seed, KILL_STREAM);
+    let drawn_at = seconds * (0.25 + 0.35 * rng.below(1_000) as f64 / 1_000.0);
+    let drawn_node = rng.below(nodes as u64) as u16;
+    let (node, at) = match spec.split_once('@') {
+        Some((node, at)) => (node, at.to_string()),
+        None if spec == "random" => (spec, format!("{drawn_at:.3}")),
+        None => {
             return usage(format!(
-                "--kill '{spec}': there is no node {node} (nodes are 0..{nodes})"
+                "--kill '{spec}': expected NODE@SECONDS, such as 2@1.5, or random[@SECONDS]"
             ))
         }
     };
-    let seconds = f.seconds.unwrap_or(5.0);
+    let node: u16 = match node {
+        "random" => drawn_node,
+        n => match n.parse() {
+            Ok(n) if usize::from(n) < nodes => n,
+            _ => {
+                return usage(format!(
+                    "--kill '{spec}': there is no node {n} (nodes are 0..{nodes})"
+                ))
+            }
+        },
+    };
     let after = match at.parse::<f64>() {
         Ok(t) if t > 0.0 && t < seconds => Duration::from_secs_f64(t),
         _ => {
@@ -468,6 +488,13 @@ fn parse_kill(spec: &str, f: &ClusterFile, args: &BenchArgs) -> Result<Kill, Cli
             args.replication,
             args.replication.saturating_sub(1)
         ));
+    }
+    if spec.starts_with("random") {
+        eprintln!(
+            "hytra cluster: --kill {spec} (seed {}) picked node {node} at {:.3} s",
+            args.seed,
+            after.as_secs_f64()
+        );
     }
     Ok(Kill { node, after })
 }

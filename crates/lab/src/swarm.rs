@@ -26,7 +26,7 @@ use hytra_fabric::{ClusterShape, NodeId};
 use hytra_rt::RtConfig;
 use hytra_txn::{
     Config, CrashPoint, Design, ExecStrategy, LockStrategy, PlantedFault, Primitive, ProtocolPoint,
-    RecoveryParams, RecoveryStep, TxnConfig,
+    RecoveryParams, RecoveryStep, Rereplication, TxnConfig,
 };
 use hytra_workloads::bench::BenchParams;
 use hytra_workloads::tpcc::TpccMix;
@@ -34,7 +34,7 @@ use hytra_workloads::ycsb::{KeyDist, Mix as YcsbMix};
 
 use crate::backend::BackendSpec;
 use crate::run::{run, Outcome, RunSpec};
-use crate::workload::WorkloadSpec;
+use crate::workload::{partition_bytes, WorkloadSpec};
 
 /// The backend a swarm runs on.
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]
@@ -100,6 +100,13 @@ const AFTER_HEAL_LOCAL_NS: u64 = 10 * TIMELINE_LOCAL_NS;
 /// three leases (a manager's crash is found two leases late): the configuration store's
 /// commits and the rounds of recovery.
 const RECOVERY_SLACK_NS: u64 = 3_000_000;
+/// Stream of the re-replication draws (see [`draw_rereplication`]).
+const REREPLICATION_STREAM: u64 = 0x2E_2E91;
+/// Virtual time a simulated seed gives the copies of one failure, at most: the copy
+/// rate goes up for partitions that would take longer at the drawn one.
+const COPY_BUDGET_NS: u64 = 20_000_000;
+/// Later crashes a seed may draw after its first failure's copies are whole.
+const LATER_CRASHES_MAX: u64 = 2;
 /// Longest partition drawn: below the profiles' transport retry time (0.5 ms), so that
 /// one-sided requests wait for the partition to heal rather than fail (a failing
 /// transport is a crash to the engine, which needs recovery).
@@ -131,6 +138,9 @@ pub struct Draw {
     pub cache: CacheSize,
     /// When the last fault is over (0: no fault), in the backend's clock.
     pub heal_ns: u64,
+    /// When every partition that lost a copy to the seed's failures has it back at the
+    /// latest (re-replication on, a node lost), in the backend's clock.
+    pub replicated_by_ns: Option<u64>,
 }
 
 impl Draw {
@@ -190,6 +200,15 @@ impl Draw {
         }
         if let Some(r) = t.recovery {
             line.push_str(&format!("; lease {} ms", r.lease_ns / 1_000_000));
+            match r.rereplication {
+                Rereplication::Off => line.push_str(", no re-replication"),
+                Rereplication::Paced { bytes_per_sec } => {
+                    line.push_str(&format!(
+                        ", re-replication at {} MB/s",
+                        bytes_per_sec / 1_000_000
+                    ));
+                }
+            }
         }
         line
     }
@@ -265,6 +284,14 @@ impl Draw {
         }
         if let Some(r) = t.recovery {
             d.push(("lease", format!("{} ms", r.lease_ns / 1_000_000)));
+            let copies = match (r.rereplication, self.replicated_by_ns) {
+                (Rereplication::Off, _) => "off",
+                (_, None) => "nothing to copy",
+                // A crash after the copies of the first failure, on a copy made then.
+                (_, Some(_)) if later_crashes(&crashed, r.lease_ns) => "copied, then crashed again",
+                (_, Some(_)) => "copied",
+            };
+            d.push(("re-replication", copies.to_string()));
         }
         d
     }
@@ -282,6 +309,18 @@ impl Draw {
         out.sort_by_key(|&(_, at)| at);
         out
     }
+}
+
+/// The earliest a node's clock may read at true time `at_ns`: clocks drift by up to
+/// [`CLOCK_DRIFT_PPM`].
+fn behind_by_drift(at_ns: u64) -> u64 {
+    at_ns - at_ns / 1_000_000 * CLOCK_DRIFT_PPM as u64
+}
+
+/// Whether `crashes` (by time) come in more than one group, each more than the three
+/// leases apart that make crashes fail together.
+fn later_crashes(crashes: &[(NodeId, u64)], lease_ns: u64) -> bool {
+    crashes.windows(2).any(|w| w[1].1 >= w[0].1 + 3 * lease_ns)
 }
 
 /// Powers of two as ranges: 1, 2-3, 4-7, 8-15, 16.
@@ -342,21 +381,34 @@ pub fn draw(seed: u64, backend: SwarmBackend, planted: Option<PlantedFault>) -> 
     let span_ns = warmup_ns + measure_ns;
     let crashes = draw_node_losses(seed, sim, nodes, span_ns, &mut txn);
     let (mut local_faults, mut fencing) = (Vec::new(), Fencing::Nic);
-    if let Some((crashes, lease_ns, point_heal_ns)) = crashes {
+    let mut replicated_by_ns = None;
+    if let Some((mut crashes, lease_ns, point_heal_ns)) = crashes {
+        let base = if sim { RecoveryParams::simulated() } else { RecoveryParams::real() };
+        let part_bytes =
+            partition_bytes(&workload, span_ns as f64 / 1e9, seed, shape, txn.replication);
+        // A crash at the manager's point of the protocol takes a second node.
+        let point =
+            usize::from(txn.crash_point.is_some_and(|c| c.point == ProtocolPoint::Reconfiguring));
+        let losses =
+            Losses { seed, sim, nodes, replication: txn.replication, lease_ns, part_bytes, point };
+        let (rereplication, copy_ns) = draw_rereplication(&losses, base, &mut crashes);
         // When the last node fault ends: a crash at once, a pause when the node wakes.
         let last = crashes.iter().map(NodeFault::ends_at_ns).max().unwrap_or(0).max(point_heal_ns);
+        let recovery = RecoveryParams { lease_ns, rereplication, ..base };
         if sim {
-            heal_ns = heal_ns.max(last + 3 * lease_ns + RECOVERY_SLACK_NS);
+            heal_ns = heal_ns.max(last + 3 * lease_ns + RECOVERY_SLACK_NS + copy_ns);
             fencing = add_leased_faults(&mut faults, crashes, lease_ns, seed, nodes);
-            txn.recovery = Some(RecoveryParams { lease_ns, ..RecoveryParams::simulated() });
         } else {
             // Calls to a crashed node wait out their timeout, and a round of recovery
             // takes a member for dead after four of them: half a lease keeps both within
             // the window (threads' default of a second would not).
             rt.rpc_timeout_ns = lease_ns / 2;
-            heal_ns = last + 3 * lease_ns + RECOVERY_SLACK_LEASES * lease_ns;
+            heal_ns = last + 3 * lease_ns + RECOVERY_SLACK_LEASES * lease_ns + copy_ns;
             local_faults = crashes;
-            txn.recovery = Some(RecoveryParams { lease_ns, ..RecoveryParams::real() });
+        }
+        txn.recovery = Some(recovery);
+        if rereplication != Rereplication::Off {
+            replicated_by_ns = Some(heal_ns);
         }
     }
     if heal_ns > 0 {
@@ -375,17 +427,8 @@ pub fn draw(seed: u64, backend: SwarmBackend, planted: Option<PlantedFault>) -> 
         timeline_ns: if sim { TIMELINE_SIM_NS } else { TIMELINE_LOCAL_NS },
     };
     let backend = match sim {
-        true => BackendSpec::Sim(Box::new(SimConfig {
-            profile: nic,
-            faults,
-            fencing,
-            ..SimConfig::new(shape, seed)
-        })),
-        false => BackendSpec::Local(LocalConfig {
-            threads: Some(2),
-            node_faults: local_faults,
-            ..LocalConfig::new(shape)
-        }),
+        true => sim_backend(shape, seed, nic, faults, fencing),
+        false => local_backend(shape, local_faults),
     };
     Draw {
         seed,
@@ -394,7 +437,137 @@ pub fn draw(seed: u64, backend: SwarmBackend, planted: Option<PlantedFault>) -> 
         coherent,
         cache,
         heal_ns,
+        replicated_by_ns,
     }
+}
+
+/// The simulated cluster of a draw.
+fn sim_backend(
+    shape: ClusterShape,
+    seed: u64,
+    profile: NicProfile,
+    faults: FaultConfig,
+    fencing: Fencing,
+) -> BackendSpec {
+    BackendSpec::Sim(Box::new(SimConfig {
+        profile,
+        faults,
+        fencing,
+        ..SimConfig::new(shape, seed)
+    }))
+}
+
+/// The threads of a draw, two at a time so that the host's other core stays free.
+fn local_backend(shape: ClusterShape, node_faults: Vec<NodeFault>) -> BackendSpec {
+    BackendSpec::Local(LocalConfig { threads: Some(2), node_faults, ..LocalConfig::new(shape) })
+}
+
+/// What the re-replication draws need to know of a seed that loses nodes.
+struct Losses {
+    seed: u64,
+    sim: bool,
+    nodes: u16,
+    replication: u16,
+    lease_ns: u64,
+    /// Bytes of one partition's regions: the most a copy of it reads.
+    part_bytes: u64,
+    /// Nodes a crash at a point of the protocol takes beyond those drawn by time.
+    point: usize,
+}
+
+impl Losses {
+    /// Time to copy what losing `lost` nodes at once leaves short onto the `left`
+    /// members, at `bytes_per_sec` per receiving node, and to mark the copies ready: as
+    /// if one node received the share of the busiest, twice over (rows inserted since
+    /// loading, and the copy's own pace), plus the lease the manager may wait for every
+    /// report and a round of marking.
+    fn copy_ns(&self, lost: u16, left: u16, bytes_per_sec: u64) -> u64 {
+        let bytes = 2 * self.busiest_bytes(lost, left);
+        bytes.saturating_mul(1_000_000_000) / bytes_per_sec.max(1) + 2 * self.lease_ns + 1_000_000
+    }
+
+    /// The most one receiving node copies after losing `lost` nodes of `lost + left`:
+    /// the partitions the lost held (partitions, one per node, times copies, over the
+    /// members before) spread over the members left, each at its largest.
+    fn busiest_bytes(&self, lost: u16, left: u16) -> u64 {
+        let before = u64::from(left + lost);
+        let held = (u64::from(self.nodes) * u64::from(self.replication)).div_ceil(before.max(1));
+        let parts = (u64::from(lost) * held).div_ceil(u64::from(left.max(1)));
+        parts * self.part_bytes
+    }
+}
+
+/// Re-replication for a seed that loses nodes (`crashes`, by time): off on a quarter of
+/// them; else paced at the backend's default rate, and on half of the simulated seeds
+/// that only crash, up to [`LATER_CRASHES_MAX`] more crashes, each once the copies the
+/// failure before it started should be whole, of a node whose loss then leaves every
+/// partition two copies (some only through those copies). Returns the re-replication and
+/// the time after the last failure its copies need. A stream of its own: the rest of the
+/// seed draws what it drew before.
+fn draw_rereplication(
+    l: &Losses,
+    base: RecoveryParams,
+    crashes: &mut Vec<NodeFault>,
+) -> (Rereplication, u64) {
+    let mut rng = Rng::derive(l.seed, REREPLICATION_STREAM);
+    if chance(&mut rng, 1, 4) {
+        return (Rereplication::Off, 0);
+    }
+    let rate = match base.rereplication {
+        // The simulator's default, or faster (shorter runs; correctness does not
+        // depend on the pace).
+        // Tables sized for many inserts go faster still: their copies stay within
+        // COPY_BUDGET_NS however full they get.
+        Rereplication::Paced { bytes_per_sec } if l.sim => {
+            let most =
+                l.busiest_bytes(l.nodes - 1, 1).saturating_mul(1_000_000_000) / COPY_BUDGET_NS;
+            (bytes_per_sec * pick(&mut rng, &[1, 4, 16])).max(most)
+        }
+        Rereplication::Paced { bytes_per_sec } => bytes_per_sec,
+        Rereplication::Off => return (Rereplication::Off, 0),
+    };
+    // Nodes lost: those drawn, or the one a crash point takes.
+    let lost = |c: &[NodeFault]| ((c.len() + l.point) as u16).max(1);
+    // The last failure: the nodes lost within three leases of the last one.
+    let last_at = crashes.iter().map(|c| c.at_ns).max().unwrap_or(0);
+    let mut last_group = lost(
+        &crashes
+            .iter()
+            .filter(|c| c.at_ns + 3 * l.lease_ns >= last_at)
+            .copied()
+            .collect::<Vec<_>>(),
+    );
+    let only_crashes = crashes.iter().all(|c| c.kind == NodeFaultKind::Crash);
+    if l.sim && only_crashes && l.point == 0 && !crashes.is_empty() && chance(&mut rng, 1, 2) {
+        for _ in 0..1 + rng.below(LATER_CRASHES_MAX) {
+            let prev = crashes[crashes.len() - 1].at_ns;
+            let left = l.nodes.saturating_sub(lost(crashes));
+            let at_ns = prev
+                + 3 * l.lease_ns
+                + RECOVERY_SLACK_NS
+                + l.copy_ns(last_group, left, rate)
+                + rng.below(l.lease_ns);
+            let timed: Vec<(NodeId, u64)> = crashes.iter().map(|c| (c.node, c.at_ns)).collect();
+            let candidates: Vec<NodeId> = (0..l.nodes)
+                .map(NodeId)
+                .filter(|n| !timed.iter().any(|(c, _)| c == n))
+                .filter(|&n| {
+                    let mut with = timed.clone();
+                    with.push((n, at_ns));
+                    let r = l.replication;
+                    hytra_txn::resync::survivable(l.nodes, r, r, &with, 3 * l.lease_ns).is_ok()
+                })
+                .collect();
+            if candidates.is_empty() {
+                break;
+            }
+            let node = candidates[rng.below(candidates.len() as u64) as usize];
+            crashes.push(NodeFault { node, at_ns, kind: NodeFaultKind::Crash });
+            last_group = 1;
+        }
+    }
+    let left = l.nodes - lost(crashes).min(l.nodes - 1);
+    (Rereplication::Paced { bytes_per_sec: rate }, l.copy_ns(last_group, left, rate))
 }
 
 fn draw_workload(rng: &mut Rng, nodes: u16) -> WorkloadSpec {
@@ -877,8 +1050,10 @@ pub fn judge(d: &Draw, o: &Outcome) -> Vec<String> {
     if !r.invariant.ok {
         findings.push(format!("invariant violated: {}", r.invariant.details.join("; ")));
     }
-    // Crashes: every crashed node removed, and every removal finished.
-    let crashes = d.crashes();
+    // Crashes: every crashed node removed, and every removal finished. Steps are timed
+    // by their node's clock, which may run behind true time by the drift drawn.
+    let crashes: Vec<(NodeId, u64)> =
+        d.crashes().into_iter().map(|(n, at)| (n, behind_by_drift(at))).collect();
     for &(node, at_ns) in &crashes {
         let removed = r.recovery.events.iter().any(|(_, e)| {
             e.at_ns >= at_ns
@@ -917,6 +1092,14 @@ pub fn judge(d: &Draw, o: &Outcome) -> Vec<String> {
                 crashed / 1000
             ));
         }
+    }
+    // Re-replication: every copy a failure started is whole, and marked so, by the time
+    // the draw allowed for it.
+    if d.replicated_by_ns.is_some() && !r.recovery.still_copying.is_empty() {
+        findings.push(format!(
+            "re-replication not done by the end of the run: {:?} (partition, node) still copying",
+            r.recovery.still_copying
+        ));
     }
     // Progress: something commits over the whole run, and after the faults heal.
     let timeline = &r.stats.timeline;

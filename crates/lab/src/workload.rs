@@ -3,6 +3,8 @@
 //! [`WorkloadSpec::with`] builds the workload it describes and hands it, with its concrete
 //! type, to a [`WorkloadVisitor`]. Not for: running it (see `run.rs`).
 
+use hytra_fabric::ClusterShape;
+use hytra_store::Catalog;
 use hytra_workloads::bench::Workload;
 use hytra_workloads::smallbank::SmallBank;
 use hytra_workloads::tatp::{Tatp, TatpParams};
@@ -182,6 +184,28 @@ impl WorkloadSpec {
             })),
         }
     }
+}
+
+/// Bytes of one partition's regions (one copy of one node's share), sized for every
+/// row the run may insert: the most a new backup copies after a failure.
+pub fn partition_bytes(
+    workload: &WorkloadSpec,
+    span_s: f64,
+    seed: u64,
+    shape: ClusterShape,
+    replication: u16,
+) -> u64 {
+    struct Bytes(ClusterShape, u16);
+    impl WorkloadVisitor for Bytes {
+        type Out = u64;
+        fn visit<W: Workload>(self, w: &W) -> u64 {
+            let Ok(catalog) = Catalog::new(w.tables(self.0), self.0.nodes, self.1) else {
+                return 0;
+            };
+            catalog.regions().filter(|&(_, p, _, _)| p == 0).map(|(_, _, bytes, _)| bytes).sum()
+        }
+    }
+    workload.with(span_s, seed, Bytes(shape, replication))
 }
 
 /// What is said of a workload name that is not one of [`WORKLOADS`].

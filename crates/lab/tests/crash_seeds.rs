@@ -5,15 +5,17 @@ use hytra_lab::swarm::{draw, run_seed, SwarmBackend};
 use hytra_txn::ProtocolPoint;
 
 /// (seed, what it found).
-const FOUND: [(u64, &str); 10] = [
+const FOUND: [(u64, &str); 12] = [
     (19, "a crashed coordinator's updates that recovery committed were not counted"),
+    (124, "an answer from before a recovery started a log ring over below its new head: a new backup never applied what was logged there"),
+    (228, "a takeover counted a new backup that never took a transaction's log among those that must hold it"),
     (48, "a member took the new manager for dead while it reconfigured"),
     (178, "one lost datagram made a live member silent in a round"),
     (244, "TPC-C's customer name lookups went to the crashed node"),
     (397, "a passive acknowledgement of an epoch that is over was dropped uncollected"),
     (2513, "an APPLY lost on the way left a committed transaction off its primary"),
     (2563, "the manager's own rounds outlasted the leases of its members"),
-    (6049, "the manager took itself for silent while it applied its decisions"),
+    (6049, "the manager took itself for silent while it applied its decisions; later, a round of many APPLYs took its last requests for silent before they were sent"),
     (7407, "a member took the manager for dead while its rounds ran without granting"),
     (7651, "one slow member held up the retries to the others, and the live one was removed"),
 ];

@@ -13,7 +13,26 @@ pub enum BackupState {
     Ready,
     /// It was added after a failure and is still being copied the partition's records;
     /// it takes the log already, but cannot be promoted until the copy is done.
-    Syncing,
+    Syncing {
+        /// The configuration epoch from which it takes the partition's log: it holds no
+        /// entry of a transaction logged before.
+        since: u64,
+    },
+}
+
+impl BackupState {
+    /// Whether it is still being copied.
+    pub fn syncing(self) -> bool {
+        matches!(self, BackupState::Syncing { .. })
+    }
+
+    /// Whether it takes the log of transactions logged in `epoch`.
+    pub fn logs_from(self, epoch: u64) -> bool {
+        match self {
+            BackupState::Ready => true,
+            BackupState::Syncing { since } => epoch >= since,
+        }
+    }
 }
 
 /// One partition's replicas.
@@ -143,7 +162,7 @@ mod tests {
     #[test]
     fn a_bad_placement_is_refused() {
         let mut parts = Placement::initial(3, 2).parts;
-        parts[1].backups.push((NodeId(1), BackupState::Syncing));
+        parts[1].backups.push((NodeId(1), BackupState::Syncing { since: 2 }));
         assert!(Placement::from_parts(parts.clone()).check(3).is_err());
         parts[1].backups.pop();
         parts[2].primary = NodeId(7);

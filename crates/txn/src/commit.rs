@@ -473,10 +473,10 @@ impl<E: Endpoint> TxnCtx<E> {
     /// Has the backup apply everything resolved in our ring and learns its head; for a
     /// ring a recovery resolved, learns where it starts over.
     async fn sync_reclaim(&mut self, node: NodeId) -> Result<(), Frozen> {
-        let (stale, up_to) = {
+        let (stale, stale_epoch, up_to) = {
             let rings = self.wt.rings.borrow();
             let r = &rings[usize::from(node.0)];
-            (r.stale, if r.stale { 0 } else { r.committed_to() })
+            (r.stale, r.stale_epoch, if r.stale { 0 } else { r.committed_to() })
         };
         wire::encode_reclaim(SYNC, self.epoch(), up_to, &mut self.req);
         let req = std::mem::take(&mut self.req);
@@ -487,10 +487,9 @@ impl<E: Endpoint> TxnCtx<E> {
         let r = &mut rings[usize::from(node.0)];
         if stale {
             // Another coroutine may have started the ring over meanwhile (and reserved in
-            // it): only the first to learn the head does.
-            if r.stale {
-                r.resync(head);
-            }
+            // it): only the first to learn the head does. A later recovery may have made
+            // it stale again while the answer was on its way: that head is from before it.
+            r.resync_if(head, stale_epoch);
         } else {
             r.learn_head(head);
             r.reclaim_sent = r.reclaim_sent.max(up_to);
@@ -1070,10 +1069,10 @@ async fn flush_logs<E: Endpoint>(co: &Co<E>, wt: &Rc<WorkerTxn>) {
             continue;
         }
         force_landing(co, wt).await;
-        let (stale, tail, up_to, head) = {
+        let (stale, stale_epoch, tail, up_to, head) = {
             let rings = wt.rings.borrow();
             let r = &rings[usize::from(n)];
-            (r.stale, r.tail, r.committed_to(), r.head_known)
+            (r.stale, r.stale_epoch, r.tail, r.committed_to(), r.head_known)
         };
         if !stale {
             assert_eq!(tail, up_to, "every log entry is resolved once transactions end");
@@ -1096,7 +1095,7 @@ async fn flush_logs<E: Endpoint>(co: &Co<E>, wt: &Rc<WorkerTxn>) {
             Ok(Some(head)) => {
                 let mut rings = wt.rings.borrow_mut();
                 let r = &mut rings[usize::from(n)];
-                if r.stale != stale {
+                if r.stale != stale || r.stale_epoch != stale_epoch {
                     continue; // a recovery came in between: once more
                 }
                 if stale {

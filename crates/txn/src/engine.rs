@@ -79,6 +79,17 @@ impl ScratchLayout {
         LocalAddr { rkey: self.rkey, offset: after + u64::from(index) * FENCE_SLOT_BYTES }
     }
 
+    /// Where worker `index`'s re-replication copies land ([`crate::resync::COPY_BUFFER_BYTES`]
+    /// each, after every worker's fence slot).
+    pub fn copy_buffer(&self, index: u16, workers: u16) -> LocalAddr {
+        let after = u64::from(workers) * u64::from(self.coroutines) * SCRATCH_CO_BYTES
+            + u64::from(workers) * FENCE_SLOT_BYTES;
+        LocalAddr {
+            rkey: self.rkey,
+            offset: after + u64::from(index) * crate::resync::COPY_BUFFER_BYTES,
+        }
+    }
+
     /// Start of the scratch of coroutine `co` of worker `index` on its node.
     pub fn base(&self, index: u16, co: u16) -> LocalAddr {
         assert!(
@@ -256,7 +267,9 @@ impl Engine {
             rings: shape.workers_total() as u64,
         };
         let scratch_bytes = u64::from(shape.workers_per_node)
-            * (u64::from(coroutines.max(1)) * SCRATCH_CO_BYTES + FENCE_SLOT_BYTES);
+            * (u64::from(coroutines.max(1)) * SCRATCH_CO_BYTES
+                + FENCE_SLOT_BYTES
+                + crate::resync::COPY_BUFFER_BYTES);
         let scratch = ScratchLayout {
             rkey: backend.register_all(RegionSpec::new(scratch_bytes))?,
             coroutines: coroutines.max(1),
@@ -491,6 +504,7 @@ impl Engine {
         let view = Rc::new(View::new(node.membership.clone()));
         handlers::register(w, &node, &view);
         crate::recover::register(w, &node);
+        crate::resync::register(w, &node);
         let waits = node.offload.as_ref().map(|(lookups, _)| {
             if me.index == 0 {
                 // Start this node's lookup programs (each waits for its first request).

@@ -7,6 +7,7 @@
 //! - `membership`: the configuration (epoch, members, placement) and each node's view
 //! - `config_store`: where configurations are committed (compare-and-set on the epoch)
 //! - `recover`: leases, the configuration manager's reconfiguration, recovery
+//! - `resync`: re-replication: new backups after a failure, copied in the background
 //! - `txn`: the transaction API ([`TxnCtx`], [`Txn`]) and the execution phase
 //! - `offload`: the `offload` execution strategy's NIC index and lookup programs
 //! - `validate`: locking the write set and validating the read set
@@ -49,6 +50,7 @@ pub mod membership;
 mod offload;
 mod outcome;
 pub mod recover;
+pub mod resync;
 mod stats;
 mod txn;
 mod validate;
@@ -63,5 +65,6 @@ pub use membership::{Config, Membership};
 pub use offload::NicLookups;
 pub use outcome::{Abort, AbortClass, AbortReason, Outcome};
 pub use recover::{RecoveryEvent, RecoveryParams, RecoveryStep};
+pub use resync::Rereplication;
 pub use stats::{TxnStats, PHASES, TIMELINE_BUCKETS_MAX, TXN_TYPES_MAX};
 pub use txn::{Intent, Rec, Txn, TxnCtx};

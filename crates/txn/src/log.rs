@@ -373,6 +373,10 @@ pub struct RingOut {
     /// A recovery resolved this ring since it was last used: its reservations are void
     /// and the head moved; [`RingOut::resync`] with the backup's head before using it.
     pub stale: bool,
+    /// The epoch whose recovery made the ring stale: only a head the backup gave in that
+    /// epoch is where the ring starts over (one asked for before it, and answered late,
+    /// is from before the recovery moved the head).
+    pub stale_epoch: u64,
 }
 
 impl RingOut {
@@ -414,6 +418,23 @@ impl RingOut {
         while self.inflight.front().is_some_and(|&(_, done)| done) {
             self.inflight.pop_front();
         }
+    }
+
+    /// Marks the ring stale: the recovery of `epoch` resolves it.
+    pub fn mark_stale(&mut self, epoch: u64) {
+        self.stale = true;
+        self.stale_epoch = self.stale_epoch.max(epoch);
+    }
+
+    /// [`RingOut::resync`] with a head the backup gave when the ring was stale since
+    /// `epoch`, if it still is stale since that epoch (and no other coroutine started it
+    /// over meanwhile); returns whether it did.
+    pub fn resync_if(&mut self, head: u64, epoch: u64) -> bool {
+        let current = self.stale && self.stale_epoch == epoch;
+        if current {
+            self.resync(head);
+        }
+        current
     }
 
     /// Starts over at `head`, the backup's head after a recovery resolved the ring:
@@ -685,6 +706,23 @@ mod tests {
         assert_eq!(place(0, 100, 1000), (None, 0, 100));
         assert_eq!(place(950, 100, 1000), (Some(950), 0, 1100));
         assert_eq!(place(1100, 100, 1000), (None, 100, 1200));
+    }
+
+    /// A head asked for while a ring was stale from one recovery, and answered after a
+    /// later recovery made it stale again, is from before that recovery moved the head:
+    /// the ring must not start over there.
+    #[test]
+    fn a_late_head_of_an_earlier_recovery_does_not_resync_the_ring() {
+        let mut r = RingOut::default();
+        r.mark_stale(5);
+        let asked_in = r.stale_epoch;
+        r.mark_stale(6);
+        assert!(!r.resync_if(0, asked_in), "a head of epoch 5 after the recovery of 6");
+        assert!(r.stale);
+        assert!(r.resync_if(2144, 6));
+        assert!(!r.stale);
+        assert_eq!((r.tail, r.head_known), (2144, 2144));
+        assert!(!r.resync_if(0, 6), "started over once");
     }
 
     #[test]

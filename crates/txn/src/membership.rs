@@ -20,9 +20,13 @@ pub const EPOCH_FIRST: u64 = 1;
 /// A configuration: an epoch, the member nodes, and the placement of every partition.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {
-    /// Increases with every new configuration; messages carry it, and a message from an
-    /// older epoch is refused.
+    /// Increases with every configuration that moves a route (members, primaries,
+    /// backups); messages carry it, and a message from an older epoch is refused.
     pub epoch: u64,
+    /// Increases with every configuration committed to the store, including those that
+    /// only mark new backups ready (same epoch: nothing is routed otherwise, so nothing
+    /// of the epoch stops). The store's compare-and-set is on it. Never below `epoch`.
+    pub revision: u64,
     /// Per node, whether it is a member.
     members: Vec<bool>,
     /// Where every partition's replicas live (only on members).
@@ -35,6 +39,7 @@ impl Config {
     pub fn initial(nodes: u16, replication: u16) -> Config {
         Config {
             epoch: EPOCH_FIRST,
+            revision: EPOCH_FIRST,
             members: vec![true; usize::from(nodes)],
             placement: Placement::initial(nodes, replication),
         }
@@ -56,7 +61,14 @@ impl Config {
         if !members.iter().any(|&m| m) {
             return Err("a configuration without members".into());
         }
-        Ok(Config { epoch, members, placement })
+        Ok(Config { epoch, revision: epoch, members, placement })
+    }
+
+    /// The same configuration as revision `revision` (at least its epoch).
+    pub fn with_revision(mut self, revision: u64) -> Config {
+        assert!(revision >= self.epoch, "revision {revision} below epoch {}", self.epoch);
+        self.revision = revision;
+        self
     }
 
     /// Nodes of the cluster (members or not).
@@ -102,11 +114,12 @@ impl Config {
 pub struct ConfigDecodeError;
 
 impl Config {
-    /// The configuration as bytes (little endian): epoch, node count, a member bitmap,
+    /// The configuration as bytes (little endian): epoch, revision, node count, a member bitmap,
     /// then per partition its primary, generation, backup count and backups (node, with
-    /// bit 15 set for a syncing backup).
+    /// bit 15 set for a syncing backup, which the epoch it syncs since follows).
     pub fn encode(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(&self.epoch.to_le_bytes());
+        out.extend_from_slice(&self.revision.to_le_bytes());
         out.extend_from_slice(&self.nodes().to_le_bytes());
         for chunk in self.members.chunks(8) {
             out.push(chunk.iter().enumerate().fold(0u8, |b, (i, &m)| b | u8::from(m) << i));
@@ -116,8 +129,13 @@ impl Config {
             out.push(part.generation);
             out.push(part.backups.len() as u8);
             for &(n, state) in &part.backups {
-                let syncing = if state == BackupState::Syncing { 1 << 15 } else { 0 };
-                out.extend_from_slice(&(n.0 | syncing).to_le_bytes());
+                match state {
+                    BackupState::Ready => out.extend_from_slice(&n.0.to_le_bytes()),
+                    BackupState::Syncing { since } => {
+                        out.extend_from_slice(&(n.0 | 1 << 15).to_le_bytes());
+                        out.extend_from_slice(&since.to_le_bytes());
+                    }
+                }
             }
         }
     }
@@ -131,6 +149,10 @@ impl Config {
             Ok(s)
         };
         let epoch = u64::from_le_bytes(take(8)?.try_into().expect("eight bytes"));
+        let revision = u64::from_le_bytes(take(8)?.try_into().expect("eight bytes"));
+        if revision < epoch {
+            return Err(ConfigDecodeError);
+        }
         let nodes = u16::from_le_bytes(take(2)?.try_into().expect("two bytes"));
         if nodes == 0 || nodes > hytra_fabric::constants::NODES_MAX {
             return Err(ConfigDecodeError);
@@ -145,8 +167,12 @@ impl Config {
             let mut backups = Vec::with_capacity(usize::from(count));
             for _ in 0..count {
                 let w = u16::from_le_bytes(take(2)?.try_into().expect("two bytes"));
-                let state =
-                    if w & 1 << 15 != 0 { BackupState::Syncing } else { BackupState::Ready };
+                let state = if w & 1 << 15 != 0 {
+                    let since = u64::from_le_bytes(take(8)?.try_into().expect("eight bytes"));
+                    BackupState::Syncing { since }
+                } else {
+                    BackupState::Ready
+                };
                 backups.push((NodeId(w & !(1 << 15)), state));
             }
             parts.push(PartitionPlace { primary, backups, generation });
@@ -154,7 +180,8 @@ impl Config {
         if i != b.len() {
             return Err(ConfigDecodeError);
         }
-        Config::new(epoch, members, Placement::from_parts(parts)).map_err(|_| ConfigDecodeError)
+        let c = Config::new(epoch, members, Placement::from_parts(parts));
+        Ok(c.map_err(|_| ConfigDecodeError)?.with_revision(revision))
     }
 }
 
@@ -163,13 +190,19 @@ impl Config {
 pub struct Membership {
     /// The installed configuration's epoch, read by every attempt.
     epoch: AtomicU64,
+    /// The installed configuration's revision, read by every worker's view.
+    revision: AtomicU64,
     config: Mutex<Arc<Config>>,
 }
 
 impl Membership {
     /// A view that starts with `config`.
     pub fn new(config: Config) -> Membership {
-        Membership { epoch: AtomicU64::new(config.epoch), config: Mutex::new(Arc::new(config)) }
+        Membership {
+            epoch: AtomicU64::new(config.epoch),
+            revision: AtomicU64::new(config.revision),
+            config: Mutex::new(Arc::new(config)),
+        }
     }
 
     /// The epoch in force.
@@ -177,20 +210,28 @@ impl Membership {
         self.epoch.load(Ordering::Acquire)
     }
 
+    /// The revision in force.
+    pub fn revision(&self) -> u64 {
+        self.revision.load(Ordering::Acquire)
+    }
+
     /// The configuration in force.
     pub fn current(&self) -> Arc<Config> {
         self.config.lock().expect("no installer panicked").clone()
     }
 
-    /// Installs a newer configuration; an older or equal one is ignored. Returns whether
-    /// it was installed.
+    /// Installs a newer configuration (a later revision); an older or equal one is
+    /// ignored. Returns whether it was installed.
     pub fn install(&self, config: Arc<Config>) -> bool {
         let mut current = self.config.lock().expect("no installer panicked");
-        if config.epoch <= current.epoch {
+        // A later revision never has an older epoch (the store orders both); one that
+        // claims so did not come from the store.
+        if config.revision <= current.revision || config.epoch < current.epoch {
             return false;
         }
         assert_eq!(config.nodes(), current.nodes(), "a configuration of another cluster");
         self.epoch.store(config.epoch, Ordering::Release);
+        self.revision.store(config.revision, Ordering::Release);
         *current = config;
         true
     }
@@ -209,9 +250,10 @@ impl View {
         View { membership, cached }
     }
 
-    /// The configuration in force (refreshed first if a newer one was installed).
+    /// The configuration in force (refreshed first if a newer one was installed, of a
+    /// later epoch or a later revision of the same).
     pub(crate) fn get(&self) -> Ref<'_, Arc<Config>> {
-        if self.cached.borrow().epoch != self.membership.epoch() {
+        if self.cached.borrow().revision != self.membership.revision() {
             *self.cached.borrow_mut() = self.membership.current();
         }
         self.cached.borrow()
@@ -249,7 +291,7 @@ mod tests {
     #[test]
     fn a_configuration_travels_as_bytes_and_a_cut_one_is_refused() {
         let mut parts = Placement::initial(5, 3).parts().to_vec();
-        parts[2].backups[1].1 = BackupState::Syncing;
+        parts[2].backups[1].1 = BackupState::Syncing { since: 4 };
         parts[4].generation = 7;
         let mut members = vec![true; 5];
         members[4] = false;

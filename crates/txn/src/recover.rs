@@ -46,6 +46,9 @@ use crate::config_store::{Cas, ConfigStore, StoreFailure};
 use crate::engine::{crash_point, NodeEngine, WorkerTxn};
 use crate::log::{records, resolve, scan, InDoubt};
 use crate::membership::{Config, EPOCH_FIRST};
+use crate::resync::{
+    add_backups, fully_replicated, ready_config, syncing, Copier, Rereplication, SyncState, Turn,
+};
 use crate::wire::{In, Out};
 
 /// A member asks the manager to renew its lease (one-way): epoch, done, its clock.
@@ -111,6 +114,28 @@ pub enum RecoveryStep {
         /// The new configuration.
         epoch: u64,
     },
+    /// This node holds every record of `partition`, whose backup it was made after a
+    /// failure (re-replication), having read `bytes` of the primary's records.
+    Copied {
+        /// The partition.
+        partition: u16,
+        /// Bytes read from its primary.
+        bytes: u64,
+    },
+    /// The manager committed revision `revision` of the epoch in force, in which the
+    /// backups `ready` (partition, node), whose copies are whole, are promotable.
+    Readied {
+        /// The backups made ready.
+        ready: Vec<(u16, NodeId)>,
+        /// The revision.
+        revision: u64,
+    },
+    /// Every partition has its full count of promotable copies again (or one per member,
+    /// if fewer), from revision `revision` on.
+    Replicated {
+        /// The revision.
+        revision: u64,
+    },
 }
 
 /// A step of recovery and when it happened (virtual or wall ns, as the backend counts).
@@ -132,6 +157,8 @@ pub struct RecoveryParams {
     /// Time one operation on the configuration store takes (the simulator waits it out;
     /// real stores take what they take).
     pub store_latency_ns: u64,
+    /// Whether a partition that lost a copy gets a new one, and how fast it is copied.
+    pub rereplication: Rereplication,
 }
 
 impl RecoveryParams {
@@ -139,14 +166,27 @@ impl RecoveryParams {
     /// machines (2 ms removed live nodes under the swarm's lost datagrams and 2 ms
     /// pauses), and a configuration store answering in 0.5 ms, about a coordination
     /// service's commit.
+    /// Copies go at 250 MB/s into each node: a SmallBank partition of 16 MB is whole
+    /// again in about 70 ms, and the survivors meanwhile run at about 95% of their rate
+    /// (each record copied costs its receiver a record's CPU time; 1 GB/s cost them 22%,
+    /// docs/PERFORMANCE.md).
     pub fn simulated() -> RecoveryParams {
-        RecoveryParams { lease_ns: 5_000_000, store_latency_ns: 500_000 }
+        RecoveryParams {
+            lease_ns: 5_000_000,
+            store_latency_ns: 500_000,
+            rereplication: Rereplication::Paced { bytes_per_sec: 250_000_000 },
+        }
     }
 
     /// Threads and processes of a loaded 2-core host: a lease of 2 s, far beyond any
-    /// scheduling pause there.
+    /// scheduling pause there. Copies go at 128 MB/s into each node: on shared memory
+    /// or TCP every byte read costs the primary's host CPU.
     pub fn real() -> RecoveryParams {
-        RecoveryParams { lease_ns: 2_000_000_000, store_latency_ns: 0 }
+        RecoveryParams {
+            lease_ns: 2_000_000_000,
+            store_latency_ns: 0,
+            rereplication: Rereplication::Paced { bytes_per_sec: 128_000_000 },
+        }
     }
 }
 
@@ -276,6 +316,8 @@ pub struct NodeRecovery {
     fatal: OnceLock<String>,
     /// Times of recovery's steps, for reports: (what, ns).
     events: Mutex<Vec<RecoveryEvent>>,
+    /// The copies of re-replication into this node, and as manager into the others.
+    sync: SyncState,
     /// Where configurations are committed.
     store: Arc<dyn ConfigStore>,
     params: RecoveryParams,
@@ -308,6 +350,7 @@ impl NodeRecovery {
             clients: AtomicU64::new(0),
             fatal: OnceLock::new(),
             events: Mutex::new(Vec::new()),
+            sync: SyncState::default(),
             store,
             params,
         }
@@ -363,7 +406,7 @@ impl NodeRecovery {
         self.fatal.get().cloned()
     }
 
-    fn fail(&self, why: String) {
+    pub(crate) fn fail(&self, why: String) {
         // The first reason stands.
         let _ = self.fatal.set(why);
     }
@@ -373,7 +416,7 @@ impl NodeRecovery {
         self.events.lock().expect("no recorder panicked").clone()
     }
 
-    fn event(&self, step: RecoveryStep, at_ns: u64) {
+    pub(crate) fn event(&self, step: RecoveryStep, at_ns: u64) {
         let mut events = self.events.lock().expect("no recorder panicked");
         // One per step of each reconfiguration: a run has at most a handful.
         if events.len() < EVENTS_MAX {
@@ -427,6 +470,15 @@ impl NodeRecovery {
     pub fn lease_ns(&self) -> u64 {
         self.params.lease_ns
     }
+
+    /// How recovery is tuned.
+    pub fn params(&self) -> RecoveryParams {
+        self.params
+    }
+
+    pub(crate) fn sync(&self) -> &SyncState {
+        &self.sync
+    }
 }
 
 /// Registers the recovery handlers on a worker.
@@ -462,6 +514,11 @@ fn lease<E: Endpoint>(node: &NodeEngine, ctx: &mut HandlerCtx<'_, E>, req: &[u8]
     let rec = &node.recovery;
     let from = usize::from(ctx.src.node.0);
     if epoch == node.membership.epoch() && from < rec.renewed.len() && sent != 0 {
+        // What follows, if anything: the partitions the member copied whole (F5).
+        if let Some(count) = i.u16() {
+            let parts: Vec<u16> = (0..count).map_while(|_| i.u16()).collect();
+            rec.sync.report(ctx.src.node, epoch, parts.into_iter());
+        }
         rec.renewed[from].fetch_max(ctx.ep.now_ns(), Ordering::AcqRel);
         // Never back from Finished: a renewal sent before the member heard FINISH may
         // arrive after its acknowledgement.
@@ -498,10 +555,17 @@ fn config<E: Endpoint>(node: &NodeEngine, ctx: &mut HandlerCtx<'_, E>, req: &[u8
     Out(ctx.reply).u64(current).u8(u8::from(quiesced));
 }
 
-/// Installs a newer configuration: recovering from now on, removed nodes fenced off.
+/// Installs a newer configuration: recovering from now on, removed nodes fenced off. A
+/// later revision of the epoch in force (new backups marked ready) moves no route: it
+/// is taken as it is, and nothing of the epoch stops.
 fn install<E: Endpoint>(node: &NodeEngine, ep: &mut E, next: Config) {
     let old = node.membership.current();
-    if next.epoch <= old.epoch {
+    if next.revision <= old.revision || next.epoch < old.epoch {
+        return;
+    }
+    if next.epoch == old.epoch {
+        debug_assert!(same_routes(&old, &next), "a revision of an epoch moves no route");
+        node.membership.install(Arc::new(next));
         return;
     }
     // A node the configuration removes stops on its own (and fencing itself would cut
@@ -525,6 +589,19 @@ fn install<E: Endpoint>(node: &NodeEngine, ep: &mut E, next: Config) {
     rec.recovering.store(epoch, Ordering::Release);
     node.membership.install(Arc::new(next));
     rec.event(RecoveryStep::Installed { epoch }, now);
+}
+
+/// Whether two configurations route alike: the same members, and every partition with
+/// the same primary, generation and backups (states aside).
+fn same_routes(a: &Config, b: &Config) -> bool {
+    let nodes = (0..a.nodes()).map(NodeId);
+    a.nodes() == b.nodes()
+        && nodes.clone().all(|n| a.is_member(n) == b.is_member(n))
+        && a.placement.parts().iter().zip(b.placement.parts()).all(|(x, y)| {
+            x.primary == y.primary
+                && x.generation == y.generation
+                && x.backups.iter().map(|b| b.0).eq(y.backups.iter().map(|b| b.0))
+        })
 }
 
 /// A report page: epoch, next cursor (ring, entry; `u32::MAX` ring when done), then per
@@ -794,9 +871,11 @@ fn finish<E: Endpoint>(node: &NodeEngine, ctx: &mut HandlerCtx<'_, E>) {
 }
 
 /// The next configuration after removing `removed` from `old`: every partition keeps its
-/// surviving replicas, and a dead primary is replaced by its first ready surviving
-/// backup. Fails if a partition lost every replica, or every ready one.
-pub fn next_config(old: &Config, removed: &[NodeId], replication: u16) -> Result<Config, String> {
+/// surviving replicas, a dead primary is replaced by its first ready surviving backup,
+/// and a partition left with fewer than `copies` replicas gets new backups, syncing
+/// ([`add_backups`]; 0: none). Fails if a partition lost every replica, or every ready
+/// one.
+pub fn next_config(old: &Config, removed: &[NodeId], copies: u16) -> Result<Config, String> {
     let nodes = old.nodes();
     let members: Vec<bool> =
         (0..nodes).map(|n| old.is_member(NodeId(n)) && !removed.contains(&NodeId(n))).collect();
@@ -812,19 +891,29 @@ pub fn next_config(old: &Config, removed: &[NodeId], replication: u16) -> Result
             (place.primary, place.generation)
         } else {
             let Some(k) = backups.iter().position(|&(_, s)| s == BackupState::Ready) else {
+                let copying: Vec<String> = backups.iter().map(|(n, _)| n.to_string()).collect();
+                let why = match copying.len() {
+                    0 => String::new(),
+                    1 => format!(
+                        " (its new backup on {} was still copying it: a failure came before re-replication was done)",
+                        copying[0]
+                    ),
+                    _ => format!(
+                        " (its new backups on {} were still copying it: a failure came before re-replication was done)",
+                        copying.join(", ")
+                    ),
+                };
                 return Err(format!(
-                    "partition {p} lost its primary and every up-to-date backup: its data is gone"
+                    "partition {p} lost its primary and every up-to-date backup: its data is gone{why}"
                 ));
             };
             (backups.remove(k).0, place.generation.wrapping_add(1))
         };
         parts.push(PartitionPlace { primary, backups, generation });
     }
-    // A partition that lost a replica runs with one fewer until re-replication exists
-    // (a new backup must be filled before it counts): with 3 replicas it survives one
-    // more failure, with 2 none.
-    let _ = replication;
-    Config::new(old.epoch + 1, members, Placement::from_parts(parts))
+    add_backups(&mut parts, &members, copies, old.epoch + 1);
+    let next = Config::new(old.epoch + 1, members, Placement::from_parts(parts))?;
+    Ok(next.with_revision(old.revision + 1))
 }
 
 /// What the manager gathered of one transaction in doubt.
@@ -899,8 +988,16 @@ impl Reports {
                 if p >= old.placement.partitions() {
                     continue 'txns;
                 }
-                let survivors: Vec<NodeId> =
-                    old.placement.backups(p).filter(|&b| new.is_member(b)).collect();
+                // The surviving backups that took the log of the epoch it logged in (one
+                // added later, by a reconfiguration whose rounds never ran, has none).
+                let survivors: Vec<NodeId> = old
+                    .placement
+                    .part(p)
+                    .backups
+                    .iter()
+                    .filter(|&&(b, s)| new.is_member(b) && s.logs_from(d.epoch))
+                    .map(|&(b, _)| b)
+                    .collect();
                 if survivors.is_empty() {
                     return Err(format!(
                         "transaction {owner:#x} wrote partition {p}, which lost every backup at once: its outcome cannot be recovered"
@@ -947,6 +1044,30 @@ fn patience<E: Endpoint>(co: &Co<E>, rec: &NodeRecovery) -> Patience {
     }
 }
 
+/// The manager's watch over the members of a configuration while its rounds wait: a
+/// member that already answered may die before the others are done (and one still
+/// applying may wait on it for ever), so a member whose lease renewals stopped ends the
+/// round as silent, as it would end the manager's watch between rounds.
+struct Watch<'a> {
+    rec: &'a NodeRecovery,
+    members: &'a [NodeId],
+    me: NodeId,
+}
+
+impl Watch<'_> {
+    /// A member (other than the manager) not heard from for a lease and a sixteenth.
+    fn lapsed(&self, now: u64) -> Option<NodeId> {
+        let lease = self.rec.params.lease_ns;
+        self.members.iter().copied().find(|&n| {
+            n != self.me
+                && now
+                    > self.rec.renewed[usize::from(n.0)].load(Ordering::Acquire)
+                        + lease
+                        + lease / 16
+        })
+    }
+}
+
 /// Calls in flight at once in [`call_all`]: well under the worker's call slots.
 const CALLS_AT_ONCE: usize = 32;
 
@@ -973,23 +1094,32 @@ async fn call_all<E: Endpoint, T>(
     ty: RpcType,
     reqs: &[(WorkerId, Vec<u8>)],
     patience: Patience,
+    watch: Option<&Watch<'_>>,
     mut accept: impl FnMut(&[u8]) -> Option<T>,
 ) -> Result<Vec<T>, Unanswered> {
     let Patience { silent_ns, retry_ns } = patience;
     let start = co.now_ns();
     let mut out: Vec<Option<T>> = reqs.iter().map(|_| None).collect();
-    let mut heard = vec![start; reqs.len()];
+    // Per destination, when it last answered anything, or else when it was first asked:
+    // several requests may go to one destination, and a pass over many requests takes a
+    // while to reach the last ones (which must not count as silent before they are sent).
+    let mut heard: BTreeMap<WorkerId, u64> = BTreeMap::new();
+    let dest = |k: usize| reqs[k].0;
     let mut pending: Vec<usize> = (0..reqs.len()).collect();
     // Bounded: every pass waits for its replies or sleeps, and the patience below ends it.
     loop {
         for batch in pending.chunks(CALLS_AT_ONCE) {
+            let now = co.now_ns();
+            for &k in batch {
+                heard.entry(dest(k)).or_insert(now);
+            }
             let tickets: Vec<_> =
                 batch.iter().map(|&k| co.call(reqs[k].0, ty, &reqs[k].1).ok()).collect();
             for (&k, t) in batch.iter().zip(tickets) {
                 let Some(t) = t else { continue };
                 // Any reply shows the destination alive, accepted or not.
                 if let Ok(v) = co.reply(t, |r| accept(r)).await {
-                    heard[k] = co.now_ns();
+                    heard.insert(dest(k), co.now_ns());
                     out[k] = v;
                 }
             }
@@ -999,8 +1129,11 @@ async fn call_all<E: Endpoint, T>(
             break;
         }
         let now = co.now_ns();
-        if let Some(&k) = pending.iter().find(|&&k| now > heard[k] + silent_ns) {
+        if let Some(&k) = pending.iter().find(|&&k| now > heard[&dest(k)] + silent_ns) {
             return Err(Unanswered::Silent(reqs[k].0));
+        }
+        if let Some(n) = watch.and_then(|w| w.lapsed(now)) {
+            return Err(Unanswered::Silent(first(n)));
         }
         if now > start + READY_PATIENCE * silent_ns {
             return Err(Unanswered::NeverReady(reqs[pending[0]].0));
@@ -1021,6 +1154,8 @@ pub(crate) async fn membership<E: Endpoint>(co: Co<E>, wt: Rc<WorkerTxn>) {
     let lease = rec.params.lease_ns;
     // Since when the manager has been telling members the run is over.
     let mut finishing: Option<u64> = None;
+    // Since when the manager has known of a copy whole and not yet marked ready.
+    let mut readying_since: Option<u64> = None;
     let mut last_turn = co.now_ns();
     loop {
         if rec.ended() {
@@ -1071,29 +1206,17 @@ pub(crate) async fn membership<E: Endpoint>(co: Co<E>, wt: Rc<WorkerTxn>) {
                     rec.finished.store(true, Ordering::Release);
                     return;
                 }
-            } else {
-                // A member's lease ran out by its own clock before the manager removes
-                // it (a sixteenth of slack for clocks that drift).
-                let dead: Vec<NodeId> = cfg
-                    .members()
-                    .filter(|&n| {
-                        n != me
-                            && now
-                                > rec.renewed[usize::from(n.0)].load(Ordering::Acquire)
-                                    + lease
-                                    + lease / 16
-                    })
-                    .collect();
-                if !dead.is_empty() {
-                    reconfigure(&co, &wt, dead).await;
+            } else if let Some(change) = changes(rec, &cfg, me, now, &mut readying_since) {
+                let removal = matches!(change, Change::Remove(_));
+                reconfigure(&co, &wt, change).await;
+                readying_since = None;
+                if removal {
                     continue;
                 }
             }
         } else {
-            let mut req = Vec::new();
-            Out(&mut req).u64(cfg.epoch).u8(rec.end_state_here() as u8).u64(now.max(1));
             // A lost request is covered by the next one.
-            let _ = co.send_oneway(first(cfg.manager()), LEASE, &req);
+            let _ = co.send_oneway(first(cfg.manager()), LEASE, &renewal(rec, &cfg, me, now));
             let silent = now.saturating_sub(rec.granted.load(Ordering::Acquire));
             // The manager is gone: the lowest member left takes over, the next ones a
             // lease later each if it does not.
@@ -1106,7 +1229,7 @@ pub(crate) async fn membership<E: Endpoint>(co: Co<E>, wt: Rc<WorkerTxn>) {
             // reconfiguration only from a manager that died in it (F4).
             let done = rec.done_here();
             if silent > lease * (2 + rank) && !done {
-                reconfigure(&co, &wt, vec![cfg.manager()]).await;
+                reconfigure(&co, &wt, Change::Remove(vec![cfg.manager()])).await;
                 continue;
             }
             if done && silent > lease * 8 {
@@ -1121,6 +1244,52 @@ pub(crate) async fn membership<E: Endpoint>(co: Co<E>, wt: Rc<WorkerTxn>) {
         }
         co.sleep_until(co.now_ns().max(now) + rec.turn_ns()).await;
     }
+}
+
+/// What the manager of `cfg` changes at `now`, if anything: it removes the members
+/// whose lease ran out by their own clock (a sixteenth of slack for clocks that drift);
+/// else it marks ready the copies reported whole, together once every syncing backup
+/// reported, or a lease after the first one did (`readying_since`).
+fn changes(
+    rec: &NodeRecovery,
+    cfg: &Config,
+    me: NodeId,
+    now: u64,
+    readying_since: &mut Option<u64>,
+) -> Option<Change> {
+    let lease = rec.params.lease_ns;
+    let dead: Vec<NodeId> = cfg
+        .members()
+        .filter(|&n| {
+            n != me
+                && now > rec.renewed[usize::from(n.0)].load(Ordering::Acquire) + lease + lease / 16
+        })
+        .collect();
+    if !dead.is_empty() {
+        return Some(Change::Remove(dead));
+    }
+    let ready = rec.sync.ready_in(cfg, me);
+    if ready.is_empty() || rec.recovering.load(Ordering::Acquire) != 0 {
+        return None;
+    }
+    let since = *readying_since.get_or_insert(now);
+    (ready.len() == syncing(cfg).len() || now > since + lease).then_some(Change::Ready(ready))
+}
+
+/// A member's lease renewal: epoch, how far it is with the end of the run, its clock, and
+/// the copies whole here that `cfg` still has syncing (nothing when there are none), which
+/// it reports until the manager marks them ready.
+fn renewal(rec: &NodeRecovery, cfg: &Config, me: NodeId, now: u64) -> Vec<u8> {
+    let mut req = Vec::new();
+    Out(&mut req).u64(cfg.epoch).u8(rec.end_state_here() as u8).u64(now.max(1));
+    let copied = rec.sync.copied_here(cfg, me);
+    if !copied.is_empty() {
+        Out(&mut req).u16(copied.len() as u16);
+        for p in copied {
+            Out(&mut req).u16(p);
+        }
+    }
+    req
 }
 
 /// Starts every silence this node measures afresh at `now`: the manager's towards each
@@ -1176,34 +1345,66 @@ pub(crate) async fn granter<E: Endpoint>(co: Co<E>, wt: Rc<WorkerTxn>) {
     }
 }
 
-/// The manager's reconfiguration removing `dead` (and whoever fails to answer on the
-/// way). Ends with every member active in the new epoch, or the cluster stopped with the
-/// reason recovery cannot go on.
-async fn reconfigure<E: Endpoint>(co: &Co<E>, wt: &Rc<WorkerTxn>, mut dead: Vec<NodeId>) {
+/// What a reconfiguration changes.
+enum Change {
+    /// Removes these nodes (taken for dead), re-replicating what they held.
+    Remove(Vec<NodeId>),
+    /// Marks these backups (partition, node), whose copies are whole, ready.
+    Ready(Vec<(u16, NodeId)>),
+}
+
+/// The manager's reconfiguration making `change` (and removing whoever fails to answer
+/// on the way). Ends with every member active in the new epoch, or the cluster stopped
+/// with the reason recovery cannot go on.
+async fn reconfigure<E: Endpoint>(co: &Co<E>, wt: &Rc<WorkerTxn>, mut change: Change) {
     let node = wt.node.clone();
     let rec = &node.recovery;
     let patience = patience(co, rec);
+    let copies = rec.params.rereplication.target(node.cfg.replication);
     loop {
-        let old = node.membership.current();
-        rec.event(
-            RecoveryStep::Removing { dead: dead.clone(), from_epoch: old.epoch },
-            co.now_ns(),
-        );
-        let next = match next_config(&old, &dead, node.cfg.replication) {
-            Ok(c) => c,
-            // A node that slept through its own removal suspects everyone when it wakes;
-            // only a suspicion of the configuration in force may stop the cluster.
-            Err(why) => match follow_newer(co, &node).await {
-                Ok(true) => return,
-                Ok(false) => return rec.fail(why),
+        // A view with backups still syncing may miss that they were marked ready (the
+        // manager before committed that revision, then died before telling this node):
+        // only the store knows which are promotable.
+        if matches!(change, Change::Remove(_)) && !syncing(&node.membership.current()).is_empty() {
+            match follow_newer(co, &node).await {
+                Ok(Followed::NewEpoch) => return,
+                Ok(Followed::NewRevision | Followed::Nothing) => {}
                 Err(e) => return rec.fail(e.to_string()),
-            },
+            }
+        }
+        let old = node.membership.current();
+        let next = match &change {
+            Change::Remove(dead) => {
+                rec.event(
+                    RecoveryStep::Removing { dead: dead.clone(), from_epoch: old.epoch },
+                    co.now_ns(),
+                );
+                match next_config(&old, dead, copies) {
+                    Ok(c) => c,
+                    // A node that slept through its own removal suspects everyone when
+                    // it wakes; only a suspicion of the configuration in force may stop
+                    // the cluster.
+                    Err(why) => match follow_newer(co, &node).await {
+                        Ok(Followed::NewEpoch) => return,
+                        // A revision this node missed may make a backup promotable.
+                        Ok(Followed::NewRevision) => continue,
+                        Ok(Followed::Nothing) => return rec.fail(why),
+                        Err(e) => return rec.fail(e.to_string()),
+                    },
+                }
+            }
+            Change::Ready(ready) => {
+                // Backups that are no longer syncing in the configuration in force (a
+                // failure came first) are left out; none left, nothing to do.
+                let Some(c) = ready_config(&old, ready) else { return };
+                c
+            }
         };
         // Commit it to the store: of two managers, one wins.
         let mut bytes = Vec::new();
         next.encode(&mut bytes);
         co.sleep_until(co.now_ns() + rec.params.store_latency_ns).await;
-        match rec.store.cas(old.epoch, next.epoch, &bytes) {
+        match rec.store.cas(old.revision, next.revision, &bytes) {
             Ok(Cas::Done) => {}
             Ok(Cas::Lost(_, other)) => {
                 // Another manager moved first: follow its configuration.
@@ -1214,36 +1415,82 @@ async fn reconfigure<E: Endpoint>(co: &Co<E>, wt: &Rc<WorkerTxn>, mut dead: Vec<
             }
             Err(e) => return rec.fail(e.to_string()),
         }
+        if next.epoch == old.epoch {
+            return mark_ready(co, &node, &old, next, &bytes);
+        }
         rec.event(RecoveryStep::Committed { epoch: next.epoch }, co.now_ns());
         co.with_ep(|ep| install(&node, ep, next.clone()));
         crash_point(co, &node.cfg, ProtocolPoint::Reconfiguring).await;
         match rounds(co, &node, &old, &next, &bytes, patience).await {
             Ok(()) => {
-                rec.event(RecoveryStep::ActiveEverywhere { epoch: next.epoch }, co.now_ns());
+                let now = co.now_ns();
+                rec.event(RecoveryStep::ActiveEverywhere { epoch: next.epoch }, now);
+                let short = !fully_replicated(&old, node.cfg.replication);
+                if short && fully_replicated(&next, node.cfg.replication) {
+                    rec.event(RecoveryStep::Replicated { revision: next.revision }, now);
+                }
                 return;
             }
             Err(Round::Silent(n)) => {
                 // A member did not answer: remove it too, from the new configuration.
-                dead = vec![n];
+                change = Change::Remove(vec![n]);
             }
             Err(Round::Fatal(why)) => return rec.fail(why),
         }
     }
 }
 
-/// Installs the configuration in the store if it is newer than this node's (another
-/// manager moved on, perhaps without this node); returns whether it was.
-async fn follow_newer<E: Endpoint>(co: &Co<E>, node: &NodeEngine) -> Result<bool, StoreFailure> {
-    co.sleep_until(co.now_ns() + node.recovery.params.store_latency_ns).await;
-    match node.recovery.store.get()? {
-        Some((epoch, bytes)) if epoch > node.membership.epoch() => {
-            if let Ok(c) = Config::decode(&bytes) {
-                co.with_ep(|ep| install(node, ep, c));
-            }
-            Ok(true)
-        }
-        _ => Ok(false),
+/// A revision that only marks backups ready (`next`, committed): taken here at once and
+/// told to the members, one-way (a member that misses it loses nothing: a manager reads
+/// the store before it promotes anyone). Nothing of the epoch stops.
+fn mark_ready<E: Endpoint>(
+    co: &Co<E>,
+    node: &NodeEngine,
+    old: &Config,
+    next: Config,
+    bytes: &[u8],
+) {
+    let rec = &node.recovery;
+    let now = co.now_ns();
+    let ready: Vec<(u16, NodeId)> =
+        syncing(old).into_iter().filter(|b| !syncing(&next).contains(b)).collect();
+    rec.event(RecoveryStep::Readied { ready, revision: next.revision }, now);
+    if !fully_replicated(old, node.cfg.replication) && fully_replicated(&next, node.cfg.replication)
+    {
+        rec.event(RecoveryStep::Replicated { revision: next.revision }, now);
     }
+    for n in next.members().filter(|&n| n != node.node) {
+        let _ = co.send_oneway(first(n), CONFIG, bytes);
+    }
+    co.with_ep(|ep| install(node, ep, next));
+}
+
+/// What [`follow_newer`] found in the store.
+enum Followed {
+    /// A configuration of a later epoch: another manager moved on; it is installed.
+    NewEpoch,
+    /// A later revision of the epoch in force (backups marked ready); it is installed.
+    NewRevision,
+    /// Nothing newer than this node's.
+    Nothing,
+}
+
+/// Installs the configuration in the store if it is newer than this node's (another
+/// manager moved on, perhaps without this node).
+async fn follow_newer<E: Endpoint>(
+    co: &Co<E>,
+    node: &NodeEngine,
+) -> Result<Followed, StoreFailure> {
+    co.sleep_until(co.now_ns() + node.recovery.params.store_latency_ns).await;
+    let mine = node.membership.current();
+    let Some((revision, bytes)) = node.recovery.store.get()? else { return Ok(Followed::Nothing) };
+    let Ok(c) = Config::decode(&bytes) else { return Ok(Followed::Nothing) };
+    if revision <= mine.revision || c.revision != revision {
+        return Ok(Followed::Nothing);
+    }
+    let followed = if c.epoch > mine.epoch { Followed::NewEpoch } else { Followed::NewRevision };
+    co.with_ep(|ep| install(node, ep, c));
+    Ok(followed)
 }
 
 enum Round {
@@ -1278,7 +1525,8 @@ async fn rounds<E: Endpoint>(
     // 1: install and quiesce, every member at once.
     let reqs: Vec<(WorkerId, Vec<u8>)> =
         members.iter().map(|&n| (first(n), bytes.to_vec())).collect();
-    let answers = call_all(co, CONFIG, &reqs, patience, |r| {
+    let watch = Watch { rec: &node.recovery, members: &members, me: node.node };
+    let answers = call_all(co, CONFIG, &reqs, patience, Some(&watch), |r| {
         let mut i = In(r);
         let (e, q) = (i.u64()?, i.u8()?);
         (e > epoch || (e == epoch && q == 1)).then_some(e)
@@ -1295,7 +1543,8 @@ async fn rounds<E: Endpoint>(
         while cursor.0 != u32::MAX {
             let mut req = Vec::new();
             Out(&mut req).u64(epoch).u32(cursor.0).u32(cursor.1);
-            let page = call_all(co, REPORT, &[(first(n), req)], patience, |r| Some(r.to_vec()))
+            let one = [(first(n), req)];
+            let page = call_all(co, REPORT, &one, patience, Some(&watch), |r| Some(r.to_vec()))
                 .await
                 .map_err(|u| Round::of(u, "REPORT"))?;
             match reports.read_page(n, &page[0]) {
@@ -1339,7 +1588,7 @@ async fn rounds<E: Endpoint>(
             DecidePage::Last => Stage::Complete,
             DecidePage::Go => Stage::Applied,
         };
-        let answers = call_all(co, DECIDE, &reqs, patience, |r| {
+        let answers = call_all(co, DECIDE, &reqs, patience, Some(&watch), |r| {
             let mut i = In(r);
             let (e, stage) = (i.u64()?, i.u8()?);
             (e != epoch || stage >= wanted.code()).then_some(e)
@@ -1354,7 +1603,7 @@ async fn rounds<E: Endpoint>(
     let mut req = Vec::new();
     Out(&mut req).u64(epoch);
     let reqs: Vec<(WorkerId, Vec<u8>)> = members.iter().map(|&n| (first(n), req.clone())).collect();
-    call_all(co, ACTIVATE, &reqs, patience, |r| {
+    call_all(co, ACTIVATE, &reqs, patience, Some(&watch), |r| {
         let mut i = In(r);
         let (e, active) = (i.u64()?, i.u8()?);
         (e != epoch || active == 1).then_some(e)
@@ -1373,6 +1622,7 @@ pub(crate) async fn quiescer<E: Endpoint>(co: Co<E>, wt: Rc<WorkerTxn>) {
     let me = co.me();
     let index = usize::from(me.index);
     let poll_ns = rec.poll_ns();
+    let mut copier = Copier::default();
     loop {
         if rec.ended() {
             return;
@@ -1382,7 +1632,7 @@ pub(crate) async fn quiescer<E: Endpoint>(co: Co<E>, wt: Rc<WorkerTxn>) {
             let cfg = node.membership.current();
             fence_connections(&co, &node, &cfg).await;
             for r in wt.rings.borrow_mut().iter_mut() {
-                r.stale = true;
+                r.mark_stale(epoch);
             }
             wt.drop_unresolved();
             rec.quiesced[index].fetch_max(epoch, Ordering::AcqRel);
@@ -1396,7 +1646,12 @@ pub(crate) async fn quiescer<E: Endpoint>(co: Co<E>, wt: Rc<WorkerTxn>) {
                 apply_decisions(&co, &node).await;
             }
         }
-        co.sleep_until(co.now_ns() + poll_ns).await;
+        // Re-replication's copies into this node, paced, between recoveries (F5).
+        let wake = match copier.turn(&co, &node).await {
+            Turn::Idle => co.now_ns() + poll_ns,
+            Turn::Until(at) => at.min(co.now_ns() + poll_ns),
+        };
+        co.sleep_until(wake).await;
     }
 }
 
@@ -1496,9 +1751,10 @@ async fn apply_decisions<E: Endpoint>(co: &Co<E>, node: &NodeEngine) {
     // live on, and only the manager died. Every member installed this epoch before any
     // decision was sent, so an answer from an older one is from before, not one to take.
     loop {
-        let answered =
-            call_all(co, APPLY, &reqs, patience(co, rec), |r| In(r).u64().filter(|&e| e >= epoch))
-                .await;
+        let answered = call_all(co, APPLY, &reqs, patience(co, rec), None, |r| {
+            In(r).u64().filter(|&e| e >= epoch)
+        })
+        .await;
         if answered.as_ref().is_ok_and(|epochs| epochs.iter().all(|&e| e == epoch)) {
             break;
         }

@@ -14,7 +14,8 @@ use hytra_fabric::rng::Rng;
 use hytra_fabric::{Backend, BackendError, ClusterShape, Endpoint, NodeId, RunLimits, RunStats};
 use hytra_rt::{run_workers_with, RtConfig, Worker, WorkerStats};
 use hytra_store::{
-    take_word, Catalog, CatalogError, ImageDecodeError, ReplicaImage, StoreError, TableSpec,
+    layout::version_number, take_word, BackupState, Catalog, CatalogError, ImageDecodeError,
+    ReplicaImage, StoreError, TableSpec,
 };
 use hytra_txn::config_store::{ConfigStore, MemoryStore};
 use hytra_txn::{
@@ -121,21 +122,27 @@ pub fn check_replicas(engine: &Engine) -> (bool, Vec<String>) {
                         ));
                     }
                 }
-                for b in config.placement.backups(primary.partition) {
+                for &(b, state) in &config.placement.part(primary.partition).backups {
                     let replica =
                         engine.nodes[usize::from(b.0)].store.replica(spec.id, primary.partition);
                     let backup = replica.lookup(key).map(|o| {
                         let s = replica.read(o, key, &mut q).expect("no writer after the run");
                         (s.version, q == p)
                     });
-                    let same = match backup {
-                        Some((v, payload_same)) => {
-                            v == snap.version
-                                && (!hytra_store::layout::is_present(v) || payload_same)
+                    let same = match (backup, state) {
+                        (Some((v, payload_same)), _) if v == snap.version => {
+                            !hytra_store::layout::is_present(v) || payload_same
                         }
+                        // A backup still being copied (re-replication) may lack records or
+                        // hold older versions, never a version its primary does not have.
+                        (Some((v, _)), BackupState::Syncing { .. }) => {
+                            version_number(v) < version_number(snap.version)
+                        }
+                        (None, BackupState::Syncing { .. }) => true,
+                        (Some(_), BackupState::Ready) => false,
                         // A record an aborted insert created at the primary and nobody
                         // ever wrote: the backup never heard of it.
-                        None => snap.version == hytra_store::layout::ABSENT,
+                        (None, BackupState::Ready) => snap.version == hytra_store::layout::ABSENT,
                     };
                     if !same {
                         differing += 1;
@@ -150,10 +157,16 @@ pub fn check_replicas(engine: &Engine) -> (bool, Vec<String>) {
             }
         }
     }
+    let syncing = hytra_txn::resync::syncing(&config).len();
     details.push(format!(
-        "replicas equal their primaries: {} ({records} records, {differing} differ, {locked} locked{})",
+        "replicas equal their primaries: {} ({records} records, {differing} differ, {locked} locked{}{})",
         differing == 0 && locked == 0,
-        if stale > 0 { format!(", {stale} stale locks of earlier epochs") } else { String::new() }
+        if stale > 0 { format!(", {stale} stale locks of earlier epochs") } else { String::new() },
+        if syncing > 0 {
+            format!(", {syncing} new backups still copying (checked to hold nothing newer)")
+        } else {
+            String::new()
+        }
     ));
     (differing == 0 && locked == 0, details)
 }
@@ -224,6 +237,9 @@ pub struct RecoveryLog {
     /// Commits of the workers of nodes that did not crash, by interval of
     /// [`BenchParams::timeline_ns`] over the whole run (as [`TxnStats::timeline`]).
     pub survivors_timeline: Vec<u64>,
+    /// The new backups (partition, node) still copying their partition when the run
+    /// ended (re-replication not done).
+    pub still_copying: Vec<(u16, NodeId)>,
 }
 
 /// Share of the survivors' commit rate before a crash that counts as recovered.
@@ -240,6 +256,9 @@ pub struct RecoveryTimes {
     pub configured_ns: Option<u64>,
     /// Every member was active in it (every partition served again).
     pub active_ns: Option<u64>,
+    /// Every partition was back to its full count of promotable copies (re-replication
+    /// done, and marked so in a configuration active everywhere).
+    pub replicated_ns: Option<u64>,
     /// The start of the first timeline interval from which the survivors commit at
     /// [`RECOVERED_SHARE`] of their rate before the crash, [`RECOVERED_INTERVALS`]
     /// intervals in a row (or to the end of the run).
@@ -266,6 +285,7 @@ impl RecoveryLog {
             detected_ns: after(&|s| matches!(s, RecoveryStep::Removing { .. })),
             configured_ns: after(&|s| matches!(s, RecoveryStep::Committed { .. })),
             active_ns: after(&|s| matches!(s, RecoveryStep::ActiveEverywhere { .. })),
+            replicated_ns: after(&|s| matches!(s, RecoveryStep::Replicated { .. })),
             ..RecoveryTimes::default()
         };
         let line = &self.survivors_timeline;
@@ -800,6 +820,7 @@ pub fn run_partial_in<B: Backend, W: Workload>(
         // Spread over processes, nobody crashes (crashes are simulated), and only this
         // process's workers' counters were kept apart.
         survivors_timeline: if everywhere { survivors.timeline } else { stats.timeline.clone() },
+        still_copying: hytra_txn::resync::syncing(&engine.final_config()),
     };
     Ok(Some(BenchResult {
         stats,
@@ -954,6 +975,7 @@ mod tests {
                 at(16, RecoveryStep::ActiveEverywhere { epoch: 2 }),
             ],
             survivors_timeline: line,
+            still_copying: Vec::new(),
         };
         let t = log.times(10_000_000, 1_000_000, 2_000_000, 30_000_000);
         assert_eq!(t.detected_ns, Some(5_000_000));

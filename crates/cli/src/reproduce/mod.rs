@@ -1390,6 +1390,7 @@ fn write_json(
                     v["recovery_ms"] = json!({
                         "detected": ms(t.detected_ns), "configured": ms(t.configured_ns),
                         "active": ms(t.active_ns), "recovered": ms(t.recovered_ns),
+                        "replicated": ms(t.replicated_ns),
                     });
                     v["survivors_timeline"] = json!(x.timeline.iter().map(|&(at, m)| json!({ "ms_from_crash": at, "m_txn_per_s": m })).collect::<Vec<_>>());
                     v["abort_rate"] = json!(x.abort_rate);

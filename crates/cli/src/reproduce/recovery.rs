@@ -1,6 +1,7 @@
 //! The recovery figure: the survivors' throughput over time around a crash, as FaRM
 //! plots it, with the times from the crash to its detection, to the new configuration,
-//! to every partition served again and to the survivors back at 80% of their rate.
+//! to every partition served again, to the survivors back at 80% of their rate, and to
+//! every partition's copies whole again (re-replication).
 //! DrTM+H leaves recovery to FaRM's protocol, so FaRM's figure is the one compared with.
 
 use anyhow::Context;
@@ -87,12 +88,13 @@ pub(super) fn times_text(t: Option<&RecoveryTimes>) -> String {
     let ms = |t: Option<u64>| t.map_or_else(|| "-".into(), |ns| format!("{:.2}", ns as f64 / 1e6));
     match t {
         Some(t) => format!(
-            "ms after the crash: detected {}, configured {}, active {}, back to {:.0}% {}",
+            "ms after the crash: detected {}, configured {}, active {}, back to {:.0}% {}, copies whole again {}",
             ms(t.detected_ns),
             ms(t.configured_ns),
             ms(t.active_ns),
             RECOVERED_SHARE * 100.0,
-            ms(t.recovered_ns)
+            ms(t.recovered_ns),
+            ms(t.replicated_ns)
         ),
         None => "no recovery measured".into(),
     }

@@ -1,8 +1,9 @@
 //! Where the cluster's configuration is committed: a store with compare-and-set on the
-//! epoch, so that of two configuration managers that each believe they lead, exactly one
-//! moves the cluster to the next epoch (FaRM commits its configurations to ZooKeeper the
-//! same way). The engine only ever asks it two things: what is stored, and "replace epoch
-//! `e` with this one". Not for: agreement among the nodes themselves (the store is the
+//! configuration's revision, so that of two configuration managers that each believe
+//! they lead, exactly one moves the cluster to the next revision (FaRM commits its
+//! configurations to ZooKeeper the same way). The engine only ever asks it two things:
+//! what is stored, and "replace revision `r` with this one". The store knows nothing of
+//! epochs; in the code below, its "epoch" is that revision number. Not for: agreement among the nodes themselves (the store is the
 //! one arbiter; nodes never vote).
 //!
 //! [`MemoryStore`] is the store of a cluster in one process (the simulator, threads); a

@@ -289,8 +289,13 @@ impl Workload for TpcC {
         let me = co.me();
         let scale = self.scale(shape);
         let held = &built.held[usize::from(me.node.0)];
-        let node_names: Arc<Vec<Option<Arc<NameIndex>>>> =
-            Arc::new(built.names.iter().zip(held).map(|(n, &h)| h.then(|| n.clone())).collect());
+        let node_names = Arc::new(txns::NodeNames::new(
+            me.node,
+            wt.node.store.clone(),
+            wt.node.membership.clone(),
+            scale.customers,
+            built.names.iter().zip(held).map(|(n, &h)| h.then(|| n.clone())),
+        ));
         let (names, wpn) = (node_names.clone(), scale.warehouses_per_node);
         w.handle(
             txns::NAME_LOOKUP,

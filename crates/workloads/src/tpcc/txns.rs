@@ -1,12 +1,13 @@
 //! The five TPC-C transactions (clause 2.4-2.8): their inputs, drawn as the
 //! specification says, and their bodies on the engine's transaction API.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use hytra_fabric::rng::Rng;
-use hytra_fabric::{Endpoint, WorkerId};
+use hytra_fabric::{Endpoint, NodeId, WorkerId};
 use hytra_rt::RpcType;
-use hytra_txn::{Abort, AbortReason, Rec, Txn};
+use hytra_store::NodeStore;
+use hytra_txn::{Abort, AbortReason, Membership, Rec, Txn};
 
 use super::load::{nurand, uniform, Items, NameIndex, NuRand};
 use super::schema::*;
@@ -38,10 +39,8 @@ pub struct Env {
     pub nodes: u64,
     /// The items.
     pub items: Arc<Items>,
-    /// Per partition (the warehouses of one node at load), its customer name index if
-    /// this node holds a replica of the partition. Names never change, so every replica
-    /// of an index is the same.
-    pub names: Arc<Vec<Option<Arc<NameIndex>>>>,
+    /// The customer name indexes of the partitions this node holds.
+    pub names: Arc<NodeNames>,
     /// This client's node.
     pub node: u64,
     /// This client's worker index on its node (the peer it asks on other nodes).
@@ -365,7 +364,7 @@ async fn find_customer<E: Endpoint>(
     let dk = Scale::dk(cw, cd);
     let node = u64::from(t.primary_of(WAREHOUSE, cw).0);
     if node == env.node {
-        let index = env.names[env.node_of(cw) as usize].as_ref();
+        let index = env.names.get(env.node_of(cw) as u16);
         let index = index.expect("a primary holds a replica of its partition's name index");
         return index.pick(dk, name).ok_or(Abort(AbortReason::User));
     }
@@ -389,11 +388,70 @@ async fn find_customer<E: Endpoint>(
 /// (routing sends lookups to primaries only, so this is a bug).
 pub const NOT_HELD: u64 = u64::MAX;
 
-/// Serves [`NAME_LOOKUP`] from the indexes of the partitions this node holds replicas of
-/// (`names`, per partition; a partition is `warehouses_per_node` warehouses): the
-/// customer id, 0 if none, [`NOT_HELD`] if this node holds no replica of the district.
+/// One node's customer name indexes, per partition (the warehouses of one node at load).
+/// Names never change, so every replica of an index is the same: those of the partitions
+/// the node held from the start were built while loading; one of a partition it became
+/// the primary of after a failure is built from its customer rows when first asked.
+pub struct NodeNames {
+    node: NodeId,
+    store: Arc<NodeStore>,
+    membership: Arc<Membership>,
+    customers: u64,
+    indexes: Vec<OnceLock<Arc<NameIndex>>>,
+}
+
+impl NodeNames {
+    /// The indexes of `node`, starting with those built at load (`loaded`, per
+    /// partition); `customers` per district.
+    pub fn new(
+        node: NodeId,
+        store: Arc<NodeStore>,
+        membership: Arc<Membership>,
+        customers: u64,
+        loaded: impl Iterator<Item = Option<Arc<NameIndex>>>,
+    ) -> NodeNames {
+        let indexes = loaded
+            .map(|i| {
+                let cell = OnceLock::new();
+                if let Some(i) = i {
+                    let _ = cell.set(i);
+                }
+                cell
+            })
+            .collect();
+        NodeNames { node, store, membership, customers, indexes }
+    }
+
+    /// Partition `p`'s index, if this node holds one or is the partition's primary (whose
+    /// replica holds every customer row).
+    pub fn get(&self, p: u16) -> Option<Arc<NameIndex>> {
+        let cell = self.indexes.get(usize::from(p))?;
+        if let Some(i) = cell.get() {
+            return Some(i.clone());
+        }
+        if self.membership.current().primary(p) != self.node {
+            return None;
+        }
+        let replica = self.store.replica(CUSTOMER, p);
+        let mut rows = Vec::new();
+        for (off, key) in replica.records() {
+            let mut row = vec![0u64; replica.payload_words()];
+            // Names never change: any whole version of the row will do.
+            let Ok(snap) = replica.read(off, key, &mut row) else { continue };
+            if hytra_store::layout::is_present(snap.version) {
+                rows.push((key, row));
+            }
+        }
+        let built = NameIndex::from_rows(self.customers, rows.iter().map(|(k, r)| (*k, &r[..])));
+        Some(cell.get_or_init(|| Arc::new(built)).clone())
+    }
+}
+
+/// Serves [`NAME_LOOKUP`] from this node's indexes (`names`; a partition is
+/// `warehouses_per_node` warehouses): the customer id, 0 if none, [`NOT_HELD`] if this
+/// node holds no replica of the district.
 pub fn serve_name_lookup(
-    names: &[Option<Arc<NameIndex>>],
+    names: &NodeNames,
     warehouses_per_node: u64,
     req: &[u8],
     reply: &mut Vec<u8>,
@@ -403,9 +461,9 @@ pub fn serve_name_lookup(
             let dk = u64::from_le_bytes(req[..8].try_into().expect("8 bytes"));
             let name = u16::from_le_bytes(req[8..].try_into().expect("2 bytes"));
             let partition = dk / DISTRICTS / warehouses_per_node.max(1);
-            match names.get(partition as usize) {
-                Some(Some(index)) => index.pick(dk, name).or(Some(0)),
-                _ => Some(NOT_HELD),
+            match u16::try_from(partition).ok().and_then(|p| names.get(p)) {
+                Some(index) => index.pick(dk, name).or(Some(0)),
+                None => Some(NOT_HELD),
             }
         })
         .flatten()
