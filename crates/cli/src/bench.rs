@@ -628,7 +628,7 @@ fn crashes(a: &BenchArgs, cfg: &TxnConfig, seconds: f64) -> Result<Vec<Crash>, C
         }
         if !(at.is_finite() && at >= from && at < to) {
             return usage(format!(
-                "--crash '{c}': the time must lie in the measured window, {from} to {to} s from the start"
+                "--crash '{c}': the time must lie in the measured window, {from:.3} to {to:.3} s from the start"
             ));
         }
         if out.iter().any(|o| o.node == node) {
@@ -830,10 +830,7 @@ fn run_workload<W: Workload>(a: &BenchArgs, shared: Run, workload: W) -> Result<
             (true, true) => {
                 println!("             re-replicated: every partition's copies whole again")
             }
-            (_, false) => println!(
-                "             still copying at the end of the run: {:?} (partition, node)",
-                result.recovery.still_copying
-            ),
+            (_, false) => print_still_copying(&result.recovery.still_copying),
             (false, true) => {}
         }
     }
@@ -927,10 +924,15 @@ fn print_recovery(
         }
     }
     if !still_copying.is_empty() {
-        let list: Vec<String> =
-            still_copying.iter().map(|(p, n)| format!("partition {p} on {n}")).collect();
-        println!("             still copying at the end of the run: {}", list.join(", "));
+        print_still_copying(still_copying);
     }
+}
+
+/// The backups still copying their partitions when the run ended.
+fn print_still_copying(still_copying: &[(u16, NodeId)]) {
+    let list: Vec<String> =
+        still_copying.iter().map(|(p, n)| format!("partition {p} on {n}")).collect();
+    println!("             still copying at the end of the run: {}", list.join(", "));
 }
 
 fn json_recovery<R>(times: &[(Crash, RecoveryTimes)], r: &BenchResult<R>) -> serde_json::Value {

@@ -102,8 +102,9 @@ pub trait Endpoint {
     /// protocol: its CPUs and NIC stop; nothing its workers post, send or ring from now on
     /// takes effect and they learn of nothing more (requests whose doorbell rang are in
     /// flight and may land); they are not stepped again. Ring what must be out first.
-    /// Returns whether the backend can: only the simulator does, where the same seed
-    /// then crashes at the same point.
+    /// Returns whether the backend can: the simulator (where the same seed then crashes at
+    /// the same point) and threads (where the node's other workers may finish the step
+    /// they are in, but nothing they post, send or ring after the crash takes effect).
     fn crash_here(&mut self) -> bool {
         false
     }

@@ -148,6 +148,72 @@ fn a_paused_node_is_not_stepped_but_its_memory_answers() {
 }
 
 #[test]
+fn a_node_that_crashes_itself_stops_there_with_both_its_workers() {
+    // Worker 0 of node 1 writes its step count into node 0's memory and crashes its node
+    // at its first step after 10 ms, right after that step's WRITE; worker 1 of node 1
+    // (on another thread) writes its own count on every step. After the crash nothing
+    // of node 1 lands, node 0's reads of it fail, and the run ends without node 1's
+    // workers.
+    let shape = ClusterShape { nodes: 2, workers_per_node: 2, lanes_per_peer: 1 };
+    let mut config = LocalConfig::new(shape);
+    config.threads = Some(2);
+    let mut b = LocalCluster::new(config).unwrap();
+    let key = b.register_all(RegionSpec::new(4096)).unwrap();
+    // When node 1 crashed and at which step, and node 0's reads of it: (posted at,
+    // status).
+    let crashed_at = Arc::new(AtomicU64::new(u64::MAX));
+    let crash_step = Arc::new(AtomicU64::new(0));
+    let reads = Arc::new(Mutex::new(Vec::new()));
+    let stats = run_scripts(&mut b, |ep| {
+        let (crashed_at, crash_step, reads) =
+            (crashed_at.clone(), crash_step.clone(), reads.clone());
+        let me = ep.me();
+        let mut steps = 0u64;
+        move |ep: &mut _| {
+            let ep: &mut <LocalCluster as Backend>::Ep = ep;
+            let now = ep.now_ns();
+            if me.node == NodeId(0) {
+                if me.index == 0 {
+                    reads.lock().unwrap().push((now, read_from(ep, key, NodeId(1))));
+                }
+                return now > 40 * MS;
+            }
+            steps += 1;
+            let bytes = steps.to_le_bytes();
+            let remote = RemoteAddr { node: NodeId(0), rkey: key, offset: slot(me.node, me.index) };
+            let wr = WorkRequest::Write { remote, src: WriteSrc::Bytes(&bytes) };
+            let _ = ep.post(Qp::to(NodeId(0)), steps, &wr, OpFlags::INLINE);
+            let mut out = [Completion::EMPTY; 16];
+            let _ = ep.poll_cq(&mut out);
+            if me.index == 0 && now >= 10 * MS {
+                assert_eq!(crash_step.load(Ordering::SeqCst), 0, "stepped after its crash");
+                assert!(ep.crash_here(), "the threads backend crashes a node from inside");
+                crashed_at.store(ep.now_ns(), Ordering::SeqCst);
+                crash_step.store(steps, Ordering::SeqCst);
+            }
+            // Never done: the run ends without node 1 only because it crashed.
+            false
+        }
+    });
+    assert_eq!(stats.crashed, vec![NodeId(1)]);
+    let crashed_at = crashed_at.load(Ordering::SeqCst);
+    assert!(crashed_at < 40 * MS, "node 1 crashed at {crashed_at} ns");
+    let region = b.region(NodeId(0), key).unwrap();
+    // The WRITE before the crash landed, and nothing after it.
+    assert_eq!(region.load(slot(NodeId(1), 0)), crash_step.load(Ordering::SeqCst));
+    let other = region.load(slot(NodeId(1), 1));
+    assert!(other > 0, "node 1's other worker never wrote");
+    let reads = reads.lock().unwrap();
+    let after: Vec<_> = reads.iter().filter(|&&(at, _)| at > crashed_at).collect();
+    assert!(!after.is_empty(), "node 0 read nothing of node 1 after its crash");
+    assert!(
+        after.iter().all(|&&(_, status)| status == Status::Unreachable),
+        "a read of node 1 after its crash did not fail: {after:?}"
+    );
+    assert!(reads.iter().any(|&(at, s)| at < crashed_at && s == Status::Success));
+}
+
+#[test]
 fn faults_on_nodes_outside_the_cluster_or_empty_pauses_are_refused() {
     let shape = ClusterShape { nodes: 2, workers_per_node: 1, lanes_per_peer: 1 };
     for (node, kind) in [(2, NodeFaultKind::Crash), (1, NodeFaultKind::Pause { for_ns: 0 })] {

@@ -105,6 +105,11 @@ const REREPLICATION_STREAM: u64 = 0x2E_2E91;
 /// Virtual time a simulated seed gives the copies of one failure, at most: the copy
 /// rate goes up for partitions that would take longer at the drawn one.
 const COPY_BUDGET_NS: u64 = 20_000_000;
+/// The same on threads, in real time. A partition's regions are sized for every row the
+/// window may insert, far more than a copy reads (only the rows the primary holds), so
+/// that at threads' default rate the window would grow by seconds, the tables sized for
+/// it with them, and the host run out of memory.
+const COPY_BUDGET_LOCAL_NS: u64 = 300_000_000;
 /// Later crashes a seed may draw after its first failure's copies are whole.
 const LATER_CRASHES_MAX: u64 = 2;
 /// Longest partition drawn: below the profiles' transport retry time (0.5 ms), so that
@@ -517,13 +522,15 @@ fn draw_rereplication(
         // The simulator's default, or faster (shorter runs; correctness does not
         // depend on the pace).
         // Tables sized for many inserts go faster still: their copies stay within
-        // COPY_BUDGET_NS however full they get.
-        Rereplication::Paced { bytes_per_sec } if l.sim => {
-            let most =
-                l.busiest_bytes(l.nodes - 1, 1).saturating_mul(1_000_000_000) / COPY_BUDGET_NS;
-            (bytes_per_sec * pick(&mut rng, &[1, 4, 16])).max(most)
+        // COPY_BUDGET_NS (COPY_BUDGET_LOCAL_NS on threads) however full they get.
+        Rereplication::Paced { bytes_per_sec } => {
+            let (times, budget) = match l.sim {
+                true => (pick(&mut rng, &[1, 4, 16]), COPY_BUDGET_NS),
+                false => (1, COPY_BUDGET_LOCAL_NS),
+            };
+            let most = l.busiest_bytes(l.nodes - 1, 1).saturating_mul(1_000_000_000) / budget;
+            (bytes_per_sec * times).max(most)
         }
-        Rereplication::Paced { bytes_per_sec } => bytes_per_sec,
         Rereplication::Off => return (Rereplication::Off, 0),
     };
     // Nodes lost: those drawn, or the one a crash point takes.
@@ -774,8 +781,8 @@ fn draw_crashes(
     Some((crashes, lease_ns))
 }
 
-/// What may cost the cluster a node: crashes, else a long pause, else (on the simulator)
-/// a crash at a point of the protocol, which goes into `txn`. Returns the faults by time,
+/// What may cost the cluster a node: crashes, else a long pause, else a crash
+/// at a point of the protocol, which goes into `txn`. Returns the faults by time,
 /// the lease that detects them, and when a crash at a point is over at the latest (0
 /// without one).
 fn draw_node_losses(
@@ -789,18 +796,17 @@ fn draw_node_losses(
     let r = txn.replication;
     let by_time = draw_crashes(seed, nodes, r, span_ns, leases)
         .or_else(|| draw_long_pause(seed, nodes, r, span_ns, leases));
-    if by_time.is_some() || !sim {
+    if by_time.is_some() {
         return by_time.map(|(faults, lease_ns)| (faults, lease_ns, 0));
     }
-    // Only the simulator crashes a node from inside, at a point of the protocol.
     let (faults, point, lease_ns) = draw_point_crash(seed, nodes, r, span_ns, leases)?;
     txn.crash_point = Some(point);
     // A crash at the point comes by its window's end or never.
     Some((faults, lease_ns, point.until_ns))
 }
 
-/// A crash at a point of the protocol, on a fifth of the simulated seeds that could lose a
-/// node but draw no crash and no long pause: a coordinator that has landed one log entry
+/// A crash at a point of the protocol, on a fifth of the seeds that could lose a node but
+/// draw no crash and no long pause: a coordinator that has landed one log entry
 /// of several, or has written back one record of several; or the manager that has just
 /// committed the configuration removing a node crashed at the same time (drawn only
 /// where losing both leaves every partition two copies, as for [`draw_crashes`]'s second

@@ -339,7 +339,7 @@ impl Engine {
         self.nodes
             .iter()
             .map(|n| n.membership.current())
-            .max_by_key(|c| c.epoch)
+            .max_by_key(|c| (c.epoch, c.revision))
             .unwrap_or_else(|| self.initial.clone())
     }
 
@@ -805,7 +805,7 @@ pub(crate) async fn crash_point<E: Endpoint>(co: &Co<E>, cfg: &TxnConfig, point:
     let crashed = co.with_ep(|ep| ep.crash_here());
     assert!(
         crashed,
-        "a crash point needs a backend that crashes a node from inside (the simulator)"
+        "a crash point needs a backend that crashes a node from inside (sim or local)"
     );
     std::future::pending::<()>().await;
 }

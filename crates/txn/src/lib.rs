@@ -5,7 +5,7 @@
 //!   (`drtmh`, `fasst`, `farm`, `drtmr`)
 //! - `engine`: setting the engine up on a backend; per-node and per-worker state
 //! - `membership`: the configuration (epoch, members, placement) and each node's view
-//! - `config_store`: where configurations are committed (compare-and-set on the epoch)
+//! - `config_store`: where configurations are committed (compare-and-set on the revision)
 //! - `recover`: leases, the configuration manager's reconfiguration, recovery
 //! - `resync`: re-replication: new backups after a failure, copied in the background
 //! - `txn`: the transaction API ([`TxnCtx`], [`Txn`]) and the execution phase

@@ -1057,15 +1057,15 @@ struct Watch<'a> {
 impl Watch<'_> {
     /// A member (other than the manager) not heard from for a lease and a sixteenth.
     fn lapsed(&self, now: u64) -> Option<NodeId> {
-        let lease = self.rec.params.lease_ns;
-        self.members.iter().copied().find(|&n| {
-            n != self.me
-                && now
-                    > self.rec.renewed[usize::from(n.0)].load(Ordering::Acquire)
-                        + lease
-                        + lease / 16
-        })
+        self.members.iter().copied().find(|&n| n != self.me && renewals_lapsed(self.rec, n, now))
     }
+}
+
+/// Whether the manager has not heard `n` renew its lease for a lease and a sixteenth (the
+/// slack for clocks that drift) by `now`: the one test of a member's death.
+fn renewals_lapsed(rec: &NodeRecovery, n: NodeId, now: u64) -> bool {
+    let lease = rec.params.lease_ns;
+    now > rec.renewed[usize::from(n.0)].load(Ordering::Acquire) + lease + lease / 16
 }
 
 /// Calls in flight at once in [`call_all`]: well under the worker's call slots.
@@ -1258,13 +1258,8 @@ fn changes(
     readying_since: &mut Option<u64>,
 ) -> Option<Change> {
     let lease = rec.params.lease_ns;
-    let dead: Vec<NodeId> = cfg
-        .members()
-        .filter(|&n| {
-            n != me
-                && now > rec.renewed[usize::from(n.0)].load(Ordering::Acquire) + lease + lease / 16
-        })
-        .collect();
+    let dead: Vec<NodeId> =
+        cfg.members().filter(|&n| n != me && renewals_lapsed(rec, n, now)).collect();
     if !dead.is_empty() {
         return Some(Change::Remove(dead));
     }

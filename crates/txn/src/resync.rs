@@ -334,12 +334,15 @@ impl Copier {
         if now < self.next_at {
             return Turn::Until(self.next_at);
         }
+        let (table, slot, torn) = (job.table, job.slot, job.torn.len());
         let blocks = plan_blocks(job, node);
         let bytes: u64 = blocks.iter().map(|b| b.records * record_bytes(node, b.table)).sum();
         self.next_at += bytes.saturating_mul(1_000_000_000) / rate;
         if !read_blocks(co, node, job, &blocks).await {
-            // The primary did not answer: a reconfiguration follows, or the next turn
-            // reads again.
+            // The primary did not answer (a reconfiguration follows, or a cut that heals
+            // in time): the next turn reads the same blocks again, so that none is
+            // skipped and taken for copied.
+            unplan_blocks(job, &blocks, (table, slot, torn));
             return Turn::Until(self.next_at.max(co.now_ns() + node.recovery.poll_ns()));
         }
         job.bytes += bytes;
@@ -428,6 +431,19 @@ fn plan_blocks(job: &mut Job, node: &NodeEngine) -> Vec<Block> {
         job.slot += records;
     }
     blocks
+}
+
+/// Undoes [`plan_blocks`] for a batch that was not read: the copy goes back to
+/// `table`/`slot`, and the records to read again taken from `torn` (it had `torn_len`
+/// of them; taken from its end, they lead the batch) are put back in their order.
+fn unplan_blocks(job: &mut Job, blocks: &[Block], (table, slot, torn_len): (usize, u64, usize)) {
+    let taken = torn_len - job.torn.len();
+    for b in blocks[..taken].iter().rev() {
+        debug_assert_eq!(b.records, 1, "a record read again is a block of one");
+        job.torn.push(Torn { table: b.table, slot: b.slot, tries: b.tries });
+    }
+    assert_eq!(job.torn.len(), torn_len, "every record to read again is back");
+    (job.table, job.slot) = (table, slot);
 }
 
 /// Where block `k` of a batch lands in this worker's copy buffer.

@@ -85,7 +85,8 @@ fn failures_one_after_another_are_survived_through_new_copies() {
             );
         }
         // Every node partition 3 started on is dead: the money the invariant found in it
-        // came through copies made after the failures. The cluster kept running on three nodes: commits in the last 10 ms.
+        // came through copies made after the failures. The cluster kept running on three
+        // nodes: commits in the last 10 ms.
         let t = &r.stats.timeline;
         assert!(t[55..65].iter().sum::<u64>() > 0, "{design:?}: {t:?}");
     }
@@ -106,7 +107,6 @@ fn a_failure_before_the_copies_are_whole_stops_the_run_with_its_reason() {
 fn without_re_replication_partitions_run_short() {
     let r = crashes_run(Design::DrtmH, &ONE_BY_ONE[..1], Rereplication::Off).unwrap();
     assert!(r.invariant.ok, "{:?}", r.invariant.details);
-    assert!(r.recovery.still_copying.is_empty());
     let copied = r.recovery.events.iter().any(|(_, e)| {
         matches!(e.step, RecoveryStep::Copied { .. } | RecoveryStep::Replicated { .. })
     });

@@ -142,7 +142,7 @@ impl LocalEndpoint {
         for out in self.datagrams.drain(..) {
             // Nothing leaves a crashed node, nothing reaches one (looked up only in runs
             // that crash some node).
-            let gone = shared.crashes
+            let gone = shared.crashes()
                 && (me_crashed || {
                     let (Outgoing::Small(to, _) | Outgoing::Large(to, _)) = &out;
                     shared.crashed(shared.shape.worker_at(*to as usize).node)
@@ -310,6 +310,11 @@ impl Endpoint for LocalEndpoint {
             self.shared.dropped.fetch_add(1, Ordering::Relaxed);
         }
         None
+    }
+
+    fn crash_here(&mut self) -> bool {
+        self.shared.crash_now(self.me.node);
+        true
     }
 
     fn fence(&mut self, node: NodeId) -> bool {

@@ -7,7 +7,8 @@
 //! races. NIC atomics are CPU atomics here, hence coherent with them. Verb programs run
 //! on a NIC thread of their own while the workers run (see `nic.rs`).
 //!
-//! Node faults ([`LocalConfig::node_faults`]) follow the run's clock: a crashed node's
+//! Node faults ([`LocalConfig::node_faults`]) follow the run's clock, and a worker may
+//! crash its node from inside ([`crate::Endpoint::crash_here`]): a crashed node's
 //! workers are no longer stepped, requests to it complete `Unreachable`, and nothing it
 //! posts or sends takes effect any more (it counts as done); a paused node's workers
 //! are not stepped while the pause lasts, but its memory stays reachable. Fencing a
@@ -81,10 +82,12 @@ pub(crate) struct Shared {
     pub(crate) start: Instant,
     pub(crate) dropped: AtomicU64,
     pub(crate) nic: Arc<LocalNic>,
-    /// Per node, when it crashes (`u64::MAX`: never).
-    pub(crate) crash_at: Vec<u64>,
-    /// Whether any node ever crashes in this run.
-    pub(crate) crashes: bool,
+    /// Per node, when it crashes (`u64::MAX`: never): set from the faults before the run,
+    /// or lowered to the moment a node crashes itself ([`Shared::crash_now`]).
+    pub(crate) crash_at: Vec<AtomicU64>,
+    /// Whether any node crashes in this run: set before it from the faults, or when a node
+    /// first crashes itself. Until then nothing looks crashes up.
+    pub(crate) crashes: AtomicBool,
     /// Per node, the windows `[from, until)` in which its workers are not stepped.
     pauses: Vec<Vec<(u64, u64)>>,
     /// `fenced[target * nodes + source]`: `target` refuses everything of `source`.
@@ -99,8 +102,24 @@ pub(crate) struct Shared {
 impl Shared {
     /// Whether `node` has crashed by now (read from the clock only if it ever will).
     pub(crate) fn crashed(&self, node: NodeId) -> bool {
-        let at = self.crash_at[usize::from(node.0)];
+        // Sequentially consistent against `crash_now`: a worker of the crashing node that
+        // reads "not crashed" acts before the crash, one that reads "crashed" after it.
+        let at = self.crash_at[usize::from(node.0)].load(Ordering::SeqCst);
         at != u64::MAX && self.now_ns() >= at
+    }
+
+    /// Whether any node crashes in this run (so far, for crashes from inside).
+    pub(crate) fn crashes(&self) -> bool {
+        self.crashes.load(Ordering::SeqCst)
+    }
+
+    /// Crashes `node` now, from inside (a crash point of the protocol): from this store on
+    /// nothing its workers post or send takes effect, requests to it fail, and each of its
+    /// workers is halted at its thread's next round.
+    pub(crate) fn crash_now(&self, node: NodeId) {
+        let now = self.now_ns();
+        self.crash_at[usize::from(node.0)].fetch_min(now, Ordering::SeqCst);
+        self.crashes.store(true, Ordering::SeqCst);
     }
 
     /// Nanoseconds since the run started: the clock of every endpoint and fault.
@@ -111,7 +130,7 @@ impl Shared {
     /// What `node` is at `now`: a crash is for good, a pause for its window.
     fn state(&self, node: NodeId, now: u64) -> NodeState {
         let n = usize::from(node.0);
-        if now >= self.crash_at[n] {
+        if now >= self.crash_at[n].load(Ordering::SeqCst) {
             NodeState::Crashed
         } else if self.pauses[n].iter().any(|&(from, until)| (from..until).contains(&now)) {
             NodeState::Paused
@@ -121,7 +140,7 @@ impl Shared {
     }
 
     fn has_faults(&self) -> bool {
-        self.crashes || self.pauses.iter().any(|p| !p.is_empty())
+        self.crashes() || self.pauses.iter().any(|p| !p.is_empty())
     }
 
     /// Whether `target` fenced `source` off. Sequentially consistent, against the store
@@ -286,8 +305,8 @@ impl LocalCluster {
             start: Instant::now(),
             dropped: AtomicU64::new(0),
             nic: self.nic.clone(),
-            crashes: crash_at.iter().any(|&t| t != u64::MAX),
-            crash_at,
+            crashes: AtomicBool::new(crash_at.iter().any(|&t| t != u64::MAX)),
+            crash_at: crash_at.into_iter().map(AtomicU64::new).collect(),
             pauses,
             fenced: (0..nodes * nodes).map(|_| AtomicBool::new(false)).collect(),
             steps: (0..workers).map(|_| StepMark(AtomicU64::new(0))).collect(),
@@ -387,7 +406,7 @@ impl Backend for LocalCluster {
             datagrams_dropped: shared.dropped.load(Ordering::Relaxed),
             crashed: (0..self.config.shape.nodes)
                 .map(NodeId)
-                .filter(|n| shared.crash_at[usize::from(n.0)] <= elapsed_ns)
+                .filter(|n| shared.crash_at[usize::from(n.0)].load(Ordering::SeqCst) <= elapsed_ns)
                 .collect(),
             event_sleeps: 0,
             event_wakeups: 0,
@@ -428,8 +447,10 @@ where
         })
         .collect();
     let mut stepper = Stepper::new(programs.len());
-    let faults = shared.has_faults();
+    let mut faults = shared.has_faults();
     loop {
+        // A node that crashes itself turns the checks on for the rest of the run.
+        faults = faults || shared.crashes();
         if faults {
             apply_faults(shared, mine, &mut stepper);
         }

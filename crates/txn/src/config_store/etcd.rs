@@ -1,12 +1,13 @@
 //! The configuration store of a cluster whose hosts share nothing: etcd (v3.4 or later),
 //! whose replicated, linearizable transactions decide which of two managers moves the
-//! cluster to the next epoch. hytra runs no consensus of its own.
+//! cluster to the next configuration. hytra runs no consensus of its own.
 //!
 //! It speaks etcd's v3 API through the JSON gateway every etcd server serves beside gRPC
 //! (`POST /v3/kv/txn` and `/v3/kv/deleterange`, keys and values in base64), one HTTP/1.0
 //! request per connection: a configuration changes a handful of times per run, and this
 //! keeps a gRPC stack out of the engine. A run keeps two keys under its own prefix:
-//! `<prefix>/epoch` (decimal) and `<prefix>/config` (the encoded configuration). A
+//! `<prefix>/epoch` (decimal: the configuration's revision, see [`super`]) and
+//! `<prefix>/config` (the encoded configuration). A
 //! compare-and-set is one etcd transaction: if `epoch` holds the expected epoch (or does
 //! not exist, for the first configuration), write both keys; otherwise read both, at the
 //! same revision.

@@ -3,8 +3,8 @@
 //! they lead, exactly one moves the cluster to the next revision (FaRM commits its
 //! configurations to ZooKeeper the same way). The engine only ever asks it two things:
 //! what is stored, and "replace revision `r` with this one". The store knows nothing of
-//! epochs; in the code below, its "epoch" is that revision number. Not for: agreement among the nodes themselves (the store is the
-//! one arbiter; nodes never vote).
+//! epochs; in the code below, its "epoch" is that revision number. Not for: agreement
+//! among the nodes themselves (the store is the one arbiter; nodes never vote).
 //!
 //! [`MemoryStore`] is the store of a cluster in one process (the simulator, threads); a
 //! cluster of processes on one machine uses the one its launcher holds and serves over
@@ -46,7 +46,8 @@ pub enum Cas {
     Lost(u64, Vec<u8>),
 }
 
-/// A store of one encoded configuration, replaced by compare-and-set on its epoch.
+/// A store of one encoded configuration, replaced by compare-and-set on its number (the
+/// configuration's revision, called its epoch here).
 pub trait ConfigStore: Send + Sync {
     /// The stored configuration (epoch, bytes), if any.
     fn get(&self) -> Result<Option<(u64, Vec<u8>)>, StoreFailure>;
