@@ -5,7 +5,6 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use hytra_fabric::local::{LocalCluster, LocalConfig};
 use hytra_fabric::sim::{SimCluster, SimConfig};
 use hytra_fabric::testing::run_scripts;
 use hytra_fabric::{
@@ -86,20 +85,4 @@ fn a_node_that_crashes_itself_does_nothing_more() {
     assert_eq!(datagrams.load(Ordering::Relaxed), 0, "the datagram sent after it did not");
     assert_eq!(read, Status::Unreachable, "a READ of the crashed node fails");
     assert_eq!(stats.crashed, vec![NodeId(1)]);
-}
-
-#[test]
-fn threads_cannot_crash_a_node_from_inside() {
-    let shape = ClusterShape { nodes: 1, workers_per_node: 1, lanes_per_peer: 1 };
-    let mut b = LocalCluster::new(LocalConfig::new(shape)).unwrap();
-    let said = Mutex::new(None);
-    run_scripts(&mut b, |_| {
-        let said = &said;
-        move |ep: &mut _| {
-            let ep: &mut <LocalCluster as Backend>::Ep = ep;
-            *said.lock().unwrap() = Some(ep.crash_here());
-            true
-        }
-    });
-    assert_eq!(*said.lock().unwrap(), Some(false));
 }

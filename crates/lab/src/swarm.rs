@@ -24,6 +24,7 @@ use hytra_fabric::sim::profile::NicProfile;
 use hytra_fabric::sim::{Fencing, SimConfig};
 use hytra_fabric::{ClusterShape, NodeId};
 use hytra_rt::RtConfig;
+use hytra_txn::suspect::SUSPICION_LEASES;
 use hytra_txn::{
     Config, CrashPoint, Design, ExecStrategy, LockStrategy, PlantedFault, Primitive, ProtocolPoint,
     RecoveryParams, RecoveryStep, Rereplication, TxnConfig,
@@ -77,6 +78,8 @@ const CRASH_STREAM: u64 = 0xC_2A54;
 const POINT_STREAM: u64 = 0x9_0147;
 /// Stream of the long-pause draw (see [`draw_long_pause`]).
 const LONG_PAUSE_STREAM: u64 = 0x10_9A05E;
+/// Stream of the draw of a long network cut (see [`draw_long_cut`]).
+const LONG_CUT_STREAM: u64 = 0x10_C07;
 /// Stream of the draws of clock drift and fencing (see [`add_leased_faults`]).
 const LEASE_FAULTS_STREAM: u64 = 0xC10C_D21F;
 /// Largest drift drawn for one node's clock: two nodes then differ by at most 4%,
@@ -266,7 +269,11 @@ impl Draw {
             ("long pause", node_faults.iter().any(long)),
             ("crash", node_faults.iter().any(|n| n.kind == NodeFaultKind::Crash)),
             ("crash at a point", t.crash_point.is_some()),
-            ("partition", !net.partitions.is_empty()),
+            (
+                "partition",
+                net.partitions.iter().any(|p| p.until_ns - p.from_ns <= PARTITION_MAX_NS),
+            ),
+            ("long cut", net.partitions.iter().any(|p| p.until_ns - p.from_ns > PARTITION_MAX_NS)),
             ("clock drift", !net.clock_drift.is_empty()),
             ("no fencing", fencing == Fencing::Unavailable),
         ];
@@ -387,7 +394,7 @@ pub fn draw(seed: u64, backend: SwarmBackend, planted: Option<PlantedFault>) -> 
     let crashes = draw_node_losses(seed, sim, nodes, span_ns, &mut txn);
     let (mut local_faults, mut fencing) = (Vec::new(), Fencing::Nic);
     let mut replicated_by_ns = None;
-    if let Some((mut crashes, lease_ns, point_heal_ns)) = crashes {
+    if let Some((mut crashes, lease_ns, point_heal_ns, cut)) = crashes {
         let base = if sim { RecoveryParams::simulated() } else { RecoveryParams::real() };
         let part_bytes =
             partition_bytes(&workload, span_ns as f64 / 1e9, seed, shape, txn.replication);
@@ -403,6 +410,7 @@ pub fn draw(seed: u64, backend: SwarmBackend, planted: Option<PlantedFault>) -> 
         if sim {
             heal_ns = heal_ns.max(last + 3 * lease_ns + RECOVERY_SLACK_NS + copy_ns);
             fencing = add_leased_faults(&mut faults, crashes, lease_ns, seed, nodes);
+            faults.partitions.extend(cut);
         } else {
             // Calls to a crashed node wait out their timeout, and a round of recovery
             // takes a member for dead after four of them: half a lease keeps both within
@@ -782,27 +790,58 @@ fn draw_crashes(
 }
 
 /// What may cost the cluster a node: crashes, else a long pause, else a crash
-/// at a point of the protocol, which goes into `txn`. Returns the faults by time,
-/// the lease that detects them, and when a crash at a point is over at the latest (0
-/// without one).
+/// at a point of the protocol, which goes into `txn`, else (on the simulator) a long
+/// network cut. Returns the faults by time, the lease that detects them, when a crash at
+/// a point or a cut's removal is over at the latest (0 without one), and the cut.
 fn draw_node_losses(
     seed: u64,
     sim: bool,
     nodes: u16,
     span_ns: u64,
     txn: &mut TxnConfig,
-) -> Option<(Vec<NodeFault>, u64, u64)> {
+) -> Option<(Vec<NodeFault>, u64, u64, Option<Partition>)> {
     let leases: &[u64] = if sim { &CRASH_LEASES_NS } else { &CRASH_LEASES_LOCAL_NS };
     let r = txn.replication;
     let by_time = draw_crashes(seed, nodes, r, span_ns, leases)
         .or_else(|| draw_long_pause(seed, nodes, r, span_ns, leases));
     if by_time.is_some() {
-        return by_time.map(|(faults, lease_ns)| (faults, lease_ns, 0));
+        return by_time.map(|(faults, lease_ns)| (faults, lease_ns, 0, None));
     }
-    let (faults, point, lease_ns) = draw_point_crash(seed, nodes, r, span_ns, leases)?;
-    txn.crash_point = Some(point);
-    // A crash at the point comes by its window's end or never.
-    Some((faults, lease_ns, point.until_ns))
+    if let Some(point) = draw_point_crash(seed, nodes, r, span_ns, leases) {
+        let (faults, point, lease_ns) = point;
+        txn.crash_point = Some(point);
+        // A crash at the point comes by its window's end or never.
+        return Some((faults, lease_ns, point.until_ns, None));
+    }
+    if !sim {
+        return None;
+    }
+    // The cut's node is removed once its suspicions stood their time and reached the
+    // manager at its next turn (a lease); or the manager steps down, and a member takes
+    // over two leases later.
+    let (cut, lease_ns) = draw_long_cut(seed, nodes, r, span_ns, leases)?;
+    let settled = cut.until_ns + (SUSPICION_LEASES + 3) * lease_ns;
+    Some((Vec::new(), lease_ns, settled, Some(cut)))
+}
+
+/// A network cut of one node from the others, longer than the transport's retries (so
+/// that connections to it break for good, as an RC queue pair's in the error state) and
+/// at times longer than a lease, on a sixth of the simulated seeds that could lose a
+/// node but draw no crash, long pause or crash point: the node, or the manager if cut,
+/// is removed by suspicion or by its lapsed lease. Returns the cut and the lease.
+fn draw_long_cut(
+    seed: u64,
+    nodes: u16,
+    replication: u16,
+    span_ns: u64,
+    leases_ns: &[u64],
+) -> Option<(Partition, u64)> {
+    let (mut rng, _) = may_lose_a_node(seed, LONG_CUT_STREAM, 6, nodes, replication)?;
+    let lease_ns = pick(&mut rng, leases_ns);
+    let node = NodeId(rng.below(u64::from(nodes)) as u16);
+    let from_ns = rng.below(span_ns);
+    let for_ns = pick(&mut rng, &[600_000, 1_500_000, 2 * lease_ns]);
+    Some((Partition { side: vec![node], from_ns, until_ns: from_ns + for_ns }, lease_ns))
 }
 
 /// A crash at a point of the protocol, on a fifth of the seeds that could lose a node but

@@ -42,6 +42,25 @@ const LONG_PAUSES: [(u64, &str); 3] = [
     (9325, "READs overtook unsignaled CASes, the atomic unit's queue grew without bound, and a live node's renewals waited behind it"),
 ];
 
+/// Seeds that cut a node off past the transport's retries and once failed.
+const LONG_CUTS: [(u64, &str); 2] = [
+    (387, "the cut-off manager took every member for dead and removed them all"),
+    (1142, "a failed write-back counted as landed, and its committed version was lost"),
+];
+
+#[test]
+fn long_cut_seeds_that_found_bugs_pass() {
+    for (seed, found) in LONG_CUTS {
+        let d = draw(seed, SwarmBackend::Sim, None);
+        assert!(
+            d.dimensions().contains(&("faults", "long cut".to_string())),
+            "seed {seed} cuts a node off past the retries: {}",
+            d.summary()
+        );
+        passes(seed, SwarmBackend::Sim, found);
+    }
+}
+
 #[test]
 fn long_pause_seeds_that_found_bugs_pass() {
     for (seed, found) in LONG_PAUSES {

@@ -121,6 +121,10 @@ pub(crate) struct OpTable {
     qps: Vec<QpAccount>,
     sq_depth: u32,
     pub(crate) stats: OpStats,
+    /// Per connection, whether a request on it completed `Unreachable` since
+    /// [`OpTable::take_unreachable`] last looked: what the engine's failure detection
+    /// takes as a suspicion of the connection's node.
+    unreachable: Vec<bool>,
 }
 
 fn wr_id(idx: u32, gen: u32) -> WrId {
@@ -136,6 +140,7 @@ impl OpTable {
             qps: vec![QpAccount::default(); connections],
             sq_depth,
             stats: OpStats::default(),
+            unreachable: vec![false; connections],
         }
     }
 
@@ -215,6 +220,18 @@ impl OpTable {
         }
     }
 
+    /// The connections (dense indices) on which a request completed `Unreachable` since the
+    /// last call, each once.
+    pub(crate) fn take_unreachable(&mut self) -> Vec<u32> {
+        let mut out = Vec::new();
+        for (i, u) in self.unreachable.iter_mut().enumerate() {
+            if std::mem::take(u) {
+                out.push(i as u32);
+            }
+        }
+        out
+    }
+
     /// Routes one completion; returns the waker to wake, if any. The slot keeps its
     /// waker: the next wait on the slot, usually by the same coroutine, then needs no
     /// clone.
@@ -245,8 +262,16 @@ impl OpTable {
         }
         let status = slot.first_error.unwrap_or(c.status);
         let (qp, covers, internal) = (slot.qp, slot.covers, slot.internal);
+        if status == Status::Unreachable {
+            self.unreachable[qp as usize] = true;
+        }
         self.qps[qp as usize].outstanding -= covers;
-        self.qps[qp as usize].retired += u64::from(covers);
+        // Only a success says that the requests before it took effect (R3): after an
+        // error the connection carries nothing more (an RC queue pair in the error
+        // state), and what was in flight may not have landed, its target perhaps alive.
+        if status == Status::Success {
+            self.qps[qp as usize].retired += u64::from(covers);
+        }
         if internal {
             if status != Status::Success {
                 self.stats.unsignaled_errors += 1;
@@ -318,6 +343,21 @@ mod tests {
         assert_eq!(t.poll(ticket, Waker::noop()), Some((bad, 7)));
         assert_eq!(t.qps[1].outstanding, 0, "the completion retired all three requests");
         assert_eq!(t.live(), 0);
+    }
+
+    #[test]
+    fn a_failed_completion_lands_nothing_and_names_its_connection() {
+        let mut t = OpTable::new(3, 256);
+        let plan = t.plan(2, 2, true).unwrap();
+        t.complete(&cqe(plan.last_wr_id(), Status::Unreachable, 0));
+        assert_eq!(t.qps[2].outstanding, 0, "the send queue is free again");
+        assert_eq!(t.marks(2), (2, 0), "but nothing before the error counts as landed");
+        assert_eq!(t.take_unreachable(), vec![2]);
+        assert!(t.take_unreachable().is_empty(), "each failure is told once");
+        // A later success on the broken connection does not make up for the lost ones.
+        let next = t.plan(2, 1, true).unwrap();
+        t.complete(&cqe(next.last_wr_id(), Status::Success, 0));
+        assert_eq!(t.marks(2), (3, 1));
     }
 
     #[test]

@@ -13,8 +13,8 @@ use std::rc::Rc;
 use std::task::{Context, Poll};
 
 use hytra_fabric::{
-    BatchPost, BatchRefused, Caps, ClusterShape, Completion, Endpoint, OpFlags, PostError, Program,
-    Qp, Region, Rkey, Status, Step, WorkRequest, WorkerId,
+    BatchPost, BatchRefused, Caps, ClusterShape, Completion, Endpoint, NodeId, OpFlags, PostError,
+    Program, Qp, Region, Rkey, Status, Step, WorkRequest, WorkerId,
 };
 use thiserror::Error;
 
@@ -409,6 +409,19 @@ impl<E: Endpoint> Co<E> {
     /// must leave no doorbell batch open.
     pub fn with_ep<R>(&self, f: impl FnOnce(&mut E) -> R) -> R {
         f(&mut self.inner.ep.borrow_mut())
+    }
+
+    /// The nodes to which a request of this worker completed `Unreachable` since the last
+    /// call (each once, by id): the connection failed, or the node is gone or fenced
+    /// this one off. Requests whose completion nobody asked for are not counted.
+    pub fn take_unreachable(&self) -> Vec<NodeId> {
+        let lanes = u32::from(self.inner.shape.lanes_per_peer);
+        let mut nodes: Vec<NodeId> = (self.inner.ops.borrow_mut().take_unreachable())
+            .into_iter()
+            .map(|qp| NodeId((qp / lanes) as u16))
+            .collect();
+        nodes.dedup();
+        nodes
     }
 
     fn qp_index(&self, qp: Qp) -> u32 {

@@ -967,8 +967,9 @@ async fn force_landing<E: Endpoint>(co: &Co<E>, wt: &WorkerTxn) {
         resolve_landed(co, wt);
         return;
     }
-    // A failed READ retires the connection's requests all the same: their target died,
-    // and its partitions' backups applied the entries they log.
+    // A failed READ retires nothing (R3): the entries stay unresolved until the recovery
+    // that the failure brings (the target died, or suspicion removes one side) decides
+    // them.
     crate::recover::land_connections(co, &wt.node, qps.into_iter().map(|(qp, _)| qp).collect())
         .await;
     resolve_landed(co, wt);
@@ -1075,7 +1076,13 @@ async fn flush_logs<E: Endpoint>(co: &Co<E>, wt: &Rc<WorkerTxn>) {
             (r.stale, r.stale_epoch, r.tail, r.committed_to(), r.head_known)
         };
         if !stale {
-            assert_eq!(tail, up_to, "every log entry is resolved once transactions end");
+            if tail != up_to {
+                // A write-back whose connection failed never landed: only the recovery
+                // that follows (the failed peer, or this node, is removed) decides its
+                // entries, and marks the ring stale.
+                co.sleep_until(co.now_ns() + poll).await;
+                continue;
+            }
             if tail == 0 || head >= tail {
                 n += 1;
                 continue;

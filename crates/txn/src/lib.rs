@@ -8,6 +8,7 @@
 //! - `config_store`: where configurations are committed (compare-and-set on the revision)
 //! - `recover`: leases, the configuration manager's reconfiguration, recovery
 //! - `resync`: re-replication: new backups after a failure, copied in the background
+//! - `suspect`: members whose connections broke while leases held, and whom to remove
 //! - `txn`: the transaction API ([`TxnCtx`], [`Txn`]) and the execution phase
 //! - `offload`: the `offload` execution strategy's NIC index and lookup programs
 //! - `validate`: locking the write set and validating the read set
@@ -52,6 +53,7 @@ mod outcome;
 pub mod recover;
 pub mod resync;
 mod stats;
+pub mod suspect;
 mod txn;
 mod validate;
 pub mod wire;

@@ -49,6 +49,7 @@ use crate::membership::{Config, EPOCH_FIRST};
 use crate::resync::{
     add_backups, fully_replicated, ready_config, syncing, Copier, Rereplication, SyncState, Turn,
 };
+use crate::suspect::{Suspicions, SUSPICION_LEASES};
 use crate::wire::{In, Out};
 
 /// A member asks the manager to renew its lease (one-way): epoch, done, its clock.
@@ -318,6 +319,8 @@ pub struct NodeRecovery {
     events: Mutex<Vec<RecoveryEvent>>,
     /// The copies of re-replication into this node, and as manager into the others.
     sync: SyncState,
+    /// Members this node's requests found unreachable, and as manager those reported.
+    suspicions: Suspicions,
     /// Where configurations are committed.
     store: Arc<dyn ConfigStore>,
     params: RecoveryParams,
@@ -351,6 +354,7 @@ impl NodeRecovery {
             fatal: OnceLock::new(),
             events: Mutex::new(Vec::new()),
             sync: SyncState::default(),
+            suspicions: Suspicions::default(),
             store,
             params,
         }
@@ -518,6 +522,11 @@ fn lease<E: Endpoint>(node: &NodeEngine, ctx: &mut HandlerCtx<'_, E>, req: &[u8]
         if let Some(count) = i.u16() {
             let parts: Vec<u16> = (0..count).map_while(|_| i.u16()).collect();
             rec.sync.report(ctx.src.node, epoch, parts.into_iter());
+        }
+        // Then the members it suspects (see `suspect`), if any.
+        if let Some(count) = i.u16() {
+            let nodes: Vec<NodeId> = (0..count).map_while(|_| i.u16()).map(NodeId).collect();
+            rec.suspicions.report(epoch, ctx.src.node, nodes.into_iter());
         }
         rec.renewed[from].fetch_max(ctx.ep.now_ns(), Ordering::AcqRel);
         // Never back from Finished: a renewal sent before the member heard FINISH may
@@ -1258,8 +1267,33 @@ fn changes(
     readying_since: &mut Option<u64>,
 ) -> Option<Change> {
     let lease = rec.params.lease_ns;
-    let dead: Vec<NodeId> =
+    let mut dead: Vec<NodeId> =
         cfg.members().filter(|&n| n != me && renewals_lapsed(rec, n, now)).collect();
+    // Of two or more members, none heard from for half a lease: this manager is more
+    // likely cut off than they all dead at once (a crash of all would not be survived
+    // anyway). It steps down rather than remove them; they take over from it.
+    let others = cfg.members().filter(|&n| n != me).count();
+    let heard =
+        |n: NodeId| now <= rec.renewed[usize::from(n.0)].load(Ordering::Acquire) + lease / 2;
+    if !dead.is_empty() && others > 1 && !cfg.members().any(|n| n != me && heard(n)) {
+        rec.stopped.store(true, Ordering::Release);
+        return None;
+    }
+    // Members whose connections broke while both kept their leases (see `suspect`).
+    let own = rec.suspicions.standing(cfg.epoch, now, suspicion_age(rec));
+    let suspects = rec.suspicions.to_remove(cfg, &own);
+    if suspects.contains(&me) {
+        // This manager is the one most broken connections touch: it steps down, and the
+        // members take over from it once its grants stop, as from a dead manager.
+        rec.stopped.store(true, Ordering::Release);
+        return None;
+    }
+    for n in suspects {
+        if !dead.contains(&n) {
+            dead.push(n);
+        }
+    }
+    dead.sort();
     if !dead.is_empty() {
         return Some(Change::Remove(dead));
     }
@@ -1278,13 +1312,25 @@ fn renewal(rec: &NodeRecovery, cfg: &Config, me: NodeId, now: u64) -> Vec<u8> {
     let mut req = Vec::new();
     Out(&mut req).u64(cfg.epoch).u8(rec.end_state_here() as u8).u64(now.max(1));
     let copied = rec.sync.copied_here(cfg, me);
-    if !copied.is_empty() {
+    let suspected = rec.suspicions.standing(cfg.epoch, now, suspicion_age(rec));
+    if !copied.is_empty() || !suspected.is_empty() {
         Out(&mut req).u16(copied.len() as u16);
         for p in copied {
             Out(&mut req).u16(p);
         }
     }
+    if !suspected.is_empty() {
+        Out(&mut req).u16(suspected.len() as u16);
+        for n in suspected {
+            Out(&mut req).u16(n.0);
+        }
+    }
     req
+}
+
+/// How long a suspicion stands before it is acted on.
+fn suspicion_age(rec: &NodeRecovery) -> u64 {
+    SUSPICION_LEASES * rec.params.lease_ns
 }
 
 /// Starts every silence this node measures afresh at `now`: the manager's towards each
@@ -1640,6 +1686,9 @@ pub(crate) async fn quiescer<E: Endpoint>(co: Co<E>, wt: Rc<WorkerTxn>) {
             if ready {
                 apply_decisions(&co, &node).await;
             }
+        }
+        for n in co.take_unreachable().into_iter().filter(|&n| n != me.node) {
+            rec.suspicions.note(n, epoch, co.now_ns());
         }
         // Re-replication's copies into this node, paced, between recoveries (F5).
         let wake = match copier.turn(&co, &node).await {

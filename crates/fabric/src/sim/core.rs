@@ -111,6 +111,10 @@ pub(super) struct QpState {
     /// request the transport retransmits across a partition, or one whose lines are
     /// still taking effect. Later requests must not overtake them (R1).
     pub(super) held_until: Ps,
+    /// The transport gave up on a request of this connection (a partition outlasted its
+    /// retries): as an RC queue pair in the error state, the connection carries nothing
+    /// more, so no request behind the lost one takes effect after it (R1).
+    pub(super) broken: bool,
 }
 
 /// Entries ordered by (time, sequence), for queues whose pushes come almost in order (a

@@ -490,7 +490,8 @@ impl Core {
         }
         let crashed = self.nics[usize::from(target.0)].state == NodeState::Crashed
             || self.is_fenced(target, src_node);
-        if !crashed && self.faults.partitioned(src_node, target, now / 1000) {
+        let broken = self.workers[op.src as usize].qps[op.qp_slot as usize].broken;
+        if !crashed && !broken && self.faults.partitioned(src_node, target, now / 1000) {
             // RC retransmits until its retry budget is spent: a partition that heals
             // within it only delays the request (and every later one of the connection).
             let heal = ps(self.faults.heals_at(src_node, target, now / 1000) as f64);
@@ -501,7 +502,10 @@ impl Core {
                 return;
             }
         }
-        if crashed || self.faults.partitioned(src_node, target, now / 1000) {
+        if crashed || broken || self.faults.partitioned(src_node, target, now / 1000) {
+            if !crashed {
+                self.workers[op.src as usize].qps[op.qp_slot as usize].broken = true;
+            }
             self.stats.unreachable += 1;
             self.trace_op(&op, 3, 0);
             if let Some(i) = op.inline {
