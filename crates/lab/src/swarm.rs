@@ -824,9 +824,10 @@ fn draw_node_losses(
     Some((Vec::new(), lease_ns, settled, Some(cut)))
 }
 
-/// A network cut of one node from the others, longer than the transport's retries (so
-/// that connections to it break for good, as an RC queue pair's in the error state) and
-/// at times longer than a lease, on a sixth of the simulated seeds that could lose a
+/// A network cut of one node from the others, at least 1 ms past the transport's retries
+/// (0.5 ms: a request posted while more than that is left of the cut fails, and its
+/// connection stays broken, as an RC queue pair in the error state) and at times longer
+/// than a lease, on a sixth of the simulated seeds that could lose a
 /// node but draw no crash, long pause or crash point: the node, or the manager if cut,
 /// is removed by suspicion or by its lapsed lease. Returns the cut and the lease.
 fn draw_long_cut(
@@ -840,7 +841,7 @@ fn draw_long_cut(
     let lease_ns = pick(&mut rng, leases_ns);
     let node = NodeId(rng.below(u64::from(nodes)) as u16);
     let from_ns = rng.below(span_ns);
-    let for_ns = pick(&mut rng, &[600_000, 1_500_000, 2 * lease_ns]);
+    let for_ns = pick(&mut rng, &[1_500_000, 3_000_000, 2 * lease_ns]);
     Some((Partition { side: vec![node], from_ns, until_ns: from_ns + for_ns }, lease_ns))
 }
 

@@ -43,8 +43,10 @@ const LONG_PAUSES: [(u64, &str); 3] = [
 ];
 
 /// Seeds that cut a node off past the transport's retries and once failed.
-const LONG_CUTS: [(u64, &str); 2] = [
+const LONG_CUTS: [(u64, &str); 4] = [
     (387, "the cut-off manager took every member for dead and removed them all"),
+    (403, "the same, on TPC-C"),
+    (680, "the same, with a lease of 1 ms"),
     (1142, "a failed write-back counted as landed, and its committed version was lost"),
 ];
 

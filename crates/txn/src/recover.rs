@@ -300,6 +300,10 @@ pub struct NodeRecovery {
     renewed: Vec<AtomicU64>,
     /// Manager: per node, the member's clock of a renewal not yet granted (0: none).
     to_grant: Vec<AtomicU64>,
+    /// Manager: per node, when (its clock) it last granted it a lease, and the epoch in
+    /// which it stopped granting it, to remove it by suspicion (0: never).
+    granted_to: Vec<AtomicU64>,
+    revoked: Vec<AtomicU64>,
     /// Member: the member's clock when it asked for the last lease granted, or, if
     /// later, when it installed or activated the configuration in force.
     granted: AtomicU64,
@@ -346,6 +350,8 @@ impl NodeRecovery {
             flushed: AtomicU64::new(0),
             renewed: (0..nodes).map(|_| AtomicU64::new(0)).collect(),
             to_grant: (0..nodes).map(|_| AtomicU64::new(0)).collect(),
+            granted_to: (0..nodes).map(|_| AtomicU64::new(0)).collect(),
+            revoked: (0..nodes).map(|_| AtomicU64::new(0)).collect(),
             granted: AtomicU64::new(0),
             end_states: (0..nodes).map(|_| AtomicU8::new(EndState::Running as u8)).collect(),
             finished: AtomicBool::new(false),
@@ -1271,17 +1277,20 @@ fn changes(
         cfg.members().filter(|&n| n != me && renewals_lapsed(rec, n, now)).collect();
     // Of two or more members, none heard from for half a lease: this manager is more
     // likely cut off than they all dead at once (a crash of all would not be survived
-    // anyway). It steps down rather than remove them; they take over from it.
+    // anyway). It waits for the others to be heard again or lapse too; once every one
+    // lapsed it steps down rather than remove them all, and they take over from it.
     let others = cfg.members().filter(|&n| n != me).count();
     let heard =
         |n: NodeId| now <= rec.renewed[usize::from(n.0)].load(Ordering::Acquire) + lease / 2;
     if !dead.is_empty() && others > 1 && !cfg.members().any(|n| n != me && heard(n)) {
-        rec.stopped.store(true, Ordering::Release);
+        if dead.len() == others {
+            rec.stopped.store(true, Ordering::Release);
+        }
         return None;
     }
     // Members whose connections broke while both kept their leases (see `suspect`).
     let own = rec.suspicions.standing(cfg.epoch, now, suspicion_age(rec));
-    let suspects = rec.suspicions.to_remove(cfg, &own);
+    let suspects = rec.suspicions.to_remove(cfg, &own, now, lease);
     if suspects.contains(&me) {
         // This manager is the one most broken connections touch: it steps down, and the
         // members take over from it once its grants stop, as from a dead manager.
@@ -1289,7 +1298,13 @@ fn changes(
         return None;
     }
     for n in suspects {
-        if !dead.contains(&n) {
+        // A suspect still holds a lease, and where it cannot be fenced off only a lapsed
+        // lease stops it: it is granted nothing more, and removed once the last lease
+        // granted to it ran out by any clock (a sixteenth of slack, as for renewals).
+        let i = usize::from(n.0);
+        rec.revoked[i].fetch_max(cfg.epoch, Ordering::AcqRel);
+        let lapsed = now > rec.granted_to[i].load(Ordering::Acquire) + lease + lease / 16;
+        if lapsed && !dead.contains(&n) {
             dead.push(n);
         }
     }
@@ -1339,6 +1354,9 @@ fn restart_silences(rec: &NodeRecovery, cfg: &Config, now: u64) {
     rec.granted.fetch_max(now, Ordering::AcqRel);
     for n in cfg.members() {
         rec.renewed[usize::from(n.0)].fetch_max(now, Ordering::AcqRel);
+        // A lease granted before (perhaps by another manager) counts as granted now, so
+        // that a suspect is removed only a whole lease after it.
+        rec.granted_to[usize::from(n.0)].fetch_max(now, Ordering::AcqRel);
     }
 }
 
@@ -1372,8 +1390,13 @@ pub(crate) async fn granter<E: Endpoint>(co: Co<E>, wt: Rc<WorkerTxn>) {
             if !lapsed {
                 rec.lease_until.store(now + lease, Ordering::Release);
                 for n in cfg.members().filter(|&n| n != me) {
-                    let sent = rec.to_grant[usize::from(n.0)].swap(0, Ordering::AcqRel);
+                    let i = usize::from(n.0);
+                    if rec.revoked[i].load(Ordering::Acquire) == cfg.epoch {
+                        continue; // suspected: to be removed once its lease ran out
+                    }
+                    let sent = rec.to_grant[i].swap(0, Ordering::AcqRel);
                     if sent != 0 {
+                        rec.granted_to[i].store(now, Ordering::Release);
                         let mut msg = Vec::new();
                         Out(&mut msg).u64(cfg.epoch).u64(sent);
                         // A lost grant is covered by the next one.

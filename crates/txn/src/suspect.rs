@@ -29,6 +29,8 @@ pub struct Suspicions {
     own: Mutex<BTreeMap<NodeId, (u64, u64)>>,
     /// Manager: (epoch, from, of) as reported.
     reported: Mutex<BTreeSet<(u64, NodeId, NodeId)>>,
+    /// Manager: the epoch and time (its clock) of the first suspicion it held in it.
+    first: Mutex<Option<(u64, u64)>>,
 }
 
 impl Suspicions {
@@ -58,10 +60,13 @@ impl Suspicions {
         reported.extend(of.filter(|&n| n != from).map(|n| (epoch, from, n)));
     }
 
-    /// Manager of `cfg`: the members to remove so that no suspicion between two members
-    /// of `cfg` stands, the reported ones and `own` (this manager's standing ones); the
-    /// manager among them if it is the one most suspicions touch.
-    pub fn to_remove(&self, cfg: &Config, own: &[NodeId]) -> Vec<NodeId> {
+    /// Manager of `cfg`, at `now`: the members to remove so that no suspicion between two
+    /// members of `cfg` stands, the reported ones and `own` (this manager's standing
+    /// ones); the manager among them if it is the one most suspicions touch. Nothing
+    /// until `settle_ns` after the first suspicion of the epoch, so that the reports of
+    /// one cut, which come with renewals spread over a turn, are judged together (one
+    /// alone is a tie that could name the wrong side).
+    pub fn to_remove(&self, cfg: &Config, own: &[NodeId], now: u64, settle_ns: u64) -> Vec<NodeId> {
         let me = cfg.manager();
         let mut reported = self.reported.lock().expect("no suspicion holder panicked");
         reported.retain(|&(e, ..)| e >= cfg.epoch);
@@ -72,6 +77,17 @@ impl Suspicions {
             .chain(own.iter().map(|&n| (me, n)))
             .filter(|&(a, b)| a != b && cfg.is_member(a) && cfg.is_member(b))
             .collect();
+        if pairs.is_empty() {
+            return Vec::new();
+        }
+        let mut first = self.first.lock().expect("no suspicion holder panicked");
+        let since = match *first {
+            Some((e, at)) if e == cfg.epoch => at,
+            _ => first.insert((cfg.epoch, now)).1,
+        };
+        if now < since + settle_ns {
+            return Vec::new();
+        }
         cover(&pairs)
     }
 }
