@@ -7,7 +7,7 @@
 //!    partition's log from that epoch on, but cannot be promoted.
 //! 2. Copying. Once the new backup is active in that epoch (every commit of an earlier
 //!    epoch is at the primary by then: recovery's APPLY landed them before anyone was
-//!    let go), one of its workers ([`Copier`]) asks the primary how many records each
+//!    let go), one of its workers (`Copier`) asks the primary how many records each
 //!    table of the partition has allocated ([`SYNC`]) and reads them with one-sided
 //!    READs, a block of records at a time, at a paced rate. Each whole record is written
 //!    only if newer than what the backup holds, as a log entry would be: a commit that
