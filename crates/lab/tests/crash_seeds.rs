@@ -50,30 +50,27 @@ const LONG_CUTS: [(u64, &str); 4] = [
     (1142, "a failed write-back counted as landed, and its committed version was lost"),
 ];
 
-#[test]
-fn long_cut_seeds_that_found_bugs_pass() {
-    for (seed, found) in LONG_CUTS {
+/// Runs every seed of `found` on the simulator, each first checked to draw `fault`.
+fn sim_seeds_with_fault_pass(found: &[(u64, &str)], fault: &str) {
+    for &(seed, what) in found {
         let d = draw(seed, SwarmBackend::Sim, None);
         assert!(
-            d.dimensions().contains(&("faults", "long cut".to_string())),
-            "seed {seed} cuts a node off past the retries: {}",
+            d.dimensions().contains(&("faults", fault.to_string())),
+            "seed {seed} draws a {fault}: {}",
             d.summary()
         );
-        passes(seed, SwarmBackend::Sim, found);
+        passes(seed, SwarmBackend::Sim, what);
     }
 }
 
 #[test]
+fn long_cut_seeds_that_found_bugs_pass() {
+    sim_seeds_with_fault_pass(&LONG_CUTS, "long cut");
+}
+
+#[test]
 fn long_pause_seeds_that_found_bugs_pass() {
-    for (seed, found) in LONG_PAUSES {
-        let d = draw(seed, SwarmBackend::Sim, None);
-        assert!(
-            d.dimensions().contains(&("faults", "long pause".to_string())),
-            "seed {seed} pauses a node past its lease: {}",
-            d.summary()
-        );
-        passes(seed, SwarmBackend::Sim, found);
-    }
+    sim_seeds_with_fault_pass(&LONG_PAUSES, "long pause");
 }
 
 /// Seeds on threads that pause the manager past its lease (threads cannot fence a node

@@ -125,6 +125,8 @@ pub(crate) struct OpTable {
     /// [`OpTable::take_unreachable`] last looked: what the engine's failure detection
     /// takes as a suspicion of the connection's node.
     unreachable: Vec<bool>,
+    /// Whether any entry of `unreachable` is set.
+    any_unreachable: bool,
 }
 
 fn wr_id(idx: u32, gen: u32) -> WrId {
@@ -141,6 +143,7 @@ impl OpTable {
             sq_depth,
             stats: OpStats::default(),
             unreachable: vec![false; connections],
+            any_unreachable: false,
         }
     }
 
@@ -224,6 +227,10 @@ impl OpTable {
     /// last call, each once.
     pub(crate) fn take_unreachable(&mut self) -> Vec<u32> {
         let mut out = Vec::new();
+        // Looked at on every turn of every worker's recovery task; failures are rare.
+        if !std::mem::take(&mut self.any_unreachable) {
+            return out;
+        }
         for (i, u) in self.unreachable.iter_mut().enumerate() {
             if std::mem::take(u) {
                 out.push(i as u32);
@@ -264,6 +271,7 @@ impl OpTable {
         let (qp, covers, internal) = (slot.qp, slot.covers, slot.internal);
         if status == Status::Unreachable {
             self.unreachable[qp as usize] = true;
+            self.any_unreachable = true;
         }
         self.qps[qp as usize].outstanding -= covers;
         // Only a success says that the requests before it took effect (R3): after an

@@ -1076,11 +1076,17 @@ impl Watch<'_> {
     }
 }
 
-/// Whether the manager has not heard `n` renew its lease for a lease and a sixteenth (the
-/// slack for clocks that drift) by `now`: the one test of a member's death.
+/// Whether the manager has not heard `n` renew its lease for a lease and a sixteenth by
+/// `now`: the one test of a member's death.
 fn renewals_lapsed(rec: &NodeRecovery, n: NodeId, now: u64) -> bool {
+    lease_over(rec, rec.renewed[usize::from(n.0)].load(Ordering::Acquire), now)
+}
+
+/// Whether a lease that started (by the manager's clock) at `since` is over at `now` by
+/// any member's clock: a lease and a sixteenth, the slack for clocks that drift (F1a).
+fn lease_over(rec: &NodeRecovery, since: u64, now: u64) -> bool {
     let lease = rec.params.lease_ns;
-    now > rec.renewed[usize::from(n.0)].load(Ordering::Acquire) + lease + lease / 16
+    now > since + lease + lease / 16
 }
 
 /// Calls in flight at once in [`call_all`]: well under the worker's call slots.
@@ -1303,7 +1309,7 @@ fn changes(
         // granted to it ran out by any clock (a sixteenth of slack, as for renewals).
         let i = usize::from(n.0);
         rec.revoked[i].fetch_max(cfg.epoch, Ordering::AcqRel);
-        let lapsed = now > rec.granted_to[i].load(Ordering::Acquire) + lease + lease / 16;
+        let lapsed = lease_over(rec, rec.granted_to[i].load(Ordering::Acquire), now);
         if lapsed && !dead.contains(&n) {
             dead.push(n);
         }
