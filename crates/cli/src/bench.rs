@@ -639,7 +639,8 @@ fn crashes(a: &BenchArgs, cfg: &TxnConfig, seconds: f64) -> Result<Vec<Crash>, C
     out.sort_by_key(|c| c.at_ns);
     // Recovery decides the transactions in doubt from a surviving backup's log: every
     // partition must keep two copies through each failure. Crashes within three leases
-    // of each other fail together (the first is not even detected before two leases);
+    // of each other fail together (a manager's crash is detected only after a lease and
+    // a quarter, and then recovered from);
     // later ones meet the copies re-replication made, if they are whole by then.
     let params = lease_of(cfg, a.backend == "sim");
     let timed: Vec<(NodeId, u64)> = out.iter().map(|c| (NodeId(c.node), c.at_ns)).collect();

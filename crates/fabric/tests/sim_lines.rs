@@ -6,7 +6,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use hytra_fabric::sim::faults::{FaultConfig, Partition};
+use hytra_fabric::sim::faults::{FaultConfig, Partition, Way};
 use hytra_fabric::sim::profile::NicProfile;
 use hytra_fabric::sim::{SimCluster, SimConfig};
 use hytra_fabric::testing::run_scripts;
@@ -121,7 +121,8 @@ fn a_read_racing_a_write_can_return_a_mix_of_whole_lines() {
 #[test]
 fn a_connection_applies_a_request_after_the_last_line_of_the_one_before() {
     // Also when both were held back by a partition and go through together as it heals.
-    let partition = Partition { side: vec![NodeId(0)], from_ns: 5_000, until_ns: 100_000 };
+    let partition =
+        Partition { side: vec![NodeId(0)], from_ns: 5_000, until_ns: 100_000, way: Way::Both };
     for faults in
         [FaultConfig::none(), FaultConfig { partitions: vec![partition], ..FaultConfig::none() }]
     {
@@ -290,13 +291,84 @@ fn read_across(partition: Partition, post_at_ns: u64) -> (Status, u64) {
 
 #[test]
 fn a_partition_that_heals_in_time_delays_requests_and_a_longer_one_fails_them() {
-    let short = Partition { side: vec![NodeId(1)], from_ns: 10_000, until_ns: 200_000 };
+    let short =
+        Partition { side: vec![NodeId(1)], from_ns: 10_000, until_ns: 200_000, way: Way::Both };
     let (status, at) = read_across(short, 50_000);
     assert_eq!(status, Status::Success, "retransmitted once the partition healed");
     assert!(at > 200_000 && at < 210_000, "completed at {at} ns, after the partition");
     // The profiles give up after 0.5 ms of retries.
-    let long = Partition { side: vec![NodeId(1)], from_ns: 10_000, until_ns: 5_000_000 };
+    let long =
+        Partition { side: vec![NodeId(1)], from_ns: 10_000, until_ns: 5_000_000, way: Way::Both };
     let (status, at) = read_across(long, 50_000);
     assert_eq!(status, Status::Unreachable);
     assert!(at < 5_000_000, "failed at {at} ns, before the partition healed");
+}
+
+/// Node 0 WRITEs 128 bytes of 7s to node 1 at 50 µs; returns the completion's status and
+/// what node 1's first and last words hold at 2 ms.
+fn write_across(partition: Partition) -> (Status, u64, u64) {
+    let faults = FaultConfig { partitions: vec![partition], ..FaultConfig::none() };
+    let (mut b, data, scratch) = cluster(2, faults);
+    let status = std::sync::Mutex::new(None);
+    let held = std::sync::Mutex::new((0, 0));
+    run_scripts(&mut b, |ep| {
+        let me = ep.me().node.0;
+        let mut posted = false;
+        let (status, held) = (&status, &held);
+        move |ep: &mut _| {
+            let ep: &mut <SimCluster as Backend>::Ep = ep;
+            if me == 1 {
+                if ep.now_ns() < 2_000_000 {
+                    return false;
+                }
+                let r = ep.region(data).unwrap();
+                *held.lock().unwrap() = (r.load(0), r.load(120));
+                return true;
+            }
+            if !posted {
+                if ep.now_ns() < 50_000 {
+                    return false;
+                }
+                let s = ep.region(scratch).unwrap();
+                for w in 0..16 {
+                    s.store(w * 8, 7);
+                }
+                let wr = WorkRequest::Write {
+                    remote: RemoteAddr { node: NodeId(1), rkey: data, offset: 0 },
+                    src: WriteSrc::Local { addr: LocalAddr { rkey: scratch, offset: 0 }, len: 128 },
+                };
+                ep.post(Qp::to(NodeId(1)), 1, &wr, OpFlags::SIGNALED).unwrap();
+                posted = true;
+            }
+            let mut c = [Completion::EMPTY; 1];
+            if ep.poll_cq(&mut c) == 0 {
+                return false;
+            }
+            *status.lock().unwrap() = Some(c[0].status);
+            true
+        }
+    });
+    let status = status.into_inner().unwrap().expect("the WRITE completed");
+    let (first, last) = held.into_inner().unwrap();
+    (status, first, last)
+}
+
+#[test]
+fn a_one_way_cut_loses_either_the_request_or_only_its_answer() {
+    let cut = |side: u16| Partition {
+        side: vec![NodeId(side)],
+        from_ns: 10_000,
+        until_ns: 5_000_000,
+        way: Way::FromSide,
+    };
+    // What node 0 sends is lost: the WRITE never lands, and fails.
+    let (status, first, last) = write_across(cut(0));
+    assert_eq!((status, first, last), (Status::Unreachable, 0, 0));
+    // What node 1 sends is lost: the WRITE lands whole, yet its poster sees it fail.
+    let (status, first, last) = write_across(cut(1));
+    assert_eq!((status, first, last), (Status::Unreachable, 7, 7));
+    // Both ways open again in time: it lands and succeeds.
+    let short = Partition { until_ns: 200_000, ..cut(1) };
+    let (status, first, last) = write_across(short);
+    assert_eq!((status, first, last), (Status::Success, 7, 7));
 }

@@ -19,7 +19,9 @@ use std::time::{Duration, Instant};
 
 use hytra_fabric::local::LocalConfig;
 use hytra_fabric::rng::Rng;
-use hytra_fabric::sim::faults::{ClockDrift, FaultConfig, NodeFault, NodeFaultKind, Partition};
+use hytra_fabric::sim::faults::{
+    ClockDrift, FaultConfig, NodeFault, NodeFaultKind, Partition, Way,
+};
 use hytra_fabric::sim::profile::NicProfile;
 use hytra_fabric::sim::{Fencing, SimConfig};
 use hytra_fabric::{ClusterShape, NodeId};
@@ -80,6 +82,8 @@ const POINT_STREAM: u64 = 0x9_0147;
 const LONG_PAUSE_STREAM: u64 = 0x10_9A05E;
 /// Stream of the draw of a long network cut (see [`draw_long_cut`]).
 const LONG_CUT_STREAM: u64 = 0x10_C07;
+/// Stream of the draw of which way each partition cuts (see [`draw_ways`]).
+const WAY_STREAM: u64 = 0x1_3A7;
 /// Stream of the draws of clock drift and fencing (see [`add_leased_faults`]).
 const LEASE_FAULTS_STREAM: u64 = 0xC10C_D21F;
 /// Largest drift drawn for one node's clock: two nodes then differ by at most 4%,
@@ -100,7 +104,7 @@ const RECOVERY_SLACK_LEASES: u64 = 4;
 /// intervals of its commit timeline.
 const AFTER_HEAL_LOCAL_NS: u64 = 10 * TIMELINE_LOCAL_NS;
 /// Virtual time a cluster gets after its last crash to detect it and recover, beyond
-/// three leases (a manager's crash is found two leases late): the configuration store's
+/// three leases (a manager's crash is found a lease and a quarter late): the store's
 /// commits and the rounds of recovery.
 const RECOVERY_SLACK_NS: u64 = 3_000_000;
 /// Stream of the re-replication draws (see [`draw_rereplication`]).
@@ -274,6 +278,7 @@ impl Draw {
                 net.partitions.iter().any(|p| p.until_ns - p.from_ns <= PARTITION_MAX_NS),
             ),
             ("long cut", net.partitions.iter().any(|p| p.until_ns - p.from_ns > PARTITION_MAX_NS)),
+            ("one way", net.partitions.iter().any(|p| p.way == Way::FromSide)),
             ("clock drift", !net.clock_drift.is_empty()),
             ("no fencing", fencing == Fencing::Unavailable),
         ];
@@ -424,6 +429,7 @@ pub fn draw(seed: u64, backend: SwarmBackend, planted: Option<PlantedFault>) -> 
             replicated_by_ns = Some(heal_ns);
         }
     }
+    draw_ways(seed, nodes, &mut faults.partitions);
     if heal_ns > 0 {
         let after = if sim { AFTER_HEAL_SIM_NS } else { AFTER_HEAL_LOCAL_NS };
         measure_ns = measure_ns.max(heal_ns + after - warmup_ns);
@@ -730,7 +736,7 @@ fn draw_faults(rng: &mut Rng, nodes: u16, span_ns: u64) -> (FaultConfig, u64) {
         let side = (0..nodes).filter(|n| mask >> n & 1 == 1).map(NodeId).collect();
         let from_ns = window + rng.below(PARTITION_MAX_NS - 10_000);
         let until_ns = from_ns + 10_000 + rng.below(window + PARTITION_MAX_NS - from_ns - 10_000);
-        f.partitions.push(Partition { side, from_ns, until_ns });
+        f.partitions.push(Partition { side, from_ns, until_ns, way: Way::Both });
         heal = heal.max(until_ns);
     }
     if f == FaultConfig::none() {
@@ -738,6 +744,25 @@ fn draw_faults(rng: &mut Rng, nodes: u16, span_ns: u64) -> (FaultConfig, u64) {
         heal = span_ns / 2;
     }
     (f, heal)
+}
+
+/// Which way each partition cuts, from a stream of its own (the other draws stay as they
+/// were): a third of them lose only what their side sends, a third only what it
+/// receives (what the rest sends it), the rest both ways. One way, a request may take
+/// effect and its answer be lost, and a node may hear the manager's grants while its
+/// renewals are lost, or the reverse.
+fn draw_ways(seed: u64, nodes: u16, partitions: &mut [Partition]) {
+    let mut rng = Rng::derive(seed, WAY_STREAM);
+    for p in partitions {
+        match rng.below(3) {
+            0 => {}
+            1 => p.way = Way::FromSide,
+            _ => {
+                p.side = (0..nodes).map(NodeId).filter(|n| !p.side.contains(n)).collect();
+                p.way = Way::FromSide;
+            }
+        }
+    }
 }
 
 /// The generator of `stream` and the starting configuration, on one in `one_in` of the
@@ -818,7 +843,7 @@ fn draw_node_losses(
     }
     // The cut's node is removed once its suspicions stood their time and reached the
     // manager at its next turn (a lease); or the manager steps down, and a member takes
-    // over two leases later.
+    // over a lease and a quarter later.
     let (cut, lease_ns) = draw_long_cut(seed, nodes, r, span_ns, leases)?;
     let settled = cut.until_ns + (SUSPICION_LEASES + 3) * lease_ns;
     Some((Vec::new(), lease_ns, settled, Some(cut)))
@@ -842,7 +867,8 @@ fn draw_long_cut(
     let node = NodeId(rng.below(u64::from(nodes)) as u16);
     let from_ns = rng.below(span_ns);
     let for_ns = pick(&mut rng, &[1_500_000, 3_000_000, 2 * lease_ns]);
-    Some((Partition { side: vec![node], from_ns, until_ns: from_ns + for_ns }, lease_ns))
+    let until_ns = from_ns + for_ns;
+    Some((Partition { side: vec![node], from_ns, until_ns, way: Way::Both }, lease_ns))
 }
 
 /// A crash at a point of the protocol, on a fifth of the seeds that could lose a node but

@@ -580,13 +580,27 @@ impl<E: Endpoint> Co<E> {
         WaitOp { co: self, ticket }
     }
 
-    /// Sends a request; wait for the reply with [`Co::reply`].
+    /// Sends a request; wait for the reply with [`Co::reply`], which times out after the
+    /// configured RPC timeout.
     pub fn call(
         &self,
         dest: WorkerId,
         ty: RpcType,
         payload: &[u8],
     ) -> Result<CallTicket, RpcError> {
+        self.call_within(dest, ty, payload, self.inner.cfg.rpc_timeout_ns)
+    }
+
+    /// [`Co::call`] whose reply times out after `timeout_ns` instead: for callers that
+    /// ask again sooner than the configured timeout.
+    pub fn call_within(
+        &self,
+        dest: WorkerId,
+        ty: RpcType,
+        payload: &[u8],
+        timeout_ns: u64,
+    ) -> Result<CallTicket, RpcError> {
+        assert!(timeout_ns > 0, "a call's timeout is positive");
         if payload.len() > RPC_PAYLOAD_MAX {
             return Err(RpcError::TooLarge(payload.len()));
         }
@@ -594,7 +608,7 @@ impl<E: Endpoint> Co<E> {
             return Err(RpcError::Post(PostError::NoSuchPeer));
         }
         let mut ep = self.inner.ep.borrow_mut();
-        let deadline = self.inner.step_now_ns.get() + self.inner.cfg.rpc_timeout_ns;
+        let deadline = self.inner.step_now_ns.get() + timeout_ns;
         let ticket = self.inner.calls.borrow_mut().start(deadline)?;
         let header = Header {
             kind: FrameKind::Request,

@@ -447,12 +447,17 @@ fn same_seed_same_trace_under_faults() {
 
 #[test]
 fn partition_cuts_both_primitives_and_breaks_the_connection_for_good() {
-    use hytra_fabric::sim::faults::Partition;
+    use hytra_fabric::sim::faults::{Partition, Way};
     // Node 1 is cut off from node 0 for the first 2 ms, past the transport's retries:
     // the connection whose READ failed stays broken (an RC queue pair in the error
     // state), while datagrams pass again once the cut heals.
     let faults = FaultConfig {
-        partitions: vec![Partition { side: vec![NodeId(1)], from_ns: 0, until_ns: 2_000_000 }],
+        partitions: vec![Partition {
+            side: vec![NodeId(1)],
+            from_ns: 0,
+            until_ns: 2_000_000,
+            way: Way::Both,
+        }],
         ..FaultConfig::none()
     };
     let mut b = sim(2, 1, 25, faults);

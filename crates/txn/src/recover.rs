@@ -32,6 +32,7 @@
 //! Not for: the transaction protocol itself (see `txn.rs`, `commit.rs`); deciding where
 //! partitions go is `next_config`'s only policy.
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
@@ -68,6 +69,9 @@ pub const APPLY: RpcType = RpcType(13);
 pub const FINISH: RpcType = RpcType(14);
 /// The manager renews a member's lease (one-way): epoch, the member's clock when it asked.
 pub const GRANT: RpcType = RpcType(15);
+/// A member that heard no grant for a takeover's silence asks the others how long they
+/// have not heard one (see [`others_agree`]).
+pub const HEARD: RpcType = RpcType(17);
 
 /// Lease renewals per lease: losing all but one of them in a row still keeps it.
 const RENEWALS_PER_LEASE: u64 = 8;
@@ -304,9 +308,20 @@ pub struct NodeRecovery {
     /// which it stopped granting it, to remove it by suspicion (0: never).
     granted_to: Vec<AtomicU64>,
     revoked: Vec<AtomicU64>,
+    /// Manager: per node, the newest of its grants (by this node's clock) the member said
+    /// it received, or, if later, when this node installed the configuration in force.
+    /// A member takes over only a takeover's silence after the newest grant it received,
+    /// so the manager's own lease ends before then ([`takeover_ns`]).
+    acked: Vec<AtomicU64>,
     /// Member: the member's clock when it asked for the last lease granted, or, if
     /// later, when it installed or activated the configuration in force.
     granted: AtomicU64,
+    /// Member: its clock when the newest grant arrived (or, if later, when a silence
+    /// restarted): the manager's silence is measured from here.
+    grant_heard: AtomicU64,
+    /// Member: the manager's clock at the newest grant received in the configuration in
+    /// force (0: none yet), said back in each renewal.
+    grant_echo: AtomicU64,
     /// Manager: how far each member is with the end of the run ([`EndState`]).
     end_states: Vec<AtomicU8>,
     /// The whole run is over.
@@ -352,7 +367,10 @@ impl NodeRecovery {
             to_grant: (0..nodes).map(|_| AtomicU64::new(0)).collect(),
             granted_to: (0..nodes).map(|_| AtomicU64::new(0)).collect(),
             revoked: (0..nodes).map(|_| AtomicU64::new(0)).collect(),
+            acked: (0..nodes).map(|_| AtomicU64::new(0)).collect(),
             granted: AtomicU64::new(0),
+            grant_heard: AtomicU64::new(0),
+            grant_echo: AtomicU64::new(0),
             end_states: (0..nodes).map(|_| AtomicU8::new(EndState::Running as u8)).collect(),
             finished: AtomicBool::new(false),
             stopped: AtomicBool::new(false),
@@ -510,6 +528,15 @@ pub(crate) fn register<E: Endpoint + 'static>(w: &mut Worker<E>, node: &Arc<Node
     w.handle(APPLY, Box::new(move |ctx, req| apply(&n, ctx, req)));
     let n = node.clone();
     w.handle(FINISH, Box::new(move |ctx, _| finish(&n, ctx)));
+    let n = node.clone();
+    w.handle(HEARD, Box::new(move |ctx, _| heard(&n, ctx)));
+}
+
+/// How long this node has heard no grant from its manager, and in which epoch.
+fn heard<E: Endpoint>(node: &NodeEngine, ctx: &mut HandlerCtx<'_, E>) {
+    let rec = &node.recovery;
+    let silence = ctx.ep.now_ns().saturating_sub(rec.grant_heard.load(Ordering::Acquire));
+    Out(ctx.reply).u64(node.membership.epoch()).u64(silence);
 }
 
 /// Worker 0 of `node`, where the membership messages go.
@@ -519,11 +546,23 @@ fn first(node: NodeId) -> WorkerId {
 
 fn lease<E: Endpoint>(node: &NodeEngine, ctx: &mut HandlerCtx<'_, E>, req: &[u8]) {
     let mut i = In(req);
-    let (Some(epoch), Some(state), Some(sent)) = (i.u64(), i.u8(), i.u64()) else { return };
+    let (Some(epoch), Some(state), Some(sent), Some(echo)) = (i.u64(), i.u8(), i.u64(), i.u64())
+    else {
+        return;
+    };
     let Some(state) = EndState::decode(state) else { return };
     let rec = &node.recovery;
     let from = usize::from(ctx.src.node.0);
     if epoch == node.membership.epoch() && from < rec.renewed.len() && sent != 0 {
+        // The echo is this node's own clock: never ahead of it.
+        debug_assert!(echo <= ctx.ep.now_ns(), "an echoed grant from the future");
+        // A renewal counts only if it says a grant newer than any before arrived: the
+        // manager judges a member by round trips, so that one whose grants are lost one
+        // way (and whose lease lapses) is removed as if its renewals were, before it could
+        // take the manager for dead. Everything else it carries counts anyway.
+        if rec.acked[from].fetch_max(echo, Ordering::AcqRel) < echo {
+            rec.renewed[from].fetch_max(ctx.ep.now_ns(), Ordering::AcqRel);
+        }
         // What follows, if anything: the partitions the member copied whole (F5).
         if let Some(count) = i.u16() {
             let parts: Vec<u16> = (0..count).map_while(|_| i.u16()).collect();
@@ -534,7 +573,6 @@ fn lease<E: Endpoint>(node: &NodeEngine, ctx: &mut HandlerCtx<'_, E>, req: &[u8]
             let nodes: Vec<NodeId> = (0..count).map_while(|_| i.u16()).map(NodeId).collect();
             rec.suspicions.report(epoch, ctx.src.node, nodes.into_iter());
         }
-        rec.renewed[from].fetch_max(ctx.ep.now_ns(), Ordering::AcqRel);
         // Never back from Finished: a renewal sent before the member heard FINISH may
         // arrive after its acknowledgement.
         if rec.end_state_of(ctx.src.node) != EndState::Finished {
@@ -546,7 +584,7 @@ fn lease<E: Endpoint>(node: &NodeEngine, ctx: &mut HandlerCtx<'_, E>, req: &[u8]
 
 fn grant<E: Endpoint>(node: &NodeEngine, ctx: &mut HandlerCtx<'_, E>, req: &[u8]) {
     let mut i = In(req);
-    let (Some(epoch), Some(sent)) = (i.u64(), i.u64()) else { return };
+    let (Some(epoch), Some(sent), Some(at)) = (i.u64(), i.u64(), i.u64()) else { return };
     let rec = &node.recovery;
     // Only the manager of the configuration in force grants, and never into the future.
     let now = ctx.ep.now_ns();
@@ -554,6 +592,11 @@ fn grant<E: Endpoint>(node: &NodeEngine, ctx: &mut HandlerCtx<'_, E>, req: &[u8]
     if epoch == cfg.epoch && ctx.src.node == cfg.manager() && sent <= now {
         rec.lease_until.fetch_max(sent + rec.params.lease_ns, Ordering::AcqRel);
         rec.granted.fetch_max(sent, Ordering::AcqRel);
+        // Only a grant newer than any before shows the manager alive now: a duplicate
+        // of an old one, arriving late, says nothing.
+        if rec.grant_echo.fetch_max(at, Ordering::AcqRel) < at {
+            rec.grant_heard.fetch_max(now, Ordering::AcqRel);
+        }
     }
 }
 
@@ -596,6 +639,14 @@ fn install<E: Endpoint>(node: &NodeEngine, ep: &mut E, next: Config) {
     // removal, never hastens one; what a member may post still ends with its lease.
     let now = ep.now_ns();
     restart_silences(rec, &next, now);
+    // Grants of the new configuration come from its manager's clock (perhaps another).
+    rec.grant_echo.store(0, Ordering::Release);
+    // A member installs it no earlier than its manager, and takes over only a takeover's
+    // silence after that: the manager's own lease may count from here. (Only here: a
+    // silence restarted after a pause of this node says nothing of the members'.)
+    for n in next.members() {
+        rec.acked[usize::from(n.0)].fetch_max(now, Ordering::AcqRel);
+    }
     if next.manager() == node.node {
         // Its manager holds the configuration from the store just now (it committed it,
         // or read it there): a lease lapsed in an older one starts afresh.
@@ -768,6 +819,7 @@ fn activate<E: Endpoint>(node: &NodeEngine, ctx: &mut HandlerCtx<'_, E>, req: &[
             // only ever a delay.
             let now = ctx.ep.now_ns();
             rec.granted.fetch_max(now, Ordering::AcqRel);
+            rec.grant_heard.fetch_max(now, Ordering::AcqRel);
             rec.recovering.store(0, Ordering::Release);
             rec.event(RecoveryStep::Active { epoch }, now);
         }
@@ -1063,16 +1115,45 @@ fn patience<E: Endpoint>(co: &Co<E>, rec: &NodeRecovery) -> Patience {
 /// member that already answered may die before the others are done (and one still
 /// applying may wait on it for ever), so a member whose lease renewals stopped ends the
 /// round as silent, as it would end the manager's watch between rounds.
+///
+/// Only a member that holds the new configuration renews its lease with this manager
+/// (one still in an older configuration renews with that one's manager, perhaps dead,
+/// and renewals of an older epoch count for nothing here), and it may answer the first
+/// round, which installs the configuration, only after a few lost requests: a member is
+/// judged from its first answer on, by the later of its last renewal and its last
+/// answer. Until then only the round's own silence judges it (two lost requests once
+/// removed a live node here).
 struct Watch<'a> {
     rec: &'a NodeRecovery,
     members: &'a [NodeId],
     me: NodeId,
+    /// Per member that answered any request of these rounds, when it last did.
+    answers: RefCell<BTreeMap<NodeId, u64>>,
 }
 
 impl Watch<'_> {
-    /// A member (other than the manager) not heard from for a lease and a sixteenth.
+    /// Notes an answer of `n` at `now`.
+    fn answered(&self, n: NodeId, now: u64) {
+        let mut answers = self.answers.borrow_mut();
+        let at = answers.entry(n).or_insert(now);
+        *at = (*at).max(now);
+    }
+
+    /// Whether no member other than the manager answered anything yet.
+    fn heard_none(&self) -> bool {
+        self.answers.borrow().keys().all(|&n| n == self.me)
+    }
+
+    /// A member (other than the manager) that answered and then was not heard from for
+    /// a lease and a sixteenth, neither renewing nor answering.
     fn lapsed(&self, now: u64) -> Option<NodeId> {
-        self.members.iter().copied().find(|&n| n != self.me && renewals_lapsed(self.rec, n, now))
+        let answers = self.answers.borrow();
+        self.members.iter().copied().filter(|&n| n != self.me).find(|&n| {
+            answers.get(&n).is_some_and(|&at| {
+                let renewed = self.rec.renewed[usize::from(n.0)].load(Ordering::Acquire);
+                lease_over(self.rec, renewed.max(at), now)
+            })
+        })
     }
 }
 
@@ -1088,6 +1169,9 @@ fn lease_over(rec: &NodeRecovery, since: u64, now: u64) -> bool {
     let lease = rec.params.lease_ns;
     now > since + lease + lease / 16
 }
+
+/// Attempts [`call_all`] makes, at least, before it takes a member for silent.
+const ATTEMPTS_PER_SILENCE: u64 = 8;
 
 /// Calls in flight at once in [`call_all`]: well under the worker's call slots.
 const CALLS_AT_ONCE: usize = 32;
@@ -1119,6 +1203,11 @@ async fn call_all<E: Endpoint, T>(
     mut accept: impl FnMut(&[u8]) -> Option<T>,
 ) -> Result<Vec<T>, Unanswered> {
     let Patience { silent_ns, retry_ns } = patience;
+    // Each attempt waits for its reply an RPC timeout at most, and at most an eighth of
+    // the silence that removes a member: a member is asked at least eight times before it
+    // is taken for dead (three requests lost in a row, at 5% loss, once removed a live
+    // node when each attempt waited a quarter of it).
+    let attempt_ns = co.config().rpc_timeout_ns.min(silent_ns / ATTEMPTS_PER_SILENCE).max(1);
     let start = co.now_ns();
     let mut out: Vec<Option<T>> = reqs.iter().map(|_| None).collect();
     // Per destination, when it last answered anything, or else when it was first asked:
@@ -1134,13 +1223,18 @@ async fn call_all<E: Endpoint, T>(
             for &k in batch {
                 heard.entry(dest(k)).or_insert(now);
             }
-            let tickets: Vec<_> =
-                batch.iter().map(|&k| co.call(reqs[k].0, ty, &reqs[k].1).ok()).collect();
+            let tickets: Vec<_> = batch
+                .iter()
+                .map(|&k| co.call_within(reqs[k].0, ty, &reqs[k].1, attempt_ns).ok())
+                .collect();
             for (&k, t) in batch.iter().zip(tickets) {
                 let Some(t) = t else { continue };
                 // Any reply shows the destination alive, accepted or not.
                 if let Ok(v) = co.reply(t, |r| accept(r)).await {
                     heard.insert(dest(k), co.now_ns());
+                    if let Some(w) = watch {
+                        w.answered(dest(k).node, co.now_ns());
+                    }
                     out[k] = v;
                 }
             }
@@ -1185,7 +1279,11 @@ pub(crate) async fn membership<E: Endpoint>(co: Co<E>, wt: Rc<WorkerTxn>) {
                 // Told the run is over: say so, so that the manager need not go on
                 // telling (a lost acknowledgement only keeps it telling longer).
                 let mut req = Vec::new();
-                Out(&mut req).u64(cfg.epoch).u8(EndState::Finished as u8).u64(co.now_ns().max(1));
+                Out(&mut req)
+                    .u64(cfg.epoch)
+                    .u8(EndState::Finished as u8)
+                    .u64(co.now_ns().max(1))
+                    .u64(rec.grant_echo.load(Ordering::Acquire));
                 let _ = co.send_oneway(first(cfg.manager()), LEASE, &req);
             }
             return;
@@ -1238,7 +1336,7 @@ pub(crate) async fn membership<E: Endpoint>(co: Co<E>, wt: Rc<WorkerTxn>) {
         } else {
             // A lost request is covered by the next one.
             let _ = co.send_oneway(first(cfg.manager()), LEASE, &renewal(rec, &cfg, me, now));
-            let silent = now.saturating_sub(rec.granted.load(Ordering::Acquire));
+            let silent = now.saturating_sub(rec.grant_heard.load(Ordering::Acquire));
             // The manager is gone: the lowest member left takes over, the next ones a
             // lease later each if it does not.
             let rank =
@@ -1249,9 +1347,18 @@ pub(crate) async fn membership<E: Endpoint>(co: Co<E>, wt: Rc<WorkerTxn>) {
             // The manager grants while its rounds run too, so a member takes over a
             // reconfiguration only from a manager that died in it (F4).
             let done = rec.done_here();
-            if silent > lease * (2 + rank) && !done {
-                reconfigure(&co, &wt, Change::Remove(vec![cfg.manager()])).await;
-                continue;
+            if silent > takeover_ns(lease) + lease * rank && !done {
+                if others_agree(&co, &node, &cfg).await {
+                    reconfigure(&co, &wt, Change::Remove(vec![cfg.manager()])).await;
+                    continue;
+                }
+                // Not now. This node may have missed a newer configuration (one that
+                // removed it while it slept fences it off from the others): the store
+                // tells. Waiting on the others and the store was no pause of this node.
+                if let Err(e) = follow_newer(&co, &node).await {
+                    return rec.fail(e.to_string());
+                }
+                last_turn = co.now_ns();
             }
             if done && silent > lease * 8 {
                 rec.finished.store(true, Ordering::Release);
@@ -1265,6 +1372,37 @@ pub(crate) async fn membership<E: Endpoint>(co: Co<E>, wt: Rc<WorkerTxn>) {
         }
         co.sleep_until(co.now_ns().max(now) + rec.turn_ns()).await;
     }
+}
+
+/// Whether the other members (the manager aside) agree that the manager of `cfg` is
+/// gone: asked all at once how long they have heard no grant, at least one answers within
+/// a quarter of a lease, and every answer in `cfg`'s epoch says half a lease or more (or
+/// there is no other member to ask). A member that hears the manager tells a cut one way
+/// (what the manager sends this node is lost) from a dead manager; no answer at all means
+/// this node is the one cut off, and as manager it could only remove the others one by
+/// one; an answer from a newer epoch means this node missed it. In each case taking over
+/// would remove a live manager.
+async fn others_agree<E: Endpoint>(co: &Co<E>, node: &NodeEngine, cfg: &Config) -> bool {
+    let me = node.node;
+    let others: Vec<NodeId> = cfg.members().filter(|&n| n != me && n != cfg.manager()).collect();
+    if others.is_empty() {
+        return true;
+    }
+    let lease = node.recovery.params.lease_ns;
+    let wait_ns = co.config().rpc_timeout_ns.min(lease / 4).max(1);
+    let tickets: Vec<_> =
+        others.iter().map(|&n| co.call_within(first(n), HEARD, &[], wait_ns).ok()).collect();
+    let (mut answered, mut agree) = (false, true);
+    for t in tickets.into_iter().flatten() {
+        let read = |r: &[u8]| {
+            let mut i = In(r);
+            Some((i.u64()?, i.u64()?))
+        };
+        let Ok(Some((epoch, silence))) = co.reply(t, read).await else { continue };
+        answered = true;
+        agree &= epoch == cfg.epoch && silence >= lease / 2;
+    }
+    answered && agree
 }
 
 /// What the manager of `cfg` changes at `now`, if anything: it removes the members
@@ -1326,12 +1464,16 @@ fn changes(
     (ready.len() == syncing(cfg).len() || now > since + lease).then_some(Change::Ready(ready))
 }
 
-/// A member's lease renewal: epoch, how far it is with the end of the run, its clock, and
-/// the copies whole here that `cfg` still has syncing (nothing when there are none), which
+/// A member's lease renewal: epoch, how far it is with the end of the run, its clock, the
+/// manager's clock at the newest grant it received, and the copies whole here that `cfg` still has syncing (nothing when there are none), which
 /// it reports until the manager marks them ready.
 fn renewal(rec: &NodeRecovery, cfg: &Config, me: NodeId, now: u64) -> Vec<u8> {
     let mut req = Vec::new();
-    Out(&mut req).u64(cfg.epoch).u8(rec.end_state_here() as u8).u64(now.max(1));
+    Out(&mut req)
+        .u64(cfg.epoch)
+        .u8(rec.end_state_here() as u8)
+        .u64(now.max(1))
+        .u64(rec.grant_echo.load(Ordering::Acquire));
     let copied = rec.sync.copied_here(cfg, me);
     let suspected = rec.suspicions.standing(cfg.epoch, now, suspicion_age(rec));
     if !copied.is_empty() || !suspected.is_empty() {
@@ -1358,6 +1500,7 @@ fn suspicion_age(rec: &NodeRecovery) -> u64 {
 /// member of `cfg`, a member's towards the manager.
 fn restart_silences(rec: &NodeRecovery, cfg: &Config, now: u64) {
     rec.granted.fetch_max(now, Ordering::AcqRel);
+    rec.grant_heard.fetch_max(now, Ordering::AcqRel);
     for n in cfg.members() {
         rec.renewed[usize::from(n.0)].fetch_max(now, Ordering::AcqRel);
         // A lease granted before (perhaps by another manager) counts as granted now, so
@@ -1371,11 +1514,22 @@ fn restart_silences(rec: &NodeRecovery, cfg: &Config, now: u64) {
 /// its own, so that leases keep flowing while the manager's rounds of a reconfiguration
 /// wait on members: a member then takes the manager for dead only once it is (and can
 /// take over a reconfiguration the manager died in).
+///
+/// The manager's own lease runs at most a lease past its turn, and never past the point
+/// where a member whose acknowledgements of grants stopped could take over: a member
+/// takes over a takeover's silence after the newest grant it received (by its clock), so
+/// a takeover's silence after the newest grant it acknowledged, less a sixteenth for
+/// clocks that drift, the manager's lease is over (F1b). So a member may take over soon
+/// after a lease, with no fencing needed to stop the manager it replaces: a manager that
+/// paused, or whose grants stopped arriving, has stopped posting by then. Its grants go
+/// on whatever its own lease: they keep the members' leases, and bring the
+/// acknowledgements that give it its lease back.
 pub(crate) async fn granter<E: Endpoint>(co: Co<E>, wt: Rc<WorkerTxn>) {
     let node = wt.node.clone();
     let rec = &node.recovery;
     let me = co.me().node;
     let lease = rec.params.lease_ns;
+    let takeover = takeover_ns(lease);
     loop {
         if rec.ended() {
             return;
@@ -1388,31 +1542,41 @@ pub(crate) async fn granter<E: Endpoint>(co: Co<E>, wt: Rc<WorkerTxn>) {
         if cfg.manager() == me {
             rec.renewed[usize::from(me.0)].store(now, Ordering::Release);
             rec.end_states[usize::from(me.0)].store(rec.end_state_here() as u8, Ordering::Release);
-            // A manager that did not run for a lease (paused, descheduled) may be being
-            // taken over, and on a fabric that cannot fence it off only its lapsed lease
-            // keeps it from posting: it grants nothing more, itself included, in this
-            // configuration (F1b); a newer one that names it manager renews it on install.
-            let lapsed = now > rec.lease_until.load(Ordering::Acquire);
-            if !lapsed {
-                rec.lease_until.store(now + lease, Ordering::Release);
-                for n in cfg.members().filter(|&n| n != me) {
-                    let i = usize::from(n.0);
-                    if rec.revoked[i].load(Ordering::Acquire) == cfg.epoch {
-                        continue; // suspected: to be removed once its lease ran out
-                    }
-                    let sent = rec.to_grant[i].swap(0, Ordering::AcqRel);
-                    if sent != 0 {
-                        rec.granted_to[i].store(now, Ordering::Release);
-                        let mut msg = Vec::new();
-                        Out(&mut msg).u64(cfg.epoch).u64(sent);
-                        // A lost grant is covered by the next one.
-                        let _ = co.send_oneway(first(n), GRANT, &msg);
-                    }
+            let acked = cfg
+                .members()
+                .filter(|&n| n != me)
+                .map(|n| rec.acked[usize::from(n.0)].load(Ordering::Acquire))
+                .min();
+            let until = match acked {
+                Some(a) => (now + lease).min(a + takeover - takeover / 16),
+                None => now + lease,
+            };
+            rec.lease_until.store(until, Ordering::Release);
+            for n in cfg.members().filter(|&n| n != me) {
+                let i = usize::from(n.0);
+                if rec.revoked[i].load(Ordering::Acquire) == cfg.epoch {
+                    continue; // suspected: to be removed once its lease ran out
+                }
+                let sent = rec.to_grant[i].swap(0, Ordering::AcqRel);
+                if sent != 0 {
+                    rec.granted_to[i].store(now, Ordering::Release);
+                    let mut msg = Vec::new();
+                    Out(&mut msg).u64(cfg.epoch).u64(sent).u64(now);
+                    // A lost grant is covered by the next one.
+                    let _ = co.send_oneway(first(n), GRANT, &msg);
                 }
             }
         }
         co.sleep_until(co.now_ns().max(now) + rec.turn_ns()).await;
     }
+}
+
+/// How long a member hears no grant before it takes the manager for dead (the lowest
+/// member; each next one waits a lease more): a lease and a quarter, past the manager's
+/// own lease (a lease from its last turn, which granted within an eighth of a lease) with
+/// room for clocks that drift.
+fn takeover_ns(lease_ns: u64) -> u64 {
+    lease_ns + lease_ns / 4
 }
 
 /// What a reconfiguration changes.
@@ -1501,8 +1665,16 @@ async fn reconfigure<E: Endpoint>(co: &Co<E>, wt: &Rc<WorkerTxn>, mut change: Ch
                 }
                 return;
             }
-            Err(Round::Silent(n)) => {
-                // A member did not answer: remove it too, from the new configuration.
+            Err(Round::Silent { node: n, alone }) => {
+                // A member did not answer: remove it too, from the new configuration. But
+                // of two or more others none answered anything: this manager is cut off
+                // (perhaps one way), and would remove them one by one; it steps down, and
+                // they take over from it.
+                let others = next.members().filter(|&m| m != node.node).count();
+                if others > 1 && alone {
+                    rec.stopped.store(true, Ordering::Release);
+                    return;
+                }
                 change = Change::Remove(vec![n]);
             }
             Err(Round::Fatal(why)) => return rec.fail(why),
@@ -1563,15 +1735,21 @@ async fn follow_newer<E: Endpoint>(
     Ok(followed)
 }
 
+/// Why the rounds of a reconfiguration ended early.
 enum Round {
-    Silent(NodeId),
+    /// This member did not answer.
+    Silent {
+        node: NodeId,
+        /// Whether no other member answered anything in these rounds either.
+        alone: bool,
+    },
     Fatal(String),
 }
 
 impl Round {
-    fn of(u: Unanswered, what: &str) -> Round {
+    fn of(u: Unanswered, what: &str, watch: &Watch<'_>) -> Round {
         match u {
-            Unanswered::Silent(w) => Round::Silent(w.node),
+            Unanswered::Silent(w) => Round::Silent { node: w.node, alone: watch.heard_none() },
             Unanswered::NeverReady(w) => Round::Fatal(format!(
                 "{} kept answering {what} but never became ready ({READY_PATIENCE} times the silence allowed)",
                 w.node
@@ -1595,14 +1773,19 @@ async fn rounds<E: Endpoint>(
     // 1: install and quiesce, every member at once.
     let reqs: Vec<(WorkerId, Vec<u8>)> =
         members.iter().map(|&n| (first(n), bytes.to_vec())).collect();
-    let watch = Watch { rec: &node.recovery, members: &members, me: node.node };
+    let watch = Watch {
+        rec: &node.recovery,
+        members: &members,
+        me: node.node,
+        answers: RefCell::new(BTreeMap::new()),
+    };
     let answers = call_all(co, CONFIG, &reqs, patience, Some(&watch), |r| {
         let mut i = In(r);
         let (e, q) = (i.u64()?, i.u8()?);
         (e > epoch || (e == epoch && q == 1)).then_some(e)
     })
     .await
-    .map_err(|u| Round::of(u, "CONFIG"))?;
+    .map_err(|u| Round::of(u, "CONFIG", &watch))?;
     if answers.iter().any(|&e| e != epoch) {
         return Ok(()); // a newer configuration took over
     }
@@ -1616,7 +1799,7 @@ async fn rounds<E: Endpoint>(
             let one = [(first(n), req)];
             let page = call_all(co, REPORT, &one, patience, Some(&watch), |r| Some(r.to_vec()))
                 .await
-                .map_err(|u| Round::of(u, "REPORT"))?;
+                .map_err(|u| Round::of(u, "REPORT", &watch))?;
             match reports.read_page(n, &page[0]) {
                 Some(next) if next != cursor || next.0 == u32::MAX => cursor = next,
                 _ => return Err(Round::Fatal(format!("{n} sent a report that does not read"))),
@@ -1664,7 +1847,7 @@ async fn rounds<E: Endpoint>(
             (e != epoch || stage >= wanted.code()).then_some(e)
         })
         .await
-        .map_err(|u| Round::of(u, "DECIDE"))?;
+        .map_err(|u| Round::of(u, "DECIDE", &watch))?;
         if answers.iter().any(|&e| e != epoch) {
             return Ok(());
         }
@@ -1679,7 +1862,7 @@ async fn rounds<E: Endpoint>(
         (e != epoch || active == 1).then_some(e)
     })
     .await
-    .map_err(|u| Round::of(u, "ACTIVATE"))?;
+    .map_err(|u| Round::of(u, "ACTIVATE", &watch))?;
     Ok(())
 }
 

@@ -5,7 +5,7 @@
 //! reason instead of losing data; and a node cut off for longer than the transport
 //! retries is removed by suspicion and re-replicated like a dead one.
 
-use hytra_fabric::sim::faults::{FaultConfig, NodeFault, NodeFaultKind, Partition};
+use hytra_fabric::sim::faults::{FaultConfig, NodeFault, NodeFaultKind, Partition, Way};
 use hytra_fabric::sim::{SimCluster, SimConfig};
 use hytra_fabric::{ClusterShape, NodeId};
 use hytra_rt::RtConfig;
@@ -133,7 +133,12 @@ fn a_node_cut_off_past_the_transport_retries_is_removed_and_nothing_is_lost() {
     // makes the copies whole again.
     let slow = Rereplication::Paced { bytes_per_sec: 20_000_000 };
     for (cut, removed, by) in [(4, NodeId(4), NodeId(0)), (0, NodeId(0), NodeId(1))] {
-        let cut = Partition { side: vec![NodeId(cut)], from_ns: 11_500_000, until_ns: 12_500_000 };
+        let cut = Partition {
+            side: vec![NodeId(cut)],
+            from_ns: 11_500_000,
+            until_ns: 12_500_000,
+            way: Way::Both,
+        };
         let r = crashes_cut_run(Design::DrtmH, &[], slow, vec![cut]).unwrap();
         let c = r.checker.as_ref().expect("checked");
         assert!(c.serializable(), "{:?}", &c.violations[..c.violations.len().min(3)]);
@@ -149,5 +154,49 @@ fn a_node_cut_off_past_the_transport_retries_is_removed_and_nothing_is_lost() {
             "copies not whole again after {removed}'s removal: {events:?}"
         );
         assert!(r.recovery.still_copying.is_empty());
+    }
+}
+
+#[test]
+fn a_node_cut_off_one_way_is_removed_and_takes_no_one_over() {
+    // 12 ms, over two leases, cut one way: what a node sends, or what it receives. A
+    // member cut either way is removed by the manager (its renewals are lost, or its
+    // grants, and the manager counts only renewals that acknowledge a new grant), and
+    // does not take the manager for dead, since no other member answers it. The manager
+    // cut either way steps down (its members' renewals, or their acknowledgements, stop),
+    // and node 1 takes over once the others agree none of them hears it. No other node is
+    // removed, nothing is lost, and the copies are whole again.
+    let all_but = |n: u16| (0..6).filter(|&m| m != n).map(NodeId).collect::<Vec<_>>();
+    let cases = [
+        (vec![NodeId(4)], NodeId(4), NodeId(0)),
+        (all_but(4), NodeId(4), NodeId(0)),
+        (vec![NodeId(0)], NodeId(0), NodeId(1)),
+        (all_but(0), NodeId(0), NodeId(1)),
+    ];
+    let slow = Rereplication::Paced { bytes_per_sec: 20_000_000 };
+    for (side, removed, by) in cases {
+        let what = format!("cut from {side:?}");
+        let cut = Partition { side, from_ns: 11_500_000, until_ns: 23_500_000, way: Way::FromSide };
+        let r = crashes_cut_run(Design::DrtmH, &[], slow, vec![cut]).unwrap();
+        let c = r.checker.as_ref().expect("checked");
+        assert!(c.serializable(), "{what}: {:?}", &c.violations[..c.violations.len().min(3)]);
+        assert!(r.invariant.ok, "{what}: {:?}", r.invariant.details);
+        let events = &r.recovery.events;
+        let removals: Vec<_> = events
+            .iter()
+            .filter_map(|(n, e)| match &e.step {
+                RecoveryStep::Removing { dead, .. } => Some((*n, dead.clone())),
+                _ => None,
+            })
+            .collect();
+        assert!(removals.contains(&(by, vec![removed])), "{what}: {removals:?}");
+        assert!(
+            removals.iter().all(|(_, dead)| dead == &[removed]),
+            "{what}: only {removed} is removed: {removals:?}"
+        );
+        assert!(
+            events.iter().any(|(_, e)| matches!(e.step, RecoveryStep::Replicated { .. })),
+            "{what}: copies not whole again: {events:?}"
+        );
     }
 }

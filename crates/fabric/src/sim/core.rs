@@ -58,13 +58,24 @@ impl<T> Ord for Timed<T> {
     }
 }
 
+/// Whether a one-sided request's answer reaches its poster.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Answer {
+    /// It does: the completion reports what the target did.
+    Back,
+    /// A one-way cut loses it past the transport's retries: the request took effect, and
+    /// its completion fails (the connection breaks).
+    Lost,
+}
+
 /// What the event queue holds.
 pub(crate) enum Event {
     /// A one-sided request reaches the target NIC.
     Arrive(OneSided),
     /// The next 64-byte line of a READ or WRITE takes effect at its target, `from` bytes
-    /// into the transfer; after the last, its completion (due at `cqe_at`) is handed over.
-    Line { op: OneSided, from: u32, cqe_at: Ps },
+    /// into the transfer; after the last, its completion (due at `cqe_at`) is handed over,
+    /// a failed one if its answer is lost.
+    Line { op: OneSided, from: u32, cqe_at: Ps, answer: Answer },
     /// A datagram reaches the receiving NIC.
     Deliver(Datagram),
     /// A worker may run (stale if `token` no longer matches).

@@ -7,7 +7,8 @@ use crate::ids::NodeId;
 
 pub use crate::node_fault::{NodeFault, NodeFaultKind};
 
-/// A network partition: nodes in `side` cannot talk to the others during the window.
+/// A network partition: during the window, what `side` and the rest of the cluster send
+/// each other is lost, both ways or one way.
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct Partition {
     /// One side of the cut; the rest of the cluster is the other.
@@ -16,6 +17,32 @@ pub struct Partition {
     pub from_ns: u64,
     /// End (exclusive).
     pub until_ns: u64,
+    /// Which way packets are lost.
+    pub way: Way,
+}
+
+/// Which way a [`Partition`] cuts.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Way {
+    /// Neither side hears the other.
+    Both,
+    /// What `side` sends to the rest is lost; what the rest sends to `side` arrives (a
+    /// one-way cut: a request may take effect and its answer be lost).
+    FromSide,
+}
+
+impl Partition {
+    /// Whether this partition, at `now_ns`, loses what `from` sends to `to`.
+    fn cuts(&self, from: NodeId, to: NodeId, now_ns: u64) -> bool {
+        if !(self.from_ns..self.until_ns).contains(&now_ns) {
+            return false;
+        }
+        let (a, b) = (self.side.contains(&from), self.side.contains(&to));
+        match self.way {
+            Way::Both => a != b,
+            Way::FromSide => a && !b,
+        }
+    }
 }
 
 /// Faults to inject; probabilities in parts per million per datagram.
@@ -116,16 +143,14 @@ impl FaultConfig {
         Ok(())
     }
 
-    /// The first time from `now_ns` on at which `a` and `b` are not cut off from each
-    /// other (`now_ns` itself if they are not).
-    pub fn heals_at(&self, a: NodeId, b: NodeId, now_ns: u64) -> u64 {
+    /// The first time from `now_ns` on at which what `from` sends `to` arrives
+    /// (`now_ns` itself if it does).
+    pub fn heals_at(&self, from: NodeId, to: NodeId, now_ns: u64) -> u64 {
         let mut t = now_ns;
         // Each window can end the search at most once: windows that cover `t` move it to
         // their end, and `t` only grows.
         for _ in 0..=self.partitions.len() {
-            match self.partitions.iter().find(|p| {
-                (p.from_ns..p.until_ns).contains(&t) && (p.side.contains(&a) != p.side.contains(&b))
-            }) {
+            match self.partitions.iter().find(|p| p.cuts(from, to, t)) {
                 Some(p) => t = p.until_ns,
                 None => return t,
             }
@@ -133,12 +158,25 @@ impl FaultConfig {
         unreachable!("partition windows cover {t} after moving past each of them")
     }
 
-    /// Whether `a` and `b` are cut off from each other at `now_ns`.
-    pub fn partitioned(&self, a: NodeId, b: NodeId, now_ns: u64) -> bool {
-        self.partitions.iter().any(|p| {
-            (p.from_ns..p.until_ns).contains(&now_ns)
-                && (p.side.contains(&a) != p.side.contains(&b))
-        })
+    /// The first time from `now_ns` on at which `a` and `b` hear each other both ways:
+    /// when a request and its answer both arrive.
+    pub fn round_trip_at(&self, a: NodeId, b: NodeId, now_ns: u64) -> u64 {
+        let mut t = now_ns;
+        // Each pass either ends or moves `t` past the end of at least one window.
+        for _ in 0..=2 * self.partitions.len() {
+            let there = self.heals_at(a, b, t);
+            let back = self.heals_at(b, a, there);
+            if back == there {
+                return back;
+            }
+            t = back;
+        }
+        unreachable!("partition windows cover {t} after moving past each of them")
+    }
+
+    /// Whether what `from` sends `to` at `now_ns` is lost.
+    pub fn cuts(&self, from: NodeId, to: NodeId, now_ns: u64) -> bool {
+        self.partitions.iter().any(|p| p.cuts(from, to, now_ns))
     }
 }
 
@@ -167,8 +205,12 @@ impl std::fmt::Display for FaultConfig {
         parts.extend(self.node_faults.iter().map(NodeFault::to_string));
         for p in &self.partitions {
             let side: Vec<String> = p.side.iter().map(|n| n.to_string()).collect();
+            let what = match p.way {
+                Way::Both => "partition",
+                Way::FromSide => "one-way cut from",
+            };
             parts.push(format!(
-                "partition [{}] {}-{} us",
+                "{what} [{}] {}-{} us",
                 side.join(" "),
                 us(p.from_ns),
                 us(p.until_ns)

@@ -366,7 +366,9 @@ impl SimCluster {
     ) {
         match event {
             Event::Arrive(op) => self.core.borrow_mut().arrive(op),
-            Event::Line { op, from, cqe_at } => self.core.borrow_mut().line(op, from, cqe_at),
+            Event::Line { op, from, cqe_at, answer } => {
+                self.core.borrow_mut().line(op, from, cqe_at, answer)
+            }
             Event::Deliver(dg) => self.core.borrow_mut().deliver(dg),
             Event::NodeFault { index } => {
                 let crashed = self.core.borrow_mut().node_fault(index);

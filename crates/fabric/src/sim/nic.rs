@@ -8,7 +8,7 @@
 use crate::constants::{CQ_DEPTH, DATAGRAM_MTU, INLINE_MAX, RECV_DEPTH, SQ_DEPTH};
 use crate::exec::{check_target, execute, validate_post, Flat};
 use crate::ids::{NodeId, Qp, WorkerId, WrId};
-use crate::sim::core::{ps, Core, CqEntry, Event, Ps, RxEntry, Timed};
+use crate::sim::core::{ps, Answer, Core, CqEntry, Event, Ps, RxEntry, Timed};
 use crate::sim::profile::NicProfile;
 use crate::sim::qp_cache::QpCache;
 use crate::sim::timeline::Timeline;
@@ -476,6 +476,20 @@ impl Core {
         q.last_complete = q.last_complete.max(at);
     }
 
+    /// A request that never reaches its target (crashed, fenced off, cut off past the
+    /// transport's retries, or on a broken connection) fails after those retries, and
+    /// its connection breaks for good (to a crashed or fenced-off target it is moot).
+    fn unreachable(&mut self, op: OneSided, crashed: bool) {
+        if !crashed {
+            self.workers[op.src as usize].qps[op.qp_slot as usize].broken = true;
+        }
+        self.stats.unreachable += 1;
+        self.trace_op(&op, 3, 0);
+        self.release_inline(&op);
+        let at = self.now + self.model.rc_timeout;
+        self.push_cqe(&op, at, Status::Unreachable, 0);
+    }
+
     /// A one-sided request reaches its target: check, apply, and schedule the answer.
     pub(crate) fn arrive(&mut self, op: OneSided) {
         let src_node = self.shape.worker_at(op.src as usize).node;
@@ -491,10 +505,17 @@ impl Core {
         let crashed = self.nics[usize::from(target.0)].state == NodeState::Crashed
             || self.is_fenced(target, src_node);
         let broken = self.workers[op.src as usize].qps[op.qp_slot as usize].broken;
-        if !crashed && !broken && self.faults.partitioned(src_node, target, now / 1000) {
+        let now_ns = now / 1000;
+        let request_cut = self.faults.cuts(src_node, target, now_ns);
+        let answer = match self.faults.cuts(target, src_node, now_ns) {
+            true => Answer::Lost,
+            false => Answer::Back,
+        };
+        if !crashed && !broken && (request_cut || answer == Answer::Lost) {
             // RC retransmits until its retry budget is spent: a partition that heals
-            // within it only delays the request (and every later one of the connection).
-            let heal = ps(self.faults.heals_at(src_node, target, now / 1000) as f64);
+            // within it, both ways, only delays the request (and every later one of the
+            // connection).
+            let heal = ps(self.faults.round_trip_at(src_node, target, now_ns) as f64);
             if heal - now < self.model.rc_timeout {
                 self.stats.held += 1;
                 self.workers[op.src as usize].qps[op.qp_slot as usize].held_until = heal;
@@ -502,18 +523,8 @@ impl Core {
                 return;
             }
         }
-        if crashed || broken || self.faults.partitioned(src_node, target, now / 1000) {
-            if !crashed {
-                self.workers[op.src as usize].qps[op.qp_slot as usize].broken = true;
-            }
-            self.stats.unreachable += 1;
-            self.trace_op(&op, 3, 0);
-            if let Some(i) = op.inline {
-                self.inline_pool.release(i);
-            }
-            let at = now + self.model.rc_timeout;
-            self.push_cqe(&op, at, Status::Unreachable, 0);
-            return;
+        if crashed || broken || request_cut {
+            return self.unreachable(op, crashed);
         }
         let k = kind_index(op.flat.kind);
         let in_bytes = self.model.rc_header
@@ -533,7 +544,7 @@ impl Core {
             OpKind::Write => self.model.target_write,
             _ => self.model.target_read,
         };
-        let (status, value, rest) = self.apply(&op, src_node);
+        let (mut status, mut value, rest) = self.apply(&op, src_node);
         // The answer leaves once the last line has taken effect, and the connection's
         // next request takes effect only after it (strictly: its lines are later events).
         let last = self.model.last_line(&op.flat, now);
@@ -557,15 +568,26 @@ impl Core {
                 _ => 0,
             };
         let left = self.transmit(target, t, back_bytes);
-        let back = self.receive(src_node, left + self.model.wire, back_bytes);
-        let cqe_at = back + self.model.completion;
+        let cqe_at = match answer {
+            Answer::Back => self.receive(src_node, left + self.model.wire, back_bytes),
+            // Its answer is lost one way, past the transport's retries: the request took
+            // effect, the poster sees it fail, and the connection breaks (R2).
+            Answer::Lost => left.max(now + self.model.rc_timeout),
+        } + self.model.completion;
+        if answer == Answer::Lost {
+            self.workers[op.src as usize].qps[op.qp_slot as usize].broken = true;
+            self.stats.unreachable += 1;
+            if rest.is_none() {
+                (status, value) = (Status::Unreachable, 0);
+            }
+        }
         match rest {
             // The completion is handed over with the last line: a worker whose clock ran
             // ahead of the events must not see it (and read or reuse the buffer) before
             // every line took effect.
             Some(from) => {
                 let at = now + self.model.line(op.flat.kind);
-                self.schedule(at, Event::Line { op, from, cqe_at });
+                self.schedule(at, Event::Line { op, from, cqe_at, answer });
             }
             None if op.signaled || status != Status::Success => {
                 self.push_cqe(&op, cqe_at, status, value)
@@ -618,7 +640,7 @@ impl Core {
     /// completion (due at `cqe_at`) is handed to its worker if it is signaled. A target
     /// that crashed meanwhile applies no more of it, and the request fails after the
     /// transport's retries, signaled or not (R2).
-    pub(crate) fn line(&mut self, op: OneSided, from: u32, cqe_at: Ps) {
+    pub(crate) fn line(&mut self, op: OneSided, from: u32, cqe_at: Ps, answer: Answer) {
         let src_node = self.shape.worker_at(op.src as usize).node;
         let remote = op.flat.remote;
         if self.nics[usize::from(remote.node.0)].state == NodeState::Crashed {
@@ -638,13 +660,14 @@ impl Core {
         self.trace.add(0x11E << 48 ^ op.wr_id ^ from);
         if from + len < total {
             let at = self.now + self.model.line(op.flat.kind);
-            self.schedule(at, Event::Line { op, from: (from + len) as u32, cqe_at });
+            self.schedule(at, Event::Line { op, from: (from + len) as u32, cqe_at, answer });
         } else {
             self.release_inline(&op);
-            if op.signaled {
-                self.push_cqe(&op, cqe_at, Status::Success, 0);
-            } else {
-                self.behind(&op, cqe_at);
+            match answer {
+                Answer::Back if op.signaled => self.push_cqe(&op, cqe_at, Status::Success, 0),
+                Answer::Back => self.behind(&op, cqe_at),
+                // Failed, signaled or not (R2).
+                Answer::Lost => self.push_cqe(&op, cqe_at, Status::Unreachable, 0),
             }
         }
     }
@@ -668,7 +691,7 @@ impl Core {
         let ws_full = self.workers[dg.to as usize].rx.len() >= RECV_DEPTH;
         if self.nics[usize::from(to_node.0)].state == NodeState::Crashed
             || self.is_fenced(to_node, from_node)
-            || self.faults.partitioned(from_node, to_node, now / 1000)
+            || self.faults.cuts(from_node, to_node, now / 1000)
             || ws_full
         {
             self.stats.datagrams_dropped += 1;
@@ -727,9 +750,9 @@ mod tests {
         while let Some(e) = core.pop(u64::MAX) {
             match e {
                 Event::Arrive(op) => core.arrive(op),
-                Event::Line { op, from, cqe_at } => {
+                Event::Line { op, from, cqe_at, answer } => {
                     lines += 1;
-                    core.line(op, from, cqe_at)
+                    core.line(op, from, cqe_at, answer)
                 }
                 _ => {}
             }
