@@ -11,7 +11,8 @@
 //! (passive ACK: no reply wanted) carry 0. Input from the network is never trusted: a
 //! malformed datagram is counted and dropped. Not for: the coroutine API (`worker.rs`).
 
-use std::collections::VecDeque;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::task::Waker;
 
 use hytra_fabric::{Endpoint, OpFlags, PostError, WorkerId};
@@ -359,9 +360,13 @@ pub struct RpcStats {
 pub(crate) struct Calls {
     slots: Vec<CallSlot>,
     free: Vec<u32>,
-    /// (deadline, slot, generation), in deadline order because every call gets the same
-    /// timeout; entries of calls already settled are skipped when they reach the front.
-    deadlines: VecDeque<(u64, u32, u32)>,
+    /// (deadline, order of the call, slot, generation), earliest first (and in call
+    /// order for equal deadlines, so that expiry is deterministic): calls may have
+    /// timeouts of their own. Entries of calls already settled are skipped when they
+    /// reach the front.
+    deadlines: BinaryHeap<Reverse<(u64, u64, u32, u32)>>,
+    /// Calls started so far, to order equal deadlines.
+    started: u64,
     pub(crate) stats: RpcStats,
 }
 
@@ -370,7 +375,8 @@ impl Calls {
         Calls {
             slots: Vec::new(),
             free: Vec::new(),
-            deadlines: VecDeque::new(),
+            deadlines: BinaryHeap::new(),
+            started: 0,
             stats: RpcStats::default(),
         }
     }
@@ -394,11 +400,8 @@ impl Calls {
         // only one-way frames carry, and the duplicate filter takes 0 as "never served".
         s.gen = s.gen.wrapping_add(1).max(1);
         s.state = CallState::Waiting;
-        debug_assert!(
-            self.deadlines.back().is_none_or(|d| d.0 <= deadline_ns),
-            "deadlines out of order"
-        );
-        self.deadlines.push_back((deadline_ns, idx, s.gen));
+        self.started += 1;
+        self.deadlines.push(Reverse((deadline_ns, self.started, idx, s.gen)));
         self.stats.calls += 1;
         Ok(CallTicket { idx, gen: s.gen })
     }
@@ -443,13 +446,13 @@ impl Calls {
     /// Fails every call whose deadline passed; returns how many coroutines to wake via
     /// `wake`.
     pub(crate) fn expire(&mut self, now_ns: u64, mut wake: impl FnMut(Waker)) {
-        while let Some(&(deadline, idx, gen)) = self.deadlines.front() {
+        while let Some(&Reverse((deadline, _, idx, gen))) = self.deadlines.peek() {
             let s = &mut self.slots[idx as usize];
             let live = s.gen == gen && matches!(s.state, CallState::Waiting);
             if live && deadline > now_ns {
                 break;
             }
-            self.deadlines.pop_front();
+            self.deadlines.pop();
             if live {
                 s.state = CallState::Failed(RpcError::TimedOut);
                 self.stats.timeouts += 1;
@@ -462,12 +465,12 @@ impl Calls {
 
     /// Earliest deadline of a call still waiting.
     pub(crate) fn next_deadline(&mut self) -> Option<u64> {
-        while let Some(&(deadline, idx, gen)) = self.deadlines.front() {
+        while let Some(&Reverse((deadline, _, idx, gen))) = self.deadlines.peek() {
             let s = &self.slots[idx as usize];
             if s.gen == gen && matches!(s.state, CallState::Waiting) {
                 return Some(deadline);
             }
-            self.deadlines.pop_front();
+            self.deadlines.pop();
         }
         None
     }

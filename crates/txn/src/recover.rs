@@ -313,6 +313,9 @@ pub struct NodeRecovery {
     /// A member takes over only a takeover's silence after the newest grant it received,
     /// so the manager's own lease ends before then ([`takeover_ns`]).
     acked: Vec<AtomicU64>,
+    /// Manager: per node, when (this node's clock) a renewal last said a new grant
+    /// arrived, or, if later, when a silence restarted.
+    round_trip: Vec<AtomicU64>,
     /// Member: the member's clock when it asked for the last lease granted, or, if
     /// later, when it installed or activated the configuration in force.
     granted: AtomicU64,
@@ -368,6 +371,7 @@ impl NodeRecovery {
             granted_to: (0..nodes).map(|_| AtomicU64::new(0)).collect(),
             revoked: (0..nodes).map(|_| AtomicU64::new(0)).collect(),
             acked: (0..nodes).map(|_| AtomicU64::new(0)).collect(),
+            round_trip: (0..nodes).map(|_| AtomicU64::new(0)).collect(),
             granted: AtomicU64::new(0),
             grant_heard: AtomicU64::new(0),
             grant_echo: AtomicU64::new(0),
@@ -556,12 +560,14 @@ fn lease<E: Endpoint>(node: &NodeEngine, ctx: &mut HandlerCtx<'_, E>, req: &[u8]
     if epoch == node.membership.epoch() && from < rec.renewed.len() && sent != 0 {
         // The echo is this node's own clock: never ahead of it.
         debug_assert!(echo <= ctx.ep.now_ns(), "an echoed grant from the future");
-        // A renewal counts only if it says a grant newer than any before arrived: the
-        // manager judges a member by round trips, so that one whose grants are lost one
-        // way (and whose lease lapses) is removed as if its renewals were, before it could
-        // take the manager for dead. Everything else it carries counts anyway.
+        let now = ctx.ep.now_ns();
+        rec.renewed[from].fetch_max(now, Ordering::AcqRel);
+        // A renewal that says a grant newer than any before arrived closes a round trip:
+        // a member whose grants are lost one way (its lease lapses, and it takes no one
+        // over, see `others_agree`) renews on, and is removed once none closed for
+        // `ROUND_TRIP_LEASES`.
         if rec.acked[from].fetch_max(echo, Ordering::AcqRel) < echo {
-            rec.renewed[from].fetch_max(ctx.ep.now_ns(), Ordering::AcqRel);
+            rec.round_trip[from].fetch_max(now, Ordering::AcqRel);
         }
         // What follows, if anything: the partitions the member copied whole (F5).
         if let Some(count) = i.u16() {
@@ -1170,6 +1176,12 @@ fn lease_over(rec: &NodeRecovery, since: u64, now: u64) -> bool {
     now > since + lease + lease / 16
 }
 
+/// Leases a member may renew without saying a new grant arrived before the manager
+/// removes it: a grant answers each renewal within a turn, so twice the lease is far
+/// past a loaded worker's delays, yet within the time a member cut off one way stays
+/// without a lease (its partitions unserved meanwhile).
+const ROUND_TRIP_LEASES: u64 = 2;
+
 /// Attempts [`call_all`] makes, at least, before it takes a member for silent.
 const ATTEMPTS_PER_SILENCE: u64 = 8;
 
@@ -1417,8 +1429,14 @@ fn changes(
     readying_since: &mut Option<u64>,
 ) -> Option<Change> {
     let lease = rec.params.lease_ns;
-    let mut dead: Vec<NodeId> =
-        cfg.members().filter(|&n| n != me && renewals_lapsed(rec, n, now)).collect();
+    // Members not heard from, and members heard from whose grants are lost.
+    let no_round_trip = |n: NodeId| {
+        now > rec.round_trip[usize::from(n.0)].load(Ordering::Acquire) + ROUND_TRIP_LEASES * lease
+    };
+    let mut dead: Vec<NodeId> = cfg
+        .members()
+        .filter(|&n| n != me && (renewals_lapsed(rec, n, now) || no_round_trip(n)))
+        .collect();
     // Of two or more members, none heard from for half a lease: this manager is more
     // likely cut off than they all dead at once (a crash of all would not be survived
     // anyway). It waits for the others to be heard again or lapse too; once every one
@@ -1426,10 +1444,13 @@ fn changes(
     let others = cfg.members().filter(|&n| n != me).count();
     let heard =
         |n: NodeId| now <= rec.renewed[usize::from(n.0)].load(Ordering::Acquire) + lease / 2;
+    if others > 1 && dead.len() == others {
+        // Every other member lapsed, or renews on without its grants arriving (what this
+        // manager sends is lost): it is the one cut off.
+        rec.stopped.store(true, Ordering::Release);
+        return None;
+    }
     if !dead.is_empty() && others > 1 && !cfg.members().any(|n| n != me && heard(n)) {
-        if dead.len() == others {
-            rec.stopped.store(true, Ordering::Release);
-        }
         return None;
     }
     // Members whose connections broke while both kept their leases (see `suspect`).
@@ -1503,6 +1524,7 @@ fn restart_silences(rec: &NodeRecovery, cfg: &Config, now: u64) {
     rec.grant_heard.fetch_max(now, Ordering::AcqRel);
     for n in cfg.members() {
         rec.renewed[usize::from(n.0)].fetch_max(now, Ordering::AcqRel);
+        rec.round_trip[usize::from(n.0)].fetch_max(now, Ordering::AcqRel);
         // A lease granted before (perhaps by another manager) counts as granted now, so
         // that a suspect is removed only a whole lease after it.
         rec.granted_to[usize::from(n.0)].fetch_max(now, Ordering::AcqRel);

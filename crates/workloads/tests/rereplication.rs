@@ -161,7 +161,7 @@ fn a_node_cut_off_past_the_transport_retries_is_removed_and_nothing_is_lost() {
 fn a_node_cut_off_one_way_is_removed_and_takes_no_one_over() {
     // 12 ms, over two leases, cut one way: what a node sends, or what it receives. A
     // member cut either way is removed by the manager (its renewals are lost, or its
-    // grants, and the manager counts only renewals that acknowledge a new grant), and
+    // grants, and its renewals stop acknowledging new grants), and
     // does not take the manager for dead, since no other member answers it. The manager
     // cut either way steps down (its members' renewals, or their acknowledgements, stop),
     // and node 1 takes over once the others agree none of them hears it. No other node is
