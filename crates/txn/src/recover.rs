@@ -70,7 +70,7 @@ pub const FINISH: RpcType = RpcType(14);
 /// The manager renews a member's lease (one-way): epoch, the member's clock when it asked.
 pub const GRANT: RpcType = RpcType(15);
 /// A member that heard no grant for a takeover's silence asks the others how long they
-/// have not heard one (see [`others_agree`]).
+/// have not heard one (see `others_agree`).
 pub const HEARD: RpcType = RpcType(17);
 
 /// Lease renewals per lease: losing all but one of them in a row still keeps it.
