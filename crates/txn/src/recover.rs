@@ -53,7 +53,8 @@ use crate::resync::{
 use crate::suspect::{Suspicions, SUSPICION_LEASES};
 use crate::wire::{In, Out};
 
-/// A member asks the manager to renew its lease (one-way): epoch, done, its clock.
+/// A member asks the manager to renew its lease (one-way): epoch, done, its clock, the
+/// manager's clock at the newest grant it received, then what it copied and suspects.
 pub const LEASE: RpcType = RpcType(8);
 /// The manager hands a member a new configuration: config -> (epoch, quiesced).
 pub const CONFIG: RpcType = RpcType(9);
@@ -67,7 +68,8 @@ pub const ACTIVATE: RpcType = RpcType(12);
 pub const APPLY: RpcType = RpcType(13);
 /// The manager tells a member the run is over (one-way, repeated).
 pub const FINISH: RpcType = RpcType(14);
-/// The manager renews a member's lease (one-way): epoch, the member's clock when it asked.
+/// The manager renews a member's lease (one-way): epoch, the member's clock when it
+/// asked, the manager's clock now.
 pub const GRANT: RpcType = RpcType(15);
 /// A member that heard no grant for a takeover's silence asks the others how long they
 /// have not heard one (see `others_agree`).
@@ -316,9 +318,6 @@ pub struct NodeRecovery {
     /// Manager: per node, when (this node's clock) a renewal last said a new grant
     /// arrived, or, if later, when a silence restarted.
     round_trip: Vec<AtomicU64>,
-    /// Member: the member's clock when it asked for the last lease granted, or, if
-    /// later, when it installed or activated the configuration in force.
-    granted: AtomicU64,
     /// Member: its clock when the newest grant arrived (or, if later, when a silence
     /// restarted): the manager's silence is measured from here.
     grant_heard: AtomicU64,
@@ -372,7 +371,6 @@ impl NodeRecovery {
             revoked: (0..nodes).map(|_| AtomicU64::new(0)).collect(),
             acked: (0..nodes).map(|_| AtomicU64::new(0)).collect(),
             round_trip: (0..nodes).map(|_| AtomicU64::new(0)).collect(),
-            granted: AtomicU64::new(0),
             grant_heard: AtomicU64::new(0),
             grant_echo: AtomicU64::new(0),
             end_states: (0..nodes).map(|_| AtomicU8::new(EndState::Running as u8)).collect(),
@@ -597,7 +595,6 @@ fn grant<E: Endpoint>(node: &NodeEngine, ctx: &mut HandlerCtx<'_, E>, req: &[u8]
     let cfg = node.membership.current();
     if epoch == cfg.epoch && ctx.src.node == cfg.manager() && sent <= now {
         rec.lease_until.fetch_max(sent + rec.params.lease_ns, Ordering::AcqRel);
-        rec.granted.fetch_max(sent, Ordering::AcqRel);
         // Only a grant newer than any before shows the manager alive now: a duplicate
         // of an old one, arriving late, says nothing.
         if rec.grant_echo.fetch_max(at, Ordering::AcqRel) < at {
@@ -612,7 +609,7 @@ fn config<E: Endpoint>(node: &NodeEngine, ctx: &mut HandlerCtx<'_, E>, req: &[u8
         return;
     }
     let epoch = next.epoch;
-    install(node, ctx.ep, next);
+    install(node, ctx.ep, next, Origin::Learned);
     let current = node.membership.epoch();
     let quiesced = current == epoch
         && node.recovery.quiesced.iter().all(|q| q.load(Ordering::Acquire) >= epoch);
@@ -622,7 +619,17 @@ fn config<E: Endpoint>(node: &NodeEngine, ctx: &mut HandlerCtx<'_, E>, req: &[u8
 /// Installs a newer configuration: recovering from now on, removed nodes fenced off. A
 /// later revision of the epoch in force (new backups marked ready) moves no route: it
 /// is taken as it is, and nothing of the epoch stops.
-fn install<E: Endpoint>(node: &NodeEngine, ep: &mut E, next: Config) {
+/// How this node came to hold a configuration it installs.
+#[derive(Copy, Clone, Debug)]
+enum Origin {
+    /// It committed it to the store; no node could hold it before `before_ns` (this
+    /// node's clock just before the compare-and-swap).
+    Committed { before_ns: u64 },
+    /// From the store or another node: others may have held it for a while already.
+    Learned,
+}
+
+fn install<E: Endpoint>(node: &NodeEngine, ep: &mut E, next: Config, origin: Origin) {
     let old = node.membership.current();
     if next.revision <= old.revision || next.epoch < old.epoch {
         return;
@@ -647,16 +654,20 @@ fn install<E: Endpoint>(node: &NodeEngine, ep: &mut E, next: Config) {
     restart_silences(rec, &next, now);
     // Grants of the new configuration come from its manager's clock (perhaps another).
     rec.grant_echo.store(0, Ordering::Release);
-    // A member installs it no earlier than its manager, and takes over only a takeover's
-    // silence after that: the manager's own lease may count from here. (Only here: a
-    // silence restarted after a pause of this node says nothing of the members'.)
-    for n in next.members() {
-        rec.acked[usize::from(n.0)].fetch_max(now, Ordering::AcqRel);
-    }
-    if next.manager() == node.node {
-        // Its manager holds the configuration from the store just now (it committed it,
-        // or read it there): a lease lapsed in an older one starts afresh.
-        rec.lease_until.fetch_max(now + rec.params.lease_ns, Ordering::AcqRel);
+    // A member takes over only a takeover's silence after it installed the configuration,
+    // which it did no earlier than its commit: a manager that committed it may count its
+    // own lease from just before, as if every member had acknowledged a grant then. One
+    // that learned it (read it from the store, lost the race to commit) cannot know how
+    // long the members have held it, and holds a lease only once they acknowledge its
+    // grants. (Only here: a silence restarted after a pause of this node says nothing of
+    // the members'.)
+    if let Origin::Committed { before_ns } = origin {
+        for n in next.members() {
+            rec.acked[usize::from(n.0)].fetch_max(before_ns, Ordering::AcqRel);
+        }
+        if next.manager() == node.node {
+            rec.lease_until.fetch_max(before_ns + rec.params.lease_ns, Ordering::AcqRel);
+        }
     }
     rec.recovering.store(epoch, Ordering::Release);
     node.membership.install(Arc::new(next));
@@ -824,7 +835,6 @@ fn activate<E: Endpoint>(node: &NodeEngine, ctx: &mut HandlerCtx<'_, E>, req: &[
             // A new start for the silence that makes a member take over, as at install:
             // only ever a delay.
             let now = ctx.ep.now_ns();
-            rec.granted.fetch_max(now, Ordering::AcqRel);
             rec.grant_heard.fetch_max(now, Ordering::AcqRel);
             rec.recovering.store(0, Ordering::Release);
             rec.event(RecoveryStep::Active { epoch }, now);
@@ -1520,7 +1530,6 @@ fn suspicion_age(rec: &NodeRecovery) -> u64 {
 /// Starts every silence this node measures afresh at `now`: the manager's towards each
 /// member of `cfg`, a member's towards the manager.
 fn restart_silences(rec: &NodeRecovery, cfg: &Config, now: u64) {
-    rec.granted.fetch_max(now, Ordering::AcqRel);
     rec.grant_heard.fetch_max(now, Ordering::AcqRel);
     for n in cfg.members() {
         rec.renewed[usize::from(n.0)].fetch_max(now, Ordering::AcqRel);
@@ -1594,9 +1603,10 @@ pub(crate) async fn granter<E: Endpoint>(co: Co<E>, wt: Rc<WorkerTxn>) {
 }
 
 /// How long a member hears no grant before it takes the manager for dead (the lowest
-/// member; each next one waits a lease more): a lease and a quarter, past the manager's
-/// own lease (a lease from its last turn, which granted within an eighth of a lease) with
-/// room for clocks that drift.
+/// member; each next one waits a lease more): a lease and a quarter. The manager's own
+/// lease ends before (see [`granter`]); the quarter past a lease leaves room for a
+/// renewal and its grant, a turn apart each, on loaded workers, so that a live manager is
+/// not taken for dead while its grants are merely late.
 fn takeover_ns(lease_ns: u64) -> u64 {
     lease_ns + lease_ns / 4
 }
@@ -1660,22 +1670,23 @@ async fn reconfigure<E: Endpoint>(co: &Co<E>, wt: &Rc<WorkerTxn>, mut change: Ch
         let mut bytes = Vec::new();
         next.encode(&mut bytes);
         co.sleep_until(co.now_ns() + rec.params.store_latency_ns).await;
+        let before_ns = co.now_ns();
         match rec.store.cas(old.revision, next.revision, &bytes) {
             Ok(Cas::Done) => {}
             Ok(Cas::Lost(_, other)) => {
                 // Another manager moved first: follow its configuration.
                 if let Ok(c) = Config::decode(&other) {
-                    co.with_ep(|ep| install(&node, ep, c));
+                    co.with_ep(|ep| install(&node, ep, c, Origin::Learned));
                 }
                 return;
             }
             Err(e) => return rec.fail(e.to_string()),
         }
         if next.epoch == old.epoch {
-            return mark_ready(co, &node, &old, next, &bytes);
+            return mark_ready(co, &node, &old, next, &bytes, before_ns);
         }
         rec.event(RecoveryStep::Committed { epoch: next.epoch }, co.now_ns());
-        co.with_ep(|ep| install(&node, ep, next.clone()));
+        co.with_ep(|ep| install(&node, ep, next.clone(), Origin::Committed { before_ns }));
         crash_point(co, &node.cfg, ProtocolPoint::Reconfiguring).await;
         match rounds(co, &node, &old, &next, &bytes, patience).await {
             Ok(()) => {
@@ -1713,6 +1724,7 @@ fn mark_ready<E: Endpoint>(
     old: &Config,
     next: Config,
     bytes: &[u8],
+    before_ns: u64,
 ) {
     let rec = &node.recovery;
     let now = co.now_ns();
@@ -1726,7 +1738,7 @@ fn mark_ready<E: Endpoint>(
     for n in next.members().filter(|&n| n != node.node) {
         let _ = co.send_oneway(first(n), CONFIG, bytes);
     }
-    co.with_ep(|ep| install(node, ep, next));
+    co.with_ep(|ep| install(node, ep, next, Origin::Committed { before_ns }));
 }
 
 /// What [`follow_newer`] found in the store.
@@ -1753,7 +1765,7 @@ async fn follow_newer<E: Endpoint>(
         return Ok(Followed::Nothing);
     }
     let followed = if c.epoch > mine.epoch { Followed::NewEpoch } else { Followed::NewRevision };
-    co.with_ep(|ep| install(node, ep, c));
+    co.with_ep(|ep| install(node, ep, c, Origin::Learned));
     Ok(followed)
 }
 
