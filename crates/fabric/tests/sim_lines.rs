@@ -252,28 +252,62 @@ fn cas_train(tail: Tail) -> u64 {
     took
 }
 
-/// Node 0 READs node 1 once, at `post_at_ns`; returns the status and when it completed.
-fn read_across(partition: Partition, post_at_ns: u64) -> (Status, u64) {
+/// What node 0 posts to node 1 in [`one_request_across`].
+#[derive(Clone, Copy)]
+enum Across {
+    /// A 64-byte READ.
+    Read,
+    /// A WRITE of 128 bytes of 7s.
+    Write,
+}
+
+/// What came of [`one_request_across`].
+struct Outcome {
+    status: Status,
+    /// When node 0 saw the completion.
+    at_ns: u64,
+    /// Node 1's first and last word of the 128 bytes, at 2 ms.
+    held: (u64, u64),
+}
+
+/// Node 0 posts one request to node 1 at `post_at_ns`, across `partition`.
+fn one_request_across(partition: Partition, post_at_ns: u64, what: Across) -> Outcome {
     let faults = FaultConfig { partitions: vec![partition], ..FaultConfig::none() };
     let (mut b, data, scratch) = cluster(2, faults);
-    let out = std::sync::Mutex::new((Status::Success, 0u64));
+    let done = std::sync::Mutex::new(None);
+    let held = std::sync::Mutex::new((0, 0));
     run_scripts(&mut b, |ep| {
         let me = ep.me().node.0;
         let mut posted = false;
-        let out = &out;
+        let (done, held) = (&done, &held);
         move |ep: &mut _| {
             let ep: &mut <SimCluster as Backend>::Ep = ep;
             if me == 1 {
+                if ep.now_ns() < 2_000_000 {
+                    return false;
+                }
+                let r = ep.region(data).unwrap();
+                *held.lock().unwrap() = (r.load(0), r.load(120));
                 return true;
             }
             if !posted {
                 if ep.now_ns() < post_at_ns {
                     return false;
                 }
-                let wr = WorkRequest::Read {
-                    remote: RemoteAddr { node: NodeId(1), rkey: data, offset: 0 },
-                    local: LocalAddr { rkey: scratch, offset: 0 },
-                    len: 64,
+                let remote = RemoteAddr { node: NodeId(1), rkey: data, offset: 0 };
+                let local = LocalAddr { rkey: scratch, offset: 0 };
+                let wr = match what {
+                    Across::Read => WorkRequest::Read { remote, local, len: 64 },
+                    Across::Write => {
+                        let s = ep.region(scratch).unwrap();
+                        for w in 0..16 {
+                            s.store(w * 8, 7);
+                        }
+                        WorkRequest::Write {
+                            remote,
+                            src: WriteSrc::Local { addr: local, len: 128 },
+                        }
+                    }
                 };
                 ep.post(Qp::to(NodeId(1)), 1, &wr, OpFlags::SIGNALED).unwrap();
                 posted = true;
@@ -282,11 +316,18 @@ fn read_across(partition: Partition, post_at_ns: u64) -> (Status, u64) {
             if ep.poll_cq(&mut c) == 0 {
                 return false;
             }
-            *out.lock().unwrap() = (c[0].status, ep.now_ns());
+            *done.lock().unwrap() = Some((c[0].status, ep.now_ns()));
             true
         }
     });
-    out.into_inner().unwrap()
+    let (status, at_ns) = done.into_inner().unwrap().expect("the request completed");
+    Outcome { status, at_ns, held: held.into_inner().unwrap() }
+}
+
+/// Node 0 READs node 1 once, at `post_at_ns`; returns the status and when it completed.
+fn read_across(partition: Partition, post_at_ns: u64) -> (Status, u64) {
+    let o = one_request_across(partition, post_at_ns, Across::Read);
+    (o.status, o.at_ns)
 }
 
 #[test]
@@ -307,50 +348,8 @@ fn a_partition_that_heals_in_time_delays_requests_and_a_longer_one_fails_them() 
 /// Node 0 WRITEs 128 bytes of 7s to node 1 at 50 µs; returns the completion's status and
 /// what node 1's first and last words hold at 2 ms.
 fn write_across(partition: Partition) -> (Status, u64, u64) {
-    let faults = FaultConfig { partitions: vec![partition], ..FaultConfig::none() };
-    let (mut b, data, scratch) = cluster(2, faults);
-    let status = std::sync::Mutex::new(None);
-    let held = std::sync::Mutex::new((0, 0));
-    run_scripts(&mut b, |ep| {
-        let me = ep.me().node.0;
-        let mut posted = false;
-        let (status, held) = (&status, &held);
-        move |ep: &mut _| {
-            let ep: &mut <SimCluster as Backend>::Ep = ep;
-            if me == 1 {
-                if ep.now_ns() < 2_000_000 {
-                    return false;
-                }
-                let r = ep.region(data).unwrap();
-                *held.lock().unwrap() = (r.load(0), r.load(120));
-                return true;
-            }
-            if !posted {
-                if ep.now_ns() < 50_000 {
-                    return false;
-                }
-                let s = ep.region(scratch).unwrap();
-                for w in 0..16 {
-                    s.store(w * 8, 7);
-                }
-                let wr = WorkRequest::Write {
-                    remote: RemoteAddr { node: NodeId(1), rkey: data, offset: 0 },
-                    src: WriteSrc::Local { addr: LocalAddr { rkey: scratch, offset: 0 }, len: 128 },
-                };
-                ep.post(Qp::to(NodeId(1)), 1, &wr, OpFlags::SIGNALED).unwrap();
-                posted = true;
-            }
-            let mut c = [Completion::EMPTY; 1];
-            if ep.poll_cq(&mut c) == 0 {
-                return false;
-            }
-            *status.lock().unwrap() = Some(c[0].status);
-            true
-        }
-    });
-    let status = status.into_inner().unwrap().expect("the WRITE completed");
-    let (first, last) = held.into_inner().unwrap();
-    (status, first, last)
+    let o = one_request_across(partition, 50_000, Across::Write);
+    (o.status, o.held.0, o.held.1)
 }
 
 #[test]

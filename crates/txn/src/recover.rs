@@ -311,7 +311,8 @@ pub struct NodeRecovery {
     granted_to: Vec<AtomicU64>,
     revoked: Vec<AtomicU64>,
     /// Manager: per node, the newest of its grants (by this node's clock) the member said
-    /// it received, or, if later, when this node installed the configuration in force.
+    /// it received, or, if later, the moment before this node committed the
+    /// configuration in force.
     /// A member takes over only a takeover's silence after the newest grant it received,
     /// so the manager's own lease ends before then ([`takeover_ns`]).
     acked: Vec<AtomicU64>,
@@ -556,9 +557,9 @@ fn lease<E: Endpoint>(node: &NodeEngine, ctx: &mut HandlerCtx<'_, E>, req: &[u8]
     let rec = &node.recovery;
     let from = usize::from(ctx.src.node.0);
     if epoch == node.membership.epoch() && from < rec.renewed.len() && sent != 0 {
-        // The echo is this node's own clock: never ahead of it.
-        debug_assert!(echo <= ctx.ep.now_ns(), "an echoed grant from the future");
         let now = ctx.ep.now_ns();
+        // The echo is this node's own clock: never ahead of it.
+        debug_assert!(echo <= now, "an echoed grant from the future");
         rec.renewed[from].fetch_max(now, Ordering::AcqRel);
         // A renewal that says a grant newer than any before arrived closes a round trip:
         // a member whose grants are lost one way (its lease lapses, and it takes no one
@@ -616,9 +617,6 @@ fn config<E: Endpoint>(node: &NodeEngine, ctx: &mut HandlerCtx<'_, E>, req: &[u8
     Out(ctx.reply).u64(current).u8(u8::from(quiesced));
 }
 
-/// Installs a newer configuration: recovering from now on, removed nodes fenced off. A
-/// later revision of the epoch in force (new backups marked ready) moves no route: it
-/// is taken as it is, and nothing of the epoch stops.
 /// How this node came to hold a configuration it installs.
 #[derive(Copy, Clone, Debug)]
 enum Origin {
@@ -629,6 +627,9 @@ enum Origin {
     Learned,
 }
 
+/// Installs a newer configuration: recovering from now on, removed nodes fenced off. A
+/// later revision of the epoch in force (new backups marked ready) moves no route: it
+/// is taken as it is, and nothing of the epoch stops.
 fn install<E: Endpoint>(node: &NodeEngine, ep: &mut E, next: Config, origin: Origin) {
     let old = node.membership.current();
     if next.revision <= old.revision || next.epoch < old.epoch {
@@ -1496,8 +1497,9 @@ fn changes(
 }
 
 /// A member's lease renewal: epoch, how far it is with the end of the run, its clock, the
-/// manager's clock at the newest grant it received, and the copies whole here that `cfg` still has syncing (nothing when there are none), which
-/// it reports until the manager marks them ready.
+/// manager's clock at the newest grant it received, and the copies whole here that `cfg`
+/// still has syncing (nothing when there are none), which it reports until the manager
+/// marks them ready.
 fn renewal(rec: &NodeRecovery, cfg: &Config, me: NodeId, now: u64) -> Vec<u8> {
     let mut req = Vec::new();
     Out(&mut req)
