@@ -11,7 +11,7 @@ use clap::Args;
 use hytra_fabric::local::{LocalCluster, LocalConfig};
 use hytra_fabric::sim::faults::{FaultConfig, NodeFault, NodeFaultKind};
 use hytra_fabric::sim::profile::NicProfile;
-use hytra_fabric::sim::{SimCluster, SimConfig};
+use hytra_fabric::sim::{CpuMode, SimCluster, SimConfig};
 use hytra_fabric::{ClusterShape, NodeId};
 use hytra_rt::RtConfig;
 use hytra_store::{Catalog, NodeStore};
@@ -62,6 +62,11 @@ pub struct BenchArgs {
     /// NIC profile of the simulator: cx3, cx4, cx5 or roce.
     #[arg(long, default_value = "cx4")]
     profile: String,
+    /// CPU profile of the simulator, what hytra's own code costs: paper, host, assumed,
+    /// a file `hytra calibrate` wrote, or measured (each step's own time on this machine,
+    /// as `hytra calibrate` measures it; not replayable) [default: paper].
+    #[arg(long)]
+    cpu_profile: Option<String>,
     /// Nodes.
     #[arg(long, default_value_t = 4)]
     nodes: u16,
@@ -381,6 +386,17 @@ fn prepare(a: &BenchArgs) -> Result<Run, CliError> {
             NicProfile::NAMES.join(", ")
         ));
     };
+    let cpu = match (&a.cpu_profile, sim) {
+        (Some(_), false) => {
+            return usage("--cpu-profile is the simulator's: real backends take their real time")
+        }
+        (Some(name), true) if name == CPU_MEASURED => None,
+        (name, true) => Some(
+            CpuProfile::load(name.as_deref().unwrap_or(CPU_PROFILE_DEFAULT))
+                .map_err(|e| CliError::Usage(e.to_string()))?,
+        ),
+        (None, false) => None,
+    };
     if a.nodes == 0 || a.workers == 0 || a.coroutines == 0 {
         return usage("--nodes, --workers and --coroutines must be at least 1");
     }
@@ -448,7 +464,7 @@ fn prepare(a: &BenchArgs) -> Result<Run, CliError> {
     let crashes = crashes(a, &cfg, seconds)?;
     let shape =
         ClusterShape { nodes: a.nodes, workers_per_node: a.workers, lanes_per_peer: a.lanes };
-    Ok(Run { sim, profile, seconds, cfg, shape, crashes })
+    Ok(Run { sim, profile, cpu, seconds, cfg, shape, crashes })
 }
 
 /// Runs `hytra bench`.
@@ -530,10 +546,15 @@ pub fn run_bench(a: BenchArgs) -> Result<(), CliError> {
 }
 
 use hytra_lab::cluster_file::Wait;
-use hytra_lab::{unknown_workload, WORKLOADS};
+use hytra_lab::{unknown_workload, CpuProfile, WORKLOADS};
 
 /// The longest measured window on sim, in virtual seconds: a 4 x 4 SmallBank run
 /// simulates about 150 K transactions per wall-second, so this is hours of wall time.
+/// CPU profile of simulated runs that do not name one.
+pub(crate) const CPU_PROFILE_DEFAULT: &str = "paper";
+/// `--cpu-profile` that measures every step instead of costing it from a profile.
+const CPU_MEASURED: &str = "measured";
+
 const SIM_SECONDS_MAX: f64 = 60.0;
 /// The longest measured window on local and ucx, in seconds.
 const REAL_SECONDS_MAX: f64 = 86_400.0;
@@ -707,6 +728,8 @@ fn run_ucx<W: Workload>(
 struct Run {
     sim: bool,
     profile: NicProfile,
+    /// The simulator's CPU profile; `None`: steps measured (or a real backend).
+    cpu: Option<CpuProfile>,
     seconds: f64,
     cfg: TxnConfig,
     shape: ClusterShape,
@@ -718,7 +741,7 @@ struct Run {
     reason = "longer than the limit before the limit was set; split it when it next changes"
 )]
 fn run_workload<W: Workload>(a: &BenchArgs, shared: Run, workload: W) -> Result<(), CliError> {
-    let Run { sim, profile, seconds, cfg, shape, crashes } = shared;
+    let Run { sim, profile, cpu, seconds, cfg, shape, crashes } = shared;
     if let Err(e) = workload.validate(shape) {
         return usage(e);
     }
@@ -740,7 +763,6 @@ fn run_workload<W: Workload>(a: &BenchArgs, shared: Run, workload: W) -> Result<
         // Longer than any delay the simulator's faults add (P4); threads may be
         // descheduled for milliseconds on a loaded machine.
         rpc_timeout_ns: if sim { 1_000_000 } else { 1_000_000_000 },
-        ..RtConfig::default()
     };
     let params = BenchParams {
         coroutines: a.coroutines,
@@ -763,6 +785,10 @@ fn run_workload<W: Workload>(a: &BenchArgs, shared: Run, workload: W) -> Result<
     let started = Instant::now();
     let result = if sim {
         let mut sc = SimConfig { profile, ..SimConfig::new(shape, a.seed) };
+        match &cpu {
+            Some(p) => sc.cpu_profile = p.table(workload.name(), workload.txn_types()),
+            None => sc.cpu = CpuMode::Measured { scale: 1.0 },
+        }
         if a.faults_ppm > 0 {
             sc.faults = FaultConfig::lossy(a.faults_ppm);
         }
@@ -1217,6 +1243,7 @@ fn json_report<R>(
         let run_s = r.run.wall_ns as f64 / 1e9;
         doc["sim"] = json!({
             "profile": a.profile,
+            "cpu_profile": a.cpu_profile.as_deref().unwrap_or(CPU_PROFILE_DEFAULT),
             "events": r.run.events,
             "verbs": r.run.verbs,
             "run_wall_s": run_s,

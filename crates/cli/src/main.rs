@@ -3,6 +3,7 @@
 //! code here, at the edge; the libraries below report typed errors.
 //!
 //! - `bench.rs`: `hytra bench`, transactional workloads
+//! - `calibrate.rs`: `hytra calibrate`, the simulator's CPU profile of this machine
 //! - `cluster.rs`: `hytra node` and `hytra cluster`, a benchmark on processes over UCX
 //! - `io.rs`: `hytra io`, remote storage I/O
 //! - `micro.rs`: `hytra micro`, the raw-primitive benchmarks
@@ -12,6 +13,7 @@
 //! - `table.rs`: terminal tables and JSON output helpers
 
 mod bench;
+mod calibrate;
 mod cluster;
 mod io;
 mod micro;
@@ -58,6 +60,9 @@ enum Command {
     Io(io::IoArgs),
     /// NIC-offloaded gets (verb programs) vs one-sided and two-sided gets, on sim/cx5.
     Offload(offload::OffloadArgs),
+    /// Measures what hytra's own code costs on this machine (the engine in the simulator
+    /// with measured CPU) and writes the CPU profile that `--cpu-profile` takes.
+    Calibrate(calibrate::CalibrateArgs),
     /// Whole configurations (workload, design, knobs, NIC, faults) drawn from seeds, each
     /// run and judged by every oracle; a failure prints the command that replays it.
     Swarm(swarm::SwarmArgs),
@@ -148,6 +153,7 @@ fn main() -> ExitCode {
         Some(Command::Io(args)) => io::run(args),
         Some(Command::Offload(args)) => offload::run(args),
         Some(Command::Swarm(args)) => swarm::run(args),
+        Some(Command::Calibrate(args)) => calibrate::run(args),
         Some(Command::Reproduce(args)) => reproduce::run_reproduce(args),
         Some(Command::Node(args)) => cluster::run_node(args),
         Some(Command::Cluster(args)) => cluster::run_cluster(args),

@@ -74,7 +74,7 @@ pub struct MicroArgs {
     #[arg(long)]
     rpc_coalescing: bool,
     /// How the simulator charges CPU time: `model` (deterministic cost model) or
-    /// `measured[:SCALE]` (thread CPU time of each step, times SCALE; not replayable).
+    /// `measured[:SCALE]` (the clock time of each step's own code, times SCALE; not replayable).
     #[arg(long, default_value = "model")]
     cpu: String,
     /// Run every simulated point twice and fail unless both runs have the same trace hash.

@@ -814,3 +814,77 @@ fn a_stopped_io_run_removes_its_temporary_file() {
     assert!(!file.exists(), "{} left behind", file.display());
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn calibrate_writes_a_profile_that_bench_takes() {
+    let (profile, fit) = (temp("cpu.toml"), temp("cpu-fit.json"));
+    let out = hytra(&[
+        "calibrate",
+        "--quick",
+        "--out",
+        profile.to_str().unwrap(),
+        "--json",
+        fit.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("rt.switch") && stdout.contains("R^2"), "{stdout}");
+    let text = std::fs::read_to_string(&profile).unwrap();
+    assert!(text.starts_with("# Written by `hytra calibrate`"), "{text}");
+    let j: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&fit).unwrap()).unwrap();
+    // The runtime's terms were charged by every run, so they were measured.
+    let terms = j["terms"].as_array().unwrap();
+    let step = terms.iter().find(|t| t["term"] == "rt.step").unwrap();
+    assert!(step["steps"].as_u64().unwrap() > 100, "{step}");
+    assert!(step["ns"].as_f64().unwrap() > 0.0, "{step}");
+    assert!(j["profile"]["fit"]["steps"].as_u64().unwrap() > 0, "{j}");
+    // The simulator runs with it, and says so.
+    let json = temp("cpu-bench.json");
+    let mut args = BENCH_SMALL.to_vec();
+    args.extend(["--cpu-profile", profile.to_str().unwrap(), "--json", json.to_str().unwrap()]);
+    let out = hytra(&args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("cpu-profile=host"), "{stderr}");
+    let j: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(j["sim"]["cpu_profile"], profile.to_str().unwrap(), "{j}");
+}
+
+#[test]
+fn the_cpu_profile_sets_what_the_engine_costs() {
+    let rate = |profile: &str| {
+        let json = temp(&format!("cpu-{profile}.json"));
+        let mut args = BENCH_SMALL.to_vec();
+        args.extend(["--cpu-profile", profile, "--json", json.to_str().unwrap()]);
+        let out = hytra(&args);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let j: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        j["throughput_tps"].as_f64().unwrap()
+    };
+    // The measured profiles cost several times the assumed one per step: fewer
+    // transactions in the same virtual time, and the paper's slower clock fewer still.
+    let (assumed, host, paper) = (rate("assumed"), rate("host"), rate("paper"));
+    assert!(host < 0.8 * assumed, "host {host} vs assumed {assumed}");
+    assert!(paper < host, "paper {paper} vs host {host}");
+}
+
+#[test]
+fn bad_cpu_profiles_get_one_line_and_exit_2() {
+    let bad = temp("bad-cpu.toml");
+    std::fs::write(&bad, "name = \"x\"\nsource = \"y\"\n[terms]\n\"rt.step\" = -3.0\n").unwrap();
+    let garbage = temp("garbage-cpu.toml");
+    std::fs::write(&garbage, "this is not toml = = =\n").unwrap();
+    let (bad, garbage) = (bad.to_str().unwrap(), garbage.to_str().unwrap());
+    assert_usage_errors(&[
+        &["bench", "--cpu-profile", "nope-no-such-file.toml"],
+        &["bench", "--cpu-profile", bad],
+        &["bench", "--cpu-profile", garbage],
+        &["bench", "--backend", "local", "--cpu-profile", "host"],
+        &["reproduce", "--cpu-profile", garbage, "--out", "/tmp"],
+        &["calibrate", "--out", "/nonexistent-dir/x.toml"],
+        &["calibrate", "--json", "/nonexistent-dir/x.json", "--out", "/tmp/hytra-cal-unused.toml"],
+    ]);
+}

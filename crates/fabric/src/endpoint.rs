@@ -7,6 +7,7 @@
 use thiserror::Error;
 
 use crate::constants::{LANES_MAX, NODES_MAX, WORKERS_PER_NODE_MAX};
+use crate::cpu::CpuTerm;
 use crate::ids::{ClusterShape, NodeId, Qp, Rkey, WorkerId, WrId};
 use crate::memory::Region;
 use crate::verbs::{BatchPost, BatchRefused, Completion, OpFlags, PostError, WorkRequest};
@@ -47,6 +48,12 @@ pub trait Endpoint {
     /// Charges `ns` of CPU work to this worker. The simulator advances the worker's clock;
     /// real backends ignore it (the work really took its time).
     fn charge_cpu(&mut self, ns: u64);
+    /// Charges `count` of a kind of CPU work the caller names ([`CpuTerm`]). The
+    /// simulator costs it from its CPU profile, or counts it into the step's measured mix;
+    /// real backends ignore it.
+    fn charge(&mut self, term: CpuTerm, count: u32) {
+        let _ = (term, count);
+    }
     /// A registered region of this worker's own node, for direct CPU access.
     fn region(&self, rkey: Rkey) -> Option<&Region>;
     /// Posts a one-sided request on connection `qp`.

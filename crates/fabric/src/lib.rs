@@ -24,6 +24,7 @@
 //! See docs/ARCHITECTURE.md for the map and docs/INVARIANTS.md for the rules.
 
 pub mod constants;
+pub mod cpu;
 #[cfg(target_os = "linux")]
 pub mod disk;
 mod endpoint;

@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Once};
 use std::time::{Duration, Instant};
 
+use hytra_fabric::cpu::CpuTable;
 use hytra_fabric::local::LocalConfig;
 use hytra_fabric::rng::Rng;
 use hytra_fabric::sim::faults::{
@@ -36,6 +37,7 @@ use hytra_workloads::tpcc::TpccMix;
 use hytra_workloads::ycsb::{KeyDist, Mix as YcsbMix};
 
 use crate::backend::BackendSpec;
+use crate::cpu_profile::CpuProfile;
 use crate::run::{run, Outcome, RunSpec};
 use crate::workload::{partition_bytes, WorkloadSpec};
 
@@ -84,6 +86,8 @@ const LONG_PAUSE_STREAM: u64 = 0x10_9A05E;
 const LONG_CUT_STREAM: u64 = 0x10_C07;
 /// Stream of the draw of which way each partition cuts (see [`draw_ways`]).
 const WAY_STREAM: u64 = 0x1_3A7;
+/// Stream of the CPU profile a simulated seed's workers cost their work with.
+const CPU_STREAM: u64 = 0xC9_C05;
 /// Stream of the draws of clock drift and fencing (see [`add_leased_faults`]).
 const LEASE_FAULTS_STREAM: u64 = 0xC10C_D21F;
 /// Largest drift drawn for one node's clock: two nodes then differ by at most 4%,
@@ -166,7 +170,10 @@ impl Draw {
             "{} on {}{} {}x{}x{} R={} design {} [exec {}, lock {}, validate {}, log {}, commit {}; pa {}, outstanding {}, inline {}, db {}, coalescing {}], cache {:?} {}, {}{} window {:.2} ms",
             s.workload.describe(),
             s.backend.name(),
-            if s.backend.is_sim() { format!("/{}", self.profile) } else { String::new() },
+            match &s.backend {
+                BackendSpec::Sim(c) => format!("/{} cpu {}", self.profile, c.cpu_profile.name()),
+                _ => String::new(),
+            },
             shape.nodes,
             shape.workers_per_node,
             s.params.coroutines,
@@ -251,6 +258,13 @@ impl Draw {
             ("cache", format!("{:?}", self.cache).split('(').next().unwrap_or("").to_string()),
             ("warm cache", s.params.warm_cache.to_string()),
             ("profile", self.profile.to_string()),
+            (
+                "cpu profile",
+                match &s.backend {
+                    BackendSpec::Sim(c) => c.cpu_profile.name().to_string(),
+                    _ => "threads".to_string(),
+                },
+            ),
             ("coherent atomics", self.coherent.to_string()),
         ];
         let none = FaultConfig::none();
@@ -384,7 +398,6 @@ pub fn draw(seed: u64, backend: SwarmBackend, planted: Option<PlantedFault>) -> 
         doorbell_batching: !chance(&mut rng, 1, 4),
         rpc_coalescing: !chance(&mut rng, 1, 4),
         rpc_timeout_ns: if sim { RPC_TIMEOUT_SIM_NS } else { 1_000_000_000 },
-        ..RtConfig::default()
     };
     let warm_cache = chance(&mut rng, 1, 2);
     let warmup_ns = if sim { rng.below(300_000) } else { rng.below(30_000_000) };
@@ -446,7 +459,7 @@ pub fn draw(seed: u64, backend: SwarmBackend, planted: Option<PlantedFault>) -> 
         timeline_ns: if sim { TIMELINE_SIM_NS } else { TIMELINE_LOCAL_NS },
     };
     let backend = match sim {
-        true => sim_backend(shape, seed, nic, faults, fencing),
+        true => sim_backend(shape, seed, nic, faults, fencing, &workload),
         false => local_backend(shape, local_faults),
     };
     Draw {
@@ -467,13 +480,26 @@ fn sim_backend(
     profile: NicProfile,
     faults: FaultConfig,
     fencing: Fencing,
+    workload: &WorkloadSpec,
 ) -> BackendSpec {
     BackendSpec::Sim(Box::new(SimConfig {
         profile,
         faults,
         fencing,
+        cpu_profile: draw_cpu(seed, workload),
         ..SimConfig::new(shape, seed)
     }))
+}
+
+/// The CPU costs of a simulated seed: half the seeds cost hytra's code as measured (the
+/// `paper` profile), half as assumed (about a tenth of that), so that the same protocol
+/// runs with the CPU and with the NIC the bottleneck.
+fn draw_cpu(seed: u64, workload: &WorkloadSpec) -> CpuTable {
+    let mut rng = Rng::derive(seed, CPU_STREAM);
+    let name = if chance(&mut rng, 1, 2) { "paper" } else { "assumed" };
+    let profile = CpuProfile::load(name).expect("a built-in CPU profile loads");
+    let (workload, types) = workload.types();
+    profile.table(workload, types)
 }
 
 /// The threads of a draw, two at a time so that the host's other core stays free.

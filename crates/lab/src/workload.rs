@@ -186,6 +186,21 @@ impl WorkloadSpec {
     }
 }
 
+impl WorkloadSpec {
+    /// The workload's name as it calls itself ([`Workload::name`]) and its transaction
+    /// types.
+    pub fn types(&self) -> (&'static str, &'static [&'static str]) {
+        struct Types;
+        impl WorkloadVisitor for Types {
+            type Out = (&'static str, &'static [&'static str]);
+            fn visit<W: Workload>(self, w: &W) -> Self::Out {
+                (w.name(), w.txn_types())
+            }
+        }
+        self.with(1.0, 0, Types)
+    }
+}
+
 /// Bytes of one partition's regions (one copy of one node's share), sized for every
 /// row the run may insert: the most a new backup copies after a failure.
 pub fn partition_bytes(

@@ -8,8 +8,8 @@
 //! - `rpc`: frames over datagrams ([`frames`] parses a received one), per-destination
 //!   coalescing, call slots and timeouts
 //! - `cluster`: running one worker per endpoint of a backend
-//! - `config`: the optimisation switches (doorbell batching, timeouts) and simulated
-//!   CPU costs
+//! - `config`: the optimisation switches (doorbell batching, timeouts) and the CPU terms
+//!   the runtime charges in the simulator
 //! - `constants`: limits
 //! - `hist`: mergeable latency histograms
 //!
@@ -31,7 +31,7 @@ mod timer;
 mod worker;
 
 pub use cluster::{run_workers, run_workers_with, EpOf, WorkerReport};
-pub use config::{RtConfig, RtCosts};
+pub use config::RtConfig;
 pub use executor::YieldNow;
 pub use ops::{OpStats, OpTicket};
 pub use rpc::{

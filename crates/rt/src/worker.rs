@@ -12,6 +12,7 @@ use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll};
 
+use hytra_fabric::cpu::CpuTerm;
 use hytra_fabric::{
     BatchPost, BatchRefused, Caps, ClusterShape, Completion, Endpoint, NodeId, OpFlags, PostError,
     Program, Qp, Region, Rkey, Status, Step, WorkRequest, WorkerId,
@@ -242,7 +243,7 @@ impl<E: Endpoint + 'static> Worker<E> {
                 return;
             };
             let mut ep = inner.ep.borrow_mut();
-            ep.charge_cpu(inner.cfg.costs.dispatch_ns);
+            ep.charge(crate::config::DISPATCH, 1);
             match kind {
                 FrameKind::Reply => {
                     drop(ep);
@@ -314,8 +315,7 @@ impl<E: Endpoint + 'static> Worker<E> {
 impl<E: Endpoint + 'static> Program for Worker<E> {
     fn step(&mut self) -> Step {
         self.steps += 1;
-        let costs = self.inner.cfg.costs;
-        self.inner.ep.borrow_mut().charge_cpu(costs.step_ns);
+        self.inner.ep.borrow_mut().charge(crate::config::STEP, 1);
         let reaped = self.reap_completions();
         let (received, more_rx) = self.receive();
         let now = self.inner.ep.borrow().now_ns();
@@ -324,7 +324,8 @@ impl<E: Endpoint + 'static> Program for Worker<E> {
         self.inner.timers.borrow_mut().expire(now);
         let polled = self.run_pollers();
         let inner = &self.inner;
-        let resumed = self.executor.run_ready(|| inner.ep.borrow_mut().charge_cpu(costs.switch_ns));
+        let resumed =
+            self.executor.run_ready(|| inner.ep.borrow_mut().charge(crate::config::SWITCH, 1));
         self.resumes += resumed as u64;
         // Coroutines ring their deferred batches before they wait; this rings what is
         // left (and what an error path left open).
@@ -398,6 +399,12 @@ impl<E: Endpoint> Co<E> {
     /// Charges CPU work to this worker (simulator only).
     pub fn charge(&self, ns: u64) {
         self.inner.ep.borrow_mut().charge_cpu(ns);
+    }
+
+    /// Charges `count` of a kind of CPU work to this worker (simulator only; costed by
+    /// the simulator's CPU profile).
+    pub fn charge_term(&self, term: CpuTerm, count: u32) {
+        self.inner.ep.borrow_mut().charge(term, count);
     }
 
     /// A region of this node (a cheap handle sharing the memory).

@@ -514,4 +514,18 @@ fn measured_cpu_mode_runs_the_same_programs() {
     assert_eq!(reports.iter().map(|r| r.stats.rpc.replies).sum::<u64>(), 4 * 50);
     // Real CPU time was charged: the run took virtual time even though no cost model ran.
     assert!(stats.elapsed_ns > 0);
+    // Every step was filed under the terms it charged: each charges one event-loop step,
+    // and those that resumed a coroutine a switch per resume.
+    let samples = b.cpu_samples().expect("a measured cluster keeps its steps");
+    assert!(samples.steps > 0);
+    let step = hytra_rt::config::STEP.index() as u16;
+    let switch = hytra_rt::config::SWITCH.index() as u16;
+    assert!(
+        samples.by_mix.keys().all(|mix| mix.first() == Some(&(step, 1))),
+        "{:?}",
+        samples.by_mix.keys()
+    );
+    assert!(samples.by_mix.keys().any(|mix| mix.iter().any(|&(t, n)| t == switch && n > 0)));
+    let kept: u64 = samples.by_mix.values().map(|v| v.len() as u64).sum();
+    assert_eq!(kept + samples.dropped, samples.steps);
 }

@@ -164,7 +164,7 @@ impl<E: Endpoint> TxnCtx<E> {
                 }
                 builder.record(a.table, a.key, version, flags, hint, payload);
             }
-            self.co.charge(self.node.cfg.costs.record_ns);
+            self.co.charge_term(self.node.cfg.log_term(), 1);
         }
         self.written = written;
         let mut builders = std::mem::take(&mut self.builders);
@@ -585,10 +585,11 @@ impl<E: Endpoint> TxnCtx<E> {
                 result = Err(f);
                 break;
             }
-            self.co.charge(self.node.cfg.costs.record_ns);
+            let local = a.node == self.co.me().node;
+            self.co.charge_term(self.node.cfg.commit_term(local), 1);
             let version = self.new_version(i);
             let payload_range = a.at as usize..a.at as usize + usize::from(a.len);
-            if a.node == self.co.me().node {
+            if local {
                 let node = self.node.clone();
                 let replica = node.store.replica(a.table, a.partition);
                 let off = a.off.expect("a local record is locked at its offset");

@@ -186,23 +186,6 @@ pub struct CrashPoint {
     pub until_ns: u64,
 }
 
-/// CPU costs the engine charges in the simulator for its own work (the fabric and the
-/// runtime charge theirs). Assumptions of a few tens of cycles per step, kept small: the
-/// papers give no per-operation CPU figure below whole phases.
-#[derive(Copy, Clone, PartialEq, Eq, Debug)]
-pub struct TxnCosts {
-    /// Starting or finishing a transaction attempt (bookkeeping of the access set).
-    pub txn_ns: u64,
-    /// Handling one record in any phase (copying, checksumming, building a request).
-    pub record_ns: u64,
-}
-
-impl Default for TxnCosts {
-    fn default() -> Self {
-        TxnCosts { txn_ns: 100, record_ns: 20 }
-    }
-}
-
 /// Everything that decides how transactions run.
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]
 pub struct TxnConfig {
@@ -238,8 +221,6 @@ pub struct TxnConfig {
     pub log_ring_bytes: u64,
     /// Send a lazy reclaim to a backup after this many bytes of its log are committed.
     pub reclaim_after_bytes: u64,
-    /// CPU costs in the simulator.
-    pub costs: TxnCosts,
     /// A bug planted on purpose (tests only; `None` in every real run).
     pub planted: Option<PlantedFault>,
     /// A crash at a point of the protocol (the swarm's; `None` in every real run).
@@ -282,7 +263,6 @@ impl TxnConfig {
             retries_max: 64,
             log_ring_bytes: 128 << 10,
             reclaim_after_bytes: 4 << 10,
-            costs: TxnCosts::default(),
             planted: None,
             crash_point: None,
             recovery: None,

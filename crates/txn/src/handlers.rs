@@ -89,8 +89,7 @@ fn read<E: Endpoint>(
     req: &[u8],
     payload: &mut Vec<u64>,
 ) {
-    let node = &serve.node;
-    ctx.ep.charge_cpu(node.cfg.costs.record_ns);
+    ctx.ep.charge(crate::cpu::SERVE_READ, 1);
     let Some(r) = RecordReq::decode(req) else { return answer(Status::Refused, ctx.reply) };
     let replica = match serve.primary(r.table, r.key, r.epoch, ctx.ep.now_ns()) {
         Ok(replica) => replica,
@@ -126,7 +125,7 @@ fn read<E: Endpoint>(
 
 fn lock<E: Endpoint>(serve: &Serve, ctx: &mut HandlerCtx<'_, E>, req: &[u8]) {
     let node = &serve.node;
-    ctx.ep.charge_cpu(node.cfg.costs.record_ns);
+    ctx.ep.charge(crate::cpu::SERVE_LOCK, 1);
     let Some(r) = RecordReq::decode(req) else { return answer(Status::Refused, ctx.reply) };
     let replica = match serve.primary(r.table, r.key, r.epoch, ctx.ep.now_ns()) {
         Ok(replica) => replica,
@@ -171,7 +170,7 @@ fn lock<E: Endpoint>(serve: &Serve, ctx: &mut HandlerCtx<'_, E>, req: &[u8]) {
 }
 
 fn validate<E: Endpoint>(serve: &Serve, ctx: &mut HandlerCtx<'_, E>, req: &[u8]) {
-    ctx.ep.charge_cpu(serve.node.cfg.costs.record_ns);
+    ctx.ep.charge(crate::cpu::SERVE_VALIDATE, 1);
     let Some(r) = RecordReq::decode(req) else { return answer(Status::Refused, ctx.reply) };
     let replica = match serve.primary(r.table, r.key, r.epoch, ctx.ep.now_ns()) {
         Ok(replica) => replica,
@@ -197,7 +196,7 @@ fn commit<E: Endpoint>(
     req: &[u8],
     payload: &mut Vec<u64>,
 ) {
-    ctx.ep.charge_cpu(serve.node.cfg.costs.record_ns);
+    ctx.ep.charge(crate::cpu::SERVE_COMMIT, 1);
     let Some(c) = CommitReq::decode(req, payload) else { return wire::encode_word(0, ctx.reply) };
     // A write-back is the tail of a committed transaction: it is applied under a later
     // epoch too, as long as the lock is still its own (recovery has not resolved it).
@@ -225,7 +224,7 @@ fn commit<E: Endpoint>(
 }
 
 fn unlock<E: Endpoint>(serve: &Serve, ctx: &mut HandlerCtx<'_, E>, req: &[u8]) {
-    ctx.ep.charge_cpu(serve.node.cfg.costs.record_ns);
+    ctx.ep.charge(crate::cpu::SERVE_UNLOCK, 1);
     if let Some(r) = RecordReq::decode(req) {
         // A release frees only the sender's own attempt's lock: harmless under any epoch,
         // so it is honoured under any.
@@ -260,7 +259,7 @@ fn log<E: Endpoint>(
     if epoch != node.membership.epoch() || !node.recovery.open(ctx.ep.now_ns()) {
         return wire::encode_word(wire::REFUSED, ctx.reply);
     }
-    ctx.ep.charge_cpu(node.cfg.costs.record_ns * records.max(1));
+    ctx.ep.charge(crate::cpu::SERVE_LOG, records.max(1) as u32);
     let c = ctx.ep.shape().worker_index(ctx.src);
     if put(&node.log_region, &node.log, c, start, entry).is_err() {
         return malformed(ctx.reply);
@@ -290,7 +289,7 @@ fn reclaim<E: Endpoint>(
         Ok(a) => a,
         Err(e) => panic!("log ring of {} at {} is corrupt: {e:?}", ctx.src, node.node),
     };
-    ctx.ep.charge_cpu(node.cfg.costs.record_ns * applied.records.max(1));
+    ctx.ep.charge(crate::cpu::APPLY_LOG, applied.records.max(1) as u32);
     if flags & SYNC != 0 {
         wire::encode_word(applied.head, ctx.reply);
     }

@@ -44,6 +44,7 @@
 mod commit;
 pub mod config;
 pub mod config_store;
+pub mod cpu;
 mod engine;
 mod handlers;
 pub mod log;
@@ -60,7 +61,7 @@ pub mod wire;
 
 pub use config::{
     CrashPoint, Design, ExecStrategy, LockStrategy, PlantedFault, Primitive, ProtocolPoint,
-    TxnConfig, TxnCosts,
+    TxnConfig,
 };
 pub use engine::{Engine, EngineError, NodeEngine, WorkerTxn, SCRATCH_CO_BYTES};
 pub use membership::{Config, Membership};

@@ -937,7 +937,7 @@ fn apply_group<E: Endpoint>(
         let t = TableId(table);
         let p = catalog.partition(t, key);
         let replica = node.store.replica(t, p);
-        ctx.ep.charge_cpu(node.cfg.costs.record_ns);
+        ctx.ep.charge(crate::cpu::RECOVER, 1);
         if replica.apply_logged(0, key, version, payload).is_ok() {
             if let Some(off) = replica.lookup(key) {
                 replica.unlock_if(off, hytra_store::Owner(owner));

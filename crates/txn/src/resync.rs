@@ -534,7 +534,7 @@ fn write_blocks<E: Endpoint>(
                     me.node, t.0, job.primary, h.key, job.partition
                 ));
             }
-            co.charge(node.cfg.costs.record_ns);
+            co.charge_term(crate::cpu::RESYNC, 1);
             let payload = &rec[RECORD_HEADER_WORDS as usize..];
             replica
                 .apply_logged(0, h.key, h.version, payload)

@@ -347,7 +347,7 @@ impl<E: Endpoint> TxnCtx<E> {
         if self.attempts == 1 {
             self.txn_start = self.attempt_start;
         }
-        self.co.charge(self.node.cfg.costs.txn_ns);
+        self.co.charge_term(crate::cpu::ATTEMPT[usize::from(self.ty)], 1);
         Txn { ctx: self }
     }
 
@@ -809,8 +809,9 @@ impl<E: Endpoint> TxnCtx<E> {
     async fn start_read(&mut self, i: usize) -> Result<Option<Pending>, Abort> {
         let a = self.acc[i];
         let for_update = a.write;
-        self.co.charge(self.node.cfg.costs.record_ns);
-        if a.node == self.co.me().node {
+        let local = a.node == self.co.me().node;
+        self.co.charge_term(self.node.cfg.exec_term(local), 1);
+        if local {
             // Local memory is read without the fabric: the attempt still waits out a
             // recovery (its node's records are being resolved).
             self.hold().await?;

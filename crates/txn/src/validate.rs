@@ -125,8 +125,8 @@ impl<E: Endpoint> TxnCtx<E> {
 
     async fn start_lock(&mut self, i: usize) -> Result<Option<Flight>, Abort> {
         let a = self.acc[i];
-        self.co.charge(self.node.cfg.costs.record_ns);
         let local = a.node == self.co.me().node;
+        self.co.charge_term(self.node.cfg.lock_term(local), 1);
         let nic = self.node.cfg.nic_locks() && !(local && self.wt.coherent);
         if local && !nic {
             self.hold().await?;
@@ -205,8 +205,9 @@ impl<E: Endpoint> TxnCtx<E> {
     async fn start_validate(&mut self, i: usize) -> Result<Option<Flight>, Abort> {
         let a = self.acc[i];
         let read = a.read_version.expect("a read record has a read version");
-        self.co.charge(self.node.cfg.costs.record_ns);
-        if a.node == self.co.me().node {
+        let local = a.node == self.co.me().node;
+        self.co.charge_term(self.node.cfg.validate_term(local), 1);
+        if local {
             self.hold().await?;
             let replica = self.replica(&a);
             let (lock, version) = match a.off.or_else(|| replica.lookup(a.key)) {

@@ -340,7 +340,6 @@ pub fn run_point<B: Backend>(
         rpc_timeout_ns: params.rpc_timeout_ns,
         rpc_coalescing: params.rpc_coalescing,
         doorbell_batching: params.doorbell,
-        ..RtConfig::default()
     };
     let limits =
         RunLimits { time_limit_ns: params.warmup_ns + params.measure_ns + params.rpc_timeout_ns };

@@ -22,6 +22,7 @@ use clap::Args;
 use hytra_fabric::sim::profile::NicProfile;
 use hytra_fabric::sim::{SimCluster, SimConfig};
 use hytra_fabric::ClusterShape;
+use hytra_lab::CpuProfile;
 use hytra_rt::RtConfig;
 use hytra_txn::{AbortReason, Design, ExecStrategy, LockStrategy, Primitive as Prim, TxnConfig};
 use hytra_workloads::bench::{run, BenchParams, BenchResult, RecoveryTimes};
@@ -58,6 +59,10 @@ pub struct ReproduceArgs {
     /// Seed of every run.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// CPU profile of the transactional runs, what hytra's own code costs: paper, host,
+    /// assumed, or a file `hytra calibrate` wrote [default: the one of `hytra bench`].
+    #[arg(long)]
+    cpu_profile: Option<String>,
 }
 
 /// A transactional workload of the matrix.
@@ -150,12 +155,17 @@ struct Scale {
     offload_sizes: Vec<u32>,
     /// Background writer counts of the isolation figure.
     offload_writers: Vec<u16>,
+    /// What hytra's own code costs in the transactional runs.
+    cpu: CpuProfile,
 }
 
 impl Scale {
-    fn new(a: &ReproduceArgs) -> Scale {
+    fn new(a: &ReproduceArgs) -> Result<Scale, CliError> {
         let (nodes, workers) = if a.quick { (4, 4) } else { (8, 8) };
-        Scale {
+        let cpu = a.cpu_profile.as_deref().unwrap_or(crate::bench::CPU_PROFILE_DEFAULT);
+        let cpu = CpuProfile::load(cpu).map_err(|e| CliError::Usage(e.to_string()))?;
+        Ok(Scale {
+            cpu,
             nodes: a.nodes.unwrap_or(nodes),
             workers: a.workers.unwrap_or(workers),
             coroutines: if a.quick { vec![1, 4, 16] } else { vec![1, 2, 4, 8, 16] },
@@ -183,7 +193,7 @@ impl Scale {
             offload_ns: if a.quick { 300_000 } else { 1_000_000 },
             offload_sizes: if a.quick { vec![64, 4096] } else { vec![64, 1024, 16384, 65536] },
             offload_writers: if a.quick { vec![0, 4, 16] } else { vec![0, 1, 2, 4, 8, 16] },
-        }
+        })
     }
 
     fn max_co(&self) -> u16 {
@@ -913,7 +923,7 @@ const JOBS_MAX: usize = 256;
 
 /// Builds the matrix (only the figures asked for).
 fn plan(a: &ReproduceArgs) -> Result<Plan, CliError> {
-    let s = Scale::new(a);
+    let s = Scale::new(a)?;
     if s.nodes < 3 || s.workers == 0 {
         return usage("--nodes must be at least 3 (3-way replication) and --workers at least 1");
     }
@@ -979,7 +989,13 @@ fn used_jobs(p: &Plan) -> Vec<bool> {
 
 fn run_bench_job(j: &BenchJob, s: &Scale, seed: u64) -> anyhow::Result<Res> {
     let profile = NicProfile::by_name(j.profile).context("profile")?;
-    let mut b = SimCluster::new(SimConfig { profile, ..SimConfig::new(j.shape, seed) })?;
+    let cpu_profile = match j.wl {
+        Wl::SmallBank => s.cpu.table("smallbank", &hytra_workloads::smallbank::TYPES),
+        Wl::TpccNo => s.cpu.table("tpcc-no", &hytra_workloads::tpcc::TYPES),
+        Wl::TpceCp => s.cpu.table("tpce-cp", &hytra_workloads::tpce::TYPES),
+    };
+    let mut b =
+        SimCluster::new(SimConfig { profile, cpu_profile, ..SimConfig::new(j.shape, seed) })?;
     let params = bench_params(s, j.coroutines, s.measure_ns, seed);
     let span = (s.warmup_ns + s.measure_ns) as f64 / 1e9;
     let res = match j.wl {
@@ -1078,7 +1094,7 @@ fn run_micro_job(j: &MicroJob, seed: u64) -> anyhow::Result<Res> {
 /// Runs `hytra reproduce`.
 pub fn run_reproduce(a: ReproduceArgs) -> Result<(), CliError> {
     let p = plan(&a)?;
-    let s = Scale::new(&a);
+    let s = Scale::new(&a)?;
     std::fs::create_dir_all(&a.out)
         .map_err(|e| CliError::Usage(format!("cannot create '{}': {e}", a.out.display())))?;
     let used = used_jobs(&p);
@@ -1412,6 +1428,7 @@ fn write_json(
         "command": "reproduce",
         "quick": a.quick,
         "seed": a.seed,
+        "cpu_profile": s.cpu.name,
         "wall_s": wall,
         "figures": p.figures.iter().map(|f| f.id).collect::<Vec<_>>(),
         "claims": claims,
@@ -1538,7 +1555,9 @@ fn write_html(
 .charts{{display:flex;flex-wrap:wrap;gap:12px}} table{{border-collapse:collapse;font-size:13px}} td,th{{border:1px solid #ccc;padding:3px 6px}}
 .paper{{background:#f4f7fb;border-left:4px solid #1b6ca8;padding:6px 10px}} .differs{{color:#b00}} .same{{color:#070}}</style></head><body>
 <h1>DrTM+H's experiments, reproduced on the hytra simulator</h1>
-<p>Every figure below comes from simulated clusters (NIC profile cx4 unless stated) running hytra's real engine; throughput is in virtual time. Transactional runs: {} nodes x {} workers, coroutines {:?}, {:.1} ms measured after {:.1} ms of warm-up, 3-way replication; the paper used 16 nodes x 24 workers, so absolute numbers differ and the comparison is in ratios and directions. Tables: SmallBank {} accounts per worker; TPC-C/no one warehouse per worker, {} items, {} customers per district (New-Order reads one customer and never the initial orders, so few customers only save memory); TPC-E {} customers per worker. Raw-primitive runs use the paper's 16 x 24. Seed {}; {:.0} s of wall time. Every run's numbers are in <a href="results.json">results.json</a>.</p>"#,
+<p>Every figure below comes from simulated clusters (NIC profile cx4 unless stated) running hytra's real engine; throughput is in virtual time. Transactional runs: CPU profile {} ({}); {} nodes x {} workers, coroutines {:?}, {:.1} ms measured after {:.1} ms of warm-up, 3-way replication; the paper used 16 nodes x 24 workers, so absolute numbers differ and the comparison is in ratios and directions. Tables: SmallBank {} accounts per worker; TPC-C/no one warehouse per worker, {} items, {} customers per district (New-Order reads one customer and never the initial orders, so few customers only save memory); TPC-E {} customers per worker. Raw-primitive runs use the paper's 16 x 24. Seed {}; {:.0} s of wall time. Every run's numbers are in <a href="results.json">results.json</a>.</p>"#,
+        svg::esc(&s.cpu.name),
+        svg::esc(&s.cpu.source),
         s.nodes,
         s.workers,
         s.coroutines,
@@ -1573,7 +1592,7 @@ fn write_html(
             c.figure, c.what, c.paper
         );
     }
-    h.push_str("</table><p>Ratios compare by direction; where the paper gives no number, 1.05 stands for \"above 1\". Nothing in the simulator is tuned to these end-to-end results: its NIC profiles come from primitive-level figures only.</p>");
+    h.push_str("</table><p>Ratios compare by direction; where the paper gives no number, 1.05 stands for \"above 1\". Nothing in the simulator is tuned to these end-to-end results: its NIC profiles come from primitive-level figures only, its CPU profile from measurements of hytra's own code (<code>hytra calibrate</code>).</p>");
     for f in &p.figures {
         let _ = write!(
             h,

@@ -36,7 +36,8 @@ const INTERVAL_NS: u64 = crate::bench::CRASH_TIMELINE_NS;
 /// recovery times, checked by the workload's invariants on the survivors.
 pub(super) fn run_failure_job(j: &FailureJob, s: &Scale, seed: u64) -> anyhow::Result<Res> {
     let profile = NicProfile::by_name("cx4").context("profile")?;
-    let mut config = SimConfig { profile, ..SimConfig::new(j.shape, seed) };
+    let cpu_profile = s.cpu.table("smallbank", &hytra_workloads::smallbank::TYPES);
+    let mut config = SimConfig { profile, cpu_profile, ..SimConfig::new(j.shape, seed) };
     config.faults.node_faults.push(NodeFault {
         node: NodeId(j.node),
         at_ns: j.at_ns,

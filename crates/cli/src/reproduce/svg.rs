@@ -19,7 +19,7 @@ fn colour(i: usize) -> &'static str {
     COLOURS[i % COLOURS.len()]
 }
 
-fn esc(s: &str) -> String {
+pub(super) fn esc(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
 }
 

@@ -8,11 +8,13 @@
 
 use std::cmp::Ordering as CmpOrdering;
 
+use crate::cpu::CpuTerm;
 use crate::ids::{ClusterShape, NodeId, Qp, Rkey, WorkerId};
 use crate::memory::Region;
 use crate::rng::Rng;
 use crate::sim::calendar::EventQueue;
 use crate::sim::faults::{FaultConfig, NodeFaultKind};
+use crate::sim::measure::ProgramCpu;
 use crate::sim::nic::{BufPool, Datagram, Model, Nic, NodeState, OneSided, Queued};
 use crate::sim::profile::NicProfile;
 use crate::sim::qp_cache::QpCache;
@@ -224,8 +226,8 @@ pub(super) struct Core {
     pub(super) free: Vec<u32>,
     pub(super) shape: ClusterShape,
     pub(super) model: Model,
-    /// Whether host costs are charged from the model (false: measured CPU time).
-    pub(super) charge_model: bool,
+    /// How the programs' own CPU work is charged (the NIC's host costs always are).
+    pub(super) program_cpu: ProgramCpu,
     pub(super) nics: Vec<Nic>,
     pub(super) workers: Vec<WorkerState>,
     pub(super) regions: Vec<Vec<Region>>,
@@ -255,7 +257,7 @@ impl Core {
         profile: &NicProfile,
         faults: FaultConfig,
         seed: u64,
-        charge_model: bool,
+        program_cpu: ProgramCpu,
     ) -> Core {
         let qps_per_worker = usize::from(shape.nodes) * usize::from(shape.lanes_per_peer);
         let mut drift_ppm = vec![0; usize::from(shape.nodes)];
@@ -297,7 +299,7 @@ impl Core {
             free: Vec::new(),
             shape,
             model: Model::new(profile),
-            charge_model,
+            program_cpu,
             nics,
             workers,
             regions: vec![Vec::new(); usize::from(shape.nodes)],
@@ -408,9 +410,28 @@ impl Core {
             + u64::from(qp_slot)
     }
 
+    /// Charges host work of the fabric (posting, polling, receiving) to worker `w`.
     pub(crate) fn charge(&mut self, w: u32, cost: Ps) {
-        if self.charge_model {
-            self.workers[w as usize].clock += cost;
+        self.workers[w as usize].clock += cost;
+    }
+
+    /// Charges `count` of the program's `term` to worker `w`: from the table, or counted
+    /// into the step's mix when steps are measured.
+    pub(crate) fn charge_term(&mut self, w: u32, term: CpuTerm, count: u32) {
+        match &mut self.program_cpu {
+            ProgramCpu::Model(table) => {
+                let cost = table.ps(term) * u64::from(count);
+                self.workers[w as usize].clock += cost;
+            }
+            ProgramCpu::Measured(m) => m.count(term, count),
+        }
+    }
+
+    /// Charges `ns` of the program's CPU work to worker `w` (not when steps are measured:
+    /// the work then takes its real time).
+    pub(crate) fn charge_program_ns(&mut self, w: u32, ns: u64) {
+        if let ProgramCpu::Model(_) = self.program_cpu {
+            self.workers[w as usize].clock += ps(ns as f64);
         }
     }
 

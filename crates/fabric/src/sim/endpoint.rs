@@ -6,11 +6,14 @@
 
 use std::cell::RefCell;
 use std::rc::Rc;
+use std::time::Instant;
 
+use crate::cpu::CpuTerm;
 use crate::endpoint::{Caps, Endpoint};
 use crate::ids::{ClusterShape, NodeId, Qp, Rkey, WorkerId, WrId};
 use crate::memory::Region;
-use crate::sim::core::{ps, Core};
+use crate::sim::core::Core;
+use crate::sim::measure::ProgramCpu;
 use crate::sim::Fencing;
 use crate::verbs::{Completion, OpFlags, PostError, WorkRequest};
 use crate::wq::{WqCounters, WqId};
@@ -25,6 +28,9 @@ pub struct SimEndpoint {
     /// This node's regions (registration is over before endpoints exist).
     pub(super) regions: Vec<Region>,
     pub(super) fencing: Fencing,
+    /// Whether steps are measured: the simulator's own time is then read around every
+    /// call into it, to be taken off the step's.
+    pub(super) measured: bool,
 }
 
 impl Endpoint for SimEndpoint {
@@ -48,7 +54,11 @@ impl Endpoint for SimEndpoint {
     }
 
     fn charge_cpu(&mut self, ns: u64) {
-        self.core.borrow_mut().charge(self.index, ps(ns as f64));
+        self.core.borrow_mut().charge_program_ns(self.index, ns);
+    }
+
+    fn charge(&mut self, term: CpuTerm, count: u32) {
+        self.core.borrow_mut().charge_term(self.index, term, count);
     }
 
     fn region(&self, rkey: Rkey) -> Option<&Region> {
@@ -65,28 +75,28 @@ impl Endpoint for SimEndpoint {
         if self.dead() {
             return Ok(());
         }
-        self.core.borrow_mut().post(self.index, qp, wr_id, wr, flags)
+        self.in_core(|core| core.post(self.index, qp, wr_id, wr, flags))
     }
 
     fn ring_doorbells(&mut self) {
         if self.dead() {
             return;
         }
-        self.core.borrow_mut().ring_all(self.index);
+        self.in_core(|core| core.ring_all(self.index));
     }
 
     fn poll_cq(&mut self, out: &mut [Completion]) -> usize {
         if self.dead() {
             return 0;
         }
-        self.core.borrow_mut().poll_cq(self.index, out)
+        self.in_core(|core| core.poll_cq(self.index, out))
     }
 
     fn send(&mut self, to: WorkerId, payload: &[u8], flags: OpFlags) -> Result<(), PostError> {
         if self.dead() {
             return Ok(());
         }
-        self.core.borrow_mut().send(self.index, to, payload, flags)
+        self.in_core(|core| core.send(self.index, to, payload, flags))
     }
 
     fn crash_here(&mut self) -> bool {
@@ -109,14 +119,14 @@ impl Endpoint for SimEndpoint {
         if self.dead() {
             return None;
         }
-        self.core.borrow_mut().recv(self.index, buf)
+        self.in_core(|core| core.recv(self.index, buf))
     }
 
     fn wq_doorbell(&mut self, wq: WqId) -> Result<(), PostError> {
         if self.dead() {
             return Ok(());
         }
-        self.core.borrow_mut().wq_doorbell(self.index, wq)
+        self.in_core(|core| core.wq_doorbell(self.index, wq))
     }
 
     fn wq_counters(&self, wq: WqId) -> Option<WqCounters> {
@@ -127,11 +137,27 @@ impl Endpoint for SimEndpoint {
         if self.dead() {
             return Ok(());
         }
-        self.core.borrow_mut().trigger(self.index, node, wq, payload)
+        self.in_core(|core| core.trigger(self.index, node, wq, payload))
     }
 }
 
 impl SimEndpoint {
+    /// Runs `f` on the core; when steps are measured, the time it took is the
+    /// simulator's, not the program's.
+    fn in_core<R>(&self, f: impl FnOnce(&mut Core) -> R) -> R {
+        if !self.measured {
+            return f(&mut self.core.borrow_mut());
+        }
+        let t0 = Instant::now();
+        let mut core = self.core.borrow_mut();
+        let r = f(&mut core);
+        let read = t0.elapsed().as_nanos() as f64;
+        if let ProgramCpu::Measured(m) = &mut core.program_cpu {
+            m.exclude(read);
+        }
+        r
+    }
+
     /// Whether this worker's node crashed during the worker's current step (`crash_here`):
     /// what it still posts, sends or rings in that step vanishes and it learns of no
     /// completion or datagram, as a dead CPU. A node crashed by time is never stepped

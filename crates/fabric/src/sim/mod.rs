@@ -18,6 +18,7 @@ mod calendar;
 mod core;
 mod endpoint;
 pub mod faults;
+mod measure;
 mod nic;
 pub mod profile;
 mod qp_cache;
@@ -34,8 +35,10 @@ pub use self::core::SimStats;
 use self::core::{Core, Event};
 pub use self::endpoint::SimEndpoint;
 use self::faults::FaultConfig;
+use self::measure::{MeasuredCpu, ProgramCpu};
 use self::profile::NicProfile;
 use crate::constants::{DATAGRAM_MTU, INLINE_MAX, SQ_DEPTH};
+use crate::cpu::{CpuSamples, CpuTable};
 use crate::endpoint::{
     Backend, BackendError, Caps, Program, RegionSpec, RunLimits, RunStats, Step,
 };
@@ -47,11 +50,13 @@ use crate::wq::{WqCounters, WqId, WqSpec};
 /// How a worker's CPU time is charged to its virtual clock.
 #[derive(Copy, Clone, Debug, PartialEq)]
 pub enum CpuMode {
-    /// From the deterministic cost model: the profile's host costs plus whatever the
-    /// program charges explicitly. Replays bit for bit.
+    /// From the deterministic cost model: what the program charges, costed by
+    /// [`SimConfig::cpu_profile`]. Replays bit for bit.
     Model,
-    /// From the thread CPU time each step really took, times `scale` (e.g. the ratio of
-    /// the modelled machine's speed to this one's). Not deterministic.
+    /// From the time each step's own code really took (the simulator's excluded), times
+    /// `scale` (e.g. the ratio of the modelled machine's speed to this one's); the steps
+    /// are recorded by the terms they charged ([`SimCluster::cpu_samples`]). Not
+    /// deterministic.
     Measured {
         /// Multiplier applied to measured time.
         scale: f64,
@@ -71,6 +76,9 @@ pub struct SimConfig {
     pub seed: u64,
     /// How CPU time is charged.
     pub cpu: CpuMode,
+    /// What each term of the programs' CPU work costs under [`CpuMode::Model`]; the NIC's
+    /// host costs come from [`SimConfig::profile`] in either mode.
+    pub cpu_profile: CpuTable,
     /// Whether a node can fence others off.
     pub fencing: Fencing,
 }
@@ -95,6 +103,7 @@ impl SimConfig {
             faults: FaultConfig::none(),
             seed,
             cpu: CpuMode::Model,
+            cpu_profile: CpuTable::assumed(),
             fencing: Fencing::Nic,
         }
     }
@@ -103,13 +112,14 @@ impl SimConfig {
     /// that any run can be replayed.
     pub fn describe(&self) -> String {
         format!(
-            "sim: seed={} nodes={} workers/node={} lanes={} profile={} cpu={:?}{}; faults: {}",
+            "sim: seed={} nodes={} workers/node={} lanes={} profile={} cpu={:?} cpu-profile={}{}; faults: {}",
             self.seed,
             self.shape.nodes,
             self.shape.workers_per_node,
             self.shape.lanes_per_peer,
             self.profile.name,
             self.cpu,
+            self.cpu_profile.name(),
             match self.fencing {
                 Fencing::Nic => "",
                 Fencing::Unavailable => " fencing=unavailable",
@@ -156,12 +166,16 @@ impl SimCluster {
                 return Err(BackendError::Config(format!("CPU scale {scale} must be positive")));
             }
         }
+        let program_cpu = match config.cpu {
+            CpuMode::Model => ProgramCpu::Model(config.cpu_profile.clone()),
+            CpuMode::Measured { .. } => ProgramCpu::Measured(Box::new(MeasuredCpu::new())),
+        };
         let core = Core::new(
             config.shape,
             &config.profile,
             config.faults.clone(),
             config.seed,
-            config.cpu == CpuMode::Model,
+            program_cpu,
         );
         Ok(SimCluster { config, core: Rc::new(RefCell::new(core)), ran: false, progress: None })
     }
@@ -175,6 +189,15 @@ impl SimCluster {
     /// The configuration.
     pub fn config(&self) -> &SimConfig {
         &self.config
+    }
+
+    /// The steps measured so far, by the terms they charged; `None` unless the cluster
+    /// runs in [`CpuMode::Measured`].
+    pub fn cpu_samples(&self) -> Option<CpuSamples> {
+        match &self.core.borrow().program_cpu {
+            ProgramCpu::Model(_) => None,
+            ProgramCpu::Measured(m) => Some(m.samples.clone()),
+        }
     }
 
     /// Trace hash and counters so far.
@@ -192,16 +215,6 @@ impl SimCluster {
             one_sided_bypasses_target: true,
         }
     }
-}
-
-/// CPU time of the calling thread, for [`CpuMode::Measured`].
-fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: `ts` is a valid, writable timespec and CLOCK_THREAD_CPUTIME_ID is supported
-    // on every Linux; clock_gettime writes only into `ts`.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID) failed");
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 impl Backend for SimCluster {
@@ -276,6 +289,7 @@ impl Backend for SimCluster {
                     caps,
                     regions,
                     fencing: self.config.fencing,
+                    measured: matches!(self.config.cpu, CpuMode::Measured { .. }),
                 })
             })
             .collect();
@@ -415,10 +429,15 @@ impl SimCluster {
         let outcome = match self.config.cpu {
             CpuMode::Model => program.step(),
             CpuMode::Measured { scale } => {
-                let t0 = thread_cpu_ns();
+                let t0 = Instant::now();
                 let outcome = program.step();
-                let spent = ((thread_cpu_ns() - t0) as f64 * scale * 1000.0) as u64;
-                self.core.borrow_mut().workers[worker as usize].clock += spent;
+                let read = t0.elapsed().as_nanos() as f64;
+                let mut core = self.core.borrow_mut();
+                let ProgramCpu::Measured(m) = &mut core.program_cpu else {
+                    unreachable!("a measured cluster's core measures")
+                };
+                let spent = (m.end_step(read) * scale * 1000.0) as u64;
+                core.workers[worker as usize].clock += spent;
                 outcome
             }
         };

@@ -724,6 +724,7 @@ mod tests {
     use crate::ids::{ClusterShape, LocalAddr, RemoteAddr};
     use crate::memory::Region;
     use crate::sim::faults::FaultConfig;
+    use crate::sim::measure::ProgramCpu;
 
     /// A worker's clock may run ahead of the events within a step; were a READ's
     /// completion queued before its last line took effect, such a worker could see it and
@@ -731,7 +732,13 @@ mod tests {
     #[test]
     fn a_completion_is_queued_only_once_every_line_took_effect() {
         let shape = ClusterShape { nodes: 2, workers_per_node: 1, lanes_per_peer: 1 };
-        let mut core = Core::new(shape, &NicProfile::cx4(), FaultConfig::none(), 1, true);
+        let mut core = Core::new(
+            shape,
+            &NicProfile::cx4(),
+            FaultConfig::none(),
+            1,
+            ProgramCpu::Model(crate::cpu::CpuTable::assumed()),
+        );
         let bytes = 1024u64;
         for n in 0..2 {
             let r = Region::zeroed(bytes);
