@@ -548,13 +548,12 @@ pub fn run_bench(a: BenchArgs) -> Result<(), CliError> {
 use hytra_lab::cluster_file::Wait;
 use hytra_lab::{unknown_workload, CpuProfile, WORKLOADS};
 
-/// The longest measured window on sim, in virtual seconds: a 4 x 4 SmallBank run
-/// simulates about 150 K transactions per wall-second, so this is hours of wall time.
 /// CPU profile of simulated runs that do not name one.
 pub(crate) const CPU_PROFILE_DEFAULT: &str = "paper";
 /// `--cpu-profile` that measures every step instead of costing it from a profile.
 const CPU_MEASURED: &str = "measured";
-
+/// The longest measured window on sim, in virtual seconds: a 4 x 4 SmallBank run
+/// simulates about 150 K transactions per wall-second, so this is hours of wall time.
 const SIM_SECONDS_MAX: f64 = 60.0;
 /// The longest measured window on local and ucx, in seconds.
 const REAL_SECONDS_MAX: f64 = 86_400.0;

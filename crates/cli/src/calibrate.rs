@@ -2,14 +2,14 @@
 //! the simulator's CPU profile.
 
 use std::io::{IsTerminal, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::Args;
 use hytra_lab::calibrate::{calibrate, plan, Calibration, Extent};
 use serde_json::json;
 
 use crate::table::{open_output, write_json};
-use crate::{usage, CliError};
+use crate::{signals, usage, CliError};
 
 /// Options of `hytra calibrate`.
 #[derive(Args, Debug)]
@@ -30,16 +30,26 @@ pub struct CalibrateArgs {
 
 /// Runs `hytra calibrate`.
 pub fn run(a: CalibrateArgs) -> Result<(), CliError> {
-    // Both outputs are opened before the minutes of measuring, so that a path that
-    // cannot be written is refused at once.
     if a.seed > u64::MAX / 2 {
         return usage(format!("--seed {} must be at most {}", a.seed, u64::MAX / 2));
     }
-    let mut out = open_output(&a.out)?;
-    let json_out = match a.json.as_deref().map(|p| open_output(p).map(|f| (f, p))).transpose() {
-        Ok(j) => j,
-        Err(e) => return Err(forget(&a.out, e)),
+    if a.json.as_ref() == Some(&a.out) {
+        return usage(format!("--json and --out both name '{}'", a.out.display()));
+    }
+    // The outputs' places are tried before the runs, without touching a file that is
+    // already there: the profile goes to a file beside it, renamed over it at the end.
+    let staged = sibling(&a.out, "hytra-tmp");
+    signals::remove_on_signal(&staged);
+    let mut out = open_output(&staged)?;
+    let fail = |e: CliError| {
+        let _ = std::fs::remove_file(&staged);
+        e
     };
+    if let Some(j) = &a.json {
+        let probe = sibling(j, "hytra-probe");
+        open_output(&probe).map_err(fail)?;
+        let _ = std::fs::remove_file(&probe);
+    }
     let extent = if a.quick { Extent::Tiny } else { Extent::Full };
     let runs = plan(extent).len();
     eprintln!(
@@ -51,32 +61,39 @@ pub fn run(a: CalibrateArgs) -> Result<(), CliError> {
             eprint!("\r  run {}/{n}: {:60}", i + 1, r.describe());
         }
     })
-    .map_err(|e| forget(&a.out, CliError::Run(e.into())))?;
+    .map_err(|e| fail(CliError::Run(e.into())))?;
     if tty {
         eprint!("\r{:80}\r", "");
     }
     print_fit(&c);
+    // What it writes must load: a fit far off (a term seen in a handful of steps) is
+    // refused here rather than by the run that tries to use it.
+    c.profile.validate().map_err(|e| {
+        fail(CliError::Run(anyhow::anyhow!("the fitted profile is not usable: {e}")))
+    })?;
     out.write_all(header(&c).as_bytes())
         .and_then(|()| out.write_all(c.profile.to_toml().as_bytes()))
-        .map_err(|e| CliError::Run(anyhow::anyhow!("writing {}: {e}", a.out.display())))?;
+        .and_then(|()| out.sync_all())
+        .and_then(|()| std::fs::rename(&staged, &a.out))
+        .map_err(|e| fail(CliError::Run(anyhow::anyhow!("writing {}: {e}", a.out.display()))))?;
     println!("profile    written to {} (use it with --cpu-profile {0})", a.out.display());
-    if let Some((file, path)) = json_out {
+    if let Some(path) = &a.json {
         let terms: Vec<_> = c
             .terms
             .iter()
             .map(|t| json!({"term": t.name, "ns": t.ns, "assumed_ns": t.assumed_ns, "steps": t.steps}))
             .collect();
         let profile = serde_json::to_value(&c.profile).expect("a profile serialises");
+        let file = open_output(path)?;
         write_json(file, path, &json!({"schema": 1, "profile": profile, "terms": terms}))?;
     }
     Ok(())
 }
 
-/// Removes the profile file opened for a calibration that did not finish, and passes
-/// on why.
-fn forget(out: &std::path::Path, e: CliError) -> CliError {
-    let _ = std::fs::remove_file(out);
-    e
+/// A hidden file beside `path`, for this process.
+fn sibling(path: &Path, what: &str) -> PathBuf {
+    let name = path.file_name().map_or_else(|| "out".into(), |n| n.to_string_lossy().into_owned());
+    path.with_file_name(format!(".{name}.{what}-{}", std::process::id()))
 }
 
 fn header(c: &Calibration) -> String {

@@ -846,7 +846,7 @@ fn calibrate_writes_a_profile_that_bench_takes() {
     let out = hytra(&args);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
-    assert!(stderr.contains("cpu-profile=host"), "{stderr}");
+    assert!(stderr.contains(&format!("cpu-profile={}", profile.display())), "{stderr}");
     let j: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(j["sim"]["cpu_profile"], profile.to_str().unwrap(), "{j}");
@@ -885,6 +885,64 @@ fn bad_cpu_profiles_get_one_line_and_exit_2() {
         &["bench", "--backend", "local", "--cpu-profile", "host"],
         &["reproduce", "--cpu-profile", garbage, "--out", "/tmp"],
         &["calibrate", "--out", "/nonexistent-dir/x.toml"],
-        &["calibrate", "--json", "/nonexistent-dir/x.json", "--out", "/tmp/hytra-cal-unused.toml"],
+        &["calibrate", "--out", "x.toml", "--json", "x.toml"],
     ]);
+    // A calibration refused before it ran leaves a profile already there as it was.
+    let kept = temp("kept-cpu.toml");
+    std::fs::write(&kept, "old").unwrap();
+    let kept = kept.to_str().unwrap();
+    assert_usage_errors(&[&["calibrate", "--out", kept, "--json", "/nonexistent-dir/x.json"]]);
+    assert_eq!(std::fs::read_to_string(kept).unwrap(), "old");
+    let dir = std::path::Path::new(kept).parent().unwrap();
+    let left: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with(".kept-cpu.toml."))
+        .collect();
+    assert!(left.is_empty(), "temporary files left: {left:?}");
+}
+
+#[test]
+fn reproduce_maps_the_fastest_design_by_cpu_cost_and_nic() {
+    let dir = temp("reproduce-design-map");
+    let out = hytra(&[
+        "reproduce",
+        "--quick",
+        "--only",
+        "design-map",
+        "--nodes",
+        "3",
+        "--workers",
+        "1",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let j: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("results.json")).unwrap()).unwrap();
+    let runs = j["runs"].as_array().unwrap();
+    // Two workloads, three CPU scales, two NICs, four designs.
+    assert_eq!(runs.len(), 48);
+    let scales: std::collections::BTreeSet<String> =
+        runs.iter().map(|r| r["cpu_scale"].to_string()).collect();
+    assert_eq!(scales.len(), 3, "{scales:?}");
+    for r in runs {
+        assert_eq!(r["invariant_ok"], true, "{r}");
+    }
+    // A dearer CPU commits less SmallBank in the same cluster.
+    let rate = |scale: f64| -> f64 {
+        runs.iter()
+            .filter(|r| r["workload"] == "SmallBank" && r["cpu_scale"].as_f64() == Some(scale))
+            .map(|r| r["rate_per_sec"].as_f64().unwrap())
+            .sum()
+    };
+    assert!(rate(4.0) < 0.5 * rate(0.25), "{} vs {}", rate(4.0), rate(0.25));
+    let html = std::fs::read_to_string(dir.join("index.html")).unwrap();
+    assert!(html.contains("The design space"), "the figure is in the report");
+    // Every SmallBank cell names a winner and its margin.
+    let named = ["drtmh x", "fasst x", "farm x", "drtmr x"]
+        .iter()
+        .map(|w| html.matches(&format!(">{w}")).count())
+        .sum::<usize>();
+    assert!(named >= 6, "{named} cells named");
 }

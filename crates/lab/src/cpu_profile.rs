@@ -148,7 +148,9 @@ impl CpuProfile {
             path => {
                 let text = std::fs::read_to_string(Path::new(path))
                     .map_err(|source| ProfileError::Read { path: path.into(), source })?;
-                CpuProfile::parse(&text, path)
+                // Named by its file, so that the line describing a run says which costs
+                // it used (a calibration names every profile it writes `host`).
+                Ok(CpuProfile { name: path.into(), ..CpuProfile::parse(&text, path)? })
             }
         }
     }
@@ -260,7 +262,7 @@ impl CpuProfile {
 }
 
 fn one_line(e: &toml::de::Error) -> String {
-    let what = e.message();
+    let what = e.message().lines().map(str::trim).collect::<Vec<_>>().join("; ");
     match e.span() {
         Some(_) => {
             let s = e.to_string();
@@ -268,7 +270,7 @@ fn one_line(e: &toml::de::Error) -> String {
             let at = s.lines().next().unwrap_or("").trim_start_matches("TOML parse error ");
             format!("{at}: {what}")
         }
-        None => what.to_string(),
+        None => what,
     }
 }
 
@@ -318,6 +320,8 @@ mod tests {
     fn a_bad_profile_is_refused_with_what_is_wrong() {
         let good = CpuProfile::assumed().to_toml();
         assert!(CpuProfile::parse(&good, "f.toml").is_ok());
+        let e = refused("garbage = [\n");
+        assert_eq!(e.lines().count(), 1, "{e}");
         let e = refused("name = \"x\"\nsource = 3\n");
         assert!(e.starts_with("CPU profile f.toml: at line 2"), "{e}");
         let e = refused(&good.replace("\"rt.switch\" = 20.0\n", ""));

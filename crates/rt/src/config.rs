@@ -33,3 +33,18 @@ impl Default for RtConfig {
         RtConfig { doorbell_batching: true, rpc_coalescing: true, rpc_timeout_ns: 1_000_000 }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_runtime_terms_are_in_its_range_with_distinct_indices() {
+        for (i, a) in CPU_TERMS.iter().enumerate() {
+            assert!(a.index() < 8, "{} at {}", a.name(), a.index());
+            assert!(CPU_TERMS[i + 1..]
+                .iter()
+                .all(|b| b.index() != a.index() && b.name() != a.name()));
+        }
+    }
+}

@@ -586,7 +586,9 @@ impl<E: Endpoint> TxnCtx<E> {
                 break;
             }
             let local = a.node == self.co.me().node;
-            self.co.charge_term(self.node.cfg.commit_term(local), 1);
+            // A local record whose lock only the NIC may release is unlocked through it.
+            let nic_unlock = matches!(a.locked, Locked::Nic) && !self.wt.coherent;
+            self.co.charge_term(self.node.cfg.commit_term(local && !nic_unlock), 1);
             let version = self.new_version(i);
             let payload_range = a.at as usize..a.at as usize + usize::from(a.len);
             if local {

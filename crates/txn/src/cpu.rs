@@ -8,7 +8,7 @@
 
 use hytra_fabric::cpu::CpuTerm;
 
-use crate::config::{ExecStrategy, LockStrategy, Primitive, TxnConfig};
+use crate::config::{LockStrategy, Primitive, TxnConfig};
 use crate::stats::TXN_TYPES_MAX;
 
 const ATTEMPT_NS: u64 = 100;
@@ -116,13 +116,14 @@ fn by_path(terms: &[CpuTerm; 3], path: Path) -> CpuTerm {
     }]
 }
 
-impl TxnConfig {
-    /// The term of one record read in the execution phase.
-    pub(crate) fn exec_term(&self, local: bool) -> CpuTerm {
-        by_path(&EXEC, Path::of(local, self.exec != ExecStrategy::TwoSided))
-    }
+/// The term of one record read in the execution phase, by the path it takes (known only
+/// once the location cache was asked).
+pub(crate) fn exec_term(path: Path) -> CpuTerm {
+    by_path(&EXEC, path)
+}
 
-    /// The term of one record locked.
+impl TxnConfig {
+    /// The term of one record locked; `local`: by the CPU's atomics.
     pub(crate) fn lock_term(&self, local: bool) -> CpuTerm {
         by_path(&LOCK, Path::of(local, self.lock == LockStrategy::OneSided))
     }

@@ -33,6 +33,7 @@ use hytra_store::layout::{
 use hytra_store::{Owner, Replica, TableId};
 
 use crate::config::{ExecStrategy, LockStrategy, PlantedFault};
+use crate::cpu::Path;
 use crate::engine::{NodeEngine, WorkerTxn, SCRATCH_ATTEMPT_BYTES, SCRATCH_CO_BYTES};
 use crate::log::EntryBuilder;
 use crate::membership::Config;
@@ -809,9 +810,8 @@ impl<E: Endpoint> TxnCtx<E> {
     async fn start_read(&mut self, i: usize) -> Result<Option<Pending>, Abort> {
         let a = self.acc[i];
         let for_update = a.write;
-        let local = a.node == self.co.me().node;
-        self.co.charge_term(self.node.cfg.exec_term(local), 1);
-        if local {
+        if a.node == self.co.me().node {
+            self.co.charge_term(crate::cpu::exec_term(Path::Local), 1);
             // Local memory is read without the fabric: the attempt still waits out a
             // recovery (its node's records are being resolved).
             self.hold().await?;
@@ -832,6 +832,14 @@ impl<E: Endpoint> TxnCtx<E> {
             }
             _ => None,
         };
+        let by_rpc = match (self.node.cfg.exec, cached) {
+            (ExecStrategy::TwoSided, _) => true,
+            (ExecStrategy::Hybrid, Some(_)) => lock_now,
+            (ExecStrategy::Hybrid, None) => true,
+            _ => false,
+        };
+        let path = if by_rpc { Path::Rpc } else { Path::OneSided };
+        self.co.charge_term(crate::cpu::exec_term(path), 1);
         let home = self.node.catalog.geometry(a.table).home_bucket(a.key);
         let pending = match (self.node.cfg.exec, cached) {
             (ExecStrategy::TwoSided, _) => self.call_read(i, lock_now, false).await?,

@@ -126,8 +126,9 @@ impl<E: Endpoint> TxnCtx<E> {
     async fn start_lock(&mut self, i: usize) -> Result<Option<Flight>, Abort> {
         let a = self.acc[i];
         let local = a.node == self.co.me().node;
-        self.co.charge_term(self.node.cfg.lock_term(local), 1);
         let nic = self.node.cfg.nic_locks() && !(local && self.wt.coherent);
+        // A local lock the CPU's atomics cannot take goes through the NIC, as a remote one.
+        self.co.charge_term(self.node.cfg.lock_term(local && !nic), 1);
         if local && !nic {
             self.hold().await?;
             let node = self.node.clone();

@@ -6,6 +6,7 @@
 //! machine's cores. Every transactional run also checks its workload's invariants; a
 //! run that breaks one fails the command after the report is written.
 
+mod design_map;
 mod recovery;
 mod redn;
 mod svg;
@@ -94,6 +95,8 @@ struct BenchJob {
     coroutines: u16,
     cfg: TxnConfig,
     label: String,
+    /// Multiplier of the CPU profile's costs (1: the profile as it is).
+    cpu_scale: f64,
 }
 
 #[derive(Clone, Debug)]
@@ -121,6 +124,8 @@ enum Job {
 struct Res {
     /// Transactions (or operations) per second, whole cluster; per machine for micro.
     rate: f64,
+    /// Transactions committed in the window (transactional runs).
+    commits: u64,
     p50_us: f64,
     p99_us: f64,
     /// Mean latency, where a run reports it (offloaded gets).
@@ -247,6 +252,19 @@ enum Chart {
     Phases { title: String, groups: Vec<String>, jobs: Vec<usize> },
     /// Each job's timeline ([`Res::timeline`]), one curve per job.
     Timeline { title: String, x_label: String, y_label: String, series: Vec<(String, usize)> },
+    /// Which of several contenders wins in each cell of a grid (rows by columns); each
+    /// cell holds one job per contender. `mark` outlines one cell.
+    Winners {
+        title: String,
+        rows: Vec<String>,
+        cols: Vec<String>,
+        contenders: Vec<String>,
+        cells: Vec<Vec<Vec<usize>>>,
+        mark: Option<(usize, usize)>,
+        /// Committed transactions the slowest contender of a cell must reach in its
+        /// window for the cell to name a winner.
+        commits_min: f64,
+    },
 }
 
 /// Computes one number from every run's results.
@@ -293,6 +311,7 @@ impl Plan {
             coroutines: co,
             cfg,
             label: label.into(),
+            cpu_scale: 1.0,
         }))
     }
 
@@ -630,6 +649,7 @@ fn design_figures(plan: &mut Plan, s: &Scale) {
                     coroutines: s.max_co(),
                     cfg,
                     label: label.into(),
+                    cpu_scale: 1.0,
                 }));
                 pts.push((f64::from(n), j));
             }
@@ -697,6 +717,7 @@ fn other_nics(plan: &mut Plan, s: &Scale) {
                         coroutines: 8,
                         cfg,
                         label: d.name().into(),
+                        cpu_scale: 1.0,
                     }))
                 })
                 .collect();
@@ -942,6 +963,7 @@ fn plan(a: &ReproduceArgs) -> Result<Plan, CliError> {
     other_nics(&mut p, &s);
     redn::redn_figures(&mut p, &s);
     recovery::recovery_figure(&mut p, &s, a.quick);
+    design_map::design_map_figure(&mut p, &s, a.quick);
     if let Some(only) = &a.only {
         let known: Vec<&str> = p.figures.iter().map(|f| f.id).collect();
         if let Some(bad) = only.iter().find(|o| !known.contains(&o.as_str())) {
@@ -978,6 +1000,7 @@ fn used_jobs(p: &Plan) -> Vec<bool> {
                 Chart::Bars { series, .. } => series.iter().flat_map(|s| s.1.clone()).collect(),
                 Chart::Phases { jobs, .. } => jobs.clone(),
                 Chart::Timeline { series, .. } => series.iter().map(|s| s.1).collect(),
+                Chart::Winners { cells, .. } => cells.iter().flatten().flatten().copied().collect(),
             };
             for i in ids {
                 used[i] = true;
@@ -989,19 +1012,25 @@ fn used_jobs(p: &Plan) -> Vec<bool> {
 
 fn run_bench_job(j: &BenchJob, s: &Scale, seed: u64) -> anyhow::Result<Res> {
     let profile = NicProfile::by_name(j.profile).context("profile")?;
+    let cpu = match j.cpu_scale {
+        1.0 => s.cpu.clone(),
+        x => s.cpu.scaled(&format!("{} x {x}", s.cpu.name), x, &s.cpu.source),
+    };
     let cpu_profile = match j.wl {
-        Wl::SmallBank => s.cpu.table("smallbank", &hytra_workloads::smallbank::TYPES),
-        Wl::TpccNo => s.cpu.table("tpcc-no", &hytra_workloads::tpcc::TYPES),
-        Wl::TpceCp => s.cpu.table("tpce-cp", &hytra_workloads::tpce::TYPES),
+        Wl::SmallBank => cpu.table("smallbank", &hytra_workloads::smallbank::TYPES),
+        Wl::TpccNo => cpu.table("tpcc-no", &hytra_workloads::tpcc::TYPES),
+        Wl::TpceCp => cpu.table("tpce-cp", &hytra_workloads::tpce::TYPES),
     };
     let mut b =
         SimCluster::new(SimConfig { profile, cpu_profile, ..SimConfig::new(j.shape, seed) })?;
-    let params = bench_params(s, j.coroutines, s.measure_ns, seed);
-    let span = (s.warmup_ns + s.measure_ns) as f64 / 1e9;
+    // A dearer CPU commits fewer transactions in the same time: its window grows with it.
+    let measure_ns = (s.measure_ns as f64 * j.cpu_scale.max(1.0)) as u64;
+    let params = bench_params(s, j.coroutines, measure_ns, seed);
+    let span = (s.warmup_ns + measure_ns) as f64 / 1e9;
     let res = match j.wl {
         Wl::SmallBank => summarize(
             run(&mut b, &SmallBank { accounts_per_worker: s.accounts }, j.cfg, params)?,
-            s.measure_ns,
+            measure_ns,
         ),
         Wl::TpccNo => {
             // Room for the orders one district can take. A terminal commits at most about
@@ -1024,14 +1053,14 @@ fn run_bench_job(j: &BenchJob, s: &Scale, seed: u64) -> anyhow::Result<Res> {
                     "{full} New-Orders found their district out of order ids (room for {new_orders_max})"
                 );
             }
-            summarize(r, s.measure_ns)
+            summarize(r, measure_ns)
         }
         Wl::TpceCp => {
             let w = Tpce::new(TpceParams {
                 customers_per_worker: s.tpce_customers,
                 ..TpceParams::standard(seed)
             });
-            summarize(run(&mut b, &w, j.cfg, params)?, s.measure_ns)
+            summarize(run(&mut b, &w, j.cfg, params)?, measure_ns)
         }
     };
     Ok(res)
@@ -1059,6 +1088,7 @@ fn summarize<R>(r: BenchResult<R>, measure_ns: u64) -> Res {
     let n = st.commits.max(1) as f64;
     Res {
         rate: st.commits as f64 / (measure_ns as f64 / 1e9),
+        commits: st.commits,
         p50_us: st.latency.quantile(0.5) as f64 / 1e3,
         p99_us: st.latency.quantile(0.99) as f64 / 1e3,
         abort_rate: st.abort_rate(),
@@ -1343,6 +1373,7 @@ fn write_json(
                     v["workload"] = json!(b.wl.name());
                     v["label"] = json!(b.label);
                     v["profile"] = json!(b.profile);
+                    v["cpu_scale"] = json!(b.cpu_scale);
                     v["nodes"] = json!(b.shape.nodes);
                     v["workers"] = json!(b.shape.workers_per_node);
                     v["lanes"] = json!(b.shape.lanes_per_peer);
@@ -1479,6 +1510,26 @@ fn chart_svg(c: &Chart, r: &[Res]) -> String {
                 series.iter().map(|(l, j)| (l.clone(), r[*j].timeline.clone())).collect();
             svg::timeline(title, x_label, y_label, &s, 0.0, "crash")
         }
+        Chart::Winners { title, rows, cols, contenders, cells, mark, commits_min } => {
+            // A cell where some design committed too few transactions to rank is left
+            // blank (its rates say so): too few to tell one design from another.
+            let rates: Vec<Vec<Vec<f64>>> = cells
+                .iter()
+                .map(|row| {
+                    row.iter()
+                        .map(|js| {
+                            let ranked = js.iter().all(|&j| r[j].commits as f64 >= *commits_min);
+                            if ranked {
+                                js.iter().map(|&j| r[j].rate).collect()
+                            } else {
+                                Vec::new()
+                            }
+                        })
+                        .collect()
+                })
+                .collect();
+            svg::winners(title, rows, cols, contenders, &rates, *mark)
+        }
     }
 }
 
@@ -1533,6 +1584,15 @@ fn chart_table(c: &Chart, r: &[Res], jobs: &[Job]) -> String {
         Chart::Timeline { series, .. } => {
             for (l, j) in series {
                 add(l, *j);
+            }
+        }
+        Chart::Winners { rows, cols, contenders, cells, .. } => {
+            for (row, cells) in rows.iter().zip(cells) {
+                for (col, js) in cols.iter().zip(cells) {
+                    for (who, &j) in contenders.iter().zip(js) {
+                        add(&format!("{row}, {col}: {who}"), j);
+                    }
+                }
             }
         }
     }
@@ -1592,7 +1652,7 @@ fn write_html(
             c.figure, c.what, c.paper
         );
     }
-    h.push_str("</table><p>Ratios compare by direction; where the paper gives no number, 1.05 stands for \"above 1\". Nothing in the simulator is tuned to these end-to-end results: its NIC profiles come from primitive-level figures only, its CPU profile from measurements of hytra's own code (<code>hytra calibrate</code>).</p>");
+    h.push_str("</table><p>Ratios compare by direction; where the paper gives no number, 1.05 stands for \"above 1\". Nothing in the simulator is tuned to these end-to-end results: its NIC profiles come from primitive-level figures only, its CPU profile (named at the top) from measurements of hytra's own code (<code>hytra calibrate</code>) unless it is <code>assumed</code>.</p>");
     for f in &p.figures {
         let _ = write!(
             h,

@@ -391,6 +391,97 @@ pub fn stacked(
     f.finish()
 }
 
+/// A grid of cells (rows by columns), each coloured by which contender has the largest
+/// value there and labelled with it and its margin over the runner-up (`rates[row][col]`
+/// holds one value per contender); `mark` outlines one cell.
+pub fn winners(
+    title: &str,
+    rows: &[String],
+    cols: &[String],
+    contenders: &[String],
+    rates: &[Vec<Vec<f64>>],
+    mark: Option<(usize, usize)>,
+) -> String {
+    let mut svg = String::new();
+    let _ = write!(
+        svg,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" font-family="sans-serif" font-size="11"><rect width="{W}" height="{H}" fill="white"/><text x="{}" y="18" text-anchor="middle" font-size="13" font-weight="bold">{}</text>"#,
+        W / 2.0,
+        esc(title)
+    );
+    let cw = (W - LEFT - RIGHT) / cols.len().max(1) as f64;
+    let ch = (H - TOP - BOTTOM) / rows.len().max(1) as f64;
+    for (r, name) in rows.iter().enumerate() {
+        let y = TOP + r as f64 * ch;
+        let _ = write!(
+            svg,
+            r#"<text x="{}" y="{:.1}" text-anchor="end">{}</text>"#,
+            LEFT - 6.0,
+            y + ch / 2.0 + 4.0,
+            esc(name)
+        );
+        for c in 0..cols.len() {
+            let x = LEFT + c as f64 * cw;
+            let vals = rates.get(r).and_then(|row| row.get(c)).map_or(&[][..], Vec::as_slice);
+            let mut order: Vec<usize> = (0..vals.len()).collect();
+            order.sort_by(|&a, &b| vals[b].total_cmp(&vals[a]));
+            let (fill, text) = match (order.first(), order.get(1)) {
+                (Some(&w), Some(&second)) if vals[w] > 0.0 => {
+                    let margin =
+                        if vals[second] > 0.0 { vals[w] / vals[second] } else { f64::INFINITY };
+                    (
+                        colour(w),
+                        format!("{} x{margin:.2}", contenders.get(w).map_or("?", String::as_str)),
+                    )
+                }
+                _ => ("#dddddd", "too few commits".to_string()),
+            };
+            let _ = write!(
+                svg,
+                r##"<rect x="{x:.1}" y="{y:.1}" width="{:.1}" height="{:.1}" fill="{fill}" fill-opacity="0.75" stroke="white"/><text x="{:.1}" y="{:.1}" text-anchor="middle" fill="#111">{}</text>"##,
+                cw,
+                ch,
+                x + cw / 2.0,
+                y + ch / 2.0 + 4.0,
+                esc(&text)
+            );
+            if mark == Some((r, c)) {
+                let _ = write!(
+                    svg,
+                    r##"<rect x="{:.1}" y="{:.1}" width="{:.1}" height="{:.1}" fill="none" stroke="#111" stroke-width="3"/>"##,
+                    x + 1.5,
+                    y + 1.5,
+                    cw - 3.0,
+                    ch - 3.0
+                );
+            }
+        }
+    }
+    for (c, name) in cols.iter().enumerate() {
+        let _ = write!(
+            svg,
+            r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
+            LEFT + c as f64 * cw + cw / 2.0,
+            H - BOTTOM + 16.0,
+            esc(name)
+        );
+    }
+    let (mut x, y) = (LEFT, H - 18.0);
+    for (i, l) in contenders.iter().enumerate() {
+        let _ = write!(
+            svg,
+            r#"<rect x="{x}" y="{}" width="10" height="10" fill="{}"/><text x="{}" y="{y}">{}</text>"#,
+            y - 9.0,
+            colour(i),
+            x + 14.0,
+            esc(l)
+        );
+        x += 22.0 + 6.5 * l.len() as f64;
+    }
+    svg.push_str("</svg>");
+    svg
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -415,5 +506,23 @@ mod tests {
         let step = t[1] - t[0];
         // The last tick is within one step of the top, never beyond it by more.
         assert!(*t.last().unwrap() > 87.0 - step && *t.last().unwrap() <= 87.0 + step, "{t:?}");
+    }
+
+    #[test]
+    fn winners_name_each_cells_fastest_and_its_margin() {
+        let names = vec!["a".to_string(), "b".to_string()];
+        let svg = winners(
+            "t<1>",
+            &["r0".to_string()],
+            &["c0".to_string(), "c1".to_string()],
+            &names,
+            &[vec![vec![2.0, 1.0], vec![1.0, 4.0]]],
+            Some((0, 1)),
+        );
+        assert!(svg.contains("a x2.00") && svg.contains("b x4.00"), "{svg}");
+        assert!(svg.contains("t&lt;1&gt;"));
+        assert_eq!(svg.matches("stroke-width=\"3\"").count(), 1, "one cell marked");
+        let empty = winners("t", &["r".into()], &["c".into()], &names, &[vec![vec![]]], None);
+        assert!(empty.contains("too few commits"));
     }
 }

@@ -32,8 +32,10 @@ pub(crate) struct MeasuredCpu {
     counts: [u32; CPU_TERMS_MAX],
     touched: Vec<u16>,
     mix: Vec<(u16, u32)>,
-    /// Every step so far, by mix.
+    /// Every step so far that started at or after `from_ps`, by mix.
     pub(crate) samples: CpuSamples,
+    /// Steps starting earlier (a warm-up) are charged but not kept.
+    pub(crate) from_ps: u64,
 }
 
 /// Pairs of readings taken to find the clock's cost; the median is kept.
@@ -55,10 +57,14 @@ impl MeasuredCpu {
             touched: Vec::new(),
             mix: Vec::new(),
             samples: CpuSamples::default(),
+            from_ps: 0,
         }
     }
 
     pub(crate) fn count(&mut self, term: CpuTerm, count: u32) {
+        if count == 0 {
+            return;
+        }
         let i = term.index();
         if self.counts[i] == 0 {
             self.touched.push(i as u16);
@@ -72,9 +78,10 @@ impl MeasuredCpu {
         self.excluded_ns += read_ns + self.overhead_ns;
     }
 
-    /// Ends a step whose reading was `read_ns`: records it and returns the program's
-    /// time, ns (unscaled).
-    pub(crate) fn end_step(&mut self, read_ns: f64) -> f64 {
+    /// Ends a step that started at `started_ps` of virtual time and whose reading was
+    /// `read_ns`: records it (unless it started before `from_ps`) and returns the
+    /// program's time, ns (unscaled).
+    pub(crate) fn end_step(&mut self, started_ps: u64, read_ns: f64) -> f64 {
         let ns = (read_ns - self.overhead_ns - self.excluded_ns).max(0.0);
         self.excluded_ns = 0.0;
         self.touched.sort_unstable();
@@ -84,7 +91,9 @@ impl MeasuredCpu {
             self.counts[usize::from(i)] = 0;
         }
         self.touched.clear();
-        self.samples.add(&self.mix, ns);
+        if started_ps >= self.from_ps {
+            self.samples.add(&self.mix, ns);
+        }
         ns
     }
 }

@@ -119,7 +119,10 @@ impl SimConfig {
             self.shape.lanes_per_peer,
             self.profile.name,
             self.cpu,
-            self.cpu_profile.name(),
+            match self.cpu {
+                CpuMode::Model => self.cpu_profile.name(),
+                CpuMode::Measured { .. } => "measured",
+            },
             match self.fencing {
                 Fencing::Nic => "",
                 Fencing::Unavailable => " fencing=unavailable",
@@ -197,6 +200,14 @@ impl SimCluster {
         match &self.core.borrow().program_cpu {
             ProgramCpu::Model(_) => None,
             ProgramCpu::Measured(m) => Some(m.samples.clone()),
+        }
+    }
+
+    /// Keeps only the measured steps that start at or after `ns` of virtual time (those
+    /// before, a warm-up, are still charged). No effect unless steps are measured.
+    pub fn keep_cpu_samples_from(&mut self, ns: u64) {
+        if let ProgramCpu::Measured(m) = &mut self.core.borrow_mut().program_cpu {
+            m.from_ps = ns.saturating_mul(1000);
         }
     }
 
@@ -429,6 +440,7 @@ impl SimCluster {
         let outcome = match self.config.cpu {
             CpuMode::Model => program.step(),
             CpuMode::Measured { scale } => {
+                let started = self.core.borrow().workers[worker as usize].clock;
                 let t0 = Instant::now();
                 let outcome = program.step();
                 let read = t0.elapsed().as_nanos() as f64;
@@ -436,7 +448,7 @@ impl SimCluster {
                 let ProgramCpu::Measured(m) = &mut core.program_cpu else {
                     unreachable!("a measured cluster's core measures")
                 };
-                let spent = (m.end_step(read) * scale * 1000.0) as u64;
+                let spent = (m.end_step(started, read) * scale * 1000.0) as u64;
                 core.workers[worker as usize].clock += spent;
                 outcome
             }
