@@ -52,7 +52,7 @@ impl CpuTerm {
 }
 
 /// What each term costs, in picoseconds; a term it does not set costs its assumed value.
-#[derive(Clone, Debug, PartialEq, Eq, Default)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CpuTable {
     ps: Vec<Option<u64>>,
     name: String,
@@ -61,7 +61,7 @@ pub struct CpuTable {
 impl CpuTable {
     /// The table that sets nothing: every term costs its assumed value.
     pub fn assumed() -> CpuTable {
-        CpuTable { ps: vec![None; CPU_TERMS_MAX], name: "assumed".into() }
+        CpuTable::named("assumed")
     }
 
     /// An empty table named `name`, to be filled with [`CpuTable::set`].
@@ -120,19 +120,6 @@ impl CpuSamples {
         }
         self.dropped += 1;
     }
-
-    /// Adds all of `other`'s samples.
-    pub fn merge(&mut self, other: &CpuSamples) {
-        for (mix, v) in &other.by_mix {
-            for &ns in v {
-                self.add(mix, ns);
-            }
-            // `add` counted these as steps; `other.steps` counts them once below.
-            self.steps -= v.len() as u64;
-        }
-        self.steps += other.steps;
-        self.dropped += other.dropped;
-    }
 }
 
 #[cfg(test)]
@@ -160,10 +147,6 @@ mod tests {
         assert_eq!(s.steps, SAMPLES_PER_MIX_MAX as u64 + 6);
         assert_eq!(s.dropped, 5);
         assert_eq!(s.by_mix.len(), 2);
-        let mut t = CpuSamples::default();
-        t.merge(&s);
-        assert_eq!(t.steps, s.steps);
-        assert_eq!(t.dropped, s.dropped);
-        assert_eq!(t.by_mix, s.by_mix);
+        assert_eq!(s.by_mix[&vec![(1, 2)]].len(), SAMPLES_PER_MIX_MAX);
     }
 }

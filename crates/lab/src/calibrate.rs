@@ -294,8 +294,8 @@ fn measure(
                 let s = b.cpu_samples().expect("a measured cluster has samples");
                 let worst = s.by_mix.values().flatten().fold(0.0f64, |a, &b| a.max(b));
                 return Err(format!(
-                    "committed nothing in {} virtual ns ({} steps, the longest {worst:.0} ns; {:?})",
-                    result.run.elapsed_ns, s.steps, result.stats
+                    "committed nothing in {} virtual ns ({} steps, the longest {worst:.0} ns; aborts by reason {:?}, {} gave up)",
+                    result.run.elapsed_ns, s.steps, result.stats.aborts, result.stats.gave_up
                 ));
             }
             let family = attempt_workloads()
