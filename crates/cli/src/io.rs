@@ -9,7 +9,7 @@ use clap::Args;
 use hytra_fabric::local::{LocalCluster, LocalConfig};
 use hytra_fabric::sim::profile::NicProfile;
 use hytra_fabric::sim::{SimCluster, SimConfig};
-use hytra_fabric::ClusterShape;
+use hytra_fabric::{Backend, ClusterShape};
 use hytra_io::bench::{self, IoParams, IoReport, Mode, Target};
 use hytra_io::trace::{self, TraceOp};
 use hytra_io::{DeviceModel, EngineKind, Exports, FileId, Timing};
@@ -293,7 +293,8 @@ fn timing(plan: &Plan) -> Timing {
     }
 }
 
-/// One random-read point or one replay.
+/// One random-read point (over a window long enough for it, [`bench::run_settled`]) or
+/// one replay.
 fn measure(
     plan: &Plan,
     a: &IoArgs,
@@ -303,46 +304,78 @@ fn measure(
 ) -> Result<IoReport, CliError> {
     let shape = ClusterShape { nodes: 2, workers_per_node: p.connections, lanes_per_peer: 1 };
     let t = timing(plan);
+    // Processes that joined once cannot start a fresh cluster to measure again: a window
+    // too short there is refused, not lengthened. Only the requester (node 0) has reads
+    // to judge.
+    let max = match &a.placement {
+        None => plan.backend.window_max_ns(),
+        Some(pl) if pl.me == 0 => p.duration_ns,
+        Some(_) => u64::MAX,
+    };
+    let judge = a.placement.as_ref().is_none_or(|pl| pl.me == 0);
     let r = match plan.backend {
         BackendKind::Sim => {
             let cfg = SimConfig { profile: plan.profile.clone(), ..SimConfig::new(shape, a.seed) };
-            let mut b = SimCluster::new(cfg).context("starting the simulator")?;
-            match &trace {
-                Some(tr) => bench::replay(&mut b, target, p, t, tr.clone()),
-                None => bench::run(&mut b, target, p, t),
-            }
+            let fresh = || SimCluster::new(cfg.clone());
+            point(fresh, target, p, t, trace, judge, max)
         }
         BackendKind::Local => {
-            let mut b = LocalCluster::new(LocalConfig::new(shape)).context("starting threads")?;
-            match &trace {
-                Some(tr) => bench::replay(&mut b, target, p, t, tr.clone()),
-                None => bench::run(&mut b, target, p, t),
-            }
+            let fresh = || LocalCluster::new(LocalConfig::new(shape));
+            point(fresh, target, p, t, trace, judge, max)
         }
         #[cfg(feature = "ucx")]
         BackendKind::Ucx => {
             use hytra_fabric::ucx::{UcxCluster, UcxConfig};
             let mut cfg = UcxConfig::new(shape);
             cfg.transports = Some(a.transports.clone());
-            let mut b = match &a.placement {
-                None => UcxCluster::new(cfg).context("starting UCX")?,
-                Some(p) => {
-                    cfg.hosted = Some(vec![hytra_fabric::NodeId(p.me)]);
-                    let ex = p
-                        .exchange(shape.nodes)
-                        .map_err(|e| CliError::Run(anyhow::anyhow!("{e}")))?;
-                    UcxCluster::with_exchange(cfg, ex).context("starting UCX")?
+            let fresh = || match &a.placement {
+                None => UcxCluster::new(cfg.clone()),
+                Some(pl) => {
+                    let mut cfg = cfg.clone();
+                    cfg.hosted = Some(vec![hytra_fabric::NodeId(pl.me)]);
+                    let ex = pl.exchange(shape.nodes).map_err(|e| {
+                        hytra_fabric::BackendError::Cluster(format!(
+                            "joining the other process: {e}"
+                        ))
+                    })?;
+                    UcxCluster::with_exchange(cfg, ex)
                 }
             };
-            match &trace {
-                Some(tr) => bench::replay(&mut b, target, p, t, tr.clone()),
-                None => bench::run(&mut b, target, p, t),
-            }
+            point(fresh, target, p, t, trace, judge, max)
         }
         #[cfg(not(feature = "ucx"))]
         BackendKind::Ucx => unreachable!("refused by plan() without the ucx feature"),
     };
     r.map_err(|e| CliError::Run(anyhow::anyhow!("{e}")))
+}
+
+/// A replay, a point whose window this process does not judge (the owner of a run
+/// spread over processes), or a point over a settled window.
+fn point<B: Backend>(
+    mut fresh: impl FnMut() -> Result<B, hytra_fabric::BackendError>,
+    target: &Target,
+    p: &IoParams,
+    t: Timing,
+    trace: Option<Arc<Vec<TraceOp>>>,
+    judge: bool,
+    window_max_ns: u64,
+) -> Result<IoReport, bench::BenchError> {
+    match trace {
+        Some(tr) => bench::replay(&mut fresh()?, target, p, t, tr),
+        None if !judge => bench::run(&mut fresh()?, target, p, t),
+        None => bench::run_settled(fresh, target, p, t, window_max_ns),
+    }
+}
+
+/// What to add to a progress line when a point's window had to be lengthened.
+fn extension_note(r: &IoReport) -> String {
+    r.extended_from_s.map_or(String::new(), |from| {
+        format!(
+            " (window extended from {from} to {} s: the shorter one held fewer than {} reads or less than twice the p99 latency)",
+            r.seconds,
+            hytra_rt::window::SETTLED_OPS_MIN
+        )
+    })
 }
 
 fn row(t: &mut Table, r: &IoReport, what: &str) {
@@ -446,11 +479,12 @@ pub fn run(a: IoArgs) -> Result<(), CliError> {
                             // The owner of a spread run has no reads to tell.
                             if a.placement.as_ref().is_none_or(|p| p.me == 0) {
                                 eprintln!(
-                                    "  {} {} {} B: {:.0} IOPS",
+                                    "  {} {} {} B: {:.0} IOPS{}",
                                     mode.name(),
                                     r.engine,
                                     size,
-                                    r.iops
+                                    r.iops,
+                                    extension_note(&r)
                                 );
                             }
                             reports.push(r);

@@ -112,6 +112,17 @@ impl BackendKind {
             other => usage(format!("unknown backend '{other}' (expected sim, local or ucx)")),
         }
     }
+
+    /// The longest window a point of `micro` or `io` may be measured over (asked for, or
+    /// lengthened to when it was too short for its latency; `hytra_rt::window`): a
+    /// virtual second on sim, where a 16 x 24 point simulates about a million events per
+    /// wall-second; ten minutes in real time.
+    pub fn window_max_ns(self) -> u64 {
+        match self {
+            BackendKind::Sim => 1_000_000_000,
+            BackendKind::Local | BackendKind::Ucx => 600_000_000_000,
+        }
+    }
 }
 
 /// Collapses clap's multi-line message into one line.

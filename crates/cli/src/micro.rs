@@ -189,7 +189,7 @@ fn plan(a: &MicroArgs) -> Result<Plan, CliError> {
             hytra_fabric::constants::LANES_MAX
         ));
     }
-    let max_us = window_max_ns(backend) / 1000;
+    let max_us = backend.window_max_ns() / 1000;
     if let Some(m) = a.measure_us.filter(|&m| m == 0 || m > max_us) {
         return usage(format!("--measure-us {m}: expected 1..={max_us} on {}", a.backend));
     }
@@ -299,16 +299,6 @@ fn baseline_outstanding_max() -> u64 {
 /// waits for them all.
 fn baseline_outstanding(shape: ClusterShape, params: &MicroParams) -> u64 {
     u64::from(params.coroutines) * u64::from(params.batch) * u64::from(shape.workers_per_node)
-}
-
-/// The longest window a point may be measured over (asked for, or extended to when
-/// [`run_point_settled`] finds it too short): a virtual second on sim, where a 16 x 24
-/// point simulates about a million events per wall-second; ten minutes on threads.
-fn window_max_ns(backend: BackendKind) -> u64 {
-    match backend {
-        BackendKind::Sim => 1_000_000_000,
-        _ => 600_000_000_000,
-    }
 }
 
 fn parse_cpu(s: &str) -> Result<CpuMode, CliError> {
@@ -455,7 +445,7 @@ fn measure(
         params.warmup_ns *= scale;
         params.measure_ns *= scale;
     }
-    let max = window_max_ns(plan.backend);
+    let max = plan.backend.window_max_ns();
     let (point, stats) = match plan.backend {
         BackendKind::Sim => {
             let cfg = SimConfig {

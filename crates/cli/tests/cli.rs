@@ -618,6 +618,36 @@ fn io_json_has_every_mode_ratios_and_replays() {
     }
 }
 
+/// A window shorter than a read's latency (or with few reads) is measured again over a
+/// longer one, which the report and the JSON say; one that cannot be lengthened enough is
+/// refused, never printed as a rate.
+#[test]
+fn io_lengthens_a_window_too_short_for_its_reads_or_refuses_it() {
+    let json = temp("io-short.json");
+    let base = ["io", "--backend", "sim", "--file-mib", "4", "--sizes", "512", "--modes"];
+    let mut args: Vec<&str> = base.to_vec();
+    args.extend(["remote", "--engines", "pool", "--no-trace", "--seconds", "0.0002"]);
+    args.extend(["--json", json.to_str().unwrap()]);
+    let out = hytra(&args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("window extended from 0.0002 to"), "{stderr}");
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let run = &v["runs"][0];
+    assert_eq!(run["extended_from_s"].as_f64(), Some(0.0002), "{run}");
+    let (reads, seconds) = (run["reads"].as_u64().unwrap(), run["seconds"].as_f64().unwrap());
+    assert!(reads >= 1000 && seconds > 0.0002, "{run}");
+    assert!(seconds * 1e6 >= 2.0 * run["p99_us"].as_f64().unwrap(), "{run}");
+
+    let mut args: Vec<&str> = base.to_vec();
+    args.extend(["remote", "--engines", "pool", "--no-trace", "--seconds", "0.000001"]);
+    let out = hytra(&args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("the window is too short to measure"), "{stderr}");
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("IOPS"), "no rate printed");
+}
+
 #[test]
 fn offload_bad_input_gets_one_line_and_exit_2() {
     assert_usage_errors(&[
@@ -691,8 +721,20 @@ fn offload_json_has_every_scenario_checked_and_replays() {
     for r in runs {
         let o = &r["outcome"];
         assert_eq!(o["wrong"], 0, "{r}");
-        assert!(o["gets"].as_u64().unwrap() > 0, "{r}");
+        // Every window held enough gets and twice their p99, lengthened from --micros
+        // where it did not.
+        let (gets, window) = (o["gets"].as_u64().unwrap(), o["window_ns"].as_u64().unwrap());
+        assert!(gets >= 1000 && window >= 2 * o["p99_ns"].as_u64().unwrap(), "{r}");
+        match o["extended_from_ns"].as_u64() {
+            Some(from) => assert!(from == 100_000 && window > from, "{r}"),
+            None => assert_eq!(window, 100_000, "{r}"),
+        }
     }
+    // A window of a microsecond holds about one get: lengthened, and said so.
+    let out = hytra(&["offload", "--micros", "1", "--sizes", "64", "--writers", "0"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("window lengthened from 1 µs (--micros)"), "{stdout}");
     let ifs = v["if_rate"].as_array().unwrap();
     assert_eq!(ifs.len(), 1);
     assert!(ifs[0]["ifs_per_sec"].as_f64().unwrap() > 0.0);

@@ -89,6 +89,10 @@ pub struct IoReport {
     pub reads: u64,
     /// Length of the window in seconds (virtual on the simulator).
     pub seconds: f64,
+    /// The window asked for, in seconds, when [`run_settled`] had to lengthen it
+    /// (`seconds` is the window measured).
+    #[serde(default)]
+    pub extended_from_s: Option<f64>,
     /// Reads per second.
     pub iops: f64,
     /// Payload throughput.
@@ -119,6 +123,35 @@ pub enum BenchError {
     /// Engine threads or rings could not be set up.
     #[error("engine: {0}")]
     Engine(#[from] std::io::Error),
+    /// Even the longest window allowed was too short for what it measured
+    /// ([`IoReport::settled`]).
+    #[error(
+        "{size} B reads: the window is too short to measure: {reads} reads completed in {window_s} s (at least {min} and a window of twice the p99 latency, {p99_us} µs, are needed); give a longer --seconds",
+        min = hytra_rt::window::SETTLED_OPS_MIN
+    )]
+    Unsettled {
+        /// Bytes per read.
+        size: u32,
+        /// Reads completed in the last window tried.
+        reads: u64,
+        /// That window, seconds.
+        window_s: f64,
+        /// Its p99 latency, microseconds.
+        p99_us: f64,
+    },
+}
+
+impl IoReport {
+    /// Whether the window was long enough for what it measured
+    /// ([`hytra_rt::window::settled`]). A replay reads its whole trace and has no window
+    /// to judge.
+    pub fn settled(&self) -> bool {
+        hytra_rt::window::settled(
+            self.reads,
+            (self.seconds * 1e9) as u64,
+            (self.p99_us * 1e3).ceil() as u64,
+        )
+    }
 }
 
 /// The file a measurement reads: the owner's export table and the file's id in it.
@@ -266,6 +299,48 @@ pub fn run<B: Backend>(
     Ok(report(p, s, seconds, direct))
 }
 
+/// [`run`] over a window long enough for it: when a run does not settle
+/// ([`IoReport::settled`]), runs it again on a fresh cluster (`fresh`) with the warm-up
+/// and the window lengthened ([`hytra_rt::window::extend`]), up to a window of
+/// `window_max_ns`; then refuses it. A settled first run is returned as it is.
+pub fn run_settled<B: Backend>(
+    mut fresh: impl FnMut() -> Result<B, BackendError>,
+    target: &Target,
+    p: &IoParams,
+    timing: Timing,
+    window_max_ns: u64,
+) -> Result<IoReport, BenchError> {
+    let mut params = *p;
+    let mut reruns = 0;
+    loop {
+        let mut b = fresh()?;
+        let mut r = run(&mut b, target, &params, timing)?;
+        if r.settled() {
+            if reruns > 0 {
+                r.extended_from_s = Some(p.duration_ns as f64 / 1e9);
+            }
+            return Ok(r);
+        }
+        let Some(longer) = hytra_rt::window::extend(
+            params.duration_ns,
+            r.reads,
+            (r.p99_us * 1e3).ceil() as u64,
+            reruns,
+            window_max_ns,
+        ) else {
+            return Err(BenchError::Unsettled {
+                size: p.size,
+                reads: r.reads,
+                window_s: r.seconds,
+                p99_us: r.p99_us,
+            });
+        };
+        reruns += 1;
+        params.warmup_ns = params.warmup_ns.saturating_mul(longer / params.duration_ns);
+        params.duration_ns = longer;
+    }
+}
+
 /// Replays `trace` (split round-robin over the requesting workers, each replaying its
 /// share with `depth` reads in flight); `seconds` is the time until the last read.
 pub fn replay<B: Backend>(
@@ -307,6 +382,7 @@ fn report(p: &IoParams, s: Summary, seconds: f64, direct: bool) -> IoReport {
         depth: p.depth,
         reads: s.reads,
         seconds,
+        extended_from_s: None,
         iops,
         mib_per_s: iops * f64::from(p.size) / f64::from(1 << 20),
         p50_us: s.hist.quantile(0.5) as f64 / 1e3,

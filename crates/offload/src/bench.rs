@@ -149,6 +149,65 @@ pub struct Outcome {
     pub gets_per_sec: f64,
     /// Work-queue entries the server's NIC executed for offloaded gets.
     pub nic_entries: u64,
+    /// The window measured, virtual ns (longer than the scenario asked for when
+    /// [`run_settled`] had to lengthen it).
+    pub window_ns: u64,
+    /// The window the scenario asked for, when [`run_settled`] lengthened it.
+    pub extended_from_ns: Option<u64>,
+}
+
+/// Why a scenario could not be measured.
+#[derive(Debug, thiserror::Error)]
+pub enum ScenarioError {
+    /// The simulated cluster could not be set up or run.
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+    /// Even the longest window allowed was too short for its gets
+    /// ([`hytra_rt::window::settled`]).
+    #[error(
+        "the window is too short to measure: {gets} gets answered in {window_ns} ns (at least {min} and a window of twice the p99 latency, {p99_ns} ns, are needed); give a longer window",
+        min = hytra_rt::window::SETTLED_OPS_MIN
+    )]
+    Unsettled {
+        /// Gets answered in the last window tried.
+        gets: u64,
+        /// That window, virtual ns.
+        window_ns: u64,
+        /// Its p99 latency.
+        p99_ns: u64,
+    },
+}
+
+/// [`run`] over a window long enough for it: when a run's gets do not settle its window
+/// ([`hytra_rt::window::settled`]), runs it again with the window (and the server's pause,
+/// if any) lengthened ([`hytra_rt::window::extend`]), up to a window of `window_max_ns`;
+/// then refuses it. A settled first run is returned as it is.
+pub fn run_settled(s: &Scenario, window_max_ns: u64) -> Result<Outcome, ScenarioError> {
+    let mut s2 = s.clone();
+    let mut reruns = 0;
+    loop {
+        let mut o = run(&s2)?;
+        if hytra_rt::window::settled(o.gets, o.window_ns, o.p99_ns) {
+            o.extended_from_ns = (reruns > 0).then_some(s.duration_ns);
+            return Ok(o);
+        }
+        let Some(longer) =
+            hytra_rt::window::extend(s2.duration_ns, o.gets, o.p99_ns, reruns, window_max_ns)
+        else {
+            return Err(ScenarioError::Unsettled {
+                gets: o.gets,
+                window_ns: o.window_ns,
+                p99_ns: o.p99_ns,
+            });
+        };
+        reruns += 1;
+        // The pause stays at the same fraction of the window.
+        s2.pause_server_at_ns = s2.pause_server_at_ns.map(|at| {
+            u64::try_from(u128::from(at) * u128::from(longer) / u128::from(s2.duration_ns))
+                .unwrap_or(u64::MAX)
+        });
+        s2.duration_ns = longer;
+    }
 }
 
 /// The value stored under `key`: its bytes repeated.
@@ -375,6 +434,7 @@ pub fn run(s: &Scenario) -> Result<Outcome, BackendError> {
     o.p50_ns = hist.quantile(0.5);
     o.p99_ns = hist.quantile(0.99);
     o.gets_per_sec = o.gets as f64 / (end_ns as f64 / 1e9);
+    o.window_ns = end_ns;
     o.nic_entries = svc
         .queues()
         .iter()

@@ -28,6 +28,7 @@ pub mod hist;
 mod ops;
 mod rpc;
 mod timer;
+pub mod window;
 mod worker;
 
 pub use cluster::{run_workers, run_workers_with, EpOf, WorkerReport};

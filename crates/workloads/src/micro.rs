@@ -189,12 +189,7 @@ pub struct Point {
     pub window_ns: u64,
 }
 
-/// Requests a point must complete in its window (all nodes) before its rate and
-/// percentiles mean anything.
-pub const SETTLED_OPS_MIN: u64 = 1000;
-
-/// How many times [`run_point_settled`] doubles a window before it refuses the point.
-pub const WINDOW_DOUBLINGS_MAX: u32 = 6;
+pub use hytra_rt::window::{RERUNS_MAX, SETTLED_OPS_MIN};
 
 impl Point {
     /// Whether the window was long enough for what it measured: enough completions, and
@@ -202,7 +197,7 @@ impl Point {
     /// counts only the requests that happened to finish early, and reports a rate near
     /// zero and percentiles too low).
     pub fn settled(&self) -> bool {
-        self.ops >= SETTLED_OPS_MIN && self.window_ns >= 2 * self.p99_ns
+        hytra_rt::window::settled(self.ops, self.window_ns, self.p99_ns)
     }
 }
 
@@ -373,8 +368,9 @@ pub fn run_point<B: Backend>(
 
 /// Measures one point with a window long enough for it: when a run does not settle
 /// ([`Point::settled`]), runs it again on a fresh cluster (`fresh`) with the warm-up and
-/// the window doubled, up to [`WINDOW_DOUBLINGS_MAX`] times or a window of `window_max_ns`;
-/// then refuses it. A settled first run is returned as it is (same trace).
+/// the window lengthened ([`hytra_rt::window::extend`]), up to [`RERUNS_MAX`] times or a
+/// window of `window_max_ns`; then refuses it. A settled first run is returned as it is
+/// (same trace).
 pub fn run_point_settled<B: Backend>(
     mut fresh: impl FnMut() -> Result<B, BackendError>,
     primitive: Primitive,
@@ -382,24 +378,29 @@ pub fn run_point_settled<B: Backend>(
     mut params: MicroParams,
     window_max_ns: u64,
 ) -> Result<(Point, RunStats), MicroError> {
-    let mut doublings = 0;
+    let mut reruns = 0;
     loop {
         let mut b = fresh()?;
         let (point, stats) = run_point(&mut b, primitive, payload, params)?;
         if point.settled() {
             return Ok((point, stats));
         }
-        let longer = params.measure_ns.saturating_mul(2);
-        if doublings == WINDOW_DOUBLINGS_MAX || longer > window_max_ns {
+        let Some(longer) = hytra_rt::window::extend(
+            params.measure_ns,
+            point.ops,
+            point.p99_ns,
+            reruns,
+            window_max_ns,
+        ) else {
             return Err(MicroError::Unsettled {
                 ops: point.ops,
                 window_ns: point.window_ns,
                 p99_ns: point.p99_ns,
             });
-        }
-        doublings += 1;
+        };
+        reruns += 1;
+        params.warmup_ns = params.warmup_ns.saturating_mul(longer / params.measure_ns);
         params.measure_ns = longer;
-        params.warmup_ns = params.warmup_ns.saturating_mul(2);
     }
 }
 
