@@ -361,6 +361,9 @@ fn reproduce_writes_a_report_and_json() {
     let html = std::fs::read_to_string(dir.join("index.html")).unwrap();
     assert!(html.contains("<svg") && html.contains("Fig. 11"), "charts in the report");
     assert!(html.trim_end().ends_with("</html>"));
+    // The page says which matrix it comes from and where it ran.
+    assert!(html.contains("<b>Mode: quick (--quick"), "mode on the page");
+    assert!(html.contains("cores,"), "machine on the page");
     let j: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("results.json")).unwrap()).unwrap();
     let runs = j["runs"].as_array().unwrap();
@@ -370,6 +373,12 @@ fn reproduce_writes_a_report_and_json() {
         assert!(r["rate_per_sec"].as_f64().unwrap() > 0.0, "{r}");
     }
     assert!(!j["claims"].as_array().unwrap().is_empty());
+    assert_eq!(j["mode"].as_str().map(|m| m.starts_with("quick")), Some(true), "{}", j["mode"]);
+    let verdicts = ["agrees", "same direction, weaker", "same direction, stronger"];
+    let verdicts = [&verdicts[..], &["no clear difference", "differs", "-"]].concat();
+    for c in j["claims"].as_array().unwrap() {
+        assert!(verdicts.contains(&c["verdict"].as_str().unwrap()), "{c}");
+    }
 }
 
 #[test]

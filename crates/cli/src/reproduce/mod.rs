@@ -277,8 +277,65 @@ struct Claim {
     what: String,
     paper: f64,
     ours: Measure,
-    /// Ratios compare by direction (above or below 1); absolute figures are shown only.
-    ratio: bool,
+    /// How `ours` is judged against `paper`.
+    compare: Compare,
+}
+
+/// How a claim's measured value is judged against the paper's.
+#[derive(Copy, Clone, PartialEq, Debug)]
+enum Compare {
+    /// A ratio whose paper value only says "above 1" (1.05 stands for it): judged by
+    /// direction.
+    Direction,
+    /// A ratio the paper gives as a number: judged by direction and by size (the effect,
+    /// its distance from 1 in log terms, within a factor of two of the paper's).
+    Magnitude,
+    /// A ratio the paper says is within this fraction of 1 (RedN: "within 5%").
+    Within(f64),
+    /// A time the paper gives as a bound: ours must not exceed it.
+    AtMost,
+    /// A figure shown next to the paper's (a calibration input, not a finding).
+    Shown,
+}
+
+/// What a claim's comparison found.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+enum Verdict {
+    /// Direction and size (or bound, or tolerance) as the paper's.
+    Agrees,
+    /// The paper's direction, but less than half of its effect.
+    Weaker,
+    /// The paper's direction, but more than twice its effect.
+    Stronger,
+    /// Within 2% of 1, where the paper found a difference.
+    NoClearDifference,
+    /// The other direction, past the bound, or outside the tolerance.
+    Differs,
+    /// Shown, not judged (or nothing measured).
+    NotJudged,
+}
+
+impl Verdict {
+    fn name(self) -> &'static str {
+        match self {
+            Verdict::Agrees => "agrees",
+            Verdict::Weaker => "same direction, weaker",
+            Verdict::Stronger => "same direction, stronger",
+            Verdict::NoClearDifference => "no clear difference",
+            Verdict::Differs => "differs",
+            Verdict::NotJudged => "-",
+        }
+    }
+
+    /// The class of its cell in the report.
+    fn class(self) -> &'static str {
+        match self {
+            Verdict::Agrees => "same",
+            Verdict::Weaker | Verdict::Stronger => "partly",
+            Verdict::NoClearDifference | Verdict::Differs => "differs",
+            Verdict::NotJudged => "",
+        }
+    }
 }
 
 struct Figure {
@@ -358,14 +415,14 @@ fn phase_figures(plan: &mut Plan, s: &Scale) {
             what: format!("{}: one-sided/cache over two-sided, peak throughput", wl.name()),
             paper: p_cache,
             ours: peak_ratio(cache.clone(), two.clone()),
-            ratio: true,
+            compare: Compare::Magnitude,
         });
         plan.claims.push(Claim {
             figure: "fig7",
             what: format!("{}: two-sided over one-sided without cache, peak throughput", wl.name()),
             paper: p_two,
             ours: peak_ratio(two.clone(), one.clone()),
-            ratio: true,
+            compare: Compare::Magnitude,
         });
         charts.push(Chart::Curves {
             title: wl.name().into(),
@@ -394,7 +451,7 @@ fn phase_figures(plan: &mut Plan, s: &Scale) {
             what: format!("{}: one-sided locking over two-sided, peak throughput", wl.name()),
             paper: 1.05,
             ours: peak_ratio(one.clone(), two.clone()),
-            ratio: true,
+            compare: Compare::Direction,
         });
         charts.push(Chart::Curves {
             title: wl.name().into(),
@@ -429,14 +486,14 @@ fn phase_figures(plan: &mut Plan, s: &Scale) {
             what: format!("{}: without PA, one-sided over two-sided commit", wl.name()),
             paper: 1.05,
             ours: peak_ratio(ids[0].clone(), ids[1].clone()),
-            ratio: true,
+            compare: Compare::Direction,
         });
         plan.claims.push(Claim {
             figure: "fig9",
             what: format!("{}: with PA, two-sided over one-sided commit", wl.name()),
             paper: 1.05,
             ours: peak_ratio(ids[3].clone(), ids[2].clone()),
-            ratio: true,
+            compare: Compare::Direction,
         });
         charts.push(Chart::Curves { title: wl.name().into(), series });
     }
@@ -457,7 +514,7 @@ fn phase_figures(plan: &mut Plan, s: &Scale) {
             what: format!("{}: one-sided over two-sided logging, peak throughput", wl.name()),
             paper: if wl == Wl::TpccNo { 1.29 } else { 1.12 },
             ours: peak_ratio(one.clone(), two.clone()),
-            ratio: true,
+            compare: Compare::Magnitude,
         });
         charts.push(Chart::Curves {
             title: wl.name().into(),
@@ -488,7 +545,7 @@ fn phase_figures(plan: &mut Plan, s: &Scale) {
             .into(),
         paper: 1.05,
         ours: peak_ratio(series[2].1.clone(), series[0].1.clone()),
-        ratio: true,
+        compare: Compare::Direction,
     });
     plan.figures.push(Figure {
         id: "fig11",
@@ -526,7 +583,7 @@ fn design_figures(plan: &mut Plan, s: &Scale) {
                     what: format!("TPC-C/no: DrTM+H over {other}, peak throughput"),
                     paper,
                     ours: peak_ratio(h.clone(), jobs),
-                    ratio: true,
+                    compare: Compare::Magnitude,
                 });
             }
         } else {
@@ -538,7 +595,7 @@ fn design_figures(plan: &mut Plan, s: &Scale) {
                     let best = [&f, &fa, &r].iter().map(|j| peak(res, j)).fold(0.0, f64::max);
                     peak(res, &h) / best.max(1e-9)
                 }),
-                ratio: true,
+                compare: Compare::Direction,
             });
         }
         charts.push(Chart::Curves { title: wl.name().into(), series });
@@ -665,7 +722,7 @@ fn design_figures(plan: &mut Plan, s: &Scale) {
             ),
             paper: if wl == Wl::TpccNo { 0.95 } else { 0.91 },
             ours: Box::new(move |r| r[h80].rate / r[h].rate.max(1e-9)),
-            ratio: true,
+            compare: Compare::Magnitude,
         });
         if wl == Wl::SmallBank {
             plan.claims.push(Claim {
@@ -673,7 +730,7 @@ fn design_figures(plan: &mut Plan, s: &Scale) {
                 what: "SmallBank: DrTM+H over FaSST (pure two-sided), largest cluster".into(),
                 paper: 1.3,
                 ours: Box::new(move |r| r[h].rate / r[fasst].rate.max(1e-9)),
-                ratio: true,
+                compare: Compare::Magnitude,
             });
         }
         charts.push(Chart::Xy {
@@ -813,28 +870,28 @@ fn multi_object(
             what: "one-sided reads: +CO over the baseline".into(),
             paper: 7.0,
             ours: ratio(ids[0][1], ids[0][0]),
-            ratio: true,
+            compare: Compare::Magnitude,
         });
         plan.claims.push(Claim {
             figure: "fig6",
             what: "two-sided reads: +CO over the baseline".into(),
             paper: 6.46,
             ours: ratio(ids[1][1], ids[1][0]),
-            ratio: true,
+            compare: Compare::Magnitude,
         });
         plan.claims.push(Claim {
             figure: "fig6",
             what: "one-sided writes: +PA over +DB".into(),
             paper: 1.13,
             ours: ratio(ids[2][4], ids[2][3]),
-            ratio: true,
+            compare: Compare::Magnitude,
         });
         plan.claims.push(Claim {
             figure: "fig6",
             what: "two-sided writes: +PA over +DB".into(),
             paper: 1.96,
             ours: ratio(ids[3][4], ids[3][3]),
-            ratio: true,
+            compare: Compare::Magnitude,
         });
         let best = ids[0].clone();
         plan.claims.push(Claim {
@@ -842,7 +899,7 @@ fn multi_object(
             what: "peak multi-object READ transactions per machine (M/s)".into(),
             paper: 8.43,
             ours: Box::new(move |r| peak(r, &best) / 1e6),
-            ratio: false,
+            compare: Compare::Shown,
         });
     }
     let title = format!(
@@ -927,7 +984,7 @@ fn fig5(plan: &mut Plan, s: &Scale) {
                 ),
                 paper,
                 ours: Box::new(move |r| r[j].rate / 1e6),
-                ratio: false,
+                compare: Compare::Shown,
             });
         }
     }
@@ -1318,17 +1375,42 @@ fn describe(j: &Job) -> String {
     }
 }
 
-fn verdict(c: &Claim, ours: f64) -> &'static str {
-    if !c.ratio || !ours.is_finite() {
-        return "-";
+fn verdict(c: &Claim, ours: f64) -> Verdict {
+    if !ours.is_finite() {
+        return Verdict::NotJudged;
     }
-    if (ours - 1.0).abs() < 0.02 {
-        // Within 2%: no difference either way, which is not the paper's finding.
-        "no clear difference"
-    } else if (ours > 1.0) == (c.paper > 1.0) {
-        "same direction"
-    } else {
-        "differs"
+    let direction = || {
+        if (ours - 1.0).abs() < 0.02 {
+            // Within 2%: no difference either way, which is not the paper's finding.
+            Verdict::NoClearDifference
+        } else if (ours > 1.0) == (c.paper > 1.0) {
+            Verdict::Agrees
+        } else {
+            Verdict::Differs
+        }
+    };
+    match c.compare {
+        Compare::Shown => Verdict::NotJudged,
+        Compare::Direction => direction(),
+        Compare::Magnitude => match direction() {
+            Verdict::Agrees => {
+                // The size of an effect is its distance from 1 on a log scale: 2x and 0.5x
+                // are the same size.
+                let size = ours.ln() / c.paper.ln();
+                if size < 0.5 {
+                    Verdict::Weaker
+                } else if size > 2.0 {
+                    Verdict::Stronger
+                } else {
+                    Verdict::Agrees
+                }
+            }
+            other => other,
+        },
+        Compare::Within(tolerance) if (ours - 1.0).abs() <= tolerance => Verdict::Agrees,
+        Compare::Within(_) => Verdict::Differs,
+        Compare::AtMost if ours <= c.paper => Verdict::Agrees,
+        Compare::AtMost => Verdict::Differs,
     }
 }
 
@@ -1341,7 +1423,7 @@ fn claims_text(p: &Plan, r: &[Res]) -> String {
             c.figure.into(),
             format!("{:.2}", c.paper),
             format!("{ours:.2}"),
-            verdict(c, ours).into(),
+            verdict(c, ours).name().into(),
         ]);
     }
     t.render()
@@ -1455,12 +1537,14 @@ fn write_json(
         .iter()
         .map(|c| {
             let ours = (c.ours)(r);
-            json!({ "figure": c.figure, "what": c.what, "paper": c.paper, "ours": ours, "verdict": verdict(c, ours) })
+            json!({ "figure": c.figure, "what": c.what, "paper": c.paper, "ours": ours, "verdict": verdict(c, ours).name() })
         })
         .collect();
     let doc = json!({
         "command": "reproduce",
         "quick": a.quick,
+        "mode": mode(a),
+        "machine": machine(),
         "seed": a.seed,
         "cpu_profile": s.cpu.name,
         "wall_s": wall,
@@ -1602,6 +1686,31 @@ fn chart_table(c: &Chart, r: &[Res], jobs: &[Job]) -> String {
     format!("<details><summary>numbers</summary><table><tr><th>series</th><th>setting</th><th>M/s</th><th>p50 µs</th><th>p99 µs</th></tr>{rows}</table></details>")
 }
 
+/// The matrix a report comes from, as its page and JSON say it.
+fn mode(a: &ReproduceArgs) -> &'static str {
+    if a.quick {
+        "quick (--quick: smaller clusters, shorter windows, fewer points)"
+    } else {
+        "full"
+    }
+}
+
+/// The machine that ran the simulation: its CPU model and the cores this process may use.
+/// Simulated results do not depend on it; wall times and `measured` CPU profiles do.
+fn machine() -> String {
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_string())
+        })
+        .unwrap_or_else(|| "an unknown CPU".into());
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    format!("{model}, {cores} cores, {}", std::env::consts::OS)
+}
+
 fn write_html(
     a: &ReproduceArgs,
     s: &Scale,
@@ -1616,9 +1725,13 @@ fn write_html(
         r#"<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>hytra: DrTM+H figures on the simulator</title>
 <style>body{{font-family:sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}}
 .charts{{display:flex;flex-wrap:wrap;gap:12px}} table{{border-collapse:collapse;font-size:13px}} td,th{{border:1px solid #ccc;padding:3px 6px}}
-.paper{{background:#f4f7fb;border-left:4px solid #1b6ca8;padding:6px 10px}} .differs{{color:#b00}} .same{{color:#070}}</style></head><body>
+.paper{{background:#f4f7fb;border-left:4px solid #1b6ca8;padding:6px 10px}} .differs{{color:#b00}} .same{{color:#070}} .partly{{color:#a60}}</style></head><body>
 <h1>DrTM+H's experiments, reproduced on the hytra simulator</h1>
+<p><b>Mode: {}.</b> Simulated on {} (hytra {}).</p>
 <p>Every figure below comes from simulated clusters (NIC profile cx4 unless stated) running hytra's real engine; throughput is in virtual time. Transactional runs: CPU profile {} ({}); {} nodes x {} workers, coroutines {:?}, {:.1} ms measured after {:.1} ms of warm-up, 3-way replication; the paper used 16 nodes x 24 workers, so absolute numbers differ and the comparison is in ratios and directions. Tables: SmallBank {} accounts per worker; TPC-C/no one warehouse per worker, {} items, {} customers per district (New-Order reads one customer and never the initial orders, so few customers only save memory); TPC-E {} customers per worker. Raw-primitive runs use the paper's 16 x 24. Seed {}; {:.0} s of wall time. Every run's numbers are in <a href="results.json">results.json</a>.</p>"#,
+        mode(a),
+        svg::esc(&machine()),
+        env!("CARGO_PKG_VERSION"),
         svg::esc(&s.cpu.name),
         svg::esc(&s.cpu.source),
         s.nodes,
@@ -1645,17 +1758,17 @@ fn write_html(
     for c in &p.claims {
         let ours = (c.ours)(r);
         let v = verdict(c, ours);
-        let class = match v {
-            "differs" | "no clear difference" => "differs",
-            _ => "same",
-        };
         let _ = write!(
             h,
-            "<tr><td>{}</td><td>{}</td><td>{:.2}</td><td>{ours:.2}</td><td class=\"{class}\">{v}</td></tr>",
-            c.figure, c.what, c.paper
+            "<tr><td>{}</td><td>{}</td><td>{:.2}</td><td>{ours:.2}</td><td class=\"{}\">{}</td></tr>",
+            c.figure,
+            c.what,
+            c.paper,
+            v.class(),
+            v.name()
         );
     }
-    h.push_str("</table><p>Ratios compare by direction; where the paper gives no number, 1.05 stands for \"above 1\". Nothing in the simulator is tuned to these end-to-end results: its NIC profiles come from primitive-level figures only, its CPU profile (named at the top) from measurements of hytra's own code (<code>hytra calibrate</code>) unless it is <code>assumed</code>.</p>");
+    h.push_str("</table><p>A ratio the paper gives as a number agrees when it points the same way and its effect (its distance from 1 on a log scale) is within a factor of two of the paper's, and is weaker or stronger otherwise; where the paper gives no number, 1.05 stands for \"above 1\" and only the direction is judged; within 2% of 1 is no clear difference. Nothing in the simulator is tuned to these end-to-end results: its NIC profiles come from primitive-level figures only, its CPU profile (named at the top) from measurements of hytra's own code (<code>hytra calibrate</code>) unless it is <code>assumed</code>.</p>");
     for f in &p.figures {
         let _ = write!(
             h,
@@ -1671,4 +1784,38 @@ fn write_html(
     let path = a.out.join("index.html");
     std::fs::write(&path, h)
         .map_err(|e| CliError::Usage(format!("cannot write '{}': {e}", path.display())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn judge(paper: f64, compare: Compare, ours: f64) -> Verdict {
+        let c = Claim { figure: "t", what: String::new(), paper, ours: Box::new(|_| 0.0), compare };
+        verdict(&c, ours)
+    }
+
+    #[test]
+    fn a_verdict_judges_size_where_the_paper_gives_one() {
+        use Compare::*;
+        // The paper's direction, a thirtieth of its effect: not an agreement.
+        assert_eq!(judge(35.0, Magnitude, 1.16), Verdict::Weaker);
+        assert_eq!(judge(2.96, Magnitude, 2.5), Verdict::Agrees);
+        assert_eq!(judge(1.3, Magnitude, 2.0), Verdict::Stronger);
+        assert_eq!(judge(0.91, Magnitude, 0.89), Verdict::Agrees);
+        assert_eq!(judge(2.5, Magnitude, 0.93), Verdict::Differs);
+        assert_eq!(judge(2.5, Magnitude, 1.01), Verdict::NoClearDifference);
+        // "Above 1" only.
+        assert_eq!(judge(1.05, Direction, 1.9), Verdict::Agrees);
+        assert_eq!(judge(1.05, Direction, 0.9), Verdict::Differs);
+        // "Within 5%": 3.53 is not.
+        assert_eq!(judge(1.05, Within(0.05), 3.53), Verdict::Differs);
+        assert_eq!(judge(1.0, Within(0.05), 1.03), Verdict::Agrees);
+        // "Under 50 ms".
+        assert_eq!(judge(50.0, AtMost, 7.6), Verdict::Agrees);
+        assert_eq!(judge(50.0, AtMost, 51.0), Verdict::Differs);
+        // Shown, or nothing measured: not judged.
+        assert_eq!(judge(8.43, Shown, 3.0), Verdict::NotJudged);
+        assert_eq!(judge(2.0, Magnitude, f64::NAN), Verdict::NotJudged);
+    }
 }

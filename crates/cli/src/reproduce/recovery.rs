@@ -12,7 +12,7 @@ use hytra_txn::{Design, TxnConfig};
 use hytra_workloads::bench::{run, BenchParams, RecoveryTimes, RECOVERED_SHARE};
 use hytra_workloads::smallbank::SmallBank;
 
-use super::{Chart, Claim, Figure, Job, Plan, Res, Scale};
+use super::{Chart, Claim, Compare, Figure, Job, Plan, Res, Scale};
 
 /// A SmallBank run on sim cx4 in which one node crashes.
 #[derive(Clone, Debug)]
@@ -130,7 +130,7 @@ pub(super) fn recovery_figure(plan: &mut Plan, s: &Scale, quick: bool) {
             ),
             paper: 50.0,
             ours: Box::new(move |r: &[Res]| recovered_ms(&r[j])),
-            ratio: false,
+            compare: Compare::AtMost,
         });
     }
     plan.figures.push(Figure {
