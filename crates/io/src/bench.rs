@@ -124,7 +124,7 @@ pub enum BenchError {
     #[error("engine: {0}")]
     Engine(#[from] std::io::Error),
     /// Even the longest window allowed was too short for what it measured
-    /// ([`IoReport::settled`]).
+    /// ([`hytra_rt::window::settled`]).
     #[error(
         "{size} B reads: the window is too short to measure: {reads} reads completed in {window_s} s (at least {min} and a window of twice the p99 latency, {p99_us} µs, are needed); give a longer --seconds",
         min = hytra_rt::window::SETTLED_OPS_MIN
@@ -139,19 +139,6 @@ pub enum BenchError {
         /// Its p99 latency, microseconds.
         p99_us: f64,
     },
-}
-
-impl IoReport {
-    /// Whether the window was long enough for what it measured
-    /// ([`hytra_rt::window::settled`]). A replay reads its whole trace and has no window
-    /// to judge.
-    pub fn settled(&self) -> bool {
-        hytra_rt::window::settled(
-            self.reads,
-            (self.seconds * 1e9) as u64,
-            (self.p99_us * 1e3).ceil() as u64,
-        )
-    }
 }
 
 /// The file a measurement reads: the owner's export table and the file's id in it.
@@ -300,7 +287,7 @@ pub fn run<B: Backend>(
 }
 
 /// [`run`] over a window long enough for it: when a run does not settle
-/// ([`IoReport::settled`]), runs it again on a fresh cluster (`fresh`) with the warm-up
+/// ([`hytra_rt::window::settled`]), runs it again on a fresh cluster (`fresh`) with the warm-up
 /// and the window lengthened ([`hytra_rt::window::extend`]), up to a window of
 /// `window_max_ns`; then refuses it. A settled first run is returned as it is.
 pub fn run_settled<B: Backend>(
@@ -310,34 +297,27 @@ pub fn run_settled<B: Backend>(
     timing: Timing,
     window_max_ns: u64,
 ) -> Result<IoReport, BenchError> {
-    let mut params = *p;
-    let mut reruns = 0;
-    loop {
-        let mut b = fresh()?;
-        let mut r = run(&mut b, target, &params, timing)?;
-        if r.settled() {
-            if reruns > 0 {
-                r.extended_from_s = Some(p.duration_ns as f64 / 1e9);
-            }
-            return Ok(r);
+    use hytra_rt::window;
+    let asked = p.duration_ns;
+    let measured = window::until_settled(asked, window_max_ns, |w| {
+        let warmup_ns = window::scaled(p.warmup_ns, asked, w);
+        let params = IoParams { duration_ns: w, warmup_ns, ..*p };
+        let r = run(&mut fresh()?, target, &params, timing)?;
+        let held =
+            window::Held { ops: r.reads, window_ns: w, p99_ns: (r.p99_us * 1e3).ceil() as u64 };
+        Ok::<_, BenchError>((r, held))
+    })?;
+    match measured {
+        Ok((mut r, reruns)) => {
+            r.extended_from_s = (reruns > 0).then_some(asked as f64 / 1e9);
+            Ok(r)
         }
-        let Some(longer) = hytra_rt::window::extend(
-            params.duration_ns,
-            r.reads,
-            (r.p99_us * 1e3).ceil() as u64,
-            reruns,
-            window_max_ns,
-        ) else {
-            return Err(BenchError::Unsettled {
-                size: p.size,
-                reads: r.reads,
-                window_s: r.seconds,
-                p99_us: r.p99_us,
-            });
-        };
-        reruns += 1;
-        params.warmup_ns = params.warmup_ns.saturating_mul(longer / params.duration_ns);
-        params.duration_ns = longer;
+        Err(h) => Err(BenchError::Unsettled {
+            size: p.size,
+            reads: h.ops,
+            window_s: h.window_ns as f64 / 1e9,
+            p99_us: h.p99_ns as f64 / 1e3,
+        }),
     }
 }
 

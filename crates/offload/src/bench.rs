@@ -183,30 +183,27 @@ pub enum ScenarioError {
 /// if any) lengthened ([`hytra_rt::window::extend`]), up to a window of `window_max_ns`;
 /// then refuses it. A settled first run is returned as it is.
 pub fn run_settled(s: &Scenario, window_max_ns: u64) -> Result<Outcome, ScenarioError> {
-    let mut s2 = s.clone();
-    let mut reruns = 0;
-    loop {
-        let mut o = run(&s2)?;
-        if hytra_rt::window::settled(o.gets, o.window_ns, o.p99_ns) {
-            o.extended_from_ns = (reruns > 0).then_some(s.duration_ns);
-            return Ok(o);
-        }
-        let Some(longer) =
-            hytra_rt::window::extend(s2.duration_ns, o.gets, o.p99_ns, reruns, window_max_ns)
-        else {
-            return Err(ScenarioError::Unsettled {
-                gets: o.gets,
-                window_ns: o.window_ns,
-                p99_ns: o.p99_ns,
-            });
+    use hytra_rt::window;
+    let asked = s.duration_ns;
+    let measured = window::until_settled(asked, window_max_ns, |w| {
+        let s2 = Scenario {
+            duration_ns: w,
+            // The pause stays at the same share of the window.
+            pause_server_at_ns: s.pause_server_at_ns.map(|at| window::scaled(at, asked, w)),
+            ..s.clone()
         };
-        reruns += 1;
-        // The pause stays at the same fraction of the window.
-        s2.pause_server_at_ns = s2.pause_server_at_ns.map(|at| {
-            u64::try_from(u128::from(at) * u128::from(longer) / u128::from(s2.duration_ns))
-                .unwrap_or(u64::MAX)
-        });
-        s2.duration_ns = longer;
+        let o = run(&s2)?;
+        let held = window::Held { ops: o.gets, window_ns: o.window_ns, p99_ns: o.p99_ns };
+        Ok::<_, ScenarioError>((o, held))
+    })?;
+    match measured {
+        Ok((mut o, reruns)) => {
+            o.extended_from_ns = (reruns > 0).then_some(asked);
+            Ok(o)
+        }
+        Err(h) => {
+            Err(ScenarioError::Unsettled { gets: h.ops, window_ns: h.window_ns, p99_ns: h.p99_ns })
+        }
     }
 }
 

@@ -49,6 +49,55 @@ pub fn extend(
     Some(next.min(window_max_ns))
 }
 
+/// What a measured window held, to judge it by.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub struct Held {
+    /// Completions in the window (all nodes).
+    pub ops: u64,
+    /// The window, ns.
+    pub window_ns: u64,
+    /// The 99th-percentile latency of its completions, ns.
+    pub p99_ns: u64,
+}
+
+impl Held {
+    /// See [`settled`].
+    pub fn settled(&self) -> bool {
+        settled(self.ops, self.window_ns, self.p99_ns)
+    }
+}
+
+/// Measures with `measure(window_ns)` over the window asked for, and again over longer
+/// ones ([`extend`]) until what it held settles: `Ok(Ok((value, reruns)))`, or
+/// `Ok(Err(held))` with what the last window held when no longer window is allowed. A
+/// settled first measurement is returned as it is. Each measurement must start afresh
+/// (a new cluster, so that a rerun replays from its seed).
+#[allow(clippy::type_complexity, reason = "the two outcomes and the caller's own error")]
+pub fn until_settled<T, E>(
+    asked_ns: u64,
+    window_max_ns: u64,
+    mut measure: impl FnMut(u64) -> Result<(T, Held), E>,
+) -> Result<Result<(T, u32), Held>, E> {
+    let (mut window_ns, mut reruns) = (asked_ns, 0);
+    loop {
+        let (value, held) = measure(window_ns)?;
+        if held.settled() {
+            return Ok(Ok((value, reruns)));
+        }
+        match extend(window_ns, held.ops, held.p99_ns, reruns, window_max_ns) {
+            Some(longer) => (window_ns, reruns) = (longer, reruns + 1),
+            None => return Ok(Err(held)),
+        }
+    }
+}
+
+/// `ns` scaled as a window of `asked_ns` was lengthened to `window_ns` (a warm-up, or a
+/// fault's time, keeps its share of the window).
+pub fn scaled(ns: u64, asked_ns: u64, window_ns: u64) -> u64 {
+    let v = u128::from(ns) * u128::from(window_ns) / u128::from(asked_ns.max(1));
+    u64::try_from(v).unwrap_or(u64::MAX)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -76,5 +125,26 @@ mod tests {
         assert_eq!(extend(1000, 1, 0, 0, 1000), None);
         assert_eq!(extend(10, 100, 0, RERUNS_MAX, u64::MAX), None, "measured again enough");
         assert_eq!(extend(u64::MAX / 2, 1, 0, 0, u64::MAX), Some(u64::MAX), "saturates");
+    }
+
+    #[test]
+    fn until_settled_measures_again_until_the_window_holds_enough() {
+        // Completions grow with the window: 10 per ns, with a 5 ns p99.
+        let held = |w: u64| Held { ops: w * 10, window_ns: w, p99_ns: 5 };
+        let mut asked = Vec::new();
+        let r = until_settled::<_, ()>(10, 1 << 20, |w| {
+            asked.push(w);
+            Ok((w, held(w)))
+        });
+        assert_eq!(r, Ok(Ok((160, 1))), "100 completions of 1000: one rerun, 16x");
+        assert_eq!(asked, [10, 160]);
+        // Capped at 100 ns, which holds just enough.
+        let r = until_settled::<_, ()>(10, 100, |w| Ok((w, held(w))));
+        assert_eq!(r, Ok(Ok((100, 1))));
+        let r = until_settled::<_, ()>(10, 50, |w| Ok((w, held(w))));
+        assert_eq!(r, Ok(Err(held(50))), "refused at the longest window");
+        let r = until_settled::<u64, &str>(10, 100, |_| Err("no cluster"));
+        assert_eq!(r, Err("no cluster"));
+        assert_eq!(scaled(3, 10, 160), 48);
     }
 }

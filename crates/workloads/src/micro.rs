@@ -189,6 +189,7 @@ pub struct Point {
     pub window_ns: u64,
 }
 
+use hytra_rt::window;
 pub use hytra_rt::window::{RERUNS_MAX, SETTLED_OPS_MIN};
 
 impl Point {
@@ -375,33 +376,23 @@ pub fn run_point_settled<B: Backend>(
     mut fresh: impl FnMut() -> Result<B, BackendError>,
     primitive: Primitive,
     payload: u32,
-    mut params: MicroParams,
+    params: MicroParams,
     window_max_ns: u64,
 ) -> Result<(Point, RunStats), MicroError> {
-    let mut reruns = 0;
-    loop {
-        let mut b = fresh()?;
-        let (point, stats) = run_point(&mut b, primitive, payload, params)?;
-        if point.settled() {
-            return Ok((point, stats));
-        }
-        let Some(longer) = hytra_rt::window::extend(
-            params.measure_ns,
-            point.ops,
-            point.p99_ns,
-            reruns,
-            window_max_ns,
-        ) else {
-            return Err(MicroError::Unsettled {
-                ops: point.ops,
-                window_ns: point.window_ns,
-                p99_ns: point.p99_ns,
-            });
-        };
-        reruns += 1;
-        params.warmup_ns = params.warmup_ns.saturating_mul(longer / params.measure_ns);
-        params.measure_ns = longer;
-    }
+    let asked = params.measure_ns;
+    let measured = window::until_settled(asked, window_max_ns, |w| {
+        let warmup_ns = window::scaled(params.warmup_ns, asked, w);
+        let p = MicroParams { measure_ns: w, warmup_ns, ..params };
+        let (point, stats) = run_point(&mut fresh()?, primitive, payload, p)?;
+        let held =
+            window::Held { ops: point.ops, window_ns: point.window_ns, p99_ns: point.p99_ns };
+        Ok::<_, MicroError>(((point, stats), held))
+    })?;
+    measured.map(|(m, _)| m).map_err(|h| MicroError::Unsettled {
+        ops: h.ops,
+        window_ns: h.window_ns,
+        p99_ns: h.p99_ns,
+    })
 }
 
 fn setup_worker<E: Endpoint + 'static>(
