@@ -237,8 +237,12 @@ enum Chart {
         title: String,
         x_label: String,
         y_label: String,
+        /// Log for payload and value sizes.
+        x_axis: svg::XAxis,
         metric: Metric,
         series: Vec<(String, Vec<(f64, usize)>)>,
+        /// The paper's own values on these axes: (label, x, y).
+        paper: Vec<(String, f64, f64)>,
     },
     /// Grouped bars of a metric.
     Bars {
@@ -737,8 +741,10 @@ fn design_figures(plan: &mut Plan, s: &Scale) {
             title: wl.name().into(),
             x_label: "nodes".into(),
             y_label: "M txn/s".into(),
+            x_axis: svg::XAxis::Linear,
             metric: Metric::Mrate,
             series,
+            paper: Vec::new(),
         });
     }
     plan.figures.push(Figure {
@@ -927,6 +933,15 @@ fn multi_object(
     });
 }
 
+/// DrTM+H's per-machine rates at 64 B (8 B for atomics) in the 16-node setting, M ops/s:
+/// the calibration inputs of the cx4 profile (§3.1, §4.2, Fig. 5a).
+const FIG5_PAPER: [(Primitive, f64); 4] = [
+    (Primitive::Read, 86.9),
+    (Primitive::Write, 130.0),
+    (Primitive::Cas, 48.0),
+    (Primitive::Rpc, 79.0),
+];
+
 fn fig5(plan: &mut Plan, s: &Scale) {
     let mut charts = Vec::new();
     let mut at = Vec::new();
@@ -961,20 +976,23 @@ fn fig5(plan: &mut Plan, s: &Scale) {
                 .collect();
             series.push((p.name().to_string(), pts));
         }
+        // The paper's rates belong to the 16-node setting, next to the primitives drawn.
+        let paper = FIG5_PAPER
+            .iter()
+            .filter(|(p, _)| lanes == 1 && s.micro_primitives.contains(p))
+            .map(|&(p, rate)| (p.name().to_string(), if p.is_atomic() { 8.0 } else { 64.0 }, rate))
+            .collect();
         charts.push(Chart::Xy {
             title: if lanes == 1 { "16 nodes".into() } else { "80-node connection setting".into() },
             x_label: "payload (bytes)".into(),
             y_label: "M ops/s per machine".into(),
+            x_axis: svg::XAxis::Log2,
             metric: Metric::Mrate,
             series,
+            paper,
         });
     }
-    for (p, paper) in [
-        (Primitive::Read, 86.9),
-        (Primitive::Write, 130.0),
-        (Primitive::Cas, 48.0),
-        (Primitive::Rpc, 79.0),
-    ] {
+    for (p, paper) in FIG5_PAPER {
         if let Some(&(_, _, j)) = at.iter().find(|x| x.0 == 1 && x.1 == p) {
             plan.claims.push(Claim {
                 figure: "fig5",
@@ -1558,25 +1576,47 @@ fn write_json(
         .map_err(|e| CliError::Usage(format!("cannot write '{}': {e}", path.display())))
 }
 
-fn chart_svg(c: &Chart, r: &[Res]) -> String {
+fn chart_svg(c: &Chart, r: &[Res], jobs: &[Job]) -> String {
     match c {
         Chart::Curves { title, series } => {
             let s: Vec<(String, Vec<(f64, f64)>)> = series
                 .iter()
-                .map(|(l, jobs)| {
-                    (l.clone(), jobs.iter().map(|&j| (r[j].rate / 1e6, r[j].p50_us)).collect())
+                .map(|(l, js)| {
+                    (l.clone(), js.iter().map(|&j| (r[j].rate / 1e6, r[j].p50_us)).collect())
                 })
                 .collect();
-            svg::lines(title, "throughput (M txn/s)", "median latency (us)", &s)
+            // Each point is a coroutine count: say which, so a curve that turns back
+            // (more coroutines, less throughput) reads as what it is.
+            let labels: Vec<Vec<String>> = series
+                .iter()
+                .map(|(_, js)| {
+                    js.iter()
+                        .map(|&j| match &jobs[j] {
+                            Job::Bench(b) => format!("{}", b.coroutines),
+                            _ => String::new(),
+                        })
+                        .collect()
+                })
+                .collect();
+            let marks = svg::Marks { point_labels: &labels, paper: &[] };
+            svg::lines_marked(
+                &format!("{title} (points: coroutines per worker)"),
+                "throughput (M txn/s)",
+                "median latency (µs)",
+                &s,
+                svg::XAxis::Linear,
+                &marks,
+            )
         }
-        Chart::Xy { title, x_label, y_label, metric, series } => {
+        Chart::Xy { title, x_label, y_label, x_axis, metric, series, paper } => {
             let s: Vec<(String, Vec<(f64, f64)>)> = series
                 .iter()
                 .map(|(l, pts)| {
                     (l.clone(), pts.iter().map(|&(x, j)| (x, metric.of(&r[j]))).collect())
                 })
                 .collect();
-            svg::lines(title, x_label, y_label, &s)
+            let marks = svg::Marks { point_labels: &[], paper };
+            svg::lines_marked(title, x_label, y_label, &s, *x_axis, &marks)
         }
         Chart::Bars { title, y_label, metric, groups, series } => {
             let s: Vec<(String, Vec<f64>)> = series
@@ -1776,7 +1816,8 @@ fn write_html(
             f.id, f.title, f.paper
         );
         for c in &f.charts {
-            let _ = write!(h, "<div>{}{}</div>", chart_svg(c, r), chart_table(c, r, &p.jobs));
+            let _ =
+                write!(h, "<div>{}{}</div>", chart_svg(c, r, &p.jobs), chart_table(c, r, &p.jobs));
         }
         h.push_str("</div>");
     }

@@ -4,7 +4,11 @@
 use hytra_offload::bench::{run_settled, Path, Scenario};
 use hytra_offload::service::{Search, LIST_LEN_MAX};
 
-use super::{Chart, Claim, Compare, Figure, Job, Measure, Metric, Plan, Res, Scale};
+use super::{svg, Chart, Claim, Compare, Figure, Job, Measure, Metric, Plan, Res, Scale};
+
+/// RedN's median offloaded get by value size, µs (§5.2: Table 5 at 64 B and 4 KB; Fig. 10's
+/// text at 64 KB), drawn next to ours.
+const REDN_GET_P50: [(f64, f64); 3] = [(64.0, 5.7), (4096.0, 6.7), (65536.0, 16.22)];
 
 /// One `hytra offload` scenario of the matrix.
 #[derive(Clone, Debug)]
@@ -106,9 +110,11 @@ fn get_latency(plan: &mut Plan, s: &Scale) {
         charts: vec![Chart::Xy {
             title: "one get at a time".into(),
             x_label: "value (bytes)".into(),
+            x_axis: svg::XAxis::Log2,
             y_label: "median latency (µs)".into(),
             metric: Metric::P50,
             series,
+            paper: REDN_GET_P50.iter().map(|&(b, us)| ("offload".to_string(), b, us)).collect(),
         }],
     });
 }
@@ -146,9 +152,11 @@ fn list_traversal(plan: &mut Plan, s: &Scale) {
         charts: vec![Chart::Xy {
             title: "keys uniform over the first `range` positions".into(),
             x_label: "range (positions)".into(),
+            x_axis: svg::XAxis::Linear,
             y_label: "mean latency (µs)".into(),
             metric: Metric::Mean,
             series,
+            paper: Vec::new(),
         }],
     });
 }
@@ -185,9 +193,11 @@ fn isolation(plan: &mut Plan, s: &Scale) {
         charts: vec![Chart::Xy {
             title: "64 B gets".into(),
             x_label: "background writers".into(),
+            x_axis: svg::XAxis::Linear,
             y_label: "p99 latency (µs)".into(),
             metric: Metric::P99,
             series,
+            paper: Vec::new(),
         }],
     });
 }

@@ -196,25 +196,72 @@ fn bounds(values: impl Iterator<Item = f64>) -> (f64, f64) {
     (lo, hi * 1.08)
 }
 
-/// A line chart: each series a list of (x, y) points joined in order, with markers.
-pub fn lines(
-    title: &str,
-    x_label: &str,
-    y_label: &str,
-    series: &[(String, Vec<(f64, f64)>)],
-) -> String {
-    lines_scaled(title, x_label, y_label, series, false)
+/// How a chart's x axis maps values.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub enum XAxis {
+    /// Evenly spaced values.
+    Linear,
+    /// Base-2 logarithmic, a tick per power of two (payload sizes from 8 B to 64 KiB).
+    Log2,
 }
 
-/// As [`lines`]; with `log_x`, x is drawn on a base-2 log scale (payload sizes).
-pub fn lines_scaled(
+/// What a line chart draws besides its series.
+#[derive(Default)]
+pub struct Marks<'a> {
+    /// A label per point of each series (the coroutine count of a throughput/latency
+    /// point), in the series' order; empty: none.
+    pub point_labels: &'a [Vec<String>],
+    /// The paper's own values, drawn as hollow diamonds: (label, x, y).
+    pub paper: &'a [(String, f64, f64)],
+}
+
+/// A line chart: each series a list of (x, y) points joined in order, with markers, on
+/// the given x axis, with labelled points and the paper's values.
+pub fn lines_marked(
     title: &str,
     x_label: &str,
     y_label: &str,
     series: &[(String, Vec<(f64, f64)>)],
-    log_x: bool,
+    x_axis: XAxis,
+    marks: &Marks<'_>,
 ) -> String {
-    let f = plot(title, x_label, y_label, series, log_x, true);
+    let mut f = plot(title, x_label, y_label, series, x_axis, true, marks.paper);
+    let tx = |x: f64| match x_axis {
+        XAxis::Linear => x,
+        XAxis::Log2 => x.max(1.0).log2(),
+    };
+    for (i, ((_, pts), labels)) in series.iter().zip(marks.point_labels).enumerate() {
+        for (&(x, y), l) in pts.iter().zip(labels) {
+            let _ = write!(
+                f.svg,
+                r#"<text x="{:.1}" y="{:.1}" font-size="9" fill="{}">{}</text>"#,
+                f.px(tx(x)) + 4.0,
+                f.py(y) - 4.0,
+                colour(i),
+                esc(l)
+            );
+        }
+    }
+    for (l, x, y) in marks.paper {
+        let (px, py) = (f.px(tx(*x)), f.py(*y));
+        let text = format!("paper: {l}");
+        // Right of the diamond, or left of it where the label would leave the frame.
+        let (tx_, anchor) = if px + 7.0 + 5.5 * text.len() as f64 > W {
+            (px - 7.0, "end")
+        } else {
+            (px + 7.0, "start")
+        };
+        let _ = write!(
+            f.svg,
+            r##"<path d="M{px:.1},{:.1} L{:.1},{py:.1} L{px:.1},{:.1} L{:.1},{py:.1} Z" fill="none" stroke="#000" stroke-width="1.5"/><text x="{tx_:.1}" y="{:.1}" font-size="9" text-anchor="{anchor}">{}</text>"##,
+            py - 5.0,
+            px + 5.0,
+            py + 5.0,
+            px - 5.0,
+            py + 3.0,
+            esc(&text)
+        );
+    }
     f.finish()
 }
 
@@ -228,7 +275,7 @@ pub fn timeline(
     event_x: f64,
     event: &str,
 ) -> String {
-    let mut f = plot(title, x_label, y_label, series, false, false);
+    let mut f = plot(title, x_label, y_label, series, XAxis::Linear, false, &[]);
     let px = f.px(event_x);
     let _ = write!(
         f.svg,
@@ -242,28 +289,34 @@ pub fn timeline(
     f.finish()
 }
 
-/// The frame and lines of a line chart, before it is finished.
+/// The frame and lines of a line chart, before it is finished; its bounds also hold
+/// `paper`'s points.
 fn plot(
     title: &str,
     x_label: &str,
     y_label: &str,
     series: &[(String, Vec<(f64, f64)>)],
-    log_x: bool,
+    x_axis: XAxis,
     markers: bool,
+    paper: &[(String, f64, f64)],
 ) -> Frame {
+    let log_x = x_axis == XAxis::Log2;
     let tx = |x: f64| if log_x { x.max(1.0).log2() } else { x };
     let series: Vec<(String, Vec<(f64, f64)>)> = series
         .iter()
         .map(|(l, pts)| (l.clone(), pts.iter().map(|&(x, y)| (tx(x), y)).collect()))
         .collect();
+    let xs =
+        || series.iter().flat_map(|s| s.1.iter().map(|p| p.0)).chain(paper.iter().map(|p| tx(p.1)));
     let x = if log_x {
-        let xs = series.iter().flat_map(|s| s.1.iter().map(|p| p.0));
-        let (lo, hi) = xs.fold((f64::MAX, f64::MIN), |(a, b), v| (a.min(v), b.max(v)));
+        let (lo, hi) = xs().fold((f64::MAX, f64::MIN), |(a, b), v| (a.min(v), b.max(v)));
         (lo.floor().min(hi), hi.ceil().max(lo + 1.0))
     } else {
-        bounds(series.iter().flat_map(|s| s.1.iter().map(|p| p.0)))
+        bounds(xs())
     };
-    let y = bounds(series.iter().flat_map(|s| s.1.iter().map(|p| p.1)));
+    let y = bounds(
+        series.iter().flat_map(|s| s.1.iter().map(|p| p.1)).chain(paper.iter().map(|p| p.2)),
+    );
     let mut f = Frame::new(title, x_label, y_label, x, y, !log_x);
     if log_x {
         // One tick per power of two.
@@ -488,7 +541,8 @@ mod tests {
 
     #[test]
     fn charts_are_well_formed_svg() {
-        let l = lines("t<1>", "x", "y", &[("a".into(), vec![(1.0, 2.0), (2.0, 3.5)])]);
+        let series = [("a".into(), vec![(1.0, 2.0), (2.0, 3.5)])];
+        let l = lines_marked("t<1>", "x", "y", &series, XAxis::Linear, &Marks::default());
         assert!(l.starts_with("<svg") && l.ends_with("</svg>"));
         assert!(l.contains("t&lt;1&gt;"), "titles are escaped");
         assert!(l.contains("<polyline"));
@@ -497,6 +551,30 @@ mod tests {
         let s =
             stacked("s", "y", &["g".into()], &[("p1".into(), vec![1.0]), ("p2".into(), vec![2.0])]);
         assert!(s.contains("</svg>"));
+    }
+
+    #[test]
+    fn a_payload_sweep_has_a_log_axis_labelled_points_and_the_papers_values() {
+        let series = [("read".to_string(), vec![(8.0, 1.0), (64.0, 2.0), (4096.0, 3.0)])];
+        let labels = [vec!["a".to_string(), "b".to_string(), "c".to_string()]];
+        let paper = [("read".to_string(), 64.0, 86.9)];
+        let marks = Marks { point_labels: &labels, paper: &paper };
+        let svg = lines_marked("t", "payload", "rate", &series, XAxis::Log2, &marks);
+        // A tick per power of two from 8 to 4096: 10 of them, 64 among them.
+        for tick in [8, 16, 64, 1024, 4096] {
+            assert!(svg.contains(&format!(">{tick}</text>")), "tick {tick}: {svg}");
+        }
+        assert!(!svg.contains(">8192<"), "no tick past the data: {svg}");
+        // 64 sits a third of the way from 8 to 4096 on a log scale (3 of 9 doublings).
+        let f = plot("t", "x", "y", &series, XAxis::Log2, true, &paper);
+        let (x8, x64, x4096) = (f.px(3.0), f.px(6.0), f.px(12.0));
+        assert!(((x64 - x8) / (x4096 - x8) - 1.0 / 3.0).abs() < 1e-9);
+        for l in ["a", "b", "c"] {
+            assert!(svg.contains(&format!(">{l}</text>")), "point label {l}");
+        }
+        assert!(svg.contains("paper: read") && svg.contains("<path d=\"M"), "the paper's diamond");
+        // The paper's value is inside the frame: the y axis reaches 86.9.
+        assert!(f.y1 >= 86.9, "{}", f.y1);
     }
 
     #[test]
