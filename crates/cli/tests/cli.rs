@@ -404,6 +404,30 @@ fn reproduce_charts_redn_offloaded_gets() {
     assert!(claims.iter().any(|c| c["figure"] == "redn-list"), "{claims:?}");
 }
 
+/// The report draws the paper's own values next to ours, on a log axis for sizes, and a
+/// claim that differs carries its cause where one is known.
+#[test]
+fn reproduce_draws_the_papers_values_and_gives_causes() {
+    let dir = temp("reproduce-redn-get");
+    let out =
+        hytra(&["reproduce", "--quick", "--only", "redn-get", "--out", dir.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let html = std::fs::read_to_string(dir.join("index.html")).unwrap();
+    assert_eq!(html.matches("paper: offload").count(), 3, "RedN's three medians drawn");
+    assert!(html.contains(">16384</text>"), "a tick per power of two on the size axis");
+    let j: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("results.json")).unwrap()).unwrap();
+    let claims = j["claims"].as_array().unwrap();
+    let within = claims.iter().find(|c| c["what"].as_str().unwrap().contains("within 5%")).unwrap();
+    assert_eq!(within["verdict"], "differs", "{within}");
+    for c in claims {
+        match c["verdict"].as_str().unwrap() {
+            "agrees" => assert!(c["cause"].is_null(), "{c}"),
+            _ => assert!(c["cause"].as_str().is_some_and(|s| s.contains("§14")), "{c}"),
+        }
+    }
+}
+
 #[test]
 fn reproduce_plots_the_throughput_around_a_crash() {
     let dir = temp("reproduce-recovery");

@@ -131,6 +131,7 @@ pub(super) fn recovery_figure(plan: &mut Plan, s: &Scale, quick: bool) {
             paper: 50.0,
             ours: Box::new(move |r: &[Res]| recovered_ms(&r[j])),
             compare: Compare::AtMost,
+            cause: None,
         });
     }
     plan.figures.push(Figure {

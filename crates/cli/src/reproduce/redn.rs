@@ -10,6 +10,9 @@ use super::{svg, Chart, Claim, Compare, Figure, Job, Measure, Metric, Plan, Res,
 /// text at 64 KB), drawn next to ours.
 const REDN_GET_P50: [(f64, f64); 3] = [(64.0, 5.7), (4096.0, 6.7), (65536.0, 16.22)];
 
+/// Why the model's small offloaded gets are slower than RedN's (docs/PERFORMANCE.md §14).
+const CAUSE_NIC_GET: &str = "the model's offloaded get spends about 4.4 µs on the server's NIC (two doorbell-ordered fetches of 0.54 µs, a loopback READ, WAIT and CAS per bucket, from RedN's Fig. 8 figures) where a READ's target spends none; RedN's one-sided baseline reads 6 buckets and its numbers are not published, so the difference is not pinned down further (PERFORMANCE §14)";
+
 /// One `hytra offload` scenario of the matrix.
 #[derive(Clone, Debug)]
 pub(super) struct OffloadJob {
@@ -94,6 +97,7 @@ fn get_latency(plan: &mut Plan, s: &Scale) {
             paper,
             ours: ratio(theirs, off, Metric::P50),
             compare: Compare::Magnitude,
+            cause: Some(CAUSE_NIC_GET),
         });
     }
     plan.claims.push(Claim {
@@ -102,6 +106,7 @@ fn get_latency(plan: &mut Plan, s: &Scale) {
         paper: 1.05,
         ours: ratio(off, read, Metric::P50),
         compare: Compare::Within(0.05),
+        cause: Some(CAUSE_NIC_GET),
     });
     plan.figures.push(Figure {
         id: "redn-get",
@@ -144,6 +149,7 @@ fn list_traversal(plan: &mut Plan, s: &Scale) {
         ours: ratio(far, near, Metric::Mean),
         // Every iteration runs whatever the key's position: the same time, to 5%.
         compare: Compare::Within(0.05),
+        cause: None,
     });
     plan.figures.push(Figure {
         id: "redn-list",
@@ -185,6 +191,7 @@ fn isolation(plan: &mut Plan, s: &Scale) {
         paper: 35.0,
         ours: ratio(at16[1], at16[0], Metric::P99),
         compare: Compare::Magnitude,
+        cause: None,
     });
     plan.figures.push(Figure {
         id: "redn-isolation",
