@@ -418,8 +418,9 @@ fn reproduce_draws_the_papers_values_and_gives_causes() {
     let j: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("results.json")).unwrap()).unwrap();
     let claims = j["claims"].as_array().unwrap();
-    let within = claims.iter().find(|c| c["what"].as_str().unwrap().contains("within 5%")).unwrap();
-    assert_eq!(within["verdict"], "differs", "{within}");
+    // RedN's "within 5% of one READ" is at 64 KB, which --quick does not measure.
+    assert!(!claims.iter().any(|c| c["what"].as_str().unwrap().contains("within 5%")));
+    assert_eq!(claims.len(), 2, "{claims:?}");
     for c in claims {
         match c["verdict"].as_str().unwrap() {
             "agrees" => assert!(c["cause"].is_null(), "{c}"),

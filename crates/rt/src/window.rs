@@ -41,7 +41,8 @@ pub fn extend(
         n => window_ns.saturating_mul(SETTLED_OPS_MIN.div_ceil(n)),
     };
     let need = for_ops.max(p99_ns.saturating_mul(2));
-    let mut next = window_ns.saturating_mul(2);
+    // From at least 1 ns, so that an empty window grows too.
+    let mut next = window_ns.max(1).saturating_mul(2);
     // Bounded: each turn doubles, and a u64 holds 64 doublings.
     while next < need && next < window_max_ns {
         next = next.saturating_mul(2);
@@ -125,6 +126,7 @@ mod tests {
         assert_eq!(extend(1000, 1, 0, 0, 1000), None);
         assert_eq!(extend(10, 100, 0, RERUNS_MAX, u64::MAX), None, "measured again enough");
         assert_eq!(extend(u64::MAX / 2, 1, 0, 0, u64::MAX), Some(u64::MAX), "saturates");
+        assert_eq!(extend(0, 0, 8, 0, 1000), Some(16), "an empty window grows");
     }
 
     #[test]

@@ -4,7 +4,7 @@
 use hytra_offload::bench::{run_settled, Path, Scenario};
 use hytra_offload::service::{Search, LIST_LEN_MAX};
 
-use super::{svg, Chart, Claim, Compare, Figure, Job, Measure, Metric, Plan, Res, Scale};
+use super::{quotient, svg, Chart, Claim, Compare, Figure, Job, Measure, Metric, Plan, Res, Scale};
 
 /// RedN's median offloaded get by value size, µs (§5.2: Table 5 at 64 B and 4 KB; Fig. 10's
 /// text at 64 KB), drawn next to ours.
@@ -59,7 +59,7 @@ fn job(plan: &mut Plan, scenario: Scenario, s: &Scale) -> usize {
 }
 
 fn ratio(a: usize, b: usize, metric: Metric) -> Measure {
-    Box::new(move |r: &[Res]| metric.of(&r[a]) / metric.of(&r[b]).max(1e-9))
+    Box::new(move |r: &[Res]| quotient(metric.of(&r[a]), metric.of(&r[b])))
 }
 
 pub(super) fn redn_figures(plan: &mut Plan, s: &Scale) {
@@ -68,10 +68,11 @@ pub(super) fn redn_figures(plan: &mut Plan, s: &Scale) {
     isolation(plan, s);
 }
 
-/// RedN Fig. 11 and 13: one get at a time against the value size.
+/// RedN Fig. 10: one get at a time against the value size.
 fn get_latency(plan: &mut Plan, s: &Scale) {
     let mut series = Vec::new();
     let mut at64 = Vec::new();
+    let mut at64k = Vec::new();
     for path in [GET, Path::OneSided, Path::TwoSided, Path::Read] {
         let pts: Vec<(f64, usize)> = s
             .offload_sizes
@@ -81,15 +82,19 @@ fn get_latency(plan: &mut Plan, s: &Scale) {
                 if b == 64 {
                     at64.push(j);
                 }
+                if b == 65536 {
+                    at64k.push(j);
+                }
                 (f64::from(b), j)
             })
             .collect();
         series.push((path.name().to_string(), pts));
     }
-    let [off, one, two, read] = at64[..] else { unreachable!("four paths at 64 B") };
+    let [off, one, two, _] = at64[..] else { unreachable!("four paths at 64 B") };
     for (what, paper, theirs) in [
         ("one-sided get (two READs) over the offloaded get, median at 64 B", 2.0, one),
-        ("two-sided get (RPC) over the offloaded get, median at 64 B", 2.6, two),
+        // "outperform polling-based [two-sided gets] by up to 2" (§5.2).
+        ("two-sided get (RPC) over the offloaded get, median at 64 B", 2.0, two),
     ] {
         plan.claims.push(Claim {
             figure: "redn-get",
@@ -100,18 +105,23 @@ fn get_latency(plan: &mut Plan, s: &Scale) {
             cause: Some(CAUSE_NIC_GET),
         });
     }
-    plan.claims.push(Claim {
-        figure: "redn-get",
-        what: "offloaded get over one READ round trip, median at 64 B (RedN: within 5%)".into(),
-        paper: 1.05,
-        ours: ratio(off, read, Metric::P50),
-        compare: Compare::Within(0.05),
-        cause: Some(CAUSE_NIC_GET),
-    });
+    // "fetching a 64 KB key-value pair in 16.22 µs, which is within 5% of a single
+    // network round-trip Read" (§5.2); judged where the matrix measures 64 KB.
+    if let [off, _, _, read] = at64k[..] {
+        plan.claims.push(Claim {
+            figure: "redn-get",
+            what: "offloaded get over one READ round trip, median at 64 KB (RedN: within 5%)"
+                .into(),
+            paper: 1.0,
+            ours: ratio(off, read, Metric::P50),
+            compare: Compare::Within(0.05),
+            cause: Some(CAUSE_NIC_GET),
+        });
+    }
     plan.figures.push(Figure {
         id: "redn-get",
         title: "RedN: get latency against value size (sim, cx5)".into(),
-        paper: "The offloaded hash get answers in one round trip: within 5% of one READ, up to 2x faster than a one-sided get (two READs) and 2.6x faster than an RPC to a polling server.".into(),
+        paper: "The offloaded hash get answers in one round trip: within 5% of one READ, up to 2x faster than a one-sided get (two READs) and up to 2x faster than an RPC to a polling server.".into(),
         charts: vec![Chart::Xy {
             title: "one get at a time".into(),
             x_label: "value (bytes)".into(),
@@ -124,7 +134,7 @@ fn get_latency(plan: &mut Plan, s: &Scale) {
     });
 }
 
-/// RedN Fig. 12: list traversal, with and without `break`, against the key's position.
+/// RedN Fig. 13: list traversal, with and without `break`, against the key's position.
 fn list_traversal(plan: &mut Plan, s: &Scale) {
     let len = 8.min(LIST_LEN_MAX);
     let ranges: &[u32] = &[1, 2, 4, 8];
@@ -167,7 +177,7 @@ fn list_traversal(plan: &mut Plan, s: &Scale) {
     });
 }
 
-/// RedN Fig. 14: gets while background writers keep the server's CPU busy.
+/// RedN Fig. 15: gets while background writers keep the server's CPU busy.
 fn isolation(plan: &mut Plan, s: &Scale) {
     let mut series = Vec::new();
     let mut at16 = Vec::new();
