@@ -353,19 +353,25 @@ fn bench_runs_tpcc_and_reports_its_consistency_checks() {
     assert!(j["per_type"]["new_order"]["commits"].as_u64().unwrap() > 0, "{j}");
 }
 
-#[test]
-fn reproduce_writes_a_report_and_json() {
-    let dir = temp("reproduce");
-    let out = hytra(&["reproduce", "--quick", "--only", "fig11", "--out", dir.to_str().unwrap()]);
+/// Runs `hytra reproduce --quick --only ONLY` into a directory of its own and returns the
+/// page and the JSON it wrote.
+fn quick_report(only: &str) -> (String, serde_json::Value) {
+    let dir = temp(&format!("reproduce-{only}"));
+    let out = hytra(&["reproduce", "--quick", "--only", only, "--out", dir.to_str().unwrap()]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let html = std::fs::read_to_string(dir.join("index.html")).unwrap();
+    let json = std::fs::read_to_string(dir.join("results.json")).unwrap();
+    (html, serde_json::from_str(&json).unwrap())
+}
+
+#[test]
+fn reproduce_writes_a_report_and_json() {
+    let (html, j) = quick_report("fig11");
     assert!(html.contains("<svg") && html.contains("Fig. 11"), "charts in the report");
     assert!(html.trim_end().ends_with("</html>"));
     // The page says which matrix it comes from and where it ran.
     assert!(html.contains("<b>Mode: quick (--quick"), "mode on the page");
     assert!(html.contains("cores,"), "machine on the page");
-    let j: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("results.json")).unwrap()).unwrap();
     let runs = j["runs"].as_array().unwrap();
     assert_eq!(runs.len(), 12, "four read-only designs at three coroutine counts");
     for r in runs {
@@ -383,14 +389,8 @@ fn reproduce_writes_a_report_and_json() {
 
 #[test]
 fn reproduce_charts_redn_offloaded_gets() {
-    let dir = temp("reproduce-redn");
-    let out =
-        hytra(&["reproduce", "--quick", "--only", "redn-list", "--out", dir.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let html = std::fs::read_to_string(dir.join("index.html")).unwrap();
+    let (html, j) = quick_report("redn-list");
     assert!(html.contains("<svg") && html.contains("RedN: list traversal"), "chart in the report");
-    let j: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("results.json")).unwrap()).unwrap();
     let runs = j["runs"].as_array().unwrap();
     assert_eq!(runs.len(), 16, "four paths at four ranges");
     for r in runs {
@@ -408,15 +408,9 @@ fn reproduce_charts_redn_offloaded_gets() {
 /// claim that differs carries its cause where one is known.
 #[test]
 fn reproduce_draws_the_papers_values_and_gives_causes() {
-    let dir = temp("reproduce-redn-get");
-    let out =
-        hytra(&["reproduce", "--quick", "--only", "redn-get", "--out", dir.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let html = std::fs::read_to_string(dir.join("index.html")).unwrap();
+    let (html, j) = quick_report("redn-get");
     assert_eq!(html.matches("paper: offload").count(), 3, "RedN's three medians drawn");
     assert!(html.contains(">16384</text>"), "a tick per power of two on the size axis");
-    let j: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("results.json")).unwrap()).unwrap();
     let claims = j["claims"].as_array().unwrap();
     // RedN's "within 5% of one READ" is at 64 KB, which --quick does not measure.
     assert!(!claims.iter().any(|c| c["what"].as_str().unwrap().contains("within 5%")));
@@ -431,14 +425,8 @@ fn reproduce_draws_the_papers_values_and_gives_causes() {
 
 #[test]
 fn reproduce_plots_the_throughput_around_a_crash() {
-    let dir = temp("reproduce-recovery");
-    let out =
-        hytra(&["reproduce", "--quick", "--only", "recovery", "--out", dir.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let html = std::fs::read_to_string(dir.join("index.html")).unwrap();
+    let (html, j) = quick_report("recovery");
     assert!(html.contains("<svg") && html.contains("survivors' throughput around a crash"));
-    let j: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("results.json")).unwrap()).unwrap();
     let runs = j["runs"].as_array().unwrap();
     assert_eq!(runs.len(), 2, "a member and the manager crash");
     for r in runs {
