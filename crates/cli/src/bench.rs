@@ -29,6 +29,7 @@ use hytra_workloads::tpce::{Tpce, TpceParams};
 use hytra_workloads::ycsb::{KeyDist, Mix as YcsbMix, Ycsb, YcsbParams};
 use serde_json::json;
 
+use crate::span::{check_warmup, Span};
 use crate::table::{open_output, rate, write_json, Table};
 use crate::{usage, BackendKind, CliError};
 
@@ -76,10 +77,11 @@ pub struct BenchArgs {
     /// Coroutines per worker.
     #[arg(long, default_value_t = 8)]
     coroutines: u16,
-    /// Measured time in seconds (virtual on sim) [default: 0.01 on sim, 5 on local].
-    #[arg(long)]
-    seconds: Option<f64>,
-    /// Warm-up before measuring, as a fraction of --seconds.
+    /// Measured time, virtual on sim: a number and a unit (2ms, 1.5s) or bare seconds
+    /// [default: 10ms on sim, 5s on local and ucx].
+    #[arg(long, alias = "seconds", value_name = "DURATION")]
+    duration: Option<Span>,
+    /// Warm-up before measuring, as a fraction of --duration.
     #[arg(long, default_value_t = 0.1)]
     warmup: f64,
     /// Seed of every random choice.
@@ -197,13 +199,13 @@ pub struct BenchArgs {
     /// Datagram loss, duplication, reordering and delay, in parts per million (sim only).
     #[arg(long, default_value_t = 0)]
     faults_ppm: u32,
-    /// Crash node NODE at SECONDS from the start of the run (warm-up included; inside
-    /// the measured window), and report how long recovery took. Repeatable, as long as
-    /// every partition keeps two copies through each failure (crashes within three
-    /// leases fail together; later ones meet re-replication's copies) (sim and local)
-    /// [--seconds then defaults to twenty leases: 0.1 on sim, 40 on local; --lease-ms 100
-    /// shortens local runs].
-    #[arg(long, value_name = "NODE@SECONDS")]
+    /// Crash node NODE at WHEN from the start of the run (2ms, 1.5s or bare seconds;
+    /// warm-up included; inside the measured window), and report how long recovery took.
+    /// Repeatable, as long as every partition keeps two copies through each failure
+    /// (crashes within three leases fail together; later ones meet re-replication's
+    /// copies) (sim and local) [--duration then defaults to twenty leases: 100ms on sim,
+    /// 40s on local; --lease-ms 100 shortens local runs].
+    #[arg(long, value_name = "NODE@WHEN")]
     crash: Vec<String>,
     /// Lease of every node with the configuration manager, in milliseconds: a node is
     /// removed this long after it stopped renewing [default: 5 on sim, 2000 on local
@@ -450,17 +452,17 @@ fn prepare(a: &BenchArgs) -> Result<Run, CliError> {
         // Twenty leases: room to detect, reconfigure and run on.
         (_, false) => 20.0 * lease_of(&cfg, sim).lease_ns as f64 / 1e9,
     };
-    let seconds = a.seconds.unwrap_or(default_s);
+    let seconds = a.duration.map_or(default_s, Span::secs);
     let max_s = if sim { SIM_SECONDS_MAX } else { REAL_SECONDS_MAX };
-    if !(seconds.is_finite() && seconds > 0.0 && seconds <= max_s) {
+    if seconds > max_s {
         return usage(format!(
-            "--seconds {seconds}: expected more than 0 and at most {max_s} on {}",
+            "--duration {}: expected at most {} on {}",
+            Span::from_ns((seconds * 1e9) as u64),
+            Span::from_ns((max_s * 1e9) as u64),
             a.backend
         ));
     }
-    if !(0.0..10.0).contains(&a.warmup) {
-        return usage(format!("--warmup {}: a fraction of --seconds in 0..10", a.warmup));
-    }
+    check_warmup(a.warmup)?;
     let crashes = crashes(a, &cfg, seconds)?;
     let shape =
         ClusterShape { nodes: a.nodes, workers_per_node: a.workers, lanes_per_peer: a.lanes };
@@ -634,19 +636,17 @@ fn crashes(a: &BenchArgs, cfg: &TxnConfig, seconds: f64) -> Result<Vec<Crash>, C
     let (from, to) = (seconds * a.warmup, seconds * (1.0 + a.warmup));
     let mut out: Vec<Crash> = Vec::new();
     for c in &a.crash {
-        let parsed = c
-            .split_once('@')
-            .and_then(|(n, t)| Some((n.parse::<u16>().ok()?, t.parse::<f64>().ok()?)));
-        let Some((node, at)) = parsed else {
-            return usage(format!("--crash '{c}': expected NODE@SECONDS, such as 3@0.02"));
+        let Some((node, at)) = crate::span::node_at(c) else {
+            return usage(format!("--crash '{c}': expected NODE@WHEN, such as 3@20ms"));
         };
+        let at = at.secs();
         if node >= a.nodes {
             return usage(format!(
                 "--crash '{c}': there is no node {node} (nodes are 0..{})",
                 a.nodes
             ));
         }
-        if !(at.is_finite() && at >= from && at < to) {
+        if !(at >= from && at < to) {
             return usage(format!(
                 "--crash '{c}': the time must lie in the measured window, {from:.3} to {to:.3} s from the start"
             ));
@@ -1066,8 +1066,9 @@ fn print_report<R>(
     let clock = if sim { "virtual" } else { "wall" };
     let fabric = fabric_label(a, sim);
     println!(
-        "\n{} on {} ({fabric}): {} nodes x {} workers x {} coroutines, design {}, replication {}, {} s measured ({clock})",
-        a.workload, a.backend, a.nodes, a.workers, a.coroutines, cfg.design.name(), cfg.replication, seconds
+        "\n{} on {} ({fabric}): {} nodes x {} workers x {} coroutines, design {}, replication {}, {} measured ({clock})",
+        a.workload, a.backend, a.nodes, a.workers, a.coroutines, cfg.design.name(), cfg.replication,
+        Span::from_ns((seconds * 1e9).round() as u64)
     );
     let on = |b: bool| if b { "on" } else { "off" };
     println!(

@@ -27,6 +27,7 @@ use hytra_lab::cluster_file::{self, ClusterFile, NodeEntry};
 
 use crate::bench::{run_bench, BenchArgs};
 use crate::io::IoArgs;
+use crate::span::Span;
 use crate::{usage, CliError};
 
 /// This process's place in a cluster of processes.
@@ -228,7 +229,8 @@ fn parse_args<T: clap::Args + clap::FromArgMatches>(
         push(k, v);
     }
     if let Some(s) = f.seconds {
-        push("seconds", s.to_string());
+        // Bare seconds, which --duration reads as such.
+        push("duration", s.to_string());
     }
     if let Some(j) = json {
         push("json", j.display().to_string());
@@ -405,12 +407,13 @@ pub struct ClusterArgs {
     /// Write the cluster's report as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
-    /// Kill node NODE's process with SIGKILL SECONDS after the run started (a
-    /// benchmark with --check and replication 3 or more): the survivors remove it, go
-    /// on, and check the whole history, the dead node's part from its journal. `random`
-    /// (or `random@SECONDS`) draws the node, node 0 included, and the time (between a
-    /// quarter and three fifths of the run) from the benchmark's --seed, and says which.
-    #[arg(long, value_name = "NODE@SECONDS|random[@SECONDS]")]
+    /// Kill node NODE's process with SIGKILL at WHEN after the run started (1.5s, 800ms
+    /// or bare seconds; a benchmark with --check and replication 3 or more): the
+    /// survivors remove it, go on, and check the whole history, the dead node's part
+    /// from its journal. `random` (or `random@WHEN`) draws the node, node 0 included, and
+    /// the time (between a quarter and three fifths of the run) from the benchmark's
+    /// --seed, and says which.
+    #[arg(long, value_name = "NODE@WHEN|random[@WHEN]")]
     kill: Option<String>,
 }
 
@@ -439,7 +442,7 @@ struct Kill {
 /// Stream of `--kill random`'s draw from the benchmark's seed.
 const KILL_STREAM: u64 = 0x4B_1110;
 
-/// `--kill NODE@SECONDS` or `--kill random[@SECONDS]`, checked against the file and its
+/// `--kill NODE@WHEN` or `--kill random[@WHEN]`, checked against the file and its
 /// benchmark.
 fn parse_kill(spec: &str, f: &ClusterFile, args: &BenchArgs) -> Result<Kill, CliError> {
     let nodes = f.nodes.len();
@@ -454,7 +457,7 @@ fn parse_kill(spec: &str, f: &ClusterFile, args: &BenchArgs) -> Result<Kill, Cli
         None if spec == "random" => (spec, format!("{drawn_at:.3}")),
         None => {
             return usage(format!(
-                "--kill '{spec}': expected NODE@SECONDS, such as 2@1.5, or random[@SECONDS]"
+                "--kill '{spec}': expected NODE@WHEN, such as 2@1.5s, or random[@WHEN]"
             ))
         }
     };
@@ -469,8 +472,8 @@ fn parse_kill(spec: &str, f: &ClusterFile, args: &BenchArgs) -> Result<Kill, Cli
             }
         },
     };
-    let after = match at.parse::<f64>() {
-        Ok(t) if t > 0.0 && t < seconds => Duration::from_secs_f64(t),
+    let after = match at.parse::<Span>().map(Span::secs) {
+        Ok(t) if t < seconds => Duration::from_secs_f64(t),
         _ => {
             return usage(format!(
                 "--kill '{spec}': the time must lie in the run, after 0 and before its {seconds} s"

@@ -15,6 +15,7 @@ use hytra_io::trace::{self, TraceOp};
 use hytra_io::{DeviceModel, EngineKind, Exports, FileId, Timing};
 use serde_json::json;
 
+use crate::span::{check_warmup, Span};
 use crate::table::{open_output, write_json, Table};
 use crate::{usage, BackendKind, CliError};
 
@@ -56,11 +57,12 @@ pub struct IoArgs {
     /// io_uring slots per worker.
     #[arg(long, default_value_t = 64)]
     uring_depth: u32,
-    /// Measured seconds per point (virtual on sim) [default: 0.02 on sim, where a
-    /// modelled second of the paper's drives takes minutes of wall time; 1 elsewhere].
-    #[arg(long)]
-    seconds: Option<f64>,
-    /// Warm-up before each point, as a fraction of --seconds (as in hytra bench).
+    /// Measured time per point, virtual on sim: a number and a unit (20ms, 1s) or bare
+    /// seconds [default: 20ms on sim, where a modelled second of the paper's drives takes
+    /// minutes of wall time; 1s elsewhere].
+    #[arg(long, alias = "seconds", value_name = "DURATION")]
+    duration: Option<Span>,
+    /// Warm-up before each point, as a fraction of --duration (as in hytra bench).
     #[arg(long, default_value_t = 0.2)]
     warmup: f64,
     /// File to read (default: a fresh file of --file-mib MiB in the temp directory,
@@ -167,13 +169,14 @@ fn plan(a: &IoArgs) -> Result<Plan, CliError> {
     if a.connections.iter().any(|&c| c > 64) || a.depths.iter().any(|&d| d > 200) {
         return usage("at most 64 connections and 200 reads in flight per connection");
     }
-    let seconds = a.seconds.unwrap_or(if backend == BackendKind::Sim { 0.02 } else { 1.0 });
-    if !(seconds > 0.0 && seconds <= 600.0) {
-        return usage(format!("--seconds {seconds}: expected more than 0 and at most 600"));
+    let default = if backend == BackendKind::Sim { 20_000_000 } else { 1_000_000_000 };
+    let duration = a.duration.unwrap_or(Span::from_ns(default));
+    let max = Span::from_ns(backend.window_max_ns());
+    if duration > max {
+        return usage(format!("--duration {duration}: expected at most {max} on {}", a.backend));
     }
-    if !(0.0..10.0).contains(&a.warmup) {
-        return usage(format!("--warmup {}: a fraction of --seconds in 0..10", a.warmup));
-    }
+    let seconds = duration.secs();
+    check_warmup(a.warmup)?;
     if let Some(path) = &a.gen_trace {
         let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
         if dir.is_some_and(|d| !d.is_dir()) {
@@ -371,8 +374,9 @@ fn point<B: Backend>(
 fn extension_note(r: &IoReport) -> String {
     r.extended_from_s.map_or(String::new(), |from| {
         format!(
-            " (window extended from {from} to {} s: the shorter one held fewer than {} reads or less than twice the p99 latency)",
-            r.seconds,
+            " (window extended from {} to {}: the shorter one held fewer than {} reads or less than twice the p99 latency)",
+            Span::from_ns((from * 1e9).round() as u64),
+            Span::from_ns((r.seconds * 1e9).round() as u64),
             hytra_rt::window::SETTLED_OPS_MIN
         )
     })

@@ -9,6 +9,7 @@
 //! - `micro.rs`: `hytra micro`, the raw-primitive benchmarks
 //! - `reproduce/`: `hytra reproduce`, the paper's experiment matrix as an HTML report
 //! - `signals.rs`: a closed pipe, Ctrl-C and SIGTERM
+//! - `span.rs`: lengths of time and warm-up on the command line
 //! - `swarm.rs`: `hytra swarm`, configurations drawn from seeds and judged by every oracle
 //! - `table.rs`: terminal tables and JSON output helpers
 
@@ -20,6 +21,7 @@ mod micro;
 mod offload;
 mod reproduce;
 mod signals;
+mod span;
 mod swarm;
 mod table;
 

@@ -18,6 +18,7 @@ use hytra_workloads::micro::{
 };
 use serde_json::json;
 
+use crate::span::{check_warmup, Span};
 use crate::table::{mops, open_output, us, write_json, Table};
 use crate::{usage, BackendKind, CliError};
 
@@ -63,12 +64,15 @@ pub struct MicroArgs {
     /// Seed of every random choice.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Warm-up before measuring, microseconds [default: 20 on sim, 100000 on local].
+    /// Measured time per point, virtual on sim: a number and a unit (60us, 400ms) or
+    /// bare seconds; lengthened where too short for the point's latency [default: 60us
+    /// on sim, 400ms elsewhere (100ms with --quick)].
+    #[arg(long, value_name = "DURATION")]
+    duration: Option<Span>,
+    /// Warm-up before each point, as a fraction of --duration [default: 0.333 on sim
+    /// (20us of 60us), 0.25 elsewhere].
     #[arg(long)]
-    warmup_us: Option<u64>,
-    /// Measurement window, microseconds [default: 60 on sim, 400000 on local].
-    #[arg(long)]
-    measure_us: Option<u64>,
+    warmup: Option<f64>,
     /// Let RPC frames to one destination share a datagram (the runtime's default; off
     /// measures the raw primitive, one request per message, as the paper does).
     #[arg(long)]
@@ -189,26 +193,28 @@ fn plan(a: &MicroArgs) -> Result<Plan, CliError> {
             hytra_fabric::constants::LANES_MAX
         ));
     }
-    let max_us = backend.window_max_ns() / 1000;
-    if let Some(m) = a.measure_us.filter(|&m| m == 0 || m > max_us) {
-        return usage(format!("--measure-us {m}: expected 1..={max_us} on {}", a.backend));
+    let max = Span::from_ns(backend.window_max_ns());
+    if let Some(d) = a.duration.filter(|&d| d > max) {
+        return usage(format!("--duration {d}: expected at most {max} on {}", a.backend));
     }
-    if let Some(w) = a.warmup_us.filter(|&w| w > max_us) {
-        return usage(format!("--warmup-us {w}: expected 0..={max_us} on {}", a.backend));
-    }
-    let (warmup, measure) = match (sim, a.quick) {
-        (true, _) => (20, 60),
-        (false, false) => (100_000, 400_000),
-        (false, true) => (20_000, 100_000),
-    };
+    let measure = a.duration.map_or(
+        match (sim, a.quick) {
+            (true, _) => 60_000,
+            (false, false) => 400_000_000,
+            (false, true) => 100_000_000,
+        },
+        Span::ns,
+    );
+    let warmup = a.warmup.unwrap_or(if sim { 1.0 / 3.0 } else { 0.25 });
+    check_warmup(warmup)?;
     let params = MicroParams {
         rpc_timeout_ns: if sim { 1_000_000 } else { 1_000_000_000 },
         rpc_coalescing: a.rpc_coalescing,
         ..MicroParams::fig5(
             a.coroutines,
             a.batch,
-            a.warmup_us.unwrap_or(warmup) * 1000,
-            a.measure_us.unwrap_or(measure) * 1000,
+            (measure as f64 * warmup).round() as u64,
+            measure,
             a.seed,
         )
     };
@@ -331,9 +337,9 @@ impl Measured {
     fn extension_note(&self) -> String {
         if self.point.window_ns > self.asked_ns {
             format!(
-                " (window extended from {} to {} µs: the shorter one held fewer than {SETTLED_OPS_MIN} completions or less than twice the p99 latency)",
-                self.asked_ns / 1000,
-                self.point.window_ns / 1000
+                " (window extended from {} to {}: the shorter one held fewer than {SETTLED_OPS_MIN} completions or less than twice the p99 latency)",
+                Span::from_ns(self.asked_ns),
+                Span::from_ns(self.point.window_ns)
             )
         } else {
             String::new()

@@ -8,15 +8,14 @@ use hytra_offload::bench::{self, Outcome, Path, Scenario};
 use hytra_offload::service::{Search, LIST_LEN_MAX};
 use serde_json::json;
 
+use crate::span::Span;
 use crate::table::{open_output, write_json, Table};
-use crate::{usage, CliError};
+use crate::{usage, BackendKind, CliError};
 
 /// The largest value: one READ or WRITE moves it.
 const VALUE_MAX: u32 = hytra_fabric::constants::TRANSFER_MAX as u32;
 /// The most `if` chains: each registers its own code region and two work queues.
 const IF_CHAINS_MAX: u32 = 1024;
-/// The longest scenario, in virtual microseconds (one virtual second).
-const MICROS_MAX: u64 = 1_000_000;
 
 /// Arguments of `hytra offload`.
 #[derive(Args, Debug, Clone)]
@@ -37,9 +36,9 @@ pub struct OffloadArgs {
     /// Independent chains for the `if`-construct rate (each runs 200 unrolled `if`s).
     #[arg(long, value_delimiter = ',', default_value = "1,2,8")]
     if_chains: Vec<u32>,
-    /// Virtual time per scenario, microseconds.
-    #[arg(long, default_value_t = 2000)]
-    micros: u64,
+    /// Virtual time per scenario: a number and a unit (2ms, 500us) or bare seconds.
+    #[arg(long, default_value = "2ms", value_name = "DURATION")]
+    duration: Span,
     /// Seed.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -55,7 +54,7 @@ fn row(t: &mut Table, what: &str, s: &Scenario, o: &Outcome) {
         s.value_bytes.to_string(),
         s.list.map_or("-".to_string(), |l| format!("{}/{}", l.range, l.len)),
         o.gets.to_string(),
-        // Marked when lengthened from --micros to hold enough gets (hytra_rt::window).
+        // Marked when lengthened from --duration to hold enough gets (hytra_rt::window).
         match o.extended_from_ns {
             Some(_) => format!("{}*", o.window_ns / 1000),
             None => (o.window_ns / 1000).to_string(),
@@ -84,8 +83,9 @@ pub fn run(a: OffloadArgs) -> Result<(), CliError> {
     if let Some(c) = a.if_chains.iter().find(|&&c| c == 0 || c > IF_CHAINS_MAX) {
         return usage(format!("--if-chains {c}: expected 1..={IF_CHAINS_MAX}"));
     }
-    if a.micros == 0 || a.micros > MICROS_MAX {
-        return usage(format!("--micros {}: expected 1..={MICROS_MAX}", a.micros));
+    let max = Span::from_ns(BackendKind::Sim.window_max_ns());
+    if a.duration > max {
+        return usage(format!("--duration {}: expected at most {max}", a.duration));
     }
     // Each writer is a worker of its own: the shape must hold them.
     if let Some(w) = a.writers.iter().find(|&&w| w > hytra_fabric::constants::WORKERS_PER_NODE_MAX)
@@ -102,7 +102,7 @@ pub fn run(a: OffloadArgs) -> Result<(), CliError> {
         return usage("--list-ranges must be 1..=--list-len");
     }
     let out = a.json.as_deref().map(open_output).transpose()?;
-    let dur = a.micros * 1000;
+    let dur = a.duration.ns();
     let mut runs = Vec::new();
     let paths = [Path::Offload(Search::Sequential), Path::OneSided, Path::TwoSided, Path::Read];
     for &size in &a.sizes {
@@ -173,7 +173,7 @@ pub fn run(a: OffloadArgs) -> Result<(), CliError> {
         } else {
             what.to_string()
         };
-        let o = bench::run_settled(s, MICROS_MAX * 1000).map_err(|e| CliError::Run(e.into()))?;
+        let o = bench::run_settled(s, max.ns()).map_err(|e| CliError::Run(e.into()))?;
         extended += usize::from(o.extended_from_ns.is_some());
         row(&mut t, &what, s, &o);
         json_runs.push(json!({
@@ -186,8 +186,8 @@ pub fn run(a: OffloadArgs) -> Result<(), CliError> {
     print!("{}", t.render());
     if extended > 0 {
         println!(
-            "\n* window lengthened from {} µs (--micros) for {extended} of {} scenarios, to hold {} gets and twice the p99 latency",
-            a.micros,
+            "\n* window lengthened from {} (--duration) for {extended} of {} scenarios, to hold {} gets and twice the p99 latency",
+            a.duration,
             runs.len(),
             hytra_rt::window::SETTLED_OPS_MIN
         );

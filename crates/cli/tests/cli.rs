@@ -37,8 +37,8 @@ const SMALL: &[&str] = &[
     "64",
     "--primitives",
     "read,cas,rpc",
-    "--measure-us",
-    "20",
+    "--duration",
+    "20us",
 ];
 
 #[test]
@@ -55,10 +55,16 @@ fn bad_input_gets_one_line_and_exit_2() {
         &["micro", "--payloads", "abc"],
         &["micro", "--multi-object", "0"],
         &["micro", "--multi-object", "65"],
-        // Windows: empty, or long enough to run for days.
-        &["micro", "--measure-us", "0"],
-        &["micro", "--measure-us", "1000000000000"],
-        &["micro", "--warmup-us", "1000000000000"],
+        // Windows: empty, longer than the backend allows, or not a length of time;
+        // warm-ups that are not a fraction of it; the flags this convention replaced.
+        &["micro", "--duration", "0"],
+        &["micro", "--duration", "2s"],
+        &["micro", "--duration", "1000000000000us"],
+        &["micro", "--duration", "60 parsecs"],
+        &["micro", "--warmup", "10"],
+        &["micro", "--warmup=-0.1"],
+        &["micro", "--measure-us", "60"],
+        &["micro", "--warmup-us", "20"],
         // Shapes no backend builds, refused before the first point.
         &["micro", "--nodes", "65535"],
         &["micro", "--workers", "300"],
@@ -128,6 +134,9 @@ fn bench_bad_input_gets_one_line_and_exit_2() {
         &["bench", "--seconds", "abc"],
         &["bench", "--warmup=-0.5"],
         &["bench", "--seconds", "0"],
+        &["bench", "--duration", "61s"],
+        &["bench", "--duration", "2 fortnights"],
+        &["bench", "--crash", "1@2 hours"],
         &["bench", "--exec", "telepathy"],
         &["bench", "--passive-ack", "maybe"],
         &["bench", "--design", "fasst", "--lock", "one-sided"],
@@ -573,6 +582,7 @@ fn io_bad_input_gets_one_line_and_exit_2() {
         &["io", "--backend", "rdma"],
         &["io", "--file", "/nonexistent/hytra-io-file"],
         &["io", "--seconds", "0"],
+        &["io", "--backend", "sim", "--duration", "2s"],
         &["io", "--warmup", "10"],
         &["io", "--trace", "/nonexistent/trace.csv"],
         &["io", "--trace", env!("CARGO_BIN_EXE_hytra")],
@@ -648,12 +658,12 @@ fn io_lengthens_a_window_too_short_for_its_reads_or_refuses_it() {
     let json = temp("io-short.json");
     let base = ["io", "--backend", "sim", "--file-mib", "4", "--sizes", "512", "--modes"];
     let mut args: Vec<&str> = base.to_vec();
-    args.extend(["remote", "--engines", "pool", "--no-trace", "--seconds", "0.0002"]);
+    args.extend(["remote", "--engines", "pool", "--no-trace", "--duration", "200us"]);
     args.extend(["--json", json.to_str().unwrap()]);
     let out = hytra(&args);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
-    assert!(stderr.contains("window extended from 0.0002 to"), "{stderr}");
+    assert!(stderr.contains("window extended from 200µs to"), "{stderr}");
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     let run = &v["runs"][0];
     assert_eq!(run["extended_from_s"].as_f64(), Some(0.0002), "{run}");
@@ -675,14 +685,15 @@ fn offload_bad_input_gets_one_line_and_exit_2() {
     assert_usage_errors(&[
         &["offload", "--sizes", "12"],
         &["offload", "--sizes", "0"],
-        &["offload", "--micros", "0"],
+        &["offload", "--duration", "0"],
+        &["offload", "--micros", "2000"],
         &["offload", "--if-chains", "0"],
         &["offload", "--list-len", "14"],
         &["offload", "--list-len", "4", "--list-ranges", "5"],
         &["offload", "--list-ranges", "0"],
         &["offload", "--sizes", "1000000000"],
         &["offload", "--if-chains", "65535"],
-        &["offload", "--micros", "100000000000"],
+        &["offload", "--duration", "100000s"],
         &["offload", "--writers", "60000"],
     ]);
 }
@@ -692,8 +703,8 @@ fn offload_json_has_every_scenario_checked_and_replays() {
     let args = |json: &str| -> Vec<String> {
         [
             "offload",
-            "--micros",
-            "100",
+            "--duration",
+            "100us",
             "--sizes",
             "64",
             "--writers",
@@ -743,7 +754,7 @@ fn offload_json_has_every_scenario_checked_and_replays() {
     for r in runs {
         let o = &r["outcome"];
         assert_eq!(o["wrong"], 0, "{r}");
-        // Every window held enough gets and twice their p99, lengthened from --micros
+        // Every window held enough gets and twice their p99, lengthened from --duration
         // where it did not.
         let (gets, window) = (o["gets"].as_u64().unwrap(), o["window_ns"].as_u64().unwrap());
         assert!(gets >= 1000 && window >= 2 * o["p99_ns"].as_u64().unwrap(), "{r}");
@@ -753,10 +764,10 @@ fn offload_json_has_every_scenario_checked_and_replays() {
         }
     }
     // A window of a microsecond holds about one get: lengthened, and said so.
-    let out = hytra(&["offload", "--micros", "1", "--sizes", "64", "--writers", "0"]);
+    let out = hytra(&["offload", "--duration", "1us", "--sizes", "64", "--writers", "0"]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(stdout.contains("window lengthened from 1 µs (--micros)"), "{stdout}");
+    assert!(stdout.contains("window lengthened from 1µs (--duration)"), "{stdout}");
     let ifs = v["if_rate"].as_array().unwrap();
     assert_eq!(ifs.len(), 1);
     assert!(ifs[0]["ifs_per_sec"].as_f64().unwrap() > 0.0);
@@ -835,12 +846,12 @@ fn a_window_too_short_for_its_latency_is_extended() {
     #[rustfmt::skip]
     let args = [
         "micro", "--nodes", "3", "--workers", "2", "--payloads", "64", "--primitives", "read",
-        "--measure-us", "1", "--json", json_arg,
+        "--duration", "1us", "--json", json_arg,
     ];
     let out = hytra(&args);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
-    assert!(stderr.contains("window extended from 1 to"), "{stderr}");
+    assert!(stderr.contains("window extended from 1µs to"), "{stderr}");
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let row = &v["results"][0];
@@ -855,7 +866,7 @@ fn a_stopped_io_run_removes_its_temporary_file() {
     let dir = temp("io-signal");
     std::fs::create_dir_all(&dir).unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_hytra"))
-        .args(["io", "--backend", "sim", "--file-mib", "16", "--seconds", "5", "--no-trace"])
+        .args(["io", "--backend", "sim", "--file-mib", "16", "--duration", "1s", "--no-trace"])
         .env("TMPDIR", &dir)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())

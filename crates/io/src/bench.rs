@@ -126,7 +126,7 @@ pub enum BenchError {
     /// Even the longest window allowed was too short for what it measured
     /// ([`hytra_rt::window::settled`]).
     #[error(
-        "{size} B reads: the window is too short to measure: {reads} reads completed in {window_s} s (at least {min} and a window of twice the p99 latency, {p99_us} µs, are needed); give a longer --seconds",
+        "{size} B reads: the window is too short to measure: {reads} reads completed in {window_s} s (at least {min} and a window of twice the p99 latency, {p99_us} µs, are needed); give a longer --duration",
         min = hytra_rt::window::SETTLED_OPS_MIN
     )]
     Unsettled {
