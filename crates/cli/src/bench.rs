@@ -29,6 +29,7 @@ use hytra_workloads::tpce::{Tpce, TpceParams};
 use hytra_workloads::ycsb::{KeyDist, Mix as YcsbMix, Ycsb, YcsbParams};
 use serde_json::json;
 
+use crate::choice::{named, on_or, Switch};
 use crate::span::{check_warmup, Span};
 use crate::table::{open_output, rate, write_json, Table};
 use crate::{usage, BackendKind, CliError};
@@ -40,9 +41,9 @@ pub struct BenchArgs {
     /// transaction distributed), tpce-cp (TPC-E Customer-Position), tatp, or ycsb.
     #[arg(long, default_value = "smallbank")]
     workload: String,
-    /// Design preset: drtmh, fasst, farm or drtmr.
-    #[arg(long, default_value = "drtmh")]
-    design: String,
+    /// Design preset: every phase's primitive as in that system.
+    #[arg(long, default_value = "drtmh", value_parser = named(&Design::ALL, Design::name))]
+    design: Design,
     /// Backend: sim (virtual time), local (threads, real time) or ucx (UCX, every node
     /// in this process; needs a build with the ucx feature).
     #[arg(long, default_value = "sim")]
@@ -131,9 +132,9 @@ pub struct BenchArgs {
     /// TATP: choose subscribers uniformly (default: the specification's skew).
     #[arg(long)]
     tatp_uniform: bool,
-    /// YCSB: core workload a, b, c, d, e or f.
-    #[arg(long, default_value = "a")]
-    ycsb_mix: String,
+    /// YCSB: core workload.
+    #[arg(long, default_value = "a", value_parser = named(&YcsbMix::ALL, YcsbMix::name))]
+    ycsb_mix: YcsbMix,
     /// YCSB: records per worker thread (about 3.3 KB each with 3 copies at the default
     /// 1 KB of fields).
     #[arg(long, default_value_t = 20_000)]
@@ -156,43 +157,42 @@ pub struct BenchArgs {
     /// OS threads (local only) [default: one per core].
     #[arg(long)]
     threads: Option<usize>,
-    /// Override the execution strategy: one-sided, one-sided-cached, two-sided, hybrid,
-    /// offload (cache misses answered by the primary's NIC; sim with --profile cx5, or
-    /// local).
+    /// Override the execution strategy (offload: cache misses answered by the primary's
+    /// NIC; sim with --profile cx5, or local).
+    #[arg(long, value_parser = named(ExecStrategy::ALL, ExecStrategy::name))]
+    exec: Option<ExecStrategy>,
+    /// Override locking.
+    #[arg(long, value_parser = named(LockStrategy::ALL, LockStrategy::name))]
+    lock: Option<LockStrategy>,
+    /// Override read validation.
+    #[arg(long, value_parser = named(Primitive::ALL, Primitive::name))]
+    validate: Option<Primitive>,
+    /// Override logging.
+    #[arg(long, value_parser = named(Primitive::ALL, Primitive::name))]
+    log: Option<Primitive>,
+    /// Override the commit phase.
+    #[arg(long, value_parser = named(Primitive::ALL, Primitive::name))]
+    commit: Option<Primitive>,
+    /// Passive ACK on the commit phase [default: the design's].
     #[arg(long)]
-    exec: Option<String>,
-    /// Override locking: one-sided, two-sided, at-execution.
+    passive_ack: Option<Switch>,
+    /// Outstanding requests (parallel reads, locks, logs) [default: the design's].
     #[arg(long)]
-    lock: Option<String>,
-    /// Override read validation: one-sided or two-sided.
+    outstanding: Option<Switch>,
+    /// Doorbell batching [default: on].
     #[arg(long)]
-    validate: Option<String>,
-    /// Override logging: one-sided or two-sided.
+    doorbell_batching: Option<Switch>,
+    /// Inline small write-backs [default: the design's].
     #[arg(long)]
-    log: Option<String>,
-    /// Override the commit phase: one-sided or two-sided.
-    #[arg(long)]
-    commit: Option<String>,
-    /// Passive ACK on the commit phase: on or off.
-    #[arg(long)]
-    passive_ack: Option<String>,
-    /// Outstanding requests (parallel reads, locks, logs): on or off.
-    #[arg(long)]
-    outstanding: Option<String>,
-    /// Doorbell batching: on or off.
-    #[arg(long)]
-    doorbell_batching: Option<String>,
-    /// Inline small write-backs: on or off.
-    #[arg(long)]
-    inline: Option<String>,
+    inline: Option<Switch>,
     /// Several RPC requests (or replies) to one worker share a datagram when sent in the
-    /// same step: on or off.
+    /// same step [default: on].
     #[arg(long)]
-    rpc_coalescing: Option<String>,
+    rpc_coalescing: Option<Switch>,
     /// Start with warm location caches (every remote record's address, as after a long
-    /// run) or empty ones: on or off [default: on].
+    /// run) or empty ones [default: on].
     #[arg(long)]
-    warm_cache: Option<String>,
+    warm_cache: Option<Switch>,
     /// Location cache per node in MiB (0: none).
     #[arg(long)]
     cache_mib: Option<u64>,
@@ -266,52 +266,17 @@ impl BenchArgs {
     }
 }
 
-fn on_off(name: &str, v: &Option<String>) -> Result<Option<bool>, CliError> {
-    match v.as_deref() {
-        None => Ok(None),
-        Some("on") => Ok(Some(true)),
-        Some("off") => Ok(Some(false)),
-        Some(other) => usage(format!("--{name} '{other}': expected on or off")),
-    }
-}
-
-fn primitive(name: &str, v: &Option<String>) -> Result<Option<Primitive>, CliError> {
-    match v.as_deref() {
-        None => Ok(None),
-        Some(s) => match Primitive::parse(s) {
-            Some(p) => Ok(Some(p)),
-            None => usage(format!("--{name} '{s}': expected one of {}", Primitive::names())),
-        },
-    }
-}
-
 fn txn_config(a: &BenchArgs) -> Result<TxnConfig, CliError> {
-    let Some(design) = Design::parse(&a.design) else {
-        return usage(format!(
-            "unknown design '{}' (expected drtmh, fasst, farm or drtmr)",
-            a.design
-        ));
-    };
-    let mut c = TxnConfig::preset(design);
+    let mut c = TxnConfig::preset(a.design);
     c.replication = a.replication;
-    if let Some(e) = a.exec.as_deref() {
-        let Some(exec) = ExecStrategy::parse(e) else {
-            return usage(format!("--exec '{e}': expected one of {}", ExecStrategy::names()));
-        };
-        c.exec = exec;
-    }
-    if let Some(l) = a.lock.as_deref() {
-        let Some(lock) = LockStrategy::parse(l) else {
-            return usage(format!("--lock '{l}': expected one of {}", LockStrategy::names()));
-        };
-        c.lock = lock;
-    }
-    c.validate = primitive("validate", &a.validate)?.unwrap_or(c.validate);
-    c.log = primitive("log", &a.log)?.unwrap_or(c.log);
-    c.commit = primitive("commit", &a.commit)?.unwrap_or(c.commit);
-    c.passive_ack = on_off("passive-ack", &a.passive_ack)?.unwrap_or(c.passive_ack);
-    c.outstanding = on_off("outstanding", &a.outstanding)?.unwrap_or(c.outstanding);
-    c.inline = on_off("inline", &a.inline)?.unwrap_or(c.inline);
+    c.exec = a.exec.unwrap_or(c.exec);
+    c.lock = a.lock.unwrap_or(c.lock);
+    c.validate = a.validate.unwrap_or(c.validate);
+    c.log = a.log.unwrap_or(c.log);
+    c.commit = a.commit.unwrap_or(c.commit);
+    c.passive_ack = on_or(a.passive_ack, c.passive_ack);
+    c.outstanding = on_or(a.outstanding, c.outstanding);
+    c.inline = on_or(a.inline, c.inline);
     if let Some(m) = a.cache_mib {
         c.cache_bytes = m << 20;
     }
@@ -341,7 +306,7 @@ fn txn_config(a: &BenchArgs) -> Result<TxnConfig, CliError> {
         let r = c.recovery.unwrap_or(base);
         c.recovery = Some(RecoveryParams { rereplication, ..r });
     }
-    if let Err(e) = c.validate(a.nodes) {
+    if let Err(e) = c.check(a.nodes) {
         return usage(e.to_string());
     }
     Ok(c)
@@ -438,7 +403,7 @@ fn prepare(a: &BenchArgs) -> Result<Run, CliError> {
             "--cache-mib {m}: at most {CACHE_MIB_MAX} MiB per node (a cache larger than the tables it maps is never filled)"
         ));
     }
-    if a.exec.as_deref() == Some("offload") && sim && profile.offload.is_none() {
+    if a.exec == Some(ExecStrategy::Offload) && sim && profile.offload.is_none() {
         return usage(format!(
             "--exec offload needs a NIC that runs verb programs: profile {} has none (use --profile cx5, or --backend local)",
             profile.name
@@ -524,9 +489,7 @@ pub fn run_bench(a: BenchArgs) -> Result<(), CliError> {
             }),
         ),
         "ycsb" => {
-            let Some(mix) = YcsbMix::parse(&a.ycsb_mix) else {
-                return usage(format!("--ycsb-mix '{}': expected a, b, c, d, e or f", a.ycsb_mix));
-            };
+            let mix = a.ycsb_mix;
             let dist =
                 if a.zipf_theta == 0.0 { KeyDist::Uniform } else { KeyDist::Zipfian(a.zipf_theta) };
             let span = seconds * (1.0 + a.warmup);
@@ -757,8 +720,8 @@ fn run_workload<W: Workload>(a: &BenchArgs, shared: Run, workload: W) -> Result<
     let out = a.json.as_deref().map(open_output).transpose()?;
     let measure_ns = (seconds * 1e9) as u64;
     let rt = RtConfig {
-        doorbell_batching: on_off("doorbell-batching", &a.doorbell_batching)?.unwrap_or(true),
-        rpc_coalescing: on_off("rpc-coalescing", &a.rpc_coalescing)?.unwrap_or(true),
+        doorbell_batching: on_or(a.doorbell_batching, true),
+        rpc_coalescing: on_or(a.rpc_coalescing, true),
         // Longer than any delay the simulator's faults add (P4); threads may be
         // descheduled for milliseconds on a loaded machine.
         rpc_timeout_ns: if sim { 1_000_000 } else { 1_000_000_000 },
@@ -771,7 +734,7 @@ fn run_workload<W: Workload>(a: &BenchArgs, shared: Run, workload: W) -> Result<
         check: a.check,
         rt,
         drain_ns: if sim { 1_000_000_000 } else { 60_000_000_000 },
-        warm_cache: on_off("warm-cache", &a.warm_cache)?.unwrap_or(true),
+        warm_cache: on_or(a.warm_cache, true),
         // Intervals fine enough to see a recovery of a few leases.
         timeline_ns: if crashes.is_empty() {
             0

@@ -4,6 +4,7 @@
 //!
 //! - `bench.rs`: `hytra bench`, transactional workloads
 //! - `calibrate.rs`: `hytra calibrate`, the simulator's CPU profile of this machine
+//! - `choice.rs`: options whose value is one of a fixed set (`on`/`off`, a design)
 //! - `cluster.rs`: `hytra node` and `hytra cluster`, a benchmark on processes over UCX
 //! - `io.rs`: `hytra io`, remote storage I/O
 //! - `micro.rs`: `hytra micro`, the raw-primitive benchmarks
@@ -15,6 +16,7 @@
 
 mod bench;
 mod calibrate;
+mod choice;
 mod cluster;
 mod io;
 mod micro;

@@ -18,6 +18,7 @@ use hytra_workloads::micro::{
 };
 use serde_json::json;
 
+use crate::choice::{named, on_or, Switch};
 use crate::span::{check_warmup, Span};
 use crate::table::{mops, open_output, us, write_json, Table};
 use crate::{usage, BackendKind, CliError};
@@ -50,10 +51,10 @@ pub struct MicroArgs {
     /// Requests per doorbell batch (per gather for RPCs).
     #[arg(long, default_value_t = 8)]
     batch: u16,
-    /// Primitives to measure: read, write, cas, faa, rpc, wrpc, rpc-write [default: all
-    /// but rpc-write, which --multi-object measures].
-    #[arg(long, value_delimiter = ',')]
-    primitives: Option<Vec<String>>,
+    /// Primitives to measure, comma-separated [default: all but rpc-write, which
+    /// --multi-object measures].
+    #[arg(long, value_delimiter = ',', value_parser = named(&Primitive::ALL, Primitive::name))]
+    primitives: Option<Vec<Primitive>>,
     /// Payloads in bytes [default: 8,16,...,4096].
     #[arg(long, value_delimiter = ',')]
     payloads: Option<Vec<u32>>,
@@ -73,10 +74,11 @@ pub struct MicroArgs {
     /// (20us of 60us), 0.25 elsewhere].
     #[arg(long)]
     warmup: Option<f64>,
-    /// Let RPC frames to one destination share a datagram (the runtime's default; off
-    /// measures the raw primitive, one request per message, as the paper does).
+    /// Let RPC frames to one destination share a datagram (the runtime's default in
+    /// `hytra bench`) [default: off, which measures the raw primitive, one request per
+    /// message, as the paper does].
     #[arg(long)]
-    rpc_coalescing: bool,
+    rpc_coalescing: Option<Switch>,
     /// How the simulator charges CPU time: `model` (deterministic cost model) or
     /// `measured[:SCALE]` (the clock time of each step's own code, times SCALE; not replayable).
     #[arg(long, default_value = "model")]
@@ -160,19 +162,7 @@ fn plan(a: &MicroArgs) -> Result<Plan, CliError> {
     if a.threads == Some(0) {
         return usage("--threads must be at least 1");
     }
-    let primitives = match &a.primitives {
-        None => Primitive::FIG5.to_vec(),
-        Some(names) => names
-            .iter()
-            .map(|n| {
-                Primitive::parse(n).ok_or_else(|| {
-                    CliError::Usage(format!(
-                        "unknown primitive '{n}' (expected read, write, cas, faa, rpc, wrpc or rpc-write)"
-                    ))
-                })
-            })
-            .collect::<Result<_, _>>()?,
-    };
+    let primitives = a.primitives.clone().unwrap_or_else(|| Primitive::FIG5.to_vec());
     let default_payloads: &[u32] = if a.quick {
         &[8, 64, 512, 4096]
     } else {
@@ -209,7 +199,7 @@ fn plan(a: &MicroArgs) -> Result<Plan, CliError> {
     check_warmup(warmup)?;
     let params = MicroParams {
         rpc_timeout_ns: if sim { 1_000_000 } else { 1_000_000_000 },
-        rpc_coalescing: a.rpc_coalescing,
+        rpc_coalescing: on_or(a.rpc_coalescing, false),
         ..MicroParams::fig5(
             a.coroutines,
             a.batch,

@@ -167,13 +167,23 @@ pub fn run(a: OffloadArgs) -> Result<(), CliError> {
     ]);
     let mut json_runs = Vec::new();
     let mut extended = 0;
-    for (what, s) in &runs {
+    for (k, (what, s)) in runs.iter().enumerate() {
         let what = if *what == "isolation" {
             format!("isolation w={}", s.writers)
         } else {
             what.to_string()
         };
         let o = bench::run_settled(s, max.ns()).map_err(|e| CliError::Run(e.into()))?;
+        // Progress, as `micro` gives it: the whole run takes seconds.
+        eprintln!(
+            "[{}/{}] {what} {} {} B: p50 {:.2} µs over {}",
+            k + 1,
+            runs.len(),
+            s.path.name(),
+            s.value_bytes,
+            o.p50_ns as f64 / 1e3,
+            Span::from_ns(o.window_ns)
+        );
         extended += usize::from(o.extended_from_ns.is_some());
         row(&mut t, &what, s, &o);
         json_runs.push(json!({

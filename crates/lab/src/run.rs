@@ -66,7 +66,7 @@ impl RunSpec {
             }
         }
         let shape = self.backend.shape();
-        self.txn.validate(shape.nodes).map_err(|e| e.to_string())?;
+        self.txn.check(shape.nodes).map_err(|e| e.to_string())?;
         self.workload.with(self.span_s(), self.params.seed, Check(shape))
     }
 }

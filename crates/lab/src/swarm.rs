@@ -714,7 +714,7 @@ fn draw_txn(
         {
             c.cache_bytes = 4 << 10;
         }
-        if c.validate(nodes).is_ok() {
+        if c.check(nodes).is_ok() {
             let cache = match c.cache_bytes {
                 0 => CacheSize::Off,
                 b if b < 1 << 20 => CacheSize::Tiny(b),
@@ -1323,7 +1323,7 @@ mod tests {
             let (a, b) = (draw(seed, SwarmBackend::Sim, None), draw(seed, SwarmBackend::Sim, None));
             assert_eq!(a.summary(), b.summary());
             assert_eq!(a.spec.validate(), Ok(()), "seed {seed}: {}", a.summary());
-            assert!(a.spec.txn.validate(a.spec.backend.shape().nodes).is_ok());
+            assert!(a.spec.txn.check(a.spec.backend.shape().nodes).is_ok());
         }
         let distinct: std::collections::BTreeSet<String> =
             (0..50).map(|s| draw(s, SwarmBackend::Sim, None).summary()).collect();

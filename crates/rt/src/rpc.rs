@@ -172,7 +172,7 @@ impl<'a> Iterator for Frames<'a> {
         let rest = self.datagram.get(self.at..).filter(|r| !r.is_empty())?;
         let Some((h, payload)) = Header::decode(rest) else {
             let at = self.at;
-            self.at = usize::MAX;
+            self.at = self.datagram.len(); // nothing after a malformed frame is read
             return Some(Err(MalformedFrame { at }));
         };
         self.at += FRAME_HEADER + payload.len();
@@ -186,8 +186,9 @@ impl<'a> Iterator for Frames<'a> {
 pub(crate) struct Outbox {
     batch: bool,
     coalesce: bool,
-    /// Per destination (dense worker index): position in `open`, or `NONE`.
-    slot_of: Vec<u32>,
+    /// Per destination (dense worker index): its datagram's position in `open`, if one
+    /// is open (only with coalescing).
+    slot_of: Vec<Option<u32>>,
     open: Vec<(u32, Vec<u8>)>,
     spare: Vec<Vec<u8>>,
     single: Vec<u8>,
@@ -196,8 +197,6 @@ pub(crate) struct Outbox {
     pub(crate) frames_sent: u64,
     pub(crate) datagrams_sent: u64,
 }
-
-const NONE: u32 = u32::MAX;
 
 /// Datagrams the outbox holds for a fabric that refused them before it refuses more
 /// frames (one send queue's worth).
@@ -208,7 +207,7 @@ impl Outbox {
         Outbox {
             batch,
             coalesce: batch && coalesce,
-            slot_of: vec![NONE; workers],
+            slot_of: vec![None; workers],
             open: Vec::new(),
             spare: Vec::new(),
             single: Vec::new(),
@@ -245,22 +244,26 @@ impl Outbox {
         }
         let frame_len = FRAME_HEADER + payload.len();
         let mtu = ep.caps().mtu;
-        let mut slot = if self.coalesce { self.slot_of[dest_idx] } else { NONE };
-        if slot != NONE && self.open[slot as usize].1.len() + frame_len > mtu {
+        let open = if self.coalesce { self.slot_of[dest_idx] } else { None };
+        if let Some(slot) = open.filter(|&s| self.open[s as usize].1.len() + frame_len > mtu) {
             // Full: this datagram leaves now (its doorbell rings with the final flush).
             let buf = &self.open[slot as usize].1;
             ep.send(dest, buf, OpFlags::MORE)?;
             self.datagrams_sent += 1;
             self.open[slot as usize].1.clear();
         }
-        if slot == NONE {
-            let buf = self.spare.pop().unwrap_or_default();
-            slot = u32::try_from(self.open.len()).expect("open buffers fit u32");
-            self.open.push((dest_idx as u32, buf));
-            if self.coalesce {
-                self.slot_of[dest_idx] = slot;
+        let slot = match open {
+            Some(slot) => slot,
+            None => {
+                let buf = self.spare.pop().unwrap_or_default();
+                let slot = u32::try_from(self.open.len()).expect("open buffers fit u32");
+                self.open.push((dest_idx as u32, buf));
+                if self.coalesce {
+                    self.slot_of[dest_idx] = Some(slot);
+                }
+                slot
             }
-        }
+        };
         let buf = &mut self.open[slot as usize].1;
         header.encode(buf);
         buf.extend_from_slice(payload);
@@ -285,7 +288,7 @@ impl Outbox {
                 buf.is_empty() || ep.send(shape.worker_at(dest_idx as usize), buf, flags).is_ok();
             if sent {
                 self.datagrams_sent += u64::from(!buf.is_empty());
-                self.slot_of[dest_idx as usize] = NONE;
+                self.slot_of[dest_idx as usize] = None;
                 let (_, mut buf) = std::mem::take(&mut self.open[i]);
                 buf.clear();
                 self.spare.push(buf);
@@ -293,7 +296,7 @@ impl Outbox {
                 self.deferred = true;
                 self.open.swap(kept, i);
                 if self.coalesce {
-                    self.slot_of[self.open[kept].0 as usize] = kept as u32;
+                    self.slot_of[self.open[kept].0 as usize] = Some(kept as u32);
                 }
                 kept += 1;
             }

@@ -296,7 +296,7 @@ impl TxnConfig {
     }
 
     /// Checks the combination against the cluster and the fabric.
-    pub fn validate(&self, nodes: u16) -> Result<(), ConfigError> {
+    pub fn check(&self, nodes: u16) -> Result<(), ConfigError> {
         let bad = |m: String| Err(ConfigError::Invalid(m));
         if self.replication == 0 || self.replication > nodes {
             return bad(format!(

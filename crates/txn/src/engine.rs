@@ -225,7 +225,7 @@ impl Engine {
         config_store: Arc<dyn ConfigStore>,
     ) -> Result<Engine, EngineError> {
         let shape = backend.shape();
-        cfg.validate(shape.nodes)?;
+        cfg.check(shape.nodes)?;
         if catalog.replication() != cfg.replication {
             return Err(ConfigError::Invalid(
                 "catalog and configuration disagree on replication".into(),

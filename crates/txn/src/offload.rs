@@ -64,7 +64,7 @@ pub struct NicLookups {
     /// Slots per worker and node: coroutines times [`SLOTS_PER_NODE`].
     lanes: u16,
     /// Queue that starts the program of (server, client worker's dense index, lane).
-    triggers: Vec<WqId>,
+    triggers: Vec<Option<WqId>>,
     /// Per node, the queues its programs start from (rung once at the start).
     starters: Vec<Vec<WqId>>,
     /// Bytes of one program's code.
@@ -124,7 +124,7 @@ impl NicLookups {
             workers: shape.workers_per_node,
             lanes,
             triggers: vec![
-                WqId(u32::MAX);
+                None;
                 usize::from(shape.nodes) * shape.workers_total() * usize::from(lanes)
             ],
             starters: vec![Vec::new(); usize::from(shape.nodes)],
@@ -166,7 +166,7 @@ impl NicLookups {
                     let trigger = installed.wq(hytra_offload::program::Q(0));
                     lookups.starters[usize::from(s)].push(trigger);
                     let i = lookups.trigger_index(server, shape.worker_index(w), lane);
-                    lookups.triggers[i] = trigger;
+                    lookups.triggers[i] = Some(trigger);
                 }
             }
         }
@@ -208,8 +208,8 @@ impl NicLookups {
         assert!(k < SLOTS_PER_NODE, "slot {k} of {SLOTS_PER_NODE}");
         let lane = co * SLOTS_PER_NODE + k;
         assert!(lane < self.lanes, "coroutine {co} has no lookup slot");
-        let trigger = self.triggers[self.trigger_index(server, me_idx, lane)];
-        assert_ne!(trigger, WqId(u32::MAX), "no lookup program serves a node's own records");
+        let trigger = self.triggers[self.trigger_index(server, me_idx, lane)]
+            .expect("no lookup program serves a node's own records");
         Slot { trigger, base: self.slot_base(lane, server) }
     }
 

@@ -519,7 +519,9 @@ impl<E: Endpoint> Txn<'_, E> {
                         self.ctx.acc[idx].write = true;
                     }
                     out.push(Rec(idx as u16));
-                    fresh.push(if new { idx } else { usize::MAX });
+                    if new {
+                        fresh.push(idx);
+                    }
                 }
                 Err(e) => {
                     result = Err(e);
@@ -541,7 +543,8 @@ impl<E: Endpoint> Txn<'_, E> {
         for_update: bool,
     ) -> Result<[Rec; N], Abort> {
         let mut recs = [Rec(0); N];
-        let mut fresh = [usize::MAX; N];
+        // The accesses named here for the first time, in order: `fresh[..n]`.
+        let (mut fresh, mut n) = ([0usize; N], 0);
         for (i, &(table, key)) in keys.iter().enumerate() {
             let (idx, new) = self.ctx.access(table, key)?;
             if for_update {
@@ -549,10 +552,11 @@ impl<E: Endpoint> Txn<'_, E> {
             }
             recs[i] = Rec(idx as u16);
             if new {
-                fresh[i] = idx;
+                fresh[n] = idx;
+                n += 1;
             }
         }
-        self.ctx.fetch(&fresh).await?;
+        self.ctx.fetch(&fresh[..n]).await?;
         Ok(recs)
     }
 
@@ -692,9 +696,8 @@ impl<E: Endpoint> TxnCtx<E> {
         Ok((self.acc.len() - 1, true))
     }
 
-    /// Fetches the accesses listed in `idxs` (`usize::MAX` entries are skipped), each
-    /// for update when it is in the write set (it joined it when it was named, before
-    /// any fetch).
+    /// Fetches the accesses listed in `idxs`, each for update when it is in the write
+    /// set (it joined it when it was named, before any fetch).
     async fn fetch(&mut self, idxs: &[usize]) -> Result<(), Abort> {
         let outstanding = self.node.cfg.outstanding;
         let mut pending = std::mem::take(&mut self.pending);
@@ -702,7 +705,7 @@ impl<E: Endpoint> TxnCtx<E> {
         // free. Execution uses scratch for nothing else.
         self.scratch_used = 0;
         let mut result = Ok(());
-        for &i in idxs.iter().filter(|&&i| i != usize::MAX) {
+        for &i in idxs {
             let started = match self.start_read(i).await {
                 Err(Abort(AbortReason::Full)) if self.scratch_used > 0 => {
                     // No scratch left for another READ: land those in flight, whose
