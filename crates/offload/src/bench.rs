@@ -25,7 +25,7 @@ use hytra_rt::{run_workers_with, RtConfig};
 
 use crate::hash::{HashTable, ITEM_HEADER};
 use crate::list::ListStore;
-use crate::service::{GetMode, GetResult, KvConfig, KvService, Search, Structure, Waits, PUT_RPC};
+use crate::service::{GetMode, GetResult, KvConfig, KvService, Search, Structure, PUT_RPC};
 
 /// How a scenario's clients get.
 #[derive(Copy, Clone, PartialEq, Eq, Debug, serde::Serialize)]
@@ -319,7 +319,7 @@ pub fn run(s: &Scenario) -> Result<Outcome, BackendError> {
                 // Serve past the end so that gets started before it are answered.
                 0 if me.index == 0 => svc.serve(w, 4, end_ns + 1_000_000),
                 1 if me.index < s.clients => {
-                    let waits = Waits::default();
+                    let waits = hytra_rt::Waits::default();
                     w.poll_with(waits.poller());
                     for slot in 0..s.depth {
                         let (svc, waits, out, items, heads) =

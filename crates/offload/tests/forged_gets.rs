@@ -8,9 +8,7 @@ use std::rc::Rc;
 use hytra_fabric::sim::{SimCluster, SimConfig};
 use hytra_fabric::{ClusterShape, NodeId, RunLimits, WorkerId};
 use hytra_offload::hash::HashTable;
-use hytra_offload::service::{
-    GetMode, GetResult, KvConfig, KvService, Search, Structure, Waits, GET_RPC,
-};
+use hytra_offload::service::{GetMode, GetResult, KvConfig, KvService, Search, Structure, GET_RPC};
 use hytra_rt::{run_workers_with, RtConfig};
 
 #[test]
@@ -41,7 +39,7 @@ fn a_get_answering_past_the_address_space_is_dropped() {
             if w.co().me().node == NodeId(0) {
                 svc.serve(w, 1, end_ns);
             } else {
-                let waits = Waits::default();
+                let waits = hytra_rt::Waits::default();
                 w.poll_with(waits.poller());
                 let (svc, got) = (svc.clone(), got.clone());
                 w.spawn(move |co| async move {

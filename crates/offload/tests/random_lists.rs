@@ -11,9 +11,7 @@ mod common;
 use common::{check_answers, local, sim, LOCAL_TIMEOUT_NS};
 use hytra_fabric::{Backend, NodeId, RunLimits};
 use hytra_offload::list::ListStore;
-use hytra_offload::service::{
-    cpu_get_in_list, GetMode, GetResult, KvConfig, KvService, Structure, Waits,
-};
+use hytra_offload::service::{cpu_get_in_list, GetMode, GetResult, KvConfig, KvService, Structure};
 use hytra_rt::{run_workers_with, RtConfig};
 use proptest::prelude::*;
 
@@ -61,7 +59,7 @@ fn offloaded_vs_cpu<B: Backend>(
                 // Start the programs; the server's CPU serves nothing.
                 svc.serve(w, 0, 0);
             } else {
-                let waits = Waits::default();
+                let waits = hytra_rt::Waits::default();
                 w.poll_with(waits.poller());
                 let (svc, answers, asks) = (svc.clone(), answers.clone(), asks.clone());
                 w.spawn(move |co| async move {

@@ -10,9 +10,7 @@ mod common;
 use common::{check_answers, local, sim, LOCAL_TIMEOUT_NS};
 use hytra_fabric::{Backend, NodeId, RunLimits};
 use hytra_offload::hash::HashTable;
-use hytra_offload::service::{
-    cpu_get, GetMode, GetResult, KvConfig, KvService, Search, Structure, Waits,
-};
+use hytra_offload::service::{cpu_get, GetMode, GetResult, KvConfig, KvService, Search, Structure};
 use hytra_rt::{run_workers_with, RtConfig};
 use proptest::prelude::*;
 
@@ -57,7 +55,7 @@ fn offloaded_vs_cpu<B: Backend>(
                 // Start the programs; the server's CPU serves nothing.
                 svc.serve(w, 0, 0);
             } else {
-                let waits = Waits::default();
+                let waits = hytra_rt::Waits::default();
                 w.poll_with(waits.poller());
                 let (svc, answers, asks) = (svc.clone(), answers.clone(), asks.to_vec());
                 w.spawn(move |co| async move {

@@ -12,6 +12,8 @@
 //!   the runtime charges in the simulator
 //! - `constants`: limits
 //! - `hist`: mergeable latency histograms
+//! - `waits`: coroutines waiting for a word in memory to reach a value (answers a NIC
+//!   writes without a completion)
 //!
 //! The same code runs on every backend: coroutines are `async` tasks on a per-worker,
 //! single-threaded executor, and all I/O goes through [`hytra_fabric::Endpoint`]. The
@@ -28,6 +30,7 @@ pub mod hist;
 mod ops;
 mod rpc;
 mod timer;
+mod waits;
 pub mod window;
 mod worker;
 
@@ -39,6 +42,7 @@ pub use rpc::{
     frames, CallTicket, Frame, FrameKind, Frames, MalformedFrame, RemoteError, RpcError, RpcStats,
     RpcType,
 };
+pub use waits::Waits;
 pub use worker::{
     Co, Handler, HandlerCtx, OpError, Poller, Sleep, WaitOp, WaitReply, Worker, WorkerStats,
 };

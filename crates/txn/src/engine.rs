@@ -17,7 +17,7 @@ use hytra_fabric::{
     Backend, BackendError, Endpoint, LocalAddr, NodeId, Pages, Qp, Region, RegionSpec, Rkey,
     WorkerId,
 };
-use hytra_rt::{CallTicket, Co, OpTicket, RpcType, Worker};
+use hytra_rt::{CallTicket, Co, OpTicket, RpcType, Waits, Worker};
 use hytra_store::{Catalog, LocationCache, NodeStore, Replica, StoreError, TableId};
 use thiserror::Error;
 
@@ -30,7 +30,6 @@ use crate::offload::{NicLookups, NodeIndex};
 use crate::recover::{NodeRecovery, RecoveryParams};
 use crate::stats::TxnStats;
 use hytra_offload::hash::tag;
-use hytra_offload::service::Waits;
 use hytra_store::layout::KEY_WORD;
 
 /// Scratch memory of one coroutine: destinations of READs and atomics, log entries and
