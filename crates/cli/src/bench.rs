@@ -16,8 +16,8 @@ use hytra_fabric::{ClusterShape, NodeId};
 use hytra_rt::RtConfig;
 use hytra_store::{Catalog, NodeStore};
 use hytra_txn::{
-    AbortClass, AbortReason, Design, ExecStrategy, LockStrategy, NicLookups, Primitive,
-    RecoveryParams, Rereplication, TxnConfig, PHASES,
+    AbortClass, AbortReason, Design, ExecStrategy, LockStrategy, NicLookups, Phase, Primitive,
+    RecoveryParams, Rereplication, TxnConfig,
 };
 use hytra_workloads::bench::{
     run, BenchError, BenchParams, BenchResult, RecoveryTimes, Workload, RECOVERED_SHARE,
@@ -41,9 +41,11 @@ pub struct BenchArgs {
     /// transaction distributed), tpce-cp (TPC-E Customer-Position), tatp, or ycsb.
     #[arg(long, default_value = "smallbank")]
     workload: String,
-    /// Design preset: every phase's primitive as in that system.
-    #[arg(long, default_value = "drtmh", value_parser = named(&Design::ALL, Design::name))]
-    design: Design,
+    /// Design preset: every phase's primitive as in that system; `auto` runs a short
+    /// trial of each preset (and of drtmh with two-sided locks) on this backend first and
+    /// keeps the fastest.
+    #[arg(long, default_value = "drtmh", value_parser = design_parser())]
+    design: DesignPick,
     /// Backend: sim (virtual time), local (threads, real time) or ucx (UCX, every node
     /// in this process; needs a build with the ucx feature).
     #[arg(long, default_value = "sim")]
@@ -266,8 +268,86 @@ impl BenchArgs {
     }
 }
 
-fn txn_config(a: &BenchArgs) -> Result<TxnConfig, CliError> {
-    let mut c = TxnConfig::preset(a.design);
+/// `--design`: a preset, or the fastest of short trials on the backend at hand.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub(crate) enum DesignPick {
+    /// Every phase as in this preset (and the overrides given).
+    Preset(Design),
+    /// The fastest of [`auto_candidates`] in a trial of this workload on this backend.
+    Auto,
+}
+
+/// `--design`'s parser: the presets' names and `auto`, listed in the help.
+fn design_parser() -> impl clap::builder::TypedValueParser<Value = DesignPick> {
+    use clap::builder::TypedValueParser;
+    let names = Design::ALL.iter().map(|d| d.name()).chain(["auto"]);
+    clap::builder::PossibleValuesParser::new(names)
+        .map(|s: String| Design::parse(&s).map_or(DesignPick::Auto, DesignPick::Preset))
+}
+
+/// The trial of each candidate of `--design auto`: long enough for thousands of
+/// transactions of the slowest workload on the simulator, and for a few round trips of
+/// every coroutine over TCP in real time.
+const AUTO_TRIAL_SIM_NS: u64 = 2_000_000;
+const AUTO_TRIAL_REAL_NS: u64 = 500_000_000;
+
+/// `--design auto`'s candidates, labelled: every preset, and DrTM+H with its locks taken
+/// by RPC (where atomics run in a NIC that is not coherent with the CPU, a node locks its
+/// own records through its NIC too, which costs more than an RPC; docs/PERFORMANCE.md
+/// §26). Combinations the cluster cannot run are left out.
+fn auto_candidates(a: &BenchArgs) -> Result<Vec<(String, TxnConfig)>, CliError> {
+    let mut out = Vec::new();
+    for d in Design::ALL {
+        out.push((d.name().to_string(), txn_config(a, d)?));
+    }
+    let mut c = txn_config(a, Design::DrtmH)?;
+    c.lock = LockStrategy::TwoSided;
+    if c.check(a.nodes).is_ok() {
+        out.push(("drtmh (two-sided locks)".to_string(), c));
+    }
+    Ok(out)
+}
+
+/// The run's configuration, and `--design auto`'s candidates (none for a named design;
+/// the run's configuration then stands for the checks made before the trials).
+fn designs(a: &BenchArgs) -> Result<(TxnConfig, Vec<(String, TxnConfig)>), CliError> {
+    Ok(match a.design {
+        DesignPick::Preset(d) => (txn_config(a, d)?, Vec::new()),
+        DesignPick::Auto => {
+            check_auto(a)?;
+            (txn_config(a, Design::DrtmH)?, auto_candidates(a)?)
+        }
+    })
+}
+
+/// Refuses `--design auto` beside anything that decides a phase (it would contradict
+/// the trials) or in a cluster spread over processes (each would pick on its own).
+fn check_auto(a: &BenchArgs) -> Result<(), CliError> {
+    let phases = [
+        ("exec", a.exec.is_some()),
+        ("lock", a.lock.is_some()),
+        ("validate", a.validate.is_some()),
+        ("log", a.log.is_some()),
+        ("commit", a.commit.is_some()),
+        ("passive-ack", a.passive_ack.is_some()),
+        ("outstanding", a.outstanding.is_some()),
+        ("inline", a.inline.is_some()),
+    ];
+    if let Some((flag, _)) = phases.iter().find(|(_, given)| *given) {
+        return usage(format!(
+            "--design auto chooses every phase itself: drop --{flag}, or name a design (drtmh, fasst, farm, drtmr) to override its phases"
+        ));
+    }
+    if a.placement.is_some() {
+        return usage(
+            "--design auto runs its trials within one process; a cluster spread over processes takes its design from the file (without one: fasst where only TCP joins the nodes, drtmh otherwise)",
+        );
+    }
+    Ok(())
+}
+
+fn txn_config(a: &BenchArgs, design: Design) -> Result<TxnConfig, CliError> {
+    let mut c = TxnConfig::preset(design);
     c.replication = a.replication;
     c.exec = a.exec.unwrap_or(c.exec);
     c.lock = a.lock.unwrap_or(c.lock);
@@ -410,7 +490,7 @@ fn prepare(a: &BenchArgs) -> Result<Run, CliError> {
         ));
     }
     check_workload_options(a)?;
-    let cfg = txn_config(a)?;
+    let (cfg, candidates) = designs(a)?;
     let default_s = match (sim, a.crash.is_empty()) {
         (false, true) => 5.0,
         (true, true) => 0.01,
@@ -431,7 +511,7 @@ fn prepare(a: &BenchArgs) -> Result<Run, CliError> {
     let crashes = crashes(a, &cfg, seconds)?;
     let shape =
         ClusterShape { nodes: a.nodes, workers_per_node: a.workers, lanes_per_peer: a.lanes };
-    Ok(Run { sim, profile, cpu, seconds, cfg, shape, crashes })
+    Ok(Run { sim, profile, cpu, seconds, cfg, candidates, shape, crashes })
 }
 
 /// Runs `hytra bench`.
@@ -686,6 +766,112 @@ fn run_ucx<W: Workload>(
     unreachable!("refused by run_bench without the ucx feature")
 }
 
+/// Where `hytra bench` runs: the backend and what it is built from, for the run and for
+/// `--design auto`'s trials alike.
+struct Backend<'a> {
+    a: &'a BenchArgs,
+    sim: bool,
+    profile: &'a NicProfile,
+    cpu: &'a Option<CpuProfile>,
+    shape: ClusterShape,
+}
+
+/// Shows the virtual time a simulated run has reached.
+type Progress = Box<dyn FnMut(u64)>;
+
+impl Backend<'_> {
+    /// Builds the backend and runs `workload` on it once, crashing `crashes`.
+    fn execute<W: Workload>(
+        &self,
+        workload: &W,
+        cfg: TxnConfig,
+        params: BenchParams,
+        crashes: &[Crash],
+        progress: Option<Progress>,
+    ) -> Result<Option<BenchResult<W::Report>>, BenchError> {
+        let a = self.a;
+        if self.sim {
+            let mut sc =
+                SimConfig { profile: self.profile.clone(), ..SimConfig::new(self.shape, a.seed) };
+            match self.cpu {
+                Some(p) => sc.cpu_profile = p.table(workload.name(), workload.txn_types()),
+                None => sc.cpu = CpuMode::Measured { scale: 1.0 },
+            }
+            if a.faults_ppm > 0 {
+                sc.faults = FaultConfig::lossy(a.faults_ppm);
+            }
+            sc.faults.node_faults.extend(crashes.iter().map(Crash::fault));
+            if progress.is_some() {
+                eprintln!("{}", sc.describe());
+            }
+            let mut b = SimCluster::new(sc).map_err(|e| BenchError::Params(e.to_string()))?;
+            if let Some(p) = progress {
+                b.set_progress(p);
+            }
+            run(&mut b, workload, cfg, params).map(Some)
+        } else if a.backend == "ucx" {
+            run_ucx(a, self.shape, workload, cfg, params)
+        } else {
+            let mut lc = LocalConfig { threads: a.threads, ..LocalConfig::new(self.shape) };
+            lc.node_faults.extend(crashes.iter().map(Crash::fault));
+            let mut b = LocalCluster::new(lc).map_err(|e| BenchError::Params(e.to_string()))?;
+            run(&mut b, workload, cfg, params).map(Some)
+        }
+    }
+}
+
+/// One candidate's trial under `--design auto`: its label and throughput.
+struct Trial {
+    label: String,
+    cfg: TxnConfig,
+    tps: f64,
+}
+
+/// The trial `--design auto` chose, if it ran.
+fn chosen_trial<'t>(trials: &'t [Trial], cfg: &TxnConfig) -> Option<&'t Trial> {
+    trials.iter().find(|t| t.cfg == *cfg)
+}
+
+/// `--design auto`: runs each candidate for a short trial on a fresh cluster of the same
+/// backend (no crashes, no history), and returns the fastest with every trial. On sim
+/// the trials replay from the seed like the run itself.
+fn pick_design<W: Workload>(
+    on: &Backend<'_>,
+    workload: &W,
+    candidates: Vec<(String, TxnConfig)>,
+    params: &BenchParams,
+) -> Result<(TxnConfig, Vec<Trial>), CliError> {
+    let asked = if on.sim { AUTO_TRIAL_SIM_NS } else { AUTO_TRIAL_REAL_NS };
+    let measure_ns = asked.min(params.measure_ns);
+    let trial = BenchParams {
+        measure_ns,
+        warmup_ns: (measure_ns as f64 * on.a.warmup) as u64,
+        check: false,
+        timeline_ns: 0,
+        ..*params
+    };
+    let mut trials = Vec::new();
+    for (label, cfg) in candidates {
+        let r = on.execute(workload, cfg, trial, &[], None).map_err(|e| {
+            CliError::Run(anyhow::anyhow!("--design auto: the trial of {label} failed: {e}"))
+        })?;
+        let Some(r) = r else {
+            unreachable!("check_auto refuses clusters spread over processes");
+        };
+        let tps = r.stats.commits as f64 / (measure_ns as f64 / 1e9);
+        eprintln!("design auto: {label}: {} txn/s over {}", rate(tps), Span::from_ns(measure_ns));
+        trials.push(Trial { label, cfg, tps });
+    }
+    // The first of the fastest, so that a tie keeps the earlier preset.
+    let best = trials
+        .iter()
+        .enumerate()
+        .max_by(|(i, x), (j, y)| x.tps.total_cmp(&y.tps).then(j.cmp(i)))
+        .map(|(i, _)| i)
+        .expect("at least one candidate");
+    Ok((trials[best].cfg, trials))
+}
+
 /// What every workload's run shares.
 struct Run {
     sim: bool,
@@ -694,6 +880,8 @@ struct Run {
     cpu: Option<CpuProfile>,
     seconds: f64,
     cfg: TxnConfig,
+    /// `--design auto`'s candidates (empty for a named design).
+    candidates: Vec<(String, TxnConfig)>,
     shape: ClusterShape,
     crashes: Vec<Crash>,
 }
@@ -703,7 +891,7 @@ struct Run {
     reason = "longer than the limit before the limit was set; split it when it next changes"
 )]
 fn run_workload<W: Workload>(a: &BenchArgs, shared: Run, workload: W) -> Result<(), CliError> {
-    let Run { sim, profile, cpu, seconds, cfg, shape, crashes } = shared;
+    let Run { sim, profile, cpu, seconds, cfg, candidates, shape, crashes } = shared;
     if let Err(e) = workload.validate(shape) {
         return usage(e);
     }
@@ -743,34 +931,20 @@ fn run_workload<W: Workload>(a: &BenchArgs, shared: Run, workload: W) -> Result<
         },
     };
     let total_ns = params.warmup_ns + measure_ns;
-    let used = params;
     let started = Instant::now();
+    let on = Backend { a, sim, profile: &profile, cpu: &cpu, shape };
+    let (cfg, trials) = match candidates.is_empty() {
+        true => (cfg, Vec::new()),
+        false => pick_design(&on, &workload, candidates, &params)?,
+    };
+    let used = params;
     let result = if sim {
-        let mut sc = SimConfig { profile, ..SimConfig::new(shape, a.seed) };
-        match &cpu {
-            Some(p) => sc.cpu_profile = p.table(workload.name(), workload.txn_types()),
-            None => sc.cpu = CpuMode::Measured { scale: 1.0 },
-        }
-        if a.faults_ppm > 0 {
-            sc.faults = FaultConfig::lossy(a.faults_ppm);
-        }
-        sc.faults.node_faults.extend(crashes.iter().map(Crash::fault));
-        eprintln!("{}", sc.describe());
-        let mut b = SimCluster::new(sc).map_err(|e| CliError::Usage(e.to_string()))?;
         let mut bar = ProgressBar::new(started, total_ns, "virtual");
-        b.set_progress(Box::new(move |now| bar.show(now)));
-        run(&mut b, &workload, cfg, params).map(Some)
+        on.execute(&workload, cfg, params, &crashes, Some(Box::new(move |now| bar.show(now))))
     } else {
         let stop = Arc::new(AtomicBool::new(false));
         let ticker = wall_progress(started, total_ns, stop.clone());
-        let r = if a.backend == "ucx" {
-            run_ucx(a, shape, &workload, cfg, params)
-        } else {
-            let mut lc = LocalConfig { threads: a.threads, ..LocalConfig::new(shape) };
-            lc.node_faults.extend(crashes.iter().map(Crash::fault));
-            let mut b = LocalCluster::new(lc).map_err(|e| CliError::Usage(e.to_string()))?;
-            run(&mut b, &workload, cfg, params).map(Some)
-        };
+        let r = on.execute(&workload, cfg, params, &crashes, None);
         stop.store(true, Ordering::Relaxed);
         let _ = ticker.join();
         r
@@ -794,6 +968,11 @@ fn run_workload<W: Workload>(a: &BenchArgs, shared: Run, workload: W) -> Result<
     })?;
     let types = workload.txn_types();
     print_report(a, &cfg, types, &result, seconds, sim);
+    if let Some(chosen) = chosen_trial(&trials, &cfg) {
+        let each: Vec<String> =
+            trials.iter().map(|t| format!("{} {}", t.label, rate(t.tps))).collect();
+        println!("design auto  chose {} (trials, txn/s: {})", chosen.label, each.join(", "));
+    }
     let recovered = recovery_times(&crashes, &used, &result);
     if !crashes.is_empty() {
         print_recovery(&recovered, lease_of(&cfg, sim).lease_ns, &result.recovery.still_copying);
@@ -827,6 +1006,13 @@ fn run_workload<W: Workload>(a: &BenchArgs, shared: Run, workload: W) -> Result<
         let mut doc = json_report(a, &cfg, types, &used, &result, seconds, sim, started.elapsed());
         if !recovered.is_empty() {
             doc["crashes"] = json_recovery(&recovered, &result);
+        }
+        if let Some(chosen) = chosen_trial(&trials, &cfg) {
+            let each: Vec<_> = trials
+                .iter()
+                .map(|t| json!({"candidate": t.label, "throughput_tps": t.tps}))
+                .collect();
+            doc["design_auto"] = json!({"chose": chosen.label, "trials": each});
         }
         if !lost.is_empty() {
             doc["lost_nodes"] = serde_json::json!(lost);
@@ -1015,6 +1201,26 @@ fn phase_means(r: &BenchResult<impl Sized>) -> [f64; 4] {
     r.stats.phase_ns.map(|s| s as f64 / n / 1e3)
 }
 
+/// The checker's and the invariant's verdicts.
+fn print_verdicts<R>(r: &BenchResult<R>) {
+    match &r.checker {
+        Some(c) if c.serializable() => println!(
+            "checker      serializable ({} transactions, {} dependencies)",
+            c.txns, c.edges
+        ),
+        Some(c) => println!(
+            "checker      NOT serializable: {:?}",
+            &c.violations[..c.violations.len().min(3)]
+        ),
+        None => println!("checker      not run (use --check)"),
+    }
+    println!(
+        "invariant    {} ({})",
+        if r.invariant.ok { "ok" } else { "VIOLATED" },
+        r.invariant.details.join("; ")
+    );
+}
+
 fn print_report<R>(
     a: &BenchArgs,
     cfg: &TxnConfig,
@@ -1063,7 +1269,12 @@ fn print_report<R>(
     let ph = phase_means(r);
     println!(
         "phases       {} (mean per committed transaction, µs)",
-        PHASES.iter().zip(ph).map(|(n, v)| format!("{n} {v:.2}")).collect::<Vec<_>>().join(", ")
+        Phase::ALL
+            .iter()
+            .zip(ph)
+            .map(|(p, v)| format!("{} {v:.2}", p.name()))
+            .collect::<Vec<_>>()
+            .join(", ")
     );
     let reasons: Vec<String> = AbortReason::ALL
         .iter()
@@ -1087,22 +1298,7 @@ fn print_report<R>(
         t.row(vec![name.to_string(), s.per_type[i].0.to_string(), s.per_type[i].1.to_string()]);
     }
     println!("\n{}\n", t.render());
-    match &r.checker {
-        Some(c) if c.serializable() => println!(
-            "checker      serializable ({} transactions, {} dependencies)",
-            c.txns, c.edges
-        ),
-        Some(c) => println!(
-            "checker      NOT serializable: {:?}",
-            &c.violations[..c.violations.len().min(3)]
-        ),
-        None => println!("checker      not run (use --check)"),
-    }
-    println!(
-        "invariant    {} ({})",
-        if r.invariant.ok { "ok" } else { "VIOLATED" },
-        r.invariant.details.join("; ")
-    );
+    print_verdicts(r);
     if sim {
         let run_s = r.run.wall_ns as f64 / 1e9;
         println!(

@@ -328,6 +328,41 @@ fn bench_json_reports_a_checked_serializable_run_that_replays() {
     assert_eq!(classes["contention"], ja["abort_rate_cc"], "{ja}");
 }
 
+/// `--design auto` runs a trial of every candidate, keeps the fastest (the run then uses
+/// its phases), and says so in the text and the JSON; with a phase of its own given it is
+/// refused before any work.
+#[test]
+fn design_auto_runs_every_candidate_and_keeps_the_fastest() {
+    let json = temp("bench-auto.json");
+    let mut args = BENCH_SMALL.to_vec();
+    args.extend(["--design", "auto", "--check", "--json", json.to_str().unwrap()]);
+    let out = hytra(&args);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("design auto  chose"), "{stdout}");
+    assert!(stdout.contains("serializable"), "the chosen run is checked: {stdout}");
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let trials = v["design_auto"]["trials"].as_array().expect("trials in the JSON");
+    let labels: Vec<&str> = trials.iter().map(|t| t["candidate"].as_str().unwrap()).collect();
+    for preset in ["drtmh", "fasst", "farm", "drtmr"] {
+        assert!(labels.contains(&preset), "{preset} tried: {labels:?}");
+    }
+    let best = trials
+        .iter()
+        .max_by(|x, y| {
+            x["throughput_tps"].as_f64().unwrap().total_cmp(&y["throughput_tps"].as_f64().unwrap())
+        })
+        .unwrap();
+    assert!(best["throughput_tps"].as_f64().unwrap() > 0.0, "{v}");
+    assert_eq!(v["design_auto"]["chose"], best["candidate"], "{v}");
+    let chose = best["candidate"].as_str().unwrap();
+    assert_eq!(v["design"].as_str(), Some(chose.split(' ').next().unwrap()), "{v}");
+
+    let mut bad = BENCH_SMALL.to_vec();
+    bad.extend(["--design", "auto", "--lock", "two-sided"]);
+    assert_usage_errors(&[&bad]);
+}
+
 #[test]
 fn bench_runs_tpcc_and_reports_its_consistency_checks() {
     let path = temp("tpcc.json");

@@ -32,6 +32,7 @@ use crate::config::{PlantedFault, Primitive, ProtocolPoint};
 use crate::engine::{crash_point, PendingAck, WorkerTxn};
 use crate::log::{place, skip_word, EntryBuilder, LOGGED_DELETE, WRITTEN_PARTITIONS_MAX};
 use crate::outcome::{Abort, AbortReason, Outcome};
+use crate::stats::Phase;
 use crate::txn::{Frozen, Locked, Txn, TxnCtx};
 use crate::wire::{self, CommitReq, RecordReq, DELETE, MALFORMED, REFUSED, SYNC};
 
@@ -49,7 +50,7 @@ impl<E: Endpoint> Txn<'_, E> {
     pub async fn commit(self) -> Outcome {
         let ctx = self.ctx;
         let t0 = ctx.co.now_ns();
-        ctx.phase_ns[0] = t0 - ctx.attempt_start;
+        ctx.phase_ns[Phase::Execution] = t0 - ctx.attempt_start;
         let writes = ctx.acc.iter().any(|a| a.write);
         if !writes {
             if ctx.acc.len() > 1 {
@@ -58,7 +59,7 @@ impl<E: Endpoint> Txn<'_, E> {
                 }
             }
             let t1 = ctx.co.now_ns();
-            ctx.phase_ns[1] = t1 - t0;
+            ctx.phase_ns[Phase::Validation] = t1 - t0;
             ctx.committed(t1);
             return Outcome::Committed;
         }
@@ -69,7 +70,7 @@ impl<E: Endpoint> Txn<'_, E> {
             return ctx.aborted(r).await;
         }
         let t1 = ctx.co.now_ns();
-        ctx.phase_ns[1] = t1 - t0;
+        ctx.phase_ns[Phase::Validation] = t1 - t0;
         if ctx.node.cfg.planted(PlantedFault::CommitBeforeLogged) {
             let landed = ctx.write_back().await;
             ctx.committed(ctx.co.now_ns());
@@ -89,12 +90,12 @@ impl<E: Endpoint> Txn<'_, E> {
             Ok(Logged::Committed) => {}
         }
         let t2 = ctx.co.now_ns();
-        ctx.phase_ns[2] = t2 - t1;
+        ctx.phase_ns[Phase::Logging] = t2 - t1;
         // Frozen on the way or not, the transaction is committed: recovery finishes a
         // write-back the attempt could not.
         let landed = ctx.write_back().await;
         let t3 = ctx.co.now_ns();
-        ctx.phase_ns[3] = t3 - t2;
+        ctx.phase_ns[Phase::Commit] = t3 - t2;
         ctx.committed(t3);
         if landed.is_ok() {
             ctx.resolve_logs();
@@ -768,9 +769,11 @@ impl<E: Endpoint> TxnCtx<E> {
             match rec.verdict(owner, epoch) {
                 Some(true) => {
                     let now = self.co.now_ns();
-                    self.phase_ns[2] =
-                        now - self.attempt_start - self.phase_ns[0] - self.phase_ns[1];
-                    self.phase_ns[3] = 0;
+                    self.phase_ns[Phase::Logging] = now
+                        - self.attempt_start
+                        - self.phase_ns[Phase::Execution]
+                        - self.phase_ns[Phase::Validation];
+                    self.phase_ns[Phase::Commit] = 0;
                     self.committed(now);
                     return Outcome::Committed;
                 }
@@ -874,9 +877,7 @@ impl<E: Endpoint> TxnCtx<E> {
             s.commits += 1;
             s.per_type[usize::from(self.ty)].0 += 1;
             s.latency.record(now - self.txn_start);
-            for (sum, p) in s.phase_ns.iter_mut().zip(self.phase_ns) {
-                *sum += p;
-            }
+            s.phase_ns.add(self.phase_ns);
         }
         if self.wt.records_history() {
             let record = match self.wt.take_doubt(self.owner.0) {

@@ -69,5 +69,5 @@ pub use offload::NicLookups;
 pub use outcome::{Abort, AbortClass, AbortReason, Outcome};
 pub use recover::{RecoveryEvent, RecoveryParams, RecoveryStep};
 pub use resync::Rereplication;
-pub use stats::{TxnStats, PHASES, TIMELINE_BUCKETS_MAX, TXN_TYPES_MAX};
+pub use stats::{Phase, PhaseNs, TxnStats, TIMELINE_BUCKETS_MAX, TXN_TYPES_MAX};
 pub use txn::{Intent, Rec, Txn, TxnCtx};

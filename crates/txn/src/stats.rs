@@ -11,8 +11,66 @@ pub const TXN_TYPES_MAX: usize = 16;
 /// in it.
 pub const TIMELINE_BUCKETS_MAX: usize = 1 << 16;
 
-/// Phases of a read-write transaction, in order.
-pub const PHASES: [&str; 4] = ["execution", "validation", "logging", "commit"];
+/// The phases of a read-write transaction, in the order they run.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub enum Phase {
+    /// Reads (and, for some designs, locks) the records the transaction names.
+    Execution,
+    /// Locks the write set and checks that the records read are unchanged.
+    Validation,
+    /// Writes the log entries at every backup.
+    Logging,
+    /// Writes the records back at the primaries and unlocks them.
+    Commit,
+}
+
+impl Phase {
+    /// Every phase, in order.
+    pub const ALL: [Phase; 4] =
+        [Phase::Execution, Phase::Validation, Phase::Logging, Phase::Commit];
+
+    /// Name in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::Execution => "execution",
+            Phase::Validation => "validation",
+            Phase::Logging => "logging",
+            Phase::Commit => "commit",
+        }
+    }
+}
+
+/// Nanoseconds per phase (a sum over transactions, or one attempt's).
+#[derive(Copy, Clone, Default, PartialEq, Eq, Debug, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
+pub struct PhaseNs(pub [u64; 4]);
+
+impl PhaseNs {
+    /// Adds `other`'s time to this one's, phase by phase.
+    pub fn add(&mut self, other: PhaseNs) {
+        for (a, b) in self.0.iter_mut().zip(other.0) {
+            *a += b;
+        }
+    }
+
+    /// Each phase's time, as `f`, in phase order.
+    pub fn map<T>(self, f: impl FnMut(u64) -> T) -> [T; 4] {
+        self.0.map(f)
+    }
+}
+
+impl std::ops::Index<Phase> for PhaseNs {
+    type Output = u64;
+    fn index(&self, p: Phase) -> &u64 {
+        &self.0[p as usize]
+    }
+}
+
+impl std::ops::IndexMut<Phase> for PhaseNs {
+    fn index_mut(&mut self, p: Phase) -> &mut u64 {
+        &mut self.0[p as usize]
+    }
+}
 
 /// What one worker counted (inside its measurement window).
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
@@ -28,7 +86,7 @@ pub struct TxnStats {
     /// Latency of committed transactions, first attempt to commit.
     pub latency: Histogram,
     /// Time of committed transactions' last attempt spent in each phase (sums).
-    pub phase_ns: [u64; 4],
+    pub phase_ns: PhaseNs,
     /// One-sided reads that found a record torn and read again.
     pub torn_reads: u64,
     /// Reads of records that a location-cache entry pointed to wrongly.
@@ -65,7 +123,7 @@ impl Default for TxnStats {
             gave_up: 0,
             per_type: [(0, 0); TXN_TYPES_MAX],
             latency: Histogram::new(),
-            phase_ns: [0; 4],
+            phase_ns: PhaseNs::default(),
             torn_reads: 0,
             stale_cache: 0,
             cache_hits: 0,
@@ -94,9 +152,7 @@ impl TxnStats {
             a.1 += b.1;
         }
         self.latency.merge(&o.latency);
-        for (a, b) in self.phase_ns.iter_mut().zip(o.phase_ns) {
-            *a += b;
-        }
+        self.phase_ns.add(o.phase_ns);
         self.torn_reads += o.torn_reads;
         self.stale_cache += o.stale_cache;
         self.cache_hits += o.cache_hits;

@@ -39,6 +39,7 @@ use crate::log::EntryBuilder;
 use crate::membership::Config;
 use crate::offload::{self, Slot};
 use crate::outcome::{Abort, AbortReason, Outcome};
+use crate::stats::PhaseNs;
 use crate::wire::{self, RecordReply, RecordReq, Status, LOCK_IT, WANT_OFFSET};
 use hytra_offload::hash::tag;
 use hytra_offload::lookup::{fired, request, ENTRIES_BYTES, REQUEST_WORDS};
@@ -216,7 +217,7 @@ pub struct TxnCtx<E: Endpoint> {
     pub(crate) txn_start: u64,
     pub(crate) attempt_start: u64,
     pub(crate) attempts: u32,
-    pub(crate) phase_ns: [u64; 4],
+    pub(crate) phase_ns: PhaseNs,
     /// Per node, this coroutine's lookup slots (offload strategy; empty otherwise, and
     /// for its own node).
     nic: Vec<Vec<NicSlot>>,
@@ -294,7 +295,7 @@ impl<E: Endpoint> TxnCtx<E> {
             txn_start: 0,
             attempt_start: 0,
             attempts: 0,
-            phase_ns: [0; 4],
+            phase_ns: PhaseNs::default(),
             nic,
             nic_region,
             config,
@@ -343,7 +344,7 @@ impl<E: Endpoint> TxnCtx<E> {
         self.acc_index.clear();
         self.payload.clear();
         self.scratch_used = 0;
-        self.phase_ns = [0; 4];
+        self.phase_ns = PhaseNs::default();
         self.attempt_start = self.co.now_ns();
         if self.attempts == 1 {
             self.txn_start = self.attempt_start;
