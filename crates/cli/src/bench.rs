@@ -320,6 +320,9 @@ fn designs(a: &BenchArgs) -> Result<(TxnConfig, Vec<(String, TxnConfig)>), CliEr
     })
 }
 
+/// Why `--design auto` is refused for a cluster spread over processes.
+const AUTO_SPREAD: &str = "--design auto runs its trials within one process; a cluster spread over processes takes its design from its file (without one: fasst where only TCP joins the nodes, drtmh otherwise)";
+
 /// Refuses `--design auto` beside anything that decides a phase (it would contradict
 /// the trials) or in a cluster spread over processes (each would pick on its own).
 fn check_auto(a: &BenchArgs) -> Result<(), CliError> {
@@ -339,9 +342,7 @@ fn check_auto(a: &BenchArgs) -> Result<(), CliError> {
         ));
     }
     if a.placement.is_some() {
-        return usage(
-            "--design auto runs its trials within one process; a cluster spread over processes takes its design from the file (without one: fasst where only TCP joins the nodes, drtmh otherwise)",
-        );
+        return usage(AUTO_SPREAD);
     }
     Ok(())
 }
@@ -416,9 +417,12 @@ fn available_memory() -> Option<u64> {
     Some(kib * 1024)
 }
 
-/// Checks the options without running anything (for `hytra cluster`, before it starts
-/// the nodes).
+/// Checks the options of a benchmark to be spread over processes without running
+/// anything (for `hytra cluster`, before it starts the nodes).
 pub(crate) fn check(a: &BenchArgs) -> Result<(), CliError> {
+    if a.design == DesignPick::Auto {
+        return usage(AUTO_SPREAD);
+    }
     prepare(a).map(|_| ())
 }
 

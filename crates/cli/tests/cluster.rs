@@ -357,6 +357,31 @@ mod with_ucx {
         std::fs::remove_file(data).unwrap();
     }
 
+    /// `--design auto` picks by trials within one process: a cluster file asking for it
+    /// is refused by the launcher before any node starts, once, with exit 2.
+    #[test]
+    fn a_cluster_file_cannot_ask_for_design_auto() {
+        let file = cluster_file("auto.toml", "t", "sm", 0.2, 20);
+        let text = std::fs::read_to_string(&file).unwrap();
+        std::fs::write(&file, format!("design = \"auto\"\n{text}")).unwrap();
+        let out = wait_bounded(
+            hytra()
+                .args(["cluster", "--config"])
+                .arg(&file)
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap(),
+            Duration::from_secs(60),
+        );
+        let msg = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{msg}");
+        assert_eq!(
+            msg.matches("--design auto runs its trials within one process").count(),
+            1,
+            "{msg}"
+        );
+    }
+
     #[test]
     fn an_io_cluster_asks_for_one_point() {
         let (file, data) = io_file("io-many.toml", "sm", 0.5);
