@@ -30,7 +30,7 @@ use hytra_workloads::ycsb::{KeyDist, Mix as YcsbMix, Ycsb, YcsbParams};
 use serde_json::json;
 
 use crate::choice::{named, on_or, Switch};
-use crate::span::{check_warmup, Span};
+use crate::span::{check_warmup, warmup_ns, Span};
 use crate::table::{open_output, rate, write_json, Table};
 use crate::{usage, BackendKind, CliError};
 
@@ -83,7 +83,7 @@ pub struct BenchArgs {
     /// Measured time, virtual on sim: a number and a unit (2ms, 1.5s) or bare seconds
     /// [default: 10ms on sim, 5s on local and ucx].
     #[arg(long, alias = "seconds", value_name = "DURATION")]
-    duration: Option<Span>,
+    pub(crate) duration: Option<Span>,
     /// Warm-up before measuring, as a fraction of --duration.
     #[arg(long, default_value_t = 0.1)]
     warmup: f64,
@@ -135,7 +135,7 @@ pub struct BenchArgs {
     #[arg(long)]
     tatp_uniform: bool,
     /// YCSB: core workload.
-    #[arg(long, default_value = "a", value_parser = named(&YcsbMix::ALL, YcsbMix::name))]
+    #[arg(long, default_value = "a", ignore_case = true, value_parser = named(&YcsbMix::ALL, YcsbMix::name))]
     ycsb_mix: YcsbMix,
     /// YCSB: records per worker thread (about 3.3 KB each with 3 copies at the default
     /// 1 KB of fields).
@@ -296,14 +296,26 @@ const AUTO_TRIAL_REAL_NS: u64 = 500_000_000;
 /// own records through its NIC too, which costs more than an RPC; docs/PERFORMANCE.md
 /// §26). Combinations the cluster cannot run are left out.
 fn auto_candidates(a: &BenchArgs) -> Result<Vec<(String, TxnConfig)>, CliError> {
-    let mut out = Vec::new();
+    let mut all = Vec::new();
     for d in Design::ALL {
-        out.push((d.name().to_string(), txn_config(a, d)?));
+        all.push((d.name().to_string(), build_config(a, d)?));
     }
-    let mut c = txn_config(a, Design::DrtmH)?;
+    let mut c = build_config(a, Design::DrtmH)?;
     c.lock = LockStrategy::TwoSided;
-    if c.check(a.nodes).is_ok() {
-        out.push(("drtmh (two-sided locks)".to_string(), c));
+    all.push(("drtmh (two-sided locks)".to_string(), c));
+    let mut refused = Vec::new();
+    let mut out = Vec::new();
+    for (label, c) in all {
+        match c.check(a.nodes) {
+            Ok(()) => out.push((label, c)),
+            Err(e) => refused.push(format!("{label}: {e}")),
+        }
+    }
+    if out.is_empty() {
+        return usage(format!(
+            "--design auto: no design runs with these options ({})",
+            refused.join("; ")
+        ));
     }
     Ok(out)
 }
@@ -315,7 +327,10 @@ fn designs(a: &BenchArgs) -> Result<(TxnConfig, Vec<(String, TxnConfig)>), CliEr
         DesignPick::Preset(d) => (txn_config(a, d)?, Vec::new()),
         DesignPick::Auto => {
             check_auto(a)?;
-            (txn_config(a, Design::DrtmH)?, auto_candidates(a)?)
+            let candidates = auto_candidates(a)?;
+            // What the checks before the run need (leases, re-replication) is the same
+            // in every candidate.
+            (candidates[0].1, candidates)
         }
     })
 }
@@ -347,7 +362,17 @@ fn check_auto(a: &BenchArgs) -> Result<(), CliError> {
     Ok(())
 }
 
+/// `design` with the options given, checked against the cluster.
 fn txn_config(a: &BenchArgs, design: Design) -> Result<TxnConfig, CliError> {
+    let c = build_config(a, design)?;
+    if let Err(e) = c.check(a.nodes) {
+        return usage(e.to_string());
+    }
+    Ok(c)
+}
+
+/// `design` with the options given (each checked on its own, the whole not yet).
+fn build_config(a: &BenchArgs, design: Design) -> Result<TxnConfig, CliError> {
     let mut c = TxnConfig::preset(design);
     c.replication = a.replication;
     c.exec = a.exec.unwrap_or(c.exec);
@@ -386,9 +411,6 @@ fn txn_config(a: &BenchArgs, design: Design) -> Result<TxnConfig, CliError> {
         };
         let r = c.recovery.unwrap_or(base);
         c.recovery = Some(RecoveryParams { rereplication, ..r });
-    }
-    if let Err(e) = c.check(a.nodes) {
-        return usage(e.to_string());
     }
     Ok(c)
 }
@@ -506,8 +528,8 @@ fn prepare(a: &BenchArgs) -> Result<Run, CliError> {
     if seconds > max_s {
         return usage(format!(
             "--duration {}: expected at most {} on {}",
-            Span::from_ns((seconds * 1e9) as u64),
-            Span::from_ns((max_s * 1e9) as u64),
+            Span::from_ns((seconds * 1e9).round() as u64),
+            Span::from_ns((max_s * 1e9).round() as u64),
             a.backend
         ));
     }
@@ -681,12 +703,16 @@ fn crashes(a: &BenchArgs, cfg: &TxnConfig, seconds: f64) -> Result<Vec<Crash>, C
         );
     }
     let (from, to) = (seconds * a.warmup, seconds * (1.0 + a.warmup));
+    let show = |s: f64| match (s * 1e9).round() as u64 {
+        0 => "0s".to_string(),
+        ns => Span::from_ns(ns).to_string(),
+    };
     let mut out: Vec<Crash> = Vec::new();
     for c in &a.crash {
         let Some((node, at)) = crate::span::node_at(c) else {
             return usage(format!("--crash '{c}': expected NODE@WHEN, such as 3@20ms"));
         };
-        let at = at.secs();
+        let (at_ns, at) = (at.ns(), at.secs());
         if node >= a.nodes {
             return usage(format!(
                 "--crash '{c}': there is no node {node} (nodes are 0..{})",
@@ -695,13 +721,15 @@ fn crashes(a: &BenchArgs, cfg: &TxnConfig, seconds: f64) -> Result<Vec<Crash>, C
         }
         if !(at >= from && at < to) {
             return usage(format!(
-                "--crash '{c}': the time must lie in the measured window, {from:.3} to {to:.3} s from the start"
+                "--crash '{c}': the time must lie in the measured window, {} to {} from the start",
+                show(from),
+                show(to)
             ));
         }
         if out.iter().any(|o| o.node == node) {
             return usage(format!("--crash '{c}': node {node} is crashed twice"));
         }
-        out.push(Crash { node, at_ns: (at * 1e9) as u64 });
+        out.push(Crash { node, at_ns });
     }
     out.sort_by_key(|c| c.at_ns);
     // Recovery decides the transactions in doubt from a surviving backup's log: every
@@ -827,13 +855,21 @@ impl Backend<'_> {
 /// One candidate's trial under `--design auto`: its label and throughput.
 struct Trial {
     label: String,
-    cfg: TxnConfig,
     tps: f64,
 }
 
-/// The trial `--design auto` chose, if it ran.
-fn chosen_trial<'t>(trials: &'t [Trial], cfg: &TxnConfig) -> Option<&'t Trial> {
-    trials.iter().find(|t| t.cfg == *cfg)
+/// What `--design auto` tried, and which trial it chose.
+struct AutoPick {
+    trials: Vec<Trial>,
+    /// Index of the chosen trial: the first of the fastest.
+    best: usize,
+}
+
+impl AutoPick {
+    /// The chosen trial.
+    fn chosen(&self) -> &Trial {
+        &self.trials[self.best]
+    }
 }
 
 /// `--design auto`: runs each candidate for a short trial on a fresh cluster of the same
@@ -844,36 +880,38 @@ fn pick_design<W: Workload>(
     workload: &W,
     candidates: Vec<(String, TxnConfig)>,
     params: &BenchParams,
-) -> Result<(TxnConfig, Vec<Trial>), CliError> {
+) -> Result<(TxnConfig, AutoPick), CliError> {
     let asked = if on.sim { AUTO_TRIAL_SIM_NS } else { AUTO_TRIAL_REAL_NS };
     let measure_ns = asked.min(params.measure_ns);
     let trial = BenchParams {
         measure_ns,
-        warmup_ns: (measure_ns as f64 * on.a.warmup) as u64,
+        warmup_ns: warmup_ns(measure_ns, on.a.warmup),
         check: false,
         timeline_ns: 0,
         ..*params
     };
     let mut trials = Vec::new();
     for (label, cfg) in candidates {
-        let r = on.execute(workload, cfg, trial, &[], None).map_err(|e| {
-            CliError::Run(anyhow::anyhow!("--design auto: the trial of {label} failed: {e}"))
+        let r = on.execute(workload, cfg, trial, &[], None).map_err(|e| match e {
+            BenchError::Params(m) => CliError::Usage(m),
+            e => CliError::Run(anyhow::anyhow!("--design auto: the trial of {label} failed: {e}")),
         })?;
         let Some(r) = r else {
             unreachable!("check_auto refuses clusters spread over processes");
         };
         let tps = r.stats.commits as f64 / (measure_ns as f64 / 1e9);
         eprintln!("design auto: {label}: {} txn/s over {}", rate(tps), Span::from_ns(measure_ns));
-        trials.push(Trial { label, cfg, tps });
+        trials.push((Trial { label, tps }, cfg));
     }
     // The first of the fastest, so that a tie keeps the earlier preset.
     let best = trials
         .iter()
         .enumerate()
-        .max_by(|(i, x), (j, y)| x.tps.total_cmp(&y.tps).then(j.cmp(i)))
+        .max_by(|(i, x), (j, y)| x.0.tps.total_cmp(&y.0.tps).then(j.cmp(i)))
         .map(|(i, _)| i)
         .expect("at least one candidate");
-    Ok((trials[best].cfg, trials))
+    let cfg = trials[best].1;
+    Ok((cfg, AutoPick { trials: trials.into_iter().map(|t| t.0).collect(), best }))
 }
 
 /// What every workload's run shares.
@@ -910,7 +948,7 @@ fn run_workload<W: Workload>(a: &BenchArgs, shared: Run, workload: W) -> Result<
         }
     }
     let out = a.json.as_deref().map(open_output).transpose()?;
-    let measure_ns = (seconds * 1e9) as u64;
+    let measure_ns = (seconds * 1e9).round() as u64;
     let rt = RtConfig {
         doorbell_batching: on_or(a.doorbell_batching, true),
         rpc_coalescing: on_or(a.rpc_coalescing, true),
@@ -920,7 +958,7 @@ fn run_workload<W: Workload>(a: &BenchArgs, shared: Run, workload: W) -> Result<
     };
     let params = BenchParams {
         coroutines: a.coroutines,
-        warmup_ns: (measure_ns as f64 * a.warmup) as u64,
+        warmup_ns: warmup_ns(measure_ns, a.warmup),
         measure_ns,
         seed: a.seed,
         check: a.check,
@@ -935,12 +973,13 @@ fn run_workload<W: Workload>(a: &BenchArgs, shared: Run, workload: W) -> Result<
         },
     };
     let total_ns = params.warmup_ns + measure_ns;
-    let started = Instant::now();
     let on = Backend { a, sim, profile: &profile, cpu: &cpu, shape };
-    let (cfg, trials) = match candidates.is_empty() {
-        true => (cfg, Vec::new()),
-        false => pick_design(&on, &workload, candidates, &params)?,
+    let (cfg, auto) = match candidates.is_empty() {
+        true => (cfg, None),
+        false => pick_design(&on, &workload, candidates, &params).map(|(c, p)| (c, Some(p)))?,
     };
+    // The run's own wall time, after any trials.
+    let started = Instant::now();
     let used = params;
     let result = if sim {
         let mut bar = ProgressBar::new(started, total_ns, "virtual");
@@ -972,10 +1011,10 @@ fn run_workload<W: Workload>(a: &BenchArgs, shared: Run, workload: W) -> Result<
     })?;
     let types = workload.txn_types();
     print_report(a, &cfg, types, &result, seconds, sim);
-    if let Some(chosen) = chosen_trial(&trials, &cfg) {
+    if let Some(p) = &auto {
         let each: Vec<String> =
-            trials.iter().map(|t| format!("{} {}", t.label, rate(t.tps))).collect();
-        println!("design auto  chose {} (trials, txn/s: {})", chosen.label, each.join(", "));
+            p.trials.iter().map(|t| format!("{} {}", t.label, rate(t.tps))).collect();
+        println!("design auto  chose {} (trials, txn/s: {})", p.chosen().label, each.join(", "));
     }
     let recovered = recovery_times(&crashes, &used, &result);
     if !crashes.is_empty() {
@@ -1011,12 +1050,13 @@ fn run_workload<W: Workload>(a: &BenchArgs, shared: Run, workload: W) -> Result<
         if !recovered.is_empty() {
             doc["crashes"] = json_recovery(&recovered, &result);
         }
-        if let Some(chosen) = chosen_trial(&trials, &cfg) {
-            let each: Vec<_> = trials
+        if let Some(p) = &auto {
+            let each: Vec<_> = p
+                .trials
                 .iter()
                 .map(|t| json!({"candidate": t.label, "throughput_tps": t.tps}))
                 .collect();
-            doc["design_auto"] = json!({"chose": chosen.label, "trials": each});
+            doc["design_auto"] = json!({"chose": p.chosen().label, "trials": each});
         }
         if !lost.is_empty() {
             doc["lost_nodes"] = serde_json::json!(lost);

@@ -34,7 +34,11 @@ pub fn named<T>(all: &'static [T], name: fn(T) -> &'static str) -> impl TypedVal
 where
     T: Copy + Send + Sync + 'static,
 {
+    // Exactly the listed names pass, or (with the argument's `ignore_case`) one of them
+    // in other case.
     PossibleValuesParser::new(all.iter().map(|&t| name(t))).map(move |s: String| {
-        *all.iter().find(|&&t| name(t) == s).expect("clap passes only the listed names")
+        *all.iter()
+            .find(|&&t| name(t).eq_ignore_ascii_case(&s))
+            .expect("clap passes only the listed names")
     })
 }

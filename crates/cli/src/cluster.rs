@@ -446,7 +446,7 @@ const KILL_STREAM: u64 = 0x4B_1110;
 /// benchmark.
 fn parse_kill(spec: &str, f: &ClusterFile, args: &BenchArgs) -> Result<Kill, CliError> {
     let nodes = f.nodes.len();
-    let seconds = f.seconds.unwrap_or(5.0);
+    let seconds = args.duration.map_or(5.0, Span::secs);
     // The draw is made whatever the spec, so that `random` and `random@S` pick the
     // same node.
     let mut rng = hytra_fabric::rng::Rng::derive(args.seed, KILL_STREAM);
@@ -647,8 +647,13 @@ pub fn run_cluster(a: ClusterArgs) -> Result<(), CliError> {
     crate::BackendKind::parse("ucx")?;
     // Check the benchmark options here once, not in every child.
     let mut kill = None;
+    // The measured window the nodes were asked for (the file's `seconds`, which goes on
+    // as `--duration`, or one given in `bench_args`): 5 s, `hytra bench`'s default over
+    // UCX, when neither gives one (`hytra io` measures 1 s then).
+    let mut run_s = 5.0;
     let bench = match job(&f, a.json.as_deref())? {
         Job::Io(mut args) => {
+            run_s = args.duration.map_or(run_s, Span::secs);
             let timeout = Duration::from_secs(f.timeout_s);
             args.placement = Some(tcp_placement(&f, &a.config, 0, timeout)?);
             crate::io::check(&args)?;
@@ -658,6 +663,7 @@ pub fn run_cluster(a: ClusterArgs) -> Result<(), CliError> {
             false
         }
         Job::Bench(args) => {
+            run_s = args.duration.map_or(run_s, Span::secs);
             crate::bench::check(&args)?;
             if let Some(k) = &a.kill {
                 kill = Some(parse_kill(k, &f, &args)?);
@@ -680,11 +686,17 @@ pub fn run_cluster(a: ClusterArgs) -> Result<(), CliError> {
             ));
         }
     }
-    launch(&a, &f, bench, kill)
+    launch(&a, &f, bench, kill, run_s)
 }
 
 #[cfg(not(feature = "ucx"))]
-fn launch(_: &ClusterArgs, _: &ClusterFile, _: bool, _: Option<Kill>) -> Result<(), CliError> {
+fn launch(
+    _: &ClusterArgs,
+    _: &ClusterFile,
+    _: bool,
+    _: Option<Kill>,
+    _: f64,
+) -> Result<(), CliError> {
     unreachable!("refused by run_cluster without the ucx feature")
 }
 
@@ -712,11 +724,14 @@ fn kill_when_due(
 /// Starts the nodes (and, for a benchmark, the services they share), kills one if asked,
 /// and waits for them all.
 #[cfg(feature = "ucx")]
+/// Starts every node of `f` and waits for them, at most the file's timeout plus twice
+/// the measured window (`run_s` seconds) and a minute.
 fn launch(
     a: &ClusterArgs,
     f: &ClusterFile,
     bench: bool,
     kill: Option<Kill>,
+    run_s: f64,
 ) -> Result<(), CliError> {
     crate::signals::catch_stop_signals();
     let exe = std::env::current_exe()
@@ -744,7 +759,7 @@ fn launch(
         children.0.push((id, child));
     }
     let limit = Duration::from_secs(f.timeout_s)
-        + Duration::from_secs_f64(f.seconds.unwrap_or(5.0) * 2.0)
+        + Duration::from_secs_f64(run_s * 2.0)
         + Duration::from_secs(60);
     let started = Instant::now();
     let mut failed: Vec<String> = Vec::new();

@@ -15,7 +15,7 @@ use hytra_io::trace::{self, TraceOp};
 use hytra_io::{DeviceModel, EngineKind, Exports, FileId, Timing};
 use serde_json::json;
 
-use crate::span::{check_warmup, Span};
+use crate::span::{check_warmup, warmup_ns, Span};
 use crate::table::{open_output, write_json, Table};
 use crate::{usage, BackendKind, CliError};
 
@@ -61,7 +61,7 @@ pub struct IoArgs {
     /// seconds [default: 20ms on sim, where a modelled second of the paper's drives takes
     /// minutes of wall time; 1s elsewhere].
     #[arg(long, alias = "seconds", value_name = "DURATION")]
-    duration: Option<Span>,
+    pub(crate) duration: Option<Span>,
     /// Warm-up before each point, as a fraction of --duration (as in hytra bench).
     #[arg(long, default_value_t = 0.2)]
     warmup: f64,
@@ -447,8 +447,8 @@ pub fn run(a: IoArgs) -> Result<(), CliError> {
         size,
         connections,
         depth,
-        duration_ns: (plan.seconds * 1e9) as u64,
-        warmup_ns: (plan.seconds * a.warmup * 1e9) as u64,
+        duration_ns: (plan.seconds * 1e9).round() as u64,
+        warmup_ns: warmup_ns((plan.seconds * 1e9).round() as u64, a.warmup),
         seed: a.seed,
         inline_max: a.inline_max,
         timeout_ns: 5_000_000_000,

@@ -19,7 +19,7 @@ use hytra_workloads::micro::{
 use serde_json::json;
 
 use crate::choice::{named, on_or, Switch};
-use crate::span::{check_warmup, Span};
+use crate::span::{check_warmup, warmup_ns, Span};
 use crate::table::{mops, open_output, us, write_json, Table};
 use crate::{usage, BackendKind, CliError};
 
@@ -71,7 +71,8 @@ pub struct MicroArgs {
     #[arg(long, value_name = "DURATION")]
     duration: Option<Span>,
     /// Warm-up before each point, as a fraction of --duration [default: 0.333 on sim
-    /// (20us of 60us), 0.25 elsewhere].
+    /// (20us of the default 60us; a third of any --duration), 0.25 elsewhere (0.2 with
+    /// --quick)].
     #[arg(long)]
     warmup: Option<f64>,
     /// Let RPC frames to one destination share a datagram (the runtime's default in
@@ -195,18 +196,16 @@ fn plan(a: &MicroArgs) -> Result<Plan, CliError> {
         },
         Span::ns,
     );
-    let warmup = a.warmup.unwrap_or(if sim { 1.0 / 3.0 } else { 0.25 });
+    let warmup = a.warmup.unwrap_or(match (sim, a.quick) {
+        (true, _) => 1.0 / 3.0,
+        (false, false) => 0.25,
+        (false, true) => 0.2,
+    });
     check_warmup(warmup)?;
     let params = MicroParams {
         rpc_timeout_ns: if sim { 1_000_000 } else { 1_000_000_000 },
         rpc_coalescing: on_or(a.rpc_coalescing, false),
-        ..MicroParams::fig5(
-            a.coroutines,
-            a.batch,
-            (measure as f64 * warmup).round() as u64,
-            measure,
-            a.seed,
-        )
+        ..MicroParams::fig5(a.coroutines, a.batch, warmup_ns(measure, warmup), measure, a.seed)
     };
     if let Some(n) = a.multi_object {
         if n == 0 || usize::from(n) > hytra_rt::constants::BATCH_MAX {

@@ -14,6 +14,12 @@ use crate::{usage, CliError};
 /// The largest warm-up, as a fraction of the measured window.
 const WARMUP_MAX: f64 = 10.0;
 
+/// The warm-up before a window of `measure_ns`, as `fraction` of it (rounded to the
+/// nanosecond, the same in every command).
+pub fn warmup_ns(measure_ns: u64, fraction: f64) -> u64 {
+    (measure_ns as f64 * fraction).round() as u64
+}
+
 /// `--warmup`, the same everywhere: a fraction of `--duration`, run before it and not
 /// measured.
 pub fn check_warmup(fraction: f64) -> Result<(), CliError> {
@@ -89,8 +95,15 @@ impl fmt::Display for Span {
             n if n >= 1_000 => (ns / 1e3, "µs"),
             _ => (ns, "ns"),
         };
-        // Up to three decimals, then trailing zeros dropped: 2.5ms, 60µs, 1.234s.
-        let text = format!("{value:.3}");
+        // Every nanosecond shown (an error never rounds the value it refuses), then
+        // trailing zeros dropped: 2.5ms, 60µs, 1.0000001s.
+        let digits = match unit {
+            "s" => 9,
+            "ms" => 6,
+            "µs" => 3,
+            _ => 0,
+        };
+        let text = format!("{value:.digits$}");
         let text = text.trim_end_matches('0').trim_end_matches('.');
         write!(f, "{text}{unit}")
     }
@@ -136,6 +149,8 @@ mod tests {
         }
         assert_eq!(Span::from_ns(60_000).to_string(), "60µs");
         assert_eq!(Span::from_ns(2_500_000).to_string(), "2.5ms");
+        assert_eq!(Span::from_ns(1_000_000_100).to_string(), "1.0000001s");
+        assert_eq!(Span::from_ns(999).to_string(), "999ns");
     }
 
     #[test]
