@@ -18,7 +18,7 @@ use std::task::Waker;
 use hytra_fabric::{Endpoint, OpFlags, PostError, WorkerId};
 use thiserror::Error;
 
-use crate::constants::{CALLS_MAX, FRAME_HEADER, RPC_PAYLOAD_MAX, RPC_TYPES_MAX};
+use crate::constants::{CALLS_MAX, CALLS_PER_PEER, FRAME_HEADER, RPC_PAYLOAD_MAX, RPC_TYPES_MAX};
 
 /// Identifies a kind of request; each worker registers one handler per type.
 #[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
@@ -77,7 +77,9 @@ pub enum RpcError {
     /// The payload exceeds `RPC_PAYLOAD_MAX`.
     #[error("payload of {0} bytes exceeds the RPC limit")]
     TooLarge(usize),
-    /// Every call slot is taken.
+    /// Every call slot is taken, or every credit with the destination (see
+    /// [`CALLS_PER_PEER`](crate::constants::CALLS_PER_PEER)): wait for a reply and call
+    /// again.
     #[error("too many calls in flight")]
     Busy,
 }
@@ -322,6 +324,9 @@ enum CallState {
 struct CallSlot {
     gen: u32,
     state: CallState,
+    /// The destination (dense worker index) whose credit the call holds while
+    /// `Waiting`; `None` for a control call, which holds none.
+    credit: Option<u32>,
     reply: Vec<u8>,
     waker: Option<Waker>,
 }
@@ -357,12 +362,17 @@ pub struct RpcStats {
     pub malformed: u64,
     /// Duplicated requests dropped without being served again.
     pub duplicates: u64,
+    /// Data calls refused for want of a credit with their destination (the caller
+    /// waits and calls again).
+    pub no_credit: u64,
 }
 
 /// Calls waiting for replies, with their deadlines.
 pub(crate) struct Calls {
     slots: Vec<CallSlot>,
     free: Vec<u32>,
+    /// Per destination (dense worker index): data calls waiting for its reply.
+    in_flight: Vec<u16>,
     /// (deadline, order of the call, slot, generation), earliest first (and in call
     /// order for equal deadlines, so that expiry is deterministic): calls may have
     /// timeouts of their own. Entries of calls already settled are skipped when they
@@ -373,24 +383,54 @@ pub(crate) struct Calls {
     pub(crate) stats: RpcStats,
 }
 
+/// What a call is for, which decides whether it needs a credit with its destination.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub(crate) enum CallClass {
+    /// Engine and workload traffic: limited to
+    /// [`CALLS_PER_PEER`](crate::constants::CALLS_PER_PEER) per destination.
+    Data,
+    /// Membership and recovery: few, bounded by their protocol, and never held back
+    /// behind data calls (a lease round that waits for credits may take a live member
+    /// for dead).
+    Control,
+}
+
 impl Calls {
-    pub(crate) fn new() -> Calls {
+    /// Calls of a worker in a cluster of `workers` workers.
+    pub(crate) fn new(workers: usize) -> Calls {
         Calls {
             slots: Vec::new(),
             free: Vec::new(),
+            in_flight: vec![0; workers],
             deadlines: BinaryHeap::new(),
             started: 0,
             stats: RpcStats::default(),
         }
     }
 
-    pub(crate) fn start(&mut self, deadline_ns: u64) -> Result<CallTicket, RpcError> {
+    /// Takes a slot for a call to `dest` (dense worker index) of class `class`, or
+    /// refuses with `Busy` when no slot or no credit with `dest` is free.
+    pub(crate) fn start(
+        &mut self,
+        deadline_ns: u64,
+        dest: usize,
+        class: CallClass,
+    ) -> Result<CallTicket, RpcError> {
+        let credit = match class {
+            CallClass::Data if self.in_flight[dest] >= CALLS_PER_PEER => {
+                self.stats.no_credit += 1;
+                return Err(RpcError::Busy);
+            }
+            CallClass::Data => Some(u32::try_from(dest).expect("worker indices fit u32")),
+            CallClass::Control => None,
+        };
         let idx = match self.free.pop() {
             Some(i) => i,
             None if self.slots.len() < CALLS_MAX => {
                 self.slots.push(CallSlot {
                     gen: 0,
                     state: CallState::Free,
+                    credit: None,
                     reply: Vec::new(),
                     waker: None,
                 });
@@ -403,6 +443,10 @@ impl Calls {
         // only one-way frames carry, and the duplicate filter takes 0 as "never served".
         s.gen = s.gen.wrapping_add(1).max(1);
         s.state = CallState::Waiting;
+        s.credit = credit;
+        if let Some(d) = credit {
+            self.in_flight[d as usize] += 1;
+        }
         self.started += 1;
         self.deadlines.push(Reverse((deadline_ns, self.started, idx, s.gen)));
         self.stats.calls += 1;
@@ -412,15 +456,21 @@ impl Calls {
     /// Gives a slot back after its request could not be sent.
     pub(crate) fn cancel(&mut self, t: CallTicket) {
         let s = &mut self.slots[t.idx as usize];
+        debug_assert!(matches!(s.state, CallState::Waiting), "cancelled before it was sent");
+        Self::return_credit(&mut self.in_flight, s);
         s.state = CallState::Free;
         self.free.push(t.idx);
         self.stats.calls -= 1;
     }
 
-    fn waiting(&mut self, call_id: u64) -> Option<&mut CallSlot> {
-        let (idx, gen) = ((call_id & 0xFFFF_FFFF) as usize, (call_id >> 32) as u32);
-        let s = self.slots.get_mut(idx)?;
-        (s.gen == gen && matches!(s.state, CallState::Waiting)).then_some(s)
+    /// Gives back the credit of a call leaving `Waiting` (answered, timed out or
+    /// cancelled): the destination no longer queues its request, or it was lost.
+    fn return_credit(in_flight: &mut [u16], s: &mut CallSlot) {
+        if let Some(d) = s.credit.take() {
+            let n = &mut in_flight[d as usize];
+            assert!(*n > 0, "a credit returned that was never taken");
+            *n -= 1;
+        }
     }
 
     /// A reply (or error) arrived; returns the waker of the waiting coroutine.
@@ -429,10 +479,16 @@ impl Calls {
         call_id: u64,
         outcome: Result<&[u8], RemoteError>,
     ) -> Option<Waker> {
-        let Some(s) = self.waiting(call_id) else {
+        let (idx, gen) = ((call_id & 0xFFFF_FFFF) as usize, (call_id >> 32) as u32);
+        let Some(s) = self
+            .slots
+            .get_mut(idx)
+            .filter(|s| s.gen == gen && matches!(s.state, CallState::Waiting))
+        else {
             self.stats.stale_replies += 1;
             return None;
         };
+        Self::return_credit(&mut self.in_flight, s);
         match outcome {
             Ok(bytes) => {
                 s.reply.clear();
@@ -457,6 +513,7 @@ impl Calls {
             }
             self.deadlines.pop();
             if live {
+                Self::return_credit(&mut self.in_flight, s);
                 s.state = CallState::Failed(RpcError::TimedOut);
                 self.stats.timeouts += 1;
                 if let Some(w) = s.waker.take() {
@@ -629,9 +686,9 @@ mod tests {
 
     #[test]
     fn calls_time_out_in_order_and_late_replies_are_stale() {
-        let mut calls = Calls::new();
-        let a = calls.start(100).unwrap();
-        let b = calls.start(200).unwrap();
+        let mut calls = Calls::new(1);
+        let a = calls.start(100, 0, CallClass::Data).unwrap();
+        let b = calls.start(200, 0, CallClass::Data).unwrap();
         let waker = std::task::Waker::noop();
         assert!(calls.poll(a, waker, |_| ()).is_none());
         calls.expire(150, |_| {});
@@ -642,5 +699,34 @@ mod tests {
         assert_eq!(calls.poll(b, waker, |r| r.to_vec()), Some(Ok(vec![5, 6])));
         assert_eq!(calls.next_deadline(), None);
         assert_eq!(calls.live(), 0);
+        assert_eq!(calls.in_flight, [0]);
+    }
+
+    #[test]
+    fn data_calls_to_one_destination_wait_for_credits_and_control_calls_do_not() {
+        let mut calls = Calls::new(2);
+        let waker = std::task::Waker::noop();
+        let held: Vec<_> = (0..CALLS_PER_PEER)
+            .map(|i| calls.start(100 + u64::from(i), 0, CallClass::Data).unwrap())
+            .collect();
+        assert_eq!(calls.start(500, 0, CallClass::Data), Err(RpcError::Busy));
+        assert_eq!(calls.stats.no_credit, 1);
+        // Another destination has credits of its own; control calls need none.
+        let other = calls.start(500, 1, CallClass::Data).unwrap();
+        let control = calls.start(500, 0, CallClass::Control).unwrap();
+        assert_eq!(calls.in_flight, [CALLS_PER_PEER, 1]);
+        // A reply returns a credit before its caller collects it, a timeout too.
+        calls.settle(held[0].call_id(), Ok(&[]));
+        calls.expire(101, |_| {});
+        assert_eq!(calls.in_flight[0], CALLS_PER_PEER - 2);
+        assert_eq!(calls.poll(held[1], waker, |_| ()), Some(Err(RpcError::TimedOut)));
+        let again = calls.start(500, 0, CallClass::Data).unwrap();
+        calls.cancel(again);
+        calls.settle(control.call_id(), Ok(&[]));
+        calls.settle(other.call_id(), Ok(&[]));
+        assert_eq!(calls.in_flight, [CALLS_PER_PEER - 2, 0]);
+        // A late reply to a call that timed out returns nothing.
+        calls.settle(held[1].call_id(), Ok(&[]));
+        assert_eq!(calls.in_flight, [CALLS_PER_PEER - 2, 0]);
     }
 }

@@ -26,8 +26,8 @@ use crate::constants::{
 use crate::executor::{Executor, YieldNow};
 use crate::ops::{OpStats, OpTable, OpTicket};
 use crate::rpc::{
-    check_type, frames, CallTicket, Calls, Dedup, Frame, FrameKind, Header, Outbox, RemoteError,
-    RpcError, RpcStats, RpcType,
+    check_type, frames, CallClass, CallTicket, Calls, Dedup, Frame, FrameKind, Header, Outbox,
+    RemoteError, RpcError, RpcStats, RpcType,
 };
 use crate::timer::Timers;
 
@@ -134,7 +134,7 @@ impl<E: Endpoint + 'static> Worker<E> {
         let inner = Rc::new(Inner {
             ep: RefCell::new(ep),
             ops: RefCell::new(OpTable::new(connections, caps.sq_depth)),
-            calls: RefCell::new(Calls::new()),
+            calls: RefCell::new(Calls::new(shape.workers_total())),
             outbox: RefCell::new(Outbox::new(
                 shape.workers_total(),
                 cfg.doorbell_batching,
@@ -600,12 +600,40 @@ impl<E: Endpoint> Co<E> {
 
     /// [`Co::call`] whose reply times out after `timeout_ns` instead: for callers that
     /// ask again sooner than the configured timeout.
+    ///
+    /// A worker holds at most [`CALLS_PER_PEER`](crate::constants::CALLS_PER_PEER)
+    /// calls waiting on one destination; past that the call is refused with
+    /// [`RpcError::Busy`] and the caller waits for a reply before it calls again.
     pub fn call_within(
         &self,
         dest: WorkerId,
         ty: RpcType,
         payload: &[u8],
         timeout_ns: u64,
+    ) -> Result<CallTicket, RpcError> {
+        self.start_call(dest, ty, payload, timeout_ns, CallClass::Data)
+    }
+
+    /// [`Co::call_within`] for membership and recovery: it needs no credit with its
+    /// destination, so that a round of the protocol never waits behind data calls. Its
+    /// callers bound how many they make.
+    pub fn call_control(
+        &self,
+        dest: WorkerId,
+        ty: RpcType,
+        payload: &[u8],
+        timeout_ns: u64,
+    ) -> Result<CallTicket, RpcError> {
+        self.start_call(dest, ty, payload, timeout_ns, CallClass::Control)
+    }
+
+    fn start_call(
+        &self,
+        dest: WorkerId,
+        ty: RpcType,
+        payload: &[u8],
+        timeout_ns: u64,
+        class: CallClass,
     ) -> Result<CallTicket, RpcError> {
         assert!(timeout_ns > 0, "a call's timeout is positive");
         if payload.len() > RPC_PAYLOAD_MAX {
@@ -616,14 +644,14 @@ impl<E: Endpoint> Co<E> {
         }
         let mut ep = self.inner.ep.borrow_mut();
         let deadline = self.inner.step_now_ns.get() + timeout_ns;
-        let ticket = self.inner.calls.borrow_mut().start(deadline)?;
+        let dest_idx = self.inner.shape.worker_index(dest);
+        let ticket = self.inner.calls.borrow_mut().start(deadline, dest_idx, class)?;
         let header = Header {
             kind: FrameKind::Request,
             ty: ty.0,
             len: payload.len() as u16,
             call_id: ticket.call_id(),
         };
-        let dest_idx = self.inner.shape.worker_index(dest);
         if let Err(e) =
             self.inner.outbox.borrow_mut().push(&mut *ep, dest, dest_idx, header, payload)
         {

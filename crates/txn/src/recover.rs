@@ -1248,7 +1248,7 @@ async fn call_all<E: Endpoint, T>(
             }
             let tickets: Vec<_> = batch
                 .iter()
-                .map(|&k| co.call_within(reqs[k].0, ty, &reqs[k].1, attempt_ns).ok())
+                .map(|&k| co.call_control(reqs[k].0, ty, &reqs[k].1, attempt_ns).ok())
                 .collect();
             for (&k, t) in batch.iter().zip(tickets) {
                 let Some(t) = t else { continue };
@@ -1414,7 +1414,7 @@ async fn others_agree<E: Endpoint>(co: &Co<E>, node: &NodeEngine, cfg: &Config) 
     let lease = node.recovery.params.lease_ns;
     let wait_ns = co.config().rpc_timeout_ns.min(lease / 4).max(1);
     let tickets: Vec<_> =
-        others.iter().map(|&n| co.call_within(first(n), HEARD, &[], wait_ns).ok()).collect();
+        others.iter().map(|&n| co.call_control(first(n), HEARD, &[], wait_ns).ok()).collect();
     let (mut answered, mut agree) = (false, true);
     for t in tickets.into_iter().flatten() {
         let read = |r: &[u8]| {
