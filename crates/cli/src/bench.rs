@@ -14,10 +14,9 @@ use hytra_fabric::sim::profile::NicProfile;
 use hytra_fabric::sim::{CpuMode, SimCluster, SimConfig};
 use hytra_fabric::{ClusterShape, NodeId};
 use hytra_rt::RtConfig;
-use hytra_store::{Catalog, NodeStore};
 use hytra_txn::{
-    AbortClass, AbortReason, Design, ExecStrategy, LockStrategy, NicLookups, Phase, Primitive,
-    RecoveryParams, Rereplication, TxnConfig,
+    AbortClass, AbortReason, Design, ExecStrategy, LockStrategy, Phase, Primitive, RecoveryParams,
+    Rereplication, TxnConfig,
 };
 use hytra_workloads::bench::{
     run, BenchError, BenchParams, BenchResult, RecoveryTimes, Workload, RECOVERED_SHARE,
@@ -417,21 +416,6 @@ fn build_config(a: &BenchArgs, design: Design) -> Result<TxnConfig, CliError> {
 
 /// Bytes of memory the run touches (all nodes): the stores as loaded, logs, scratch and
 /// location caches.
-fn memory_needed<W: Workload>(w: &W, shape: ClusterShape, cfg: &TxnConfig, coroutines: u16) -> u64 {
-    let catalog = Catalog::new(w.tables(shape), shape.nodes, cfg.replication).expect("validated");
-    let store = w.store_bytes(&catalog, shape);
-    let log = shape.workers_total() as u64 * cfg.log_ring_bytes;
-    let scratch = u64::from(shape.workers_per_node) * u64::from(coroutines) * (64 << 10);
-    let cache = NodeStore::cache_bytes(&catalog, cfg.cache_bytes);
-    let nic = match cfg.exec {
-        ExecStrategy::Offload => {
-            NicLookups::bytes_per_node(&catalog, shape.workers_per_node, coroutines)
-        }
-        _ => 0,
-    };
-    (store + log + scratch + cache + nic) * u64::from(shape.nodes)
-}
-
 fn available_memory() -> Option<u64> {
     let info = std::fs::read_to_string("/proc/meminfo").ok()?;
     let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
@@ -937,7 +921,7 @@ fn run_workload<W: Workload>(a: &BenchArgs, shared: Run, workload: W) -> Result<
     if let Err(e) = workload.validate(shape) {
         return usage(e);
     }
-    let need = memory_needed(&workload, shape, &cfg, a.coroutines);
+    let need = hytra_lab::run::memory_needed(&workload, shape, &cfg, a.coroutines);
     if let Some(avail) = available_memory() {
         if need > avail / 10 * 8 {
             return usage(format!(

@@ -3,6 +3,7 @@
 //! Not for: choosing what to run (the command line and the swarm do) or printing it.
 
 use hytra_fabric::{Backend, ClusterShape};
+use hytra_offload::lookup::Redn;
 use hytra_store::{Catalog, NodeStore};
 use hytra_txn::{ExecStrategy, NicLookups, TxnConfig, SCRATCH_CO_BYTES};
 use hytra_workloads::bench::{run_partial, BenchError, BenchParams, BenchResult, Workload};
@@ -87,7 +88,8 @@ pub fn memory_needed<W: Workload>(
     let cache = NodeStore::cache_bytes(&catalog, cfg.cache_bytes);
     let nic = match cfg.exec {
         ExecStrategy::Offload => {
-            NicLookups::bytes_per_node(&catalog, shape.workers_per_node, coroutines)
+            NicLookups::bytes_per_node(&catalog, shape.workers_per_node, coroutines, &Redn)
+                .expect("the lookup program builds")
         }
         _ => 0,
     };

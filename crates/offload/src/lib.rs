@@ -5,10 +5,11 @@
 //!   unrolled loops, recycled rounds that re-arm themselves, `break`; programs are
 //!   checked before they are written to memory
 //! - [`hash`]: a two-choice hash table laid out so the NIC can search it, and the CPU
-//!   lookup every other path must agree with
+//!   lookup every other path must agree with (the layout crate's, re-exported)
 //! - [`list`]: linked lists laid out the same way, and the CPU traversal
-//! - [`lookup`]: the offloaded lookup in a bucket array (program, request, answer), which
-//!   the get service and the transaction engine's `offload` execution strategy use
+//! - [`lookup`]: the offloaded lookup in a bucket array: the program, and the request and
+//!   answer of the layout crate; the get service uses it, and [`lookup::Redn`] builds
+//!   the programs of the transaction engine's `offload` execution strategy
 //! - [`service`]: a key-value get service built from them, with three ways to get:
 //!   offloaded (one SEND, answered by the server's NIC), one-sided (READs, two round
 //!   trips), two-sided (an RPC served by the server's CPU)
@@ -20,7 +21,7 @@
 #![forbid(unsafe_code)]
 
 pub mod bench;
-pub mod hash;
+pub use hytra_nicindex::hash;
 pub mod list;
 pub mod lookup;
 pub mod program;

@@ -1,21 +1,15 @@
-//! An offloaded lookup in a bucket array ([`Buckets`]): the recycled program that
-//! answers one client slot on the server's NIC, the request that triggers it, and how
-//! the client reads the answer.
-//!
-//! The client sends, per candidate bucket, the CAS operands (the key word and the same
-//! word with a WRITE opcode) and the bucket's offset, then a sequence number. The NIC
-//! READs each bucket into a response entry (its key word becomes the entry's header, its
-//! scatter/gather entry the entry's local buffer), turns the response into a WRITE of
-//! that buffer if the key matches, and ends with a WRITE of the sequence number into the
-//! client's completion word. Several keys may share a word (the transaction engine files
-//! records under a 48-bit [`tag`](crate::hash::tag) of their key), so a client that needs
-//! to know which bucket answered asks for the response entries too ([`Answer::entries`]).
+//! The recycled program that answers one client slot of an offloaded lookup in a
+//! bucket array on the server's NIC. The request and the answer are laid out in
+//! [`hytra_nicindex::lookup`] (re-exported here), which the transaction engine uses too;
+//! [`Redn`] builds the engine's programs.
 
-use hytra_fabric::wq::{field, Sge, WqOpcode, Wqe, WQE_BYTES};
+use hytra_fabric::wq::{field, Sge, WqId, Wqe, WQE_BYTES};
 use hytra_fabric::{LocalAddr, NodeId, Rkey};
+pub use hytra_nicindex::lookup::{
+    fired, request, Answer, BuiltLookup, LookupPrograms, ENTRIES_BYTES, REQUEST_WORDS,
+};
 
-use crate::hash::{key_word, Buckets};
-use crate::program::{Program, ProgramError};
+use crate::program::{Program, ProgramError, Q};
 
 /// How the offload searches the two candidate buckets.
 #[derive(Copy, Clone, PartialEq, Eq, Debug, serde::Serialize)]
@@ -24,48 +18,6 @@ pub enum Search {
     Sequential,
     /// Two queues, both buckets at once.
     Parallel,
-}
-
-/// Where a lookup program answers, in one region of the client.
-#[derive(Copy, Clone, PartialEq, Eq, Debug)]
-pub struct Answer {
-    /// The client's region.
-    pub rkey: Rkey,
-    /// Completion word: the request's sequence number lands here after everything else.
-    pub done: u64,
-    /// Where the item of a matching bucket lands (both buckets' matches land here).
-    pub item: u64,
-    /// Where the first [`ENTRIES_BYTES`] of the two response entries land, if wanted:
-    /// which of them the NIC turned into a WRITE, and of which buffer ([`fired`]).
-    pub entries: Option<u64>,
-}
-
-/// Bytes of the response entries' copy: the first entry whole, then the header and
-/// scatter/gather entry of the second.
-pub const ENTRIES_BYTES: u64 = WQE_BYTES + 24;
-
-/// Words a request carries.
-pub const REQUEST_WORDS: usize = 7;
-
-/// The request of a lookup of `key` (1..=2^48-1) in `b`, answered with sequence number
-/// `seq`.
-pub fn request(b: Buckets, key: u64, seq: u64) -> [u64; REQUEST_WORDS] {
-    let [b1, b2] = b.candidate_offsets(key);
-    let kw = key_word(key);
-    let swap = kw | WqOpcode::Write as u64;
-    [kw, swap, kw, swap, b1, b2, seq]
-}
-
-/// From a copy of the response entries ([`Answer::entries`]): per candidate bucket, the
-/// buffer its response sent, if the key matched.
-pub fn fired(entries: &[u64; (ENTRIES_BYTES / 8) as usize]) -> [Option<Sge>; 2] {
-    let at = |w: usize| {
-        let is_write = entries[w] & 0xff == WqOpcode::Write as u64;
-        let (a, l) =
-            (entries[w + field::LOCAL_ADDR as usize], entries[w + field::LOCAL_LEN_KEY as usize]);
-        is_write.then(|| Sge::from_words(a, l))
-    };
-    [at(0), at((WQE_BYTES / 8) as usize)]
 }
 
 /// Emits the recycled lookup program of one client slot, in three kinds of queue
@@ -172,36 +124,44 @@ pub fn lookup_program(
     Ok(())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use hytra_fabric::wq::header;
+/// The lookup programs of the transaction engine's `offload` strategy: sequential
+/// searches (the two buckets cost one fetch of the lookup queue on the NIC's fetch unit,
+/// where a parallel search costs two; RedN §5.2, PERFORMANCE §14) that also copy the
+/// response entries, so the engine learns which record answered.
+#[derive(Copy, Clone, Debug, Default)]
+pub struct Redn;
 
-    #[test]
-    fn fired_reads_which_response_became_a_write() {
-        let sge = |o: u64| Sge { addr: LocalAddr { rkey: Rkey(5), offset: o }, len: 40 };
-        let mut entries = [0u64; (ENTRIES_BYTES / 8) as usize];
-        let second = (WQE_BYTES / 8) as usize;
-        let fill = |e: &mut [u64; 11], at: usize, op: WqOpcode, s: Sge| {
-            e[at] = header(op, 0, 77);
-            [e[at + 1], e[at + 2]] = s.words();
-        };
-        fill(&mut entries, 0, WqOpcode::Noop, sge(64));
-        fill(&mut entries, second, WqOpcode::Write, sge(128));
-        assert_eq!(fired(&entries), [None, Some(sge(128))]);
-        fill(&mut entries, 0, WqOpcode::Write, sge(64));
-        assert_eq!(fired(&entries), [Some(sge(64)), Some(sge(128))]);
-        fill(&mut entries, second, WqOpcode::Noop, sge(0));
-        assert_eq!(fired(&entries), [Some(sge(64)), None]);
+impl LookupPrograms for Redn {
+    fn code_bytes(&self) -> Result<u64, String> {
+        let at = LocalAddr { rkey: Rkey(0), offset: 0 };
+        let answer = Answer { rkey: Rkey(0), done: 0, item: 0, entries: Some(0) };
+        let sample = Program::build(NodeId(0), at, u64::MAX, WqId(0), |p| {
+            lookup_program(p, NodeId(0), Search::Sequential, Rkey(0), NodeId(1), answer)
+        })
+        .map_err(|e| format!("lookup program: {e}"))?;
+        Ok(sample.code_bytes().div_ceil(64) * 64)
     }
 
-    #[test]
-    fn a_request_names_both_candidates_in_the_scatter_order() {
-        let b = Buckets { rkey: Rkey(1), base: 4096, count: 100 };
-        let r = request(b, 42, 7);
-        let kw = key_word(42);
-        assert_eq!(&r[..4], &[kw, kw | 1, kw, kw | 1]);
-        assert_eq!([r[4], r[5]], b.candidate_offsets(42));
-        assert_eq!(r[6], 7);
+    fn build(
+        &self,
+        server: NodeId,
+        code: LocalAddr,
+        code_bytes: u64,
+        first: WqId,
+        index: Rkey,
+        client: NodeId,
+        answer: Answer,
+    ) -> Result<BuiltLookup, String> {
+        assert!(answer.entries.is_some(), "the engine reads which bucket answered");
+        let installed = Program::build(server, code, code_bytes, first, |p| {
+            lookup_program(p, server, Search::Sequential, index, client, answer)
+        })
+        .map_err(|e| format!("lookup program: {e}"))?;
+        let trigger = installed.wq(Q(0));
+        Ok(BuiltLookup {
+            specs: installed.specs(),
+            trigger,
+            write: Box::new(move |region| installed.write(region)),
+        })
     }
 }

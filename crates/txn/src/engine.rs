@@ -17,6 +17,8 @@ use hytra_fabric::{
     Backend, BackendError, Endpoint, LocalAddr, NodeId, Pages, Qp, Region, RegionSpec, Rkey,
     WorkerId,
 };
+use hytra_nicindex::hash::tag;
+use hytra_nicindex::lookup::LookupPrograms;
 use hytra_rt::{CallTicket, Co, OpTicket, RpcType, Waits, Worker};
 use hytra_store::{Catalog, LocationCache, NodeStore, Replica, StoreError, TableId};
 use thiserror::Error;
@@ -29,7 +31,6 @@ use crate::membership::{Config, Membership, View};
 use crate::offload::{NicLookups, NodeIndex};
 use crate::recover::{NodeRecovery, RecoveryParams};
 use crate::stats::TxnStats;
-use hytra_offload::hash::tag;
 use hytra_store::layout::KEY_WORD;
 
 /// Scratch memory of one coroutine: destinations of READs and atomics, log entries and
@@ -210,18 +211,22 @@ impl Engine {
             cfg,
             coroutines,
             Arc::new(MemoryStore::default()),
+            None,
         )
     }
 
     /// As [`Engine::setup`], committing configurations to `config_store`, which the
     /// processes of a cluster share (each stores the first configuration, or finds the
-    /// same one stored).
+    /// same one stored), and, for the `offload` execution strategy, installing the lookup
+    /// programs `programs` builds (`hytra_offload::lookup::Redn`; the engine knows their
+    /// layout, not how verb programs are built).
     pub fn setup_with_store<B: Backend>(
         backend: &mut B,
         catalog: Catalog,
         cfg: TxnConfig,
         coroutines: u16,
         config_store: Arc<dyn ConfigStore>,
+        programs: Option<&dyn LookupPrograms>,
     ) -> Result<Engine, EngineError> {
         let shape = backend.shape();
         cfg.check(shape.nodes)?;
@@ -273,12 +278,7 @@ impl Engine {
             rkey: backend.register_all(RegionSpec::new(scratch_bytes))?,
             coroutines: coroutines.max(1),
         };
-        let lookups = match cfg.exec {
-            ExecStrategy::Offload => {
-                Some(Arc::new(NicLookups::setup(backend, &catalog, coroutines.max(1))?))
-            }
-            _ => None,
-        };
+        let lookups = NicLookups::for_strategy(backend, &catalog, cfg.exec, coroutines, programs)?;
         let nodes = stores
             .into_iter()
             .map(|store| {

@@ -2,10 +2,11 @@
 //! becomes one request that the primary's NIC answers with the record, without its CPU.
 //!
 //! Every node keeps a second index of its primary records, laid out for verb programs
-//! (`hytra_offload::hash`): per table a two-choice bucket array whose entries name a
+//! (`hytra_nicindex::hash`): per table a two-choice bucket array whose entries name a
 //! record (its offset and length in the table's region) under a 48-bit tag of its key.
-//! Every node runs [`SLOTS_PER_NODE`] recycled lookup programs (`hytra_offload::lookup`)
-//! per coroutine of every other node, so that the parallel reads of one transaction at
+//! Every node runs [`SLOTS_PER_NODE`] recycled lookup programs per coroutine of every
+//! other node (built by the [`LookupPrograms`] the engine's caller hands it: the engine
+//! knows the layout, not how verb programs are built), so that the parallel reads of one transaction at
 //! one node each get one (SmallBank reads an account's savings and checking records
 //! together). A program answers into its own slot of the coroutine:
 //! the record if a bucket's tag matched, a copy of the two response entries (which one
@@ -19,15 +20,15 @@
 //! so an entry stays right once written.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use hytra_fabric::wq::{Sge, WqId};
 use hytra_fabric::{Backend, LocalAddr, NodeId, Region, RegionSpec, Rkey, WorkerId};
-use hytra_offload::hash::{self, Buckets};
-use hytra_offload::lookup::{lookup_program, Answer, Search, ENTRIES_BYTES};
-use hytra_offload::program::Program;
+use hytra_nicindex::hash::{self, Buckets};
+use hytra_nicindex::lookup::{Answer, LookupPrograms, ENTRIES_BYTES};
 use hytra_store::{Catalog, TableId};
 
+use crate::config::ExecStrategy;
 use crate::engine::EngineError;
 
 /// Lookups one coroutine may have in flight at one node; more go by RPC.
@@ -81,6 +82,31 @@ pub(crate) struct Slot {
 }
 
 impl NicLookups {
+    /// The lookups of execution strategy `exec`: set up for `offload` (which needs the
+    /// programs its caller builds), none for the others.
+    pub(crate) fn for_strategy<B: Backend>(
+        backend: &mut B,
+        catalog: &Catalog,
+        exec: ExecStrategy,
+        coroutines: u16,
+        programs: Option<&dyn LookupPrograms>,
+    ) -> Result<Option<Arc<NicLookups>>, EngineError> {
+        match (exec, programs) {
+            (ExecStrategy::Offload, Some(programs)) => Ok(Some(Arc::new(NicLookups::setup(
+                backend,
+                catalog,
+                coroutines.max(1),
+                programs,
+            )?))),
+            (ExecStrategy::Offload, None) => Err(EngineError::Offload(
+                "the offload execution strategy needs lookup programs from its caller \
+                 (hytra_offload::lookup::Redn)"
+                    .into(),
+            )),
+            _ => Ok(None),
+        }
+    }
+
     /// Registers the index, answer and code regions, builds and creates the lookup
     /// programs of every (server node, coroutine of another node). Fails with a clear error on
     /// a backend whose NIC runs no verb programs.
@@ -88,6 +114,7 @@ impl NicLookups {
         backend: &mut B,
         catalog: &Catalog,
         coroutines: u16,
+        programs: &dyn LookupPrograms,
     ) -> Result<NicLookups, EngineError> {
         let shape = backend.shape();
         let lanes = coroutines.checked_mul(SLOTS_PER_NODE).ok_or_else(|| {
@@ -130,13 +157,14 @@ impl NicLookups {
             starters: vec![Vec::new(); usize::from(shape.nodes)],
             code_bytes: 0,
         };
-        lookups.code_bytes = code_bytes()?;
+        lookups.code_bytes = programs.code_bytes().map_err(EngineError::Offload)?;
+        assert!(lookups.code_bytes % 64 == 0, "a program's code is whole entries");
         for s in 0..shape.nodes {
             let server = NodeId(s);
             let clients: Vec<WorkerId> = shape.workers().filter(|w| w.node != server).collect();
-            let programs = clients.len() as u64 * u64::from(lanes);
-            let code_key = backend
-                .register(server, RegionSpec::new((programs * lookups.code_bytes).max(8)))?;
+            let count = clients.len() as u64 * u64::from(lanes);
+            let code_key =
+                backend.register(server, RegionSpec::new((count * lookups.code_bytes).max(8)))?;
             let code = backend.hosts(server).then(|| backend.region(server, code_key));
             let mut next_wq = 0u32;
             let mut k = 0;
@@ -144,12 +172,18 @@ impl NicLookups {
                 for lane in 0..lanes {
                     let at = LocalAddr { rkey: code_key, offset: k * lookups.code_bytes };
                     k += 1;
-                    let installed =
-                        Program::build(server, at, lookups.code_bytes, WqId(next_wq), |p| {
-                            lookups.emit(p, server, index_rkey, w, lane)
-                        })
-                        .map_err(|e| EngineError::Offload(format!("lookup program: {e}")))?;
-                    for spec in installed.specs() {
+                    let built = programs
+                        .build(
+                            server,
+                            at,
+                            lookups.code_bytes,
+                            WqId(next_wq),
+                            index_rkey,
+                            w.node,
+                            lookups.answer(server, w, lane),
+                        )
+                        .map_err(EngineError::Offload)?;
+                    for spec in built.specs {
                         let id = backend.create_wq(server, spec).map_err(|e| {
                             EngineError::Offload(format!(
                                 "the backend runs no verb programs on {server} ({e}); the offload \
@@ -161,9 +195,9 @@ impl NicLookups {
                         next_wq += 1;
                     }
                     if let Some(Some(region)) = &code {
-                        installed.write(region);
+                        (built.write)(region);
                     }
-                    let trigger = installed.wq(hytra_offload::program::Q(0));
+                    let trigger = built.trigger;
                     lookups.starters[usize::from(s)].push(trigger);
                     let i = lookups.trigger_index(server, shape.worker_index(w), lane);
                     lookups.triggers[i] = Some(trigger);
@@ -173,24 +207,15 @@ impl NicLookups {
         Ok(lookups)
     }
 
-    fn emit(
-        &self,
-        p: &mut Program,
-        server: NodeId,
-        index: Rkey,
-        client: WorkerId,
-        lane: u16,
-    ) -> Result<(), hytra_offload::program::ProgramError> {
+    /// Where the program of `client`'s slot `lane` at `server` answers.
+    fn answer(&self, server: NodeId, client: WorkerId, lane: u16) -> Answer {
         let base = self.slot_base(lane, server);
-        let answer = Answer {
+        Answer {
             rkey: self.answers[usize::from(client.index)],
             done: base + DONE,
             item: base + ITEM,
             entries: Some(base + ENTRIES),
-        };
-        // Sequential: the two buckets cost one fetch of the lookup queue on the NIC's
-        // fetch unit, where a parallel search costs two (RedN §5.2; PERFORMANCE §14).
-        lookup_program(p, server, Search::Sequential, index, client.node, answer)
+        }
     }
 
     fn slot_base(&self, lane: u16, server: NodeId) -> u64 {
@@ -235,7 +260,12 @@ impl NicLookups {
 
     /// Bytes of memory the lookups take on every node (index, answers, programs), for
     /// sizing a run before it is set up.
-    pub fn bytes_per_node(catalog: &Catalog, workers: u16, coroutines: u16) -> u64 {
+    pub fn bytes_per_node(
+        catalog: &Catalog,
+        workers: u16,
+        coroutines: u16,
+        programs: &dyn LookupPrograms,
+    ) -> Result<u64, EngineError> {
         let index: u64 = catalog.tables().map(|s| buckets(s.capacity) * hash::BUCKET_BYTES).sum();
         let record_max =
             catalog.tables().map(|s| catalog.geometry(s.id).record_bytes).max().unwrap_or(8);
@@ -245,21 +275,9 @@ impl NicLookups {
         let code = u64::from(catalog.nodes())
             * u64::from(workers)
             * lanes
-            * code_bytes().expect("the lookup program builds");
-        index + 2 * slots + code
+            * programs.code_bytes().map_err(EngineError::Offload)?;
+        Ok(index + 2 * slots + code)
     }
-}
-
-/// Bytes of one lookup program's code (every program has the same shape), rounded to
-/// whole entries.
-fn code_bytes() -> Result<u64, EngineError> {
-    let at = LocalAddr { rkey: Rkey(0), offset: 0 };
-    let answer = Answer { rkey: Rkey(0), done: 0, item: 0, entries: Some(0) };
-    let sample = Program::build(NodeId(0), at, u64::MAX, WqId(0), |p| {
-        lookup_program(p, NodeId(0), Search::Sequential, Rkey(0), NodeId(1), answer)
-    })
-    .map_err(|e| EngineError::Offload(format!("lookup program: {e}")))?;
-    Ok(sample.code_bytes().div_ceil(64) * 64)
 }
 
 /// A node's own index: its CPU files records in it.

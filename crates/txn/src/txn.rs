@@ -41,8 +41,8 @@ use crate::offload::{self, Slot};
 use crate::outcome::{Abort, AbortReason, Outcome};
 use crate::stats::PhaseNs;
 use crate::wire::{self, RecordReply, RecordReq, Status, LOCK_IT, WANT_OFFSET};
-use hytra_offload::hash::tag;
-use hytra_offload::lookup::{fired, request, ENTRIES_BYTES, REQUEST_WORDS};
+use hytra_nicindex::hash::tag;
+use hytra_nicindex::lookup::{fired, request, ENTRIES_BYTES, REQUEST_WORDS};
 
 /// Times a read is retried after finding its record torn before the attempt aborts.
 const TORN_RETRIES_MAX: u32 = 16;

@@ -629,8 +629,14 @@ pub fn run_partial_in<B: Backend, W: Workload>(
     }
     workload.validate(shape).map_err(BenchError::Params)?;
     let catalog = Catalog::new(workload.tables(shape), shape.nodes, cfg.replication)?;
-    let engine =
-        Engine::setup_with_store(backend, catalog, cfg, params.coroutines, procs.store.clone())?;
+    let engine = Engine::setup_with_store(
+        backend,
+        catalog,
+        cfg,
+        params.coroutines,
+        procs.store.clone(),
+        Some(&hytra_offload::lookup::Redn),
+    )?;
     workload.load(&engine, shape)?;
     let journal = procs.journal.as_deref().filter(|_| params.check);
     if params.warm_cache {

@@ -139,3 +139,34 @@ fn a_nic_without_verb_programs_is_refused() {
         other => panic!("wrong error: {other}"),
     }
 }
+
+#[test]
+fn an_engine_given_no_lookup_programs_refuses_the_offload_strategy() {
+    // The engine knows the lookups' layout only; the programs come from its caller.
+    use hytra_store::{Catalog, Fill, IndexLayout, Partitioner, TableId, TableSpec};
+    use hytra_txn::Engine;
+    let table = TableSpec {
+        id: TableId(0),
+        name: "t".into(),
+        payload_words: 1,
+        capacity: 64,
+        partitioner: Partitioner::Modulo,
+        index: IndexLayout::Hashed,
+        fill: Fill::Dense,
+    };
+    let catalog = || Catalog::new(vec![table.clone()], 3, 3).unwrap();
+    let mut b = cx5(1);
+    let Err(err) = Engine::setup(&mut b, catalog(), offload(1 << 20), 1) else {
+        panic!("the offload strategy was set up without programs")
+    };
+    match err {
+        EngineError::Offload(m) => assert!(m.contains("needs lookup programs"), "{m}"),
+        other => panic!("wrong error: {other}"),
+    }
+    // Given them, the same engine is set up.
+    let programs: &dyn hytra_offload::lookup::LookupPrograms = &hytra_offload::lookup::Redn;
+    let store = std::sync::Arc::new(hytra_txn::config_store::MemoryStore::default());
+    let mut b = cx5(1);
+    Engine::setup_with_store(&mut b, catalog(), offload(1 << 20), 1, store, Some(programs))
+        .expect("set up with RedN's programs");
+}

@@ -271,7 +271,7 @@ pub fn item_bytes(value_len: usize) -> u64 {
 
 /// Writes an item (key word, value length, value padded to 8) at `at` of `region` and
 /// returns its scatter/gather entry.
-pub(crate) fn write_item(region: &Region, at: LocalAddr, key: u64, value: &[u8]) -> Sge {
+pub fn write_item(region: &Region, at: LocalAddr, key: u64, value: &[u8]) -> Sge {
     let len = item_bytes(value.len());
     region.write_words(at.offset, &[key_word(key), value.len() as u64]);
     let mut bytes = value.to_vec();
