@@ -601,10 +601,7 @@ pub fn run_bench(a: BenchArgs) -> Result<(), CliError> {
 }
 
 use hytra_lab::cluster_file::Wait;
-use hytra_lab::{unknown_workload, CpuProfile, WORKLOADS};
-
-/// CPU profile of simulated runs that do not name one.
-pub(crate) const CPU_PROFILE_DEFAULT: &str = "paper";
+use hytra_lab::{unknown_workload, CpuProfile, CPU_PROFILE_DEFAULT, CRASH_TIMELINE_NS, WORKLOADS};
 /// `--cpu-profile` that measures every step instead of costing it from a profile.
 const CPU_MEASURED: &str = "measured";
 /// The longest measured window on sim, in virtual seconds: a 4 x 4 SmallBank run
@@ -1062,9 +1059,6 @@ fn run_workload<W: Workload>(a: &BenchArgs, shared: Run, workload: W) -> Result<
 fn lease_of(cfg: &TxnConfig, sim: bool) -> RecoveryParams {
     cfg.recovery.unwrap_or(if sim { RecoveryParams::simulated() } else { RecoveryParams::real() })
 }
-
-/// Timeline interval of a run with crashes (at least; long runs get wider ones).
-pub(crate) const CRASH_TIMELINE_NS: u64 = 100_000;
 
 fn recovery_times<R>(
     crashes: &[Crash],

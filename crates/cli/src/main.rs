@@ -8,7 +8,7 @@
 //! - `cluster.rs`: `hytra node` and `hytra cluster`, a benchmark on processes over UCX
 //! - `io.rs`: `hytra io`, remote storage I/O
 //! - `micro.rs`: `hytra micro`, the raw-primitive benchmarks
-//! - `reproduce/`: `hytra reproduce`, the paper's experiment matrix as an HTML report
+//! - `reproduce`: `hytra reproduce` (the matrix and its report are `hytra_lab::reproduce`)
 //! - `signals.rs`: a closed pipe, Ctrl-C and SIGTERM
 //! - `span.rs`: lengths of time and warm-up on the command line
 //! - `swarm.rs`: `hytra swarm`, configurations drawn from seeds and judged by every oracle

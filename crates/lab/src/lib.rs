@@ -8,16 +8,29 @@
 //! - `calibrate`: measuring those costs on this machine and fitting a profile
 //! - `swarm`: whole configurations drawn from a seed, run and judged by every oracle
 //! - `cluster_file`: the cluster file (TOML) of a benchmark spread over processes
+//! - `reproduce`: the paper's figures and claims as a matrix of simulated runs, and its
+//!   report (HTML with SVG charts, JSON)
+//! - `table`: tables printed with aligned columns
 
 pub mod backend;
 pub mod calibrate;
 pub mod cluster_file;
 pub mod cpu_profile;
+pub mod reproduce;
 pub mod run;
 pub mod swarm;
+pub mod table;
 pub mod workload;
 
 pub use backend::{BackendSpec, Placement, UcxSpec};
 pub use cpu_profile::{CpuProfile, CPU_PROFILES};
 pub use run::{run, Outcome, RunSpec};
 pub use workload::{unknown_workload, WorkloadSpec, WORKLOADS};
+
+/// The CPU profile of simulated transactional runs unless one is named: the paper's
+/// machines (`hytra bench`, `hytra reproduce`).
+pub const CPU_PROFILE_DEFAULT: &str = "paper";
+
+/// Timeline interval of a run with crashes (at least; long runs get wider ones): fine
+/// enough to see a recovery of a few leases.
+pub const CRASH_TIMELINE_NS: u64 = 100_000;

@@ -18,12 +18,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
-use clap::Args;
 use hytra_fabric::sim::profile::NicProfile;
 use hytra_fabric::sim::{SimCluster, SimConfig};
 use hytra_fabric::ClusterShape;
-use hytra_lab::CpuProfile;
 use hytra_rt::RtConfig;
 use hytra_txn::{AbortReason, Design, ExecStrategy, LockStrategy, Primitive as Prim, TxnConfig};
 use hytra_workloads::bench::{run, BenchParams, BenchResult, RecoveryTimes};
@@ -33,37 +30,72 @@ use hytra_workloads::tpcc::{TpcC, TpccMix, TpccParams};
 use hytra_workloads::tpce::{Tpce, TpceParams};
 use serde_json::json;
 
-use crate::{usage, CliError};
+use crate::table::Table;
+use crate::CpuProfile;
 
-/// Options of `hytra reproduce`.
-#[derive(Args, Debug, Clone)]
-pub struct ReproduceArgs {
+/// What `hytra reproduce` runs: the whole matrix or a part of it, at one scale.
+#[derive(Debug, Clone)]
+pub struct ReproduceSpec {
     /// A smaller matrix (4 nodes x 4 workers, small databases, three coroutine counts):
     /// a few minutes on two cores.
-    #[arg(long)]
-    quick: bool,
+    pub quick: bool,
     /// Directory for index.html and results.json (created if needed).
-    #[arg(long, default_value = "reproduce")]
-    out: PathBuf,
+    pub out: PathBuf,
     /// Only these figures (e.g. fig7,fig12; RedN's: redn-get, redn-list, redn-isolation).
-    #[arg(long, value_delimiter = ',')]
-    only: Option<Vec<String>>,
+    pub only: Option<Vec<String>>,
     /// Simulated clusters run at once [default: one per core].
-    #[arg(long)]
-    jobs: Option<usize>,
-    /// Nodes of the transactional experiments [default: 8, 4 with --quick].
-    #[arg(long)]
-    nodes: Option<u16>,
-    /// Workers per node of the transactional experiments [default: 8, 4 with --quick].
-    #[arg(long)]
-    workers: Option<u16>,
+    pub jobs: Option<usize>,
+    /// Nodes of the transactional experiments [default: 8, 4 with `quick`].
+    pub nodes: Option<u16>,
+    /// Workers per node of the transactional experiments [default: 8, 4 with `quick`].
+    pub workers: Option<u16>,
     /// Seed of every run.
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
-    /// CPU profile of the transactional runs, what hytra's own code costs: paper, host,
-    /// assumed, or a file `hytra calibrate` wrote [default: the one of `hytra bench`].
-    #[arg(long)]
-    cpu_profile: Option<String>,
+    pub seed: u64,
+    /// CPU profile of the transactional runs (a name or a file `hytra calibrate` wrote)
+    /// [default: [`CPU_PROFILE_DEFAULT`](crate::CPU_PROFILE_DEFAULT)].
+    pub cpu_profile: Option<String>,
+}
+
+/// Why `hytra reproduce` did not give its report.
+#[derive(Debug, thiserror::Error)]
+pub enum ReproduceError {
+    /// Bad input, found before any run.
+    #[error("{0}")]
+    Usage(String),
+    /// The report could not be written.
+    #[error("{0}")]
+    Output(String),
+}
+
+/// What a matrix gave, its report written.
+#[derive(Debug, Clone)]
+pub struct Reproduced {
+    /// The claims, each with the paper's value, hytra's and the verdict, as a table.
+    pub claims: String,
+    /// Wall time of the whole matrix, in seconds.
+    pub wall_s: f64,
+    /// The runs that failed, each described with its error (the report shows them too).
+    pub failures: Vec<String>,
+}
+
+/// Why one run of the matrix failed: recorded with its result, not fatal to the others.
+#[derive(Debug)]
+struct JobError(String);
+
+impl JobError {
+    fn from_text(why: impl Into<String>) -> JobError {
+        JobError(why.into())
+    }
+}
+
+impl<E: std::error::Error> From<E> for JobError {
+    fn from(e: E) -> JobError {
+        JobError(e.to_string())
+    }
+}
+
+fn usage<T>(msg: impl Into<String>) -> Result<T, ReproduceError> {
+    Err(ReproduceError::Usage(msg.into()))
 }
 
 /// A transactional workload of the matrix.
@@ -165,10 +197,10 @@ struct Scale {
 }
 
 impl Scale {
-    fn new(a: &ReproduceArgs) -> Result<Scale, CliError> {
+    fn new(a: &ReproduceSpec) -> Result<Scale, ReproduceError> {
         let (nodes, workers) = if a.quick { (4, 4) } else { (8, 8) };
-        let cpu = a.cpu_profile.as_deref().unwrap_or(crate::bench::CPU_PROFILE_DEFAULT);
-        let cpu = CpuProfile::load(cpu).map_err(|e| CliError::Usage(e.to_string()))?;
+        let cpu = a.cpu_profile.as_deref().unwrap_or(crate::CPU_PROFILE_DEFAULT);
+        let cpu = CpuProfile::load(cpu).map_err(|e| ReproduceError::Usage(e.to_string()))?;
         Ok(Scale {
             cpu,
             nodes: a.nodes.unwrap_or(nodes),
@@ -1205,7 +1237,7 @@ const JOBS_MAX: usize = 256;
 const WINDOW_GROWTH_MAX: u64 = 64;
 
 /// Builds the matrix (only the figures asked for).
-fn plan(a: &ReproduceArgs) -> Result<Plan, CliError> {
+fn plan(a: &ReproduceSpec) -> Result<Plan, ReproduceError> {
     let s = Scale::new(a)?;
     if s.nodes < 3 || s.workers == 0 {
         return usage("--nodes must be at least 3 (3-way replication) and --workers at least 1");
@@ -1272,8 +1304,8 @@ fn used_jobs(p: &Plan) -> Vec<bool> {
     used
 }
 
-fn run_bench_job(j: &BenchJob, s: &Scale, seed: u64) -> anyhow::Result<Res> {
-    let profile = NicProfile::by_name(j.profile).context("profile")?;
+fn run_bench_job(j: &BenchJob, s: &Scale, seed: u64) -> Result<Res, JobError> {
+    let profile = NicProfile::by_name(j.profile).ok_or_else(|| JobError::from_text("profile"))?;
     let cpu = match j.cpu_scale {
         1.0 => s.cpu.clone(),
         x => s.cpu.scaled(&format!("{} x {x}", s.cpu.name), x, &s.cpu.source),
@@ -1311,9 +1343,9 @@ fn run_bench_job(j: &BenchJob, s: &Scale, seed: u64) -> anyhow::Result<Res> {
             let r = run(&mut b, &w, j.cfg, params)?;
             let full = r.stats.aborts[AbortReason::Full.index_pub()];
             if full > 0 {
-                anyhow::bail!(
+                return Err(JobError::from_text(format!(
                     "{full} New-Orders found their district out of order ids (room for {new_orders_max})"
-                );
+                )));
             }
             summarize(r, measure_ns)
         }
@@ -1362,8 +1394,8 @@ fn summarize<R>(r: BenchResult<R>, measure_ns: u64) -> Res {
     }
 }
 
-fn run_micro_job(j: &MicroJob, seed: u64) -> anyhow::Result<Res> {
-    let profile = NicProfile::by_name(j.profile).context("profile")?;
+fn run_micro_job(j: &MicroJob, seed: u64) -> Result<Res, JobError> {
+    let profile = NicProfile::by_name(j.profile).ok_or_else(|| JobError::from_text("profile"))?;
     let cfg = SimConfig { profile, ..SimConfig::new(j.shape, seed) };
     let params = MicroParams { seed, ..j.params };
     let (point, stats) = run_point_settled(
@@ -1384,11 +1416,14 @@ fn run_micro_job(j: &MicroJob, seed: u64) -> anyhow::Result<Res> {
 }
 
 /// Runs `hytra reproduce`.
-pub fn run_reproduce(a: ReproduceArgs) -> Result<(), CliError> {
+/// Runs the matrix `a` asks for, printing progress to standard error, and writes its
+/// report (`index.html`, `results.json`) into `a.out`. Bad input is refused before any
+/// run.
+pub fn run_reproduce(a: ReproduceSpec) -> Result<Reproduced, ReproduceError> {
     let p = plan(&a)?;
     let s = Scale::new(&a)?;
     std::fs::create_dir_all(&a.out)
-        .map_err(|e| CliError::Usage(format!("cannot create '{}': {e}", a.out.display())))?;
+        .map_err(|e| ReproduceError::Output(format!("cannot create '{}': {e}", a.out.display())))?;
     let used = used_jobs(&p);
     let todo: Vec<usize> = (0..p.jobs.len()).filter(|&i| used[i]).collect();
     let results: Vec<Mutex<Option<Res>>> = p.jobs.iter().map(|_| Mutex::new(None)).collect();
@@ -1415,8 +1450,7 @@ pub fn run_reproduce(a: ReproduceArgs) -> Result<(), CliError> {
                     Job::Offload(j) => redn::run_offload_job(j, a.seed),
                     Job::Failure(j) => recovery::run_failure_job(j, &s, a.seed),
                 };
-                let r =
-                    r.unwrap_or_else(|e| Res { error: Some(format!("{e:#}")), ..Res::default() });
+                let r = r.unwrap_or_else(|e| Res { error: Some(e.0), ..Res::default() });
                 hytra_fabric::heap::give_back();
                 *results[i].lock().expect("no panic holding a result") = Some(r);
                 done.fetch_add(1, Ordering::Relaxed);
@@ -1459,20 +1493,7 @@ pub fn run_reproduce(a: ReproduceArgs) -> Result<(), CliError> {
         .collect();
     write_json(&a, &s, &p, &res, &todo, wall)?;
     write_html(&a, &s, &p, &res, wall, &failures)?;
-    println!("{}", claims_text(&p, &res));
-    println!(
-        "wrote {}/index.html and {}/results.json ({wall:.0} s)",
-        a.out.display(),
-        a.out.display()
-    );
-    if !failures.is_empty() {
-        return Err(CliError::Run(anyhow::anyhow!(
-            "{} runs failed; first: {}",
-            failures.len(),
-            failures[0]
-        )));
-    }
-    Ok(())
+    Ok(Reproduced { claims: claims_text(&p, &res), wall_s: wall, failures })
 }
 
 /// Whether a run needs the machine to itself: a transactional cluster larger than the
@@ -1617,7 +1638,7 @@ fn verdict(c: &Claim, ours: f64) -> Verdict {
 }
 
 fn claims_text(p: &Plan, r: &[Res]) -> String {
-    let mut t = crate::table::Table::new(&["claim", "figure", "paper", "hytra (sim)", "verdict"]);
+    let mut t = Table::new(&["claim", "figure", "paper", "hytra (sim)", "verdict"]);
     for c in &p.claims {
         let ours = (c.ours)(r);
         t.row(vec![
@@ -1636,13 +1657,13 @@ fn claims_text(p: &Plan, r: &[Res]) -> String {
     reason = "longer than the limit before the limit was set; split it when it next changes"
 )]
 fn write_json(
-    a: &ReproduceArgs,
+    a: &ReproduceSpec,
     s: &Scale,
     p: &Plan,
     r: &[Res],
     todo: &[usize],
     wall: f64,
-) -> Result<(), CliError> {
+) -> Result<(), ReproduceError> {
     let runs: Vec<_> = todo
         .iter()
         .map(|&i| {
@@ -1761,7 +1782,7 @@ fn write_json(
     let path = a.out.join("results.json");
     let text = serde_json::to_string_pretty(&doc).expect("JSON of plain values");
     std::fs::write(&path, text)
-        .map_err(|e| CliError::Usage(format!("cannot write '{}': {e}", path.display())))
+        .map_err(|e| ReproduceError::Output(format!("cannot write '{}': {e}", path.display())))
 }
 
 fn chart_svg(c: &Chart, r: &[Res], jobs: &[Job]) -> String {
@@ -1915,7 +1936,7 @@ fn chart_table(c: &Chart, r: &[Res], jobs: &[Job]) -> String {
 }
 
 /// The matrix a report comes from, as its page and JSON say it.
-fn mode(a: &ReproduceArgs) -> &'static str {
+fn mode(a: &ReproduceSpec) -> &'static str {
     if a.quick {
         "quick (--quick: smaller clusters, shorter windows, fewer points)"
     } else {
@@ -1940,13 +1961,13 @@ fn machine() -> String {
 }
 
 fn write_html(
-    a: &ReproduceArgs,
+    a: &ReproduceSpec,
     s: &Scale,
     p: &Plan,
     r: &[Res],
     wall: f64,
     failures: &[String],
-) -> Result<(), CliError> {
+) -> Result<(), ReproduceError> {
     let mut h = String::new();
     let _ = write!(
         h,
@@ -2015,7 +2036,7 @@ fn write_html(
     h.push_str("</body></html>\n");
     let path = a.out.join("index.html");
     std::fs::write(&path, h)
-        .map_err(|e| CliError::Usage(format!("cannot write '{}': {e}", path.display())))
+        .map_err(|e| ReproduceError::Output(format!("cannot write '{}': {e}", path.display())))
 }
 
 #[cfg(test)]

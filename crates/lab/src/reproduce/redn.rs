@@ -20,12 +20,15 @@ pub(super) struct OffloadJob {
     pub(super) label: String,
 }
 
-pub(super) fn run_offload_job(j: &OffloadJob, seed: u64) -> anyhow::Result<Res> {
+pub(super) fn run_offload_job(j: &OffloadJob, seed: u64) -> Result<Res, super::JobError> {
     let started = std::time::Instant::now();
     // A virtual second, as `hytra offload` allows.
     let o = run_settled(&Scenario { seed, ..j.scenario.clone() }, 1_000_000_000)?;
     if o.wrong > 0 {
-        anyhow::bail!("{} of {} gets answered wrong", o.wrong, o.gets);
+        return Err(super::JobError::from_text(format!(
+            "{} of {} gets answered wrong",
+            o.wrong, o.gets
+        )));
     }
     Ok(Res {
         rate: o.gets_per_sec,

@@ -4,7 +4,6 @@
 //! every partition's copies whole again (re-replication).
 //! DrTM+H leaves recovery to FaRM's protocol, so FaRM's figure is the one compared with.
 
-use anyhow::Context;
 use hytra_fabric::sim::profile::NicProfile;
 use hytra_fabric::sim::{SimCluster, SimConfig};
 use hytra_fabric::{ClusterShape, NodeFault, NodeFaultKind, NodeId};
@@ -30,12 +29,17 @@ pub(super) struct FailureJob {
 
 /// Width of the timeline's intervals: `hytra bench --crash`'s, fine enough to see a
 /// recovery of a few leases.
-const INTERVAL_NS: u64 = crate::bench::CRASH_TIMELINE_NS;
+const INTERVAL_NS: u64 = crate::CRASH_TIMELINE_NS;
 
 /// Runs one failure job: the survivors' timeline (ms from the crash, M txn/s) and the
 /// recovery times, checked by the workload's invariants on the survivors.
-pub(super) fn run_failure_job(j: &FailureJob, s: &Scale, seed: u64) -> anyhow::Result<Res> {
-    let profile = NicProfile::by_name("cx4").context("profile")?;
+pub(super) fn run_failure_job(
+    j: &FailureJob,
+    s: &Scale,
+    seed: u64,
+) -> Result<Res, super::JobError> {
+    let profile =
+        NicProfile::by_name("cx4").ok_or_else(|| super::JobError::from_text("profile"))?;
     let cpu_profile = s.cpu.table("smallbank", &hytra_workloads::smallbank::TYPES);
     let mut config = SimConfig { profile, cpu_profile, ..SimConfig::new(j.shape, seed) };
     config.faults.node_faults.push(NodeFault {
