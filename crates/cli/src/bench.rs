@@ -414,8 +414,7 @@ fn build_config(a: &BenchArgs, design: Design) -> Result<TxnConfig, CliError> {
     Ok(c)
 }
 
-/// Bytes of memory the run touches (all nodes): the stores as loaded, logs, scratch and
-/// location caches.
+/// Memory this machine has available (`MemAvailable`), in bytes, if it says.
 fn available_memory() -> Option<u64> {
     let info = std::fs::read_to_string("/proc/meminfo").ok()?;
     let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;

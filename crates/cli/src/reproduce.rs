@@ -52,9 +52,12 @@ pub fn run_reproduce(a: ReproduceArgs) -> Result<(), CliError> {
     };
     let out = spec.out.clone();
     let r = run(spec).map_err(|e| match e {
-        ReproduceError::Usage(m) | ReproduceError::Output(m) => CliError::Usage(m),
+        ReproduceError::Usage(m) => CliError::Usage(m),
     })?;
     println!("{}", r.claims);
+    if let Some(why) = r.report_error {
+        return Err(CliError::Run(anyhow::anyhow!("the report was not written: {why}")));
+    }
     println!(
         "wrote {}/index.html and {}/results.json ({:.0} s)",
         out.display(),

@@ -34,17 +34,34 @@ pub const CQ_POLL_BATCH: usize = 32;
 /// Calls one worker may have waiting for replies.
 pub const CALLS_MAX: usize = 4096;
 
-/// Data calls one worker may have waiting for replies from one destination worker: its
-/// credits with that destination. They bound what a receiver has queued: a worker is
-/// called by the workers of the same index on every node, so a 16-node cluster queues at
-/// most 1 024 requests at one worker, a quarter of its receive queue, and about 0.4 ms
-/// of handler time at a few hundred nanoseconds a request. Without them a burst of scans
-/// queued 4 096 requests (1.4 ms) at one worker: its callers timed out and sent them
-/// again, and the leases queued behind them lapsed.
+/// Data calls one worker may have waiting for replies from one destination worker (its
+/// credits with it) in a cluster of up to [`CREDIT_NODES`] nodes; larger clusters give
+/// each caller fewer ([`credits_per_peer`]). A worker is called by the workers of its
+/// index on every node, so credits bound the requests queued at it: at 16 nodes at most
+/// 1 024, a quarter of its receive queue and about 0.4 ms of handler time at a few hundred
+/// nanoseconds a request. Without them a burst of scans queued 4 096 requests (1.4 ms)
+/// at one worker: its callers timed out and sent them again, and the leases queued
+/// behind them lapsed.
 pub const CALLS_PER_PEER: u16 = 64;
 
+/// Nodes up to which every caller gets [`CALLS_PER_PEER`] credits.
+pub const CREDIT_NODES: u16 = 16;
+
+/// Credits of a caller with one destination worker in a cluster of `nodes` nodes: the
+/// requests every node's callers may have queued at one worker stay within a quarter of
+/// its receive queue (one credit at least, for clusters of over a thousand nodes).
+pub const fn credits_per_peer(nodes: u16) -> u16 {
+    let share = hytra_fabric::constants::RECV_DEPTH / 4 / (nodes as usize);
+    let n = if share < CALLS_PER_PEER as usize { share as u16 } else { CALLS_PER_PEER };
+    if n == 0 {
+        1
+    } else {
+        n
+    }
+}
+
 const _: () = assert!(TASKS_MAX % 64 == 0);
-const _: () = assert!(16 * CALLS_PER_PEER as usize <= hytra_fabric::constants::RECV_DEPTH / 4);
+const _: () = assert!(credits_per_peer(CREDIT_NODES) == CALLS_PER_PEER);
 const _: () = assert!(SIGNAL_EVERY as usize >= BATCH_MAX);
 const _: () = assert!(SIGNAL_EVERY + BATCH_MAX as u32 <= hytra_fabric::constants::SQ_DEPTH);
 const _: () = assert!(RPC_PAYLOAD_MAX <= u16::MAX as usize);

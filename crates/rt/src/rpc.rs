@@ -18,7 +18,7 @@ use std::task::Waker;
 use hytra_fabric::{Endpoint, OpFlags, PostError, WorkerId};
 use thiserror::Error;
 
-use crate::constants::{CALLS_MAX, CALLS_PER_PEER, FRAME_HEADER, RPC_PAYLOAD_MAX, RPC_TYPES_MAX};
+use crate::constants::{credits_per_peer, CALLS_MAX, FRAME_HEADER, RPC_PAYLOAD_MAX, RPC_TYPES_MAX};
 
 /// Identifies a kind of request; each worker registers one handler per type.
 #[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
@@ -78,8 +78,8 @@ pub enum RpcError {
     #[error("payload of {0} bytes exceeds the RPC limit")]
     TooLarge(usize),
     /// Every call slot is taken, or every credit with the destination (see
-    /// [`CALLS_PER_PEER`](crate::constants::CALLS_PER_PEER)): wait for a reply and call
-    /// again.
+    /// [`credits_per_peer`](crate::constants::credits_per_peer)): wait for a reply and
+    /// call again.
     #[error("too many calls in flight")]
     Busy,
 }
@@ -373,6 +373,8 @@ pub(crate) struct Calls {
     free: Vec<u32>,
     /// Per destination (dense worker index): data calls waiting for its reply.
     in_flight: Vec<u16>,
+    /// Credits per destination ([`credits_per_peer`]).
+    credits: u16,
     /// (deadline, order of the call, slot, generation), earliest first (and in call
     /// order for equal deadlines, so that expiry is deterministic): calls may have
     /// timeouts of their own. Entries of calls already settled are skipped when they
@@ -387,21 +389,23 @@ pub(crate) struct Calls {
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]
 pub(crate) enum CallClass {
     /// Engine and workload traffic: limited to
-    /// [`CALLS_PER_PEER`](crate::constants::CALLS_PER_PEER) per destination.
+    /// [`credits_per_peer`](crate::constants::credits_per_peer) per destination.
     Data,
-    /// Membership and recovery: few, bounded by their protocol, and never held back
-    /// behind data calls (a lease round that waits for credits may take a live member
+    /// Membership and recovery: few, bounded by their protocol, and not held back by
+    /// data calls' credits (a lease round that waits for credits may take a live member
     /// for dead).
     Control,
 }
 
 impl Calls {
-    /// Calls of a worker in a cluster of `workers` workers.
-    pub(crate) fn new(workers: usize) -> Calls {
+    /// Calls of a worker in a cluster of `workers` workers on `nodes` nodes.
+    pub(crate) fn new(workers: usize, nodes: u16) -> Calls {
+        assert!(nodes > 0 && workers >= usize::from(nodes), "a cluster has workers");
         Calls {
             slots: Vec::new(),
             free: Vec::new(),
             in_flight: vec![0; workers],
+            credits: credits_per_peer(nodes),
             deadlines: BinaryHeap::new(),
             started: 0,
             stats: RpcStats::default(),
@@ -417,7 +421,7 @@ impl Calls {
         class: CallClass,
     ) -> Result<CallTicket, RpcError> {
         let credit = match class {
-            CallClass::Data if self.in_flight[dest] >= CALLS_PER_PEER => {
+            CallClass::Data if self.in_flight[dest] >= self.credits => {
                 self.stats.no_credit += 1;
                 return Err(RpcError::Busy);
             }
@@ -456,7 +460,7 @@ impl Calls {
     /// Gives a slot back after its request could not be sent.
     pub(crate) fn cancel(&mut self, t: CallTicket) {
         let s = &mut self.slots[t.idx as usize];
-        debug_assert!(matches!(s.state, CallState::Waiting), "cancelled before it was sent");
+        debug_assert!(matches!(s.state, CallState::Waiting), "cancelled a call not waiting");
         Self::return_credit(&mut self.in_flight, s);
         s.state = CallState::Free;
         self.free.push(t.idx);
@@ -686,7 +690,7 @@ mod tests {
 
     #[test]
     fn calls_time_out_in_order_and_late_replies_are_stale() {
-        let mut calls = Calls::new(1);
+        let mut calls = Calls::new(1, 1);
         let a = calls.start(100, 0, CallClass::Data).unwrap();
         let b = calls.start(200, 0, CallClass::Data).unwrap();
         let waker = std::task::Waker::noop();
@@ -704,7 +708,8 @@ mod tests {
 
     #[test]
     fn data_calls_to_one_destination_wait_for_credits_and_control_calls_do_not() {
-        let mut calls = Calls::new(2);
+        use crate::constants::CALLS_PER_PEER;
+        let mut calls = Calls::new(2, 2);
         let waker = std::task::Waker::noop();
         let held: Vec<_> = (0..CALLS_PER_PEER)
             .map(|i| calls.start(100 + u64::from(i), 0, CallClass::Data).unwrap())
@@ -728,5 +733,24 @@ mod tests {
         // A late reply to a call that timed out returns nothing.
         calls.settle(held[1].call_id(), Ok(&[]));
         assert_eq!(calls.in_flight, [CALLS_PER_PEER - 2, 0]);
+    }
+
+    #[test]
+    fn larger_clusters_give_each_caller_fewer_credits() {
+        use crate::constants::{credits_per_peer, CALLS_PER_PEER, CREDIT_NODES};
+        use hytra_fabric::constants::RECV_DEPTH;
+        assert_eq!(credits_per_peer(2), CALLS_PER_PEER);
+        assert_eq!(credits_per_peer(CREDIT_NODES), CALLS_PER_PEER);
+        assert_eq!(credits_per_peer(64), 16);
+        assert_eq!(credits_per_peer(1024), 1);
+        for nodes in [1u16, 3, 17, 100, 1000, 4096] {
+            let queued = usize::from(credits_per_peer(nodes)) * usize::from(nodes);
+            assert!(queued <= RECV_DEPTH / 4 || credits_per_peer(nodes) == 1, "{nodes} nodes");
+        }
+        let mut calls = Calls::new(64, 64);
+        for _ in 0..16 {
+            let _held = calls.start(100, 3, CallClass::Data).unwrap();
+        }
+        assert_eq!(calls.start(100, 3, CallClass::Data), Err(RpcError::Busy));
     }
 }

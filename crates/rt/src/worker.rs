@@ -134,7 +134,7 @@ impl<E: Endpoint + 'static> Worker<E> {
         let inner = Rc::new(Inner {
             ep: RefCell::new(ep),
             ops: RefCell::new(OpTable::new(connections, caps.sq_depth)),
-            calls: RefCell::new(Calls::new(shape.workers_total())),
+            calls: RefCell::new(Calls::new(shape.workers_total(), shape.nodes)),
             outbox: RefCell::new(Outbox::new(
                 shape.workers_total(),
                 cfg.doorbell_batching,
@@ -601,7 +601,7 @@ impl<E: Endpoint> Co<E> {
     /// [`Co::call`] whose reply times out after `timeout_ns` instead: for callers that
     /// ask again sooner than the configured timeout.
     ///
-    /// A worker holds at most [`CALLS_PER_PEER`](crate::constants::CALLS_PER_PEER)
+    /// A worker holds at most [`credits_per_peer`](crate::constants::credits_per_peer)
     /// calls waiting on one destination; past that the call is refused with
     /// [`RpcError::Busy`] and the caller waits for a reply before it calls again.
     pub fn call_within(

@@ -639,7 +639,7 @@ impl<E: Endpoint> TxnCtx<E> {
                     c.encode(&self.payload[payload_range], &mut bytes);
                     let dest = self.peer(a.node);
                     // Sent now in any case (the write-back is what releases the lock);
-                    // with no call slot free it is sent when it is settled.
+                    // with no call slot or credit free it is sent when it is settled.
                     let call = self.co.call(dest, wire::COMMIT, &bytes).ok();
                     let epoch = self.config.epoch;
                     let req = PendingAck { dest, ty: wire::COMMIT, bytes, call, epoch };

@@ -198,7 +198,9 @@ impl Engine {
     }
 
     /// Registers every region the engine needs on `backend` and builds the node engines.
-    /// `coroutines` bounds the coroutines per worker that will run transactions.
+    /// `coroutines` bounds the coroutines per worker that will run transactions. Given
+    /// no lookup programs, it refuses the `offload` execution strategy (see
+    /// [`Engine::setup_with_store`]).
     pub fn setup<B: Backend>(
         backend: &mut B,
         catalog: Catalog,

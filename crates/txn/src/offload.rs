@@ -157,8 +157,7 @@ impl NicLookups {
             starters: vec![Vec::new(); usize::from(shape.nodes)],
             code_bytes: 0,
         };
-        lookups.code_bytes = programs.code_bytes().map_err(EngineError::Offload)?;
-        assert!(lookups.code_bytes % 64 == 0, "a program's code is whole entries");
+        lookups.code_bytes = code_bytes(programs)?;
         for s in 0..shape.nodes {
             let server = NodeId(s);
             let clients: Vec<WorkerId> = shape.workers().filter(|w| w.node != server).collect();
@@ -272,11 +271,19 @@ impl NicLookups {
         let lanes = u64::from(coroutines) * u64::from(SLOTS_PER_NODE);
         let slots = u64::from(workers) * lanes * u64::from(catalog.nodes()) * (ITEM + record_max);
         // One program per slot of every other node's workers.
-        let code = u64::from(catalog.nodes())
-            * u64::from(workers)
-            * lanes
-            * programs.code_bytes().map_err(EngineError::Offload)?;
+        let code = u64::from(catalog.nodes()) * u64::from(workers) * lanes * code_bytes(programs)?;
         Ok(index + 2 * slots + code)
+    }
+}
+
+/// Bytes of one of `programs`' lookup programs (every one has the same shape), checked to
+/// be whole 64-byte entries.
+fn code_bytes(programs: &dyn LookupPrograms) -> Result<u64, EngineError> {
+    match programs.code_bytes().map_err(EngineError::Offload)? {
+        n if n > 0 && n % 64 == 0 => Ok(n),
+        n => Err(EngineError::Offload(format!(
+            "lookup programs of {n} bytes: expected whole 64-byte entries"
+        ))),
     }
 }
 

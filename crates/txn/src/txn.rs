@@ -974,8 +974,9 @@ impl<E: Endpoint> TxnCtx<E> {
         Ok(Pending::Call(t))
     }
 
-    /// Sends a call, waiting a step at a time while every call slot is taken or the
-    /// datagram queue is full: back-pressure, not a reason to abort. `Frozen`: the
+    /// Sends a call, waiting a step at a time while every call slot or every credit with
+    /// `dest` is taken, or the datagram queue is full: back-pressure, not a reason to
+    /// abort. `Frozen`: the
     /// attempt may send nothing more (see [`TxnCtx::hold`]).
     pub(crate) async fn send_call(
         &self,

@@ -1,4 +1,4 @@
-//! The engine depends on no side system's service code (DESIGN.md, "Layers"): the NIC
+//! The engine depends on no side system's service code (docs/ARCHITECTURE.md, the layers): the NIC
 //! lookup's layout comes from `hytra-nicindex`, its verb programs from the engine's
 //! caller. Read from the manifest, so that a dependency added back fails here and not
 //! only in review.

@@ -855,6 +855,8 @@ fn merge_rt(into: &mut WorkerStats, w: &WorkerStats) {
     into.rpc.stale_replies += w.rpc.stale_replies;
     into.rpc.served += w.rpc.served;
     into.rpc.malformed += w.rpc.malformed;
+    into.rpc.duplicates += w.rpc.duplicates;
+    into.rpc.no_credit += w.rpc.no_credit;
     into.frames_sent += w.frames_sent;
     into.datagrams_sent += w.datagrams_sent;
 }

@@ -62,9 +62,6 @@ pub enum ReproduceError {
     /// Bad input, found before any run.
     #[error("{0}")]
     Usage(String),
-    /// The report could not be written.
-    #[error("{0}")]
-    Output(String),
 }
 
 /// What a matrix gave, its report written.
@@ -76,6 +73,8 @@ pub struct Reproduced {
     pub wall_s: f64,
     /// The runs that failed, each described with its error (the report shows them too).
     pub failures: Vec<String>,
+    /// Why the report could not be written, if it could not (the claims stand).
+    pub report_error: Option<String>,
 }
 
 /// Why one run of the matrix failed: recorded with its result, not fatal to the others.
@@ -1415,7 +1414,6 @@ fn run_micro_job(j: &MicroJob, seed: u64) -> Result<Res, JobError> {
     })
 }
 
-/// Runs `hytra reproduce`.
 /// Runs the matrix `a` asks for, printing progress to standard error, and writes its
 /// report (`index.html`, `results.json`) into `a.out`. Bad input is refused before any
 /// run.
@@ -1423,7 +1421,7 @@ pub fn run_reproduce(a: ReproduceSpec) -> Result<Reproduced, ReproduceError> {
     let p = plan(&a)?;
     let s = Scale::new(&a)?;
     std::fs::create_dir_all(&a.out)
-        .map_err(|e| ReproduceError::Output(format!("cannot create '{}': {e}", a.out.display())))?;
+        .map_err(|e| ReproduceError::Usage(format!("cannot create '{}': {e}", a.out.display())))?;
     let used = used_jobs(&p);
     let todo: Vec<usize> = (0..p.jobs.len()).filter(|&i| used[i]).collect();
     let results: Vec<Mutex<Option<Res>>> = p.jobs.iter().map(|_| Mutex::new(None)).collect();
@@ -1491,9 +1489,10 @@ pub fn run_reproduce(a: ReproduceSpec) -> Result<Reproduced, ReproduceError> {
         .iter()
         .filter_map(|&i| res[i].error.as_ref().map(|e| format!("{}: {e}", describe(&p.jobs[i]))))
         .collect();
-    write_json(&a, &s, &p, &res, &todo, wall)?;
-    write_html(&a, &s, &p, &res, wall, &failures)?;
-    Ok(Reproduced { claims: claims_text(&p, &res), wall_s: wall, failures })
+    let report_error = write_json(&a, &s, &p, &res, &todo, wall)
+        .and_then(|()| write_html(&a, &s, &p, &res, wall, &failures))
+        .err();
+    Ok(Reproduced { claims: claims_text(&p, &res), wall_s: wall, failures, report_error })
 }
 
 /// Whether a run needs the machine to itself: a transactional cluster larger than the
@@ -1663,7 +1662,7 @@ fn write_json(
     r: &[Res],
     todo: &[usize],
     wall: f64,
-) -> Result<(), ReproduceError> {
+) -> Result<(), String> {
     let runs: Vec<_> = todo
         .iter()
         .map(|&i| {
@@ -1781,8 +1780,7 @@ fn write_json(
     });
     let path = a.out.join("results.json");
     let text = serde_json::to_string_pretty(&doc).expect("JSON of plain values");
-    std::fs::write(&path, text)
-        .map_err(|e| ReproduceError::Output(format!("cannot write '{}': {e}", path.display())))
+    std::fs::write(&path, text).map_err(|e| format!("cannot write '{}': {e}", path.display()))
 }
 
 fn chart_svg(c: &Chart, r: &[Res], jobs: &[Job]) -> String {
@@ -1967,7 +1965,7 @@ fn write_html(
     r: &[Res],
     wall: f64,
     failures: &[String],
-) -> Result<(), ReproduceError> {
+) -> Result<(), String> {
     let mut h = String::new();
     let _ = write!(
         h,
@@ -2035,8 +2033,7 @@ fn write_html(
     }
     h.push_str("</body></html>\n");
     let path = a.out.join("index.html");
-    std::fs::write(&path, h)
-        .map_err(|e| ReproduceError::Output(format!("cannot write '{}': {e}", path.display())))
+    std::fs::write(&path, h).map_err(|e| format!("cannot write '{}': {e}", path.display()))
 }
 
 #[cfg(test)]
