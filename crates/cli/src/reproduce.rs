@@ -1,9 +1,10 @@
 //! `hytra reproduce`: the options, then the matrix of `hytra_lab::reproduce`.
 
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 
 use clap::Args;
-use hytra_lab::reproduce::{run_reproduce as run, ReproduceError, ReproduceSpec};
+use hytra_lab::reproduce::{run_reproduce as run, Progress, ReproduceError, ReproduceSpec};
 
 use crate::CliError;
 
@@ -51,9 +52,44 @@ pub fn run_reproduce(a: ReproduceArgs) -> Result<(), CliError> {
         cpu_profile: a.cpu_profile,
     };
     let out = spec.out.clone();
-    let r = run(spec).map_err(|e| match e {
+    let terminal = std::io::stderr().is_terminal();
+    // Runs done at the last line printed to a log (none yet).
+    let mut shown: Option<usize> = None;
+    let mut show = |p: Progress| {
+        if p.elapsed_s == 0.0 && p.done == 0 {
+            eprintln!(
+                "reproduce: {} runs on {} threads, writing {}",
+                p.total,
+                p.threads,
+                out.display()
+            );
+            return;
+        }
+        let eta = match p.done {
+            0 => 0.0,
+            d => p.elapsed_s / d as f64 * (p.total - d) as f64,
+        };
+        let filled = p.done * 30 / p.total.max(1);
+        let line = format!(
+            "[{}{}] {}/{} runs, ETA {eta:.0} s",
+            "#".repeat(filled),
+            " ".repeat(30 - filled),
+            p.done,
+            p.total
+        );
+        if terminal {
+            eprint!("\r{line}  ");
+        } else if shown.is_none_or(|s| p.done / 20 != s / 20) {
+            // Logs get a line every 20 runs, not one per tick.
+            eprintln!("{line}");
+            shown = Some(p.done);
+        }
+        let _ = std::io::stderr().flush();
+    };
+    let r = run(spec, &mut show).map_err(|e| match e {
         ReproduceError::Usage(m) => CliError::Usage(m),
     })?;
+    eprintln!();
     println!("{}", r.claims);
     if let Some(why) = r.report_error {
         return Err(CliError::Run(anyhow::anyhow!("the report was not written: {why}")));

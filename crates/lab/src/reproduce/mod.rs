@@ -12,7 +12,6 @@ mod redn;
 mod svg;
 
 use std::fmt::Write as _;
-use std::io::{IsTerminal, Write as _};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
@@ -1414,10 +1413,26 @@ fn run_micro_job(j: &MicroJob, seed: u64) -> Result<Res, JobError> {
     })
 }
 
-/// Runs the matrix `a` asks for, printing progress to standard error, and writes its
-/// report (`index.html`, `results.json`) into `a.out`. Bad input is refused before any
-/// run.
-pub fn run_reproduce(a: ReproduceSpec) -> Result<Reproduced, ReproduceError> {
+/// How far a matrix is, told to the caller about twice a second while it runs.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct Progress {
+    /// Runs finished.
+    pub done: usize,
+    /// Runs in all.
+    pub total: usize,
+    /// Simulated clusters run at once.
+    pub threads: usize,
+    /// Wall time since the first run started, in seconds.
+    pub elapsed_s: f64,
+}
+
+/// Runs the matrix `a` asks for, telling `progress` how far it is (once before the first
+/// run, then about twice a second), and writes its report (`index.html`,
+/// `results.json`) into `a.out`. Bad input is refused before any run.
+pub fn run_reproduce(
+    a: ReproduceSpec,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<Reproduced, ReproduceError> {
     let p = plan(&a)?;
     let s = Scale::new(&a)?;
     std::fs::create_dir_all(&a.out)
@@ -1433,7 +1448,8 @@ pub fn run_reproduce(a: ReproduceSpec) -> Result<Reproduced, ReproduceError> {
     hytra_fabric::heap::map_large_allocations();
     hytra_fabric::heap::no_huge_pages();
     let started = Instant::now();
-    eprintln!("reproduce: {} runs on {threads} threads, writing {}", todo.len(), a.out.display());
+    let total = todo.len();
+    progress(Progress { done: 0, total, threads, elapsed_s: 0.0 });
     std::thread::scope(|scope| {
         for _ in 0..threads {
             scope.spawn(|| loop {
@@ -1454,32 +1470,18 @@ pub fn run_reproduce(a: ReproduceSpec) -> Result<Reproduced, ReproduceError> {
                 done.fetch_add(1, Ordering::Relaxed);
             });
         }
-        // Progress with an ETA while the workers run.
-        let terminal = std::io::stderr().is_terminal();
-        let mut shown = usize::MAX;
-        while done.load(Ordering::Relaxed) < todo.len() {
+        // The caller hears how far the runs are while the workers run.
+        while done.load(Ordering::Relaxed) < total {
             std::thread::sleep(Duration::from_millis(500));
             let d = done.load(Ordering::Relaxed);
-            let el = started.elapsed().as_secs_f64();
-            let eta = if d > 0 { el / d as f64 * (todo.len() - d) as f64 } else { 0.0 };
-            let filled = d * 30 / todo.len().max(1);
-            let line = format!(
-                "[{}{}] {d}/{} runs, ETA {eta:.0} s",
-                "#".repeat(filled),
-                " ".repeat(30 - filled),
-                todo.len()
-            );
-            if terminal {
-                eprint!("\r{line}  ");
-            } else if d / 20 != shown / 20 || shown == usize::MAX {
-                // Logs get a line every 20 runs, not one per tick.
-                eprintln!("{line}");
-                shown = d;
-            }
-            let _ = std::io::stderr().flush();
+            progress(Progress {
+                done: d,
+                total,
+                threads,
+                elapsed_s: started.elapsed().as_secs_f64(),
+            });
         }
     });
-    eprintln!();
     let res: Vec<Res> = results
         .into_iter()
         .map(|m| m.into_inner().expect("no panic").unwrap_or_default())
