@@ -160,13 +160,7 @@ impl<E: Endpoint + 'static> IoClient<E> {
 
     /// The id and size of the file `node` exports as `name`.
     pub async fn lookup(&self, node: NodeId, name: &str) -> Result<(FileId, u64), IoError> {
-        // Bounded: a credit frees once a call to the server is answered or times out.
-        let t = loop {
-            match self.co.call(self.server(node), wire::LOOKUP, name.as_bytes()) {
-                Err(RpcError::Busy) => self.co.yield_now().await,
-                other => break other?,
-            }
-        };
+        let t = self.co.call_waiting(self.server(node), wire::LOOKUP, name.as_bytes()).await?;
         let r = self
             .co
             .reply(t, |b| match b {

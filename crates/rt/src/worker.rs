@@ -598,6 +598,27 @@ impl<E: Endpoint> Co<E> {
         self.call_within(dest, ty, payload, self.inner.cfg.rpc_timeout_ns)
     }
 
+    /// [`Co::call`], waiting a step at a time while no call slot or credit with `dest` is
+    /// free or the send queue is full (back-pressure, as a NIC's full send queue is
+    /// waited out); other errors are returned. Bounded: a slot, a credit and the send
+    /// queue each free once an earlier call is answered or times out.
+    pub async fn call_waiting(
+        &self,
+        dest: WorkerId,
+        ty: RpcType,
+        payload: &[u8],
+    ) -> Result<CallTicket, RpcError> {
+        loop {
+            match self.call(dest, ty, payload) {
+                Err(RpcError::Busy | RpcError::Post(PostError::QueueFull)) => {
+                    self.ring_doorbells();
+                    self.yield_now().await;
+                }
+                other => return other,
+            }
+        }
+    }
+
     /// [`Co::call`] whose reply times out after `timeout_ns` instead: for callers that
     /// ask again sooner than the configured timeout.
     ///

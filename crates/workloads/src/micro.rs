@@ -24,9 +24,7 @@ use hytra_fabric::{
 };
 use hytra_rt::constants::{BATCH_MAX, RPC_PAYLOAD_MAX};
 use hytra_rt::hist::Histogram;
-use hytra_rt::{
-    run_workers_with, CallTicket, Co, OpError, OpTicket, RpcError, RpcType, RtConfig, Worker,
-};
+use hytra_rt::{run_workers_with, Co, OpError, OpTicket, RpcError, RpcType, RtConfig, Worker};
 use thiserror::Error;
 
 /// A primitive the benchmark measures.
@@ -716,21 +714,6 @@ impl<E: Endpoint> Client<E> {
         self.co.ring_doorbells();
     }
 
-    /// Calls `dest`, waiting while this worker's credits with it are all taken (as a
-    /// NIC's send queue is waited out); `None` if the call cannot be made.
-    async fn call(&self, dest: WorkerId, ty: RpcType, req: &[u8]) -> Option<CallTicket> {
-        loop {
-            match self.co.call(dest, ty, req) {
-                Ok(t) => return Some(t),
-                Err(RpcError::Busy | RpcError::Post(PostError::QueueFull)) => {
-                    self.co.ring_doorbells();
-                    self.co.yield_now().await
-                }
-                Err(_) => return None,
-            }
-        }
-    }
-
     async fn rpc_batch(&mut self) -> bool {
         let me = self.co.me();
         let n = usize::from(self.params.batch);
@@ -740,7 +723,7 @@ impl<E: Endpoint> Client<E> {
             let mut req = [0u8; 10];
             req[..8].copy_from_slice(&self.targets.offset().to_le_bytes());
             req[8..].copy_from_slice(&(self.payload as u16).to_le_bytes());
-            *t = self.call(dest, GET, &req).await;
+            *t = self.co.call_waiting(dest, GET, &req).await.ok();
         }
         let mut ok = true;
         for t in tickets.into_iter().take(n) {
@@ -779,7 +762,7 @@ impl<E: Endpoint> Client<E> {
                     }
                 }
             } else {
-                *t = self.call(dest, PUT, &req[..len]).await;
+                *t = self.co.call_waiting(dest, PUT, &req[..len]).await.ok();
                 if t.is_none() {
                     return false;
                 }

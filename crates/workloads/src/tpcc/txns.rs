@@ -4,8 +4,8 @@
 use std::sync::{Arc, OnceLock};
 
 use hytra_fabric::rng::Rng;
-use hytra_fabric::{Endpoint, NodeId, PostError, WorkerId};
-use hytra_rt::{RpcError, RpcType};
+use hytra_fabric::{Endpoint, NodeId, WorkerId};
+use hytra_rt::RpcType;
 use hytra_store::NodeStore;
 use hytra_txn::{Abort, AbortReason, Membership, Rec, Txn};
 
@@ -373,17 +373,8 @@ async fn find_customer<E: Endpoint>(
     req[8..].copy_from_slice(&name.to_le_bytes());
     let co = t.ctx().co();
     let dest = WorkerId { node: hytra_fabric::NodeId(node as u16), index: env.index };
-    // Bounded: a credit frees once a call to `dest` is answered or times out.
-    let ticket = loop {
-        match co.call(dest, NAME_LOOKUP, &req) {
-            Ok(t) => break t,
-            Err(RpcError::Busy | RpcError::Post(PostError::QueueFull)) => {
-                co.ring_doorbells();
-                co.yield_now().await;
-            }
-            Err(_) => return Err(Abort(AbortReason::Timeout)),
-        }
-    };
+    let ticket =
+        co.call_waiting(dest, NAME_LOOKUP, &req).await.map_err(|_| Abort(AbortReason::Timeout))?;
     let reply = co.reply(ticket, |r| r.try_into().ok().map(u64::from_le_bytes)).await;
     match reply {
         Ok(Some(NOT_HELD)) => panic!("{dest} holds no replica of warehouse {cw}'s name index"),
