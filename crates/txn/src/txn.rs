@@ -1152,8 +1152,12 @@ impl<E: Endpoint> TxnCtx<E> {
                 Ok(Next::Call { lock_now, want_offset })
             }
             Status::Stale => {
-                // Refused before anything was locked.
-                a.locked = Locked::No;
+                // This request was refused before it locked anything, but a send of it
+                // that timed out earlier may have locked the record: the abort must
+                // then release it.
+                if lock_now && a.resends == 0 {
+                    a.locked = Locked::No;
+                }
                 Err(Abort(AbortReason::Reconfigured))
             }
             Status::Refused | Status::Full => {

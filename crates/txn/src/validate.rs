@@ -360,8 +360,12 @@ impl<E: Endpoint> TxnCtx<E> {
                 Err(Abort(AbortReason::Full))
             }
             Status::Stale => {
-                // Refused under another epoch: nothing was locked.
-                self.acc[i].locked = Locked::No;
+                // This request was refused before it locked anything, but a send of it
+                // that timed out earlier may have locked the record: the abort must
+                // then release it.
+                if self.acc[i].resends == 0 {
+                    self.acc[i].locked = Locked::No;
+                }
                 Err(Abort(AbortReason::Reconfigured))
             }
             s => panic!("LOCK answered {s:?}"),
