@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use hytra_fabric::local::{LocalCluster, LocalConfig};
-use hytra_fabric::sim::faults::{FaultConfig, NodeFault, NodeFaultKind};
+use hytra_fabric::sim::faults::FaultConfig;
 use hytra_fabric::sim::profile::NicProfile;
 use hytra_fabric::sim::{CpuMode, SimCluster, SimConfig};
 use hytra_fabric::{ClusterShape, NodeId};
@@ -18,15 +18,12 @@ use hytra_txn::{
     AbortClass, AbortReason, Design, ExecStrategy, LockStrategy, Phase, Primitive, RecoveryParams,
     Rereplication, TxnConfig,
 };
-use hytra_workloads::bench::{
-    run, BenchError, BenchParams, BenchResult, RecoveryTimes, Workload, RECOVERED_SHARE,
-};
+use hytra_workloads::bench::{run, BenchError, BenchParams, BenchResult, Workload};
 use hytra_workloads::smallbank::SmallBank;
 use hytra_workloads::tatp::{Tatp, TatpParams};
 use hytra_workloads::tpcc::{TpcC, TpccMix, TpccParams, TYPES as TPCC_TYPES};
 use hytra_workloads::tpce::{Tpce, TpceParams};
 use hytra_workloads::ycsb::{KeyDist, Mix as YcsbMix, Ycsb, YcsbParams};
-use serde_json::json;
 
 use crate::choice::{named, on_or, Switch};
 use crate::span::{check_warmup, warmup_ns, Span};
@@ -230,28 +227,6 @@ fn wait_parser() -> impl clap::builder::TypedValueParser<Value = Wait> {
 /// `--wait` as given, or its default.
 fn wait_name(w: Option<Wait>) -> &'static str {
     w.unwrap_or(Wait::Poll).name()
-}
-
-/// What the report's first line says the fabric was.
-fn fabric_label(a: &BenchArgs, sim: bool) -> String {
-    if sim {
-        a.profile.clone()
-    } else if a.backend == "ucx" {
-        format!("{}, wait {}", a.transports, wait_name(a.wait))
-    } else {
-        "threads".into()
-    }
-}
-
-/// A ucx run's transports and waiting: how threads waited decides latency and what the
-/// host's other work gets.
-fn ucx_json(a: &BenchArgs, run: &hytra_fabric::RunStats) -> serde_json::Value {
-    json!({
-        "transports": a.transports,
-        "wait": wait_name(a.wait),
-        "event_sleeps": run.event_sleeps,
-        "event_wakeups": run.event_wakeups,
-    })
 }
 
 impl BenchArgs {
@@ -599,6 +574,10 @@ pub fn run_bench(a: BenchArgs) -> Result<(), CliError> {
     }
 }
 
+use hytra_lab::bench::{
+    recovery_times, AutoReport, BenchReport, BenchSetup, Crash, CrashesReport, TrialReport,
+    TypeCounts,
+};
 use hytra_lab::cluster_file::Wait;
 use hytra_lab::{unknown_workload, CpuProfile, CPU_PROFILE_DEFAULT, CRASH_TIMELINE_NS, WORKLOADS};
 /// `--cpu-profile` that measures every step instead of costing it from a profile.
@@ -657,20 +636,6 @@ fn check_workload_options(a: &BenchArgs) -> Result<(), CliError> {
 
 /// The workloads that take TPC-C's options.
 const TPCC: &[&str] = &["tpcc", "tpcc-no"];
-
-/// A node to crash, and when (ns from the start of the run).
-#[derive(Clone, Copy, Debug)]
-struct Crash {
-    node: u16,
-    at_ns: u64,
-}
-
-impl Crash {
-    /// The fault a backend injects.
-    fn fault(&self) -> NodeFault {
-        NodeFault { node: NodeId(self.node), at_ns: self.at_ns, kind: NodeFaultKind::Crash }
-    }
-}
 
 /// `--crash NODE@SECONDS`, checked against the cluster and the run's window.
 fn crashes(a: &BenchArgs, cfg: &TxnConfig, seconds: f64) -> Result<Vec<Crash>, CliError> {
@@ -989,66 +954,45 @@ fn run_workload<W: Workload>(a: &BenchArgs, shared: Run, workload: W) -> Result<
             CliError::Run(anyhow::anyhow!("{other} (replay: hytra {})", argv.join(" ")))
         }
     })?;
-    let types = workload.txn_types();
-    print_report(a, &cfg, types, &result, seconds, sim);
-    if let Some(p) = &auto {
-        let each: Vec<String> =
-            p.trials.iter().map(|t| format!("{} {}", t.label, rate(t.tps))).collect();
-        println!("design auto  chose {} (trials, txn/s: {})", p.chosen().label, each.join(", "));
-    }
+    let cpu_name = a.cpu_profile.as_deref().unwrap_or(CPU_PROFILE_DEFAULT);
+    let setup = BenchSetup {
+        workload: &a.workload,
+        backend: &a.backend,
+        shape,
+        seed: a.seed,
+        seconds,
+        cfg: &cfg,
+        params: &used,
+        sim: sim.then_some((a.profile.as_str(), cpu_name)),
+        ucx: (a.backend == "ucx").then_some((a.transports.as_str(), wait_name(a.wait))),
+        types: workload.txn_types(),
+    };
+    let mut report = BenchReport::new(&setup, &result, started.elapsed());
     let recovered = recovery_times(&crashes, &used, &result);
-    if !crashes.is_empty() {
-        print_recovery(&recovered, lease_of(&cfg, sim).lease_ns, &result.recovery.still_copying);
+    if !recovered.is_empty() {
+        report = report.with_crashes(&recovered, &result);
+    }
+    if let Some(p) = &auto {
+        report.design_auto = Some(AutoReport {
+            chose: p.chosen().label.clone(),
+            trials: p
+                .trials
+                .iter()
+                .map(|t| TrialReport { candidate: t.label.clone(), throughput_tps: t.tps })
+                .collect(),
+        });
     }
     // Processes of a cluster that died (`hytra cluster --kill`): their part came from
     // their journals.
-    let lost: Vec<u16> = match crashes.is_empty() {
-        true => result.recovery.crashed.iter().map(|n| n.0).collect(),
-        false => Vec::new(),
-    };
-    // Whether re-replication made every partition whole again after the last loss (as
-    // far as this process saw: the manager, which reports, records it).
-    let replicated = result
-        .recovery
-        .events
-        .iter()
-        .any(|(_, e)| matches!(e.step, hytra_txn::RecoveryStep::Replicated { .. }));
-    if !lost.is_empty() {
-        println!(
-            "lost nodes   {lost:?} died during the run: the survivors removed them, went on, and checked their part from their journals"
-        );
-        match (replicated, result.recovery.still_copying.is_empty()) {
-            (true, true) => {
-                println!("             re-replicated: every partition's copies whole again")
-            }
-            (_, false) => print_still_copying(&result.recovery.still_copying),
-            (false, true) => {}
-        }
+    if crashes.is_empty() && !result.recovery.crashed.is_empty() {
+        report = report.with_lost(result.recovery.crashed.iter().map(|n| n.0).collect(), &result);
     }
+    print_report(&report, setup.types, lease_of(&cfg, sim).lease_ns);
     if let (Some(file), Some(path)) = (out, a.json.as_deref()) {
-        let mut doc = json_report(a, &cfg, types, &used, &result, seconds, sim, started.elapsed());
-        if !recovered.is_empty() {
-            doc["crashes"] = json_recovery(&recovered, &result);
-        }
-        if let Some(p) = &auto {
-            let each: Vec<_> = p
-                .trials
-                .iter()
-                .map(|t| json!({"candidate": t.label, "throughput_tps": t.tps}))
-                .collect();
-            doc["design_auto"] = json!({"chose": p.chosen().label, "trials": each});
-        }
-        if !lost.is_empty() {
-            doc["lost_nodes"] = serde_json::json!(lost);
-            doc["replicated"] = serde_json::json!(replicated);
-            let copying: Vec<[u16; 2]> =
-                result.recovery.still_copying.iter().map(|&(p, n)| [p, n.0]).collect();
-            doc["still_copying"] = serde_json::json!(copying);
-        }
+        let doc = serde_json::to_value(&report).expect("a report serializes");
         write_json(file, path, &doc)?;
     }
-    if a.check && !result.checker.as_ref().is_some_and(|c| c.serializable()) || !result.invariant.ok
-    {
+    if a.check && report.checker.serializable != Some(true) || !report.invariant_ok {
         return Err(CliError::Run(anyhow::anyhow!("correctness check failed (see above)")));
     }
     Ok(())
@@ -1057,117 +1001,6 @@ fn run_workload<W: Workload>(a: &BenchArgs, shared: Run, workload: W) -> Result<
 /// The leases a run uses: `--lease-ms`, or the backend's.
 fn lease_of(cfg: &TxnConfig, sim: bool) -> RecoveryParams {
     cfg.recovery.unwrap_or(if sim { RecoveryParams::simulated() } else { RecoveryParams::real() })
-}
-
-fn recovery_times<R>(
-    crashes: &[Crash],
-    params: &BenchParams,
-    r: &BenchResult<R>,
-) -> Vec<(Crash, RecoveryTimes)> {
-    let (mut from, to) = (params.warmup_ns, params.warmup_ns + params.measure_ns);
-    let mut out: Vec<(Crash, RecoveryTimes)> = Vec::with_capacity(crashes.len());
-    for (k, &c) in crashes.iter().enumerate() {
-        // Crashes at one instant are one failure: the same window before it.
-        if let Some(t) = out.last().filter(|(p, _)| p.at_ns == c.at_ns).map(|&(_, t)| t) {
-            out.push((c, t));
-            continue;
-        }
-        // Each crash's rates are measured between the recovery from the previous one (none
-        // if it had not recovered) and the next one.
-        let until = crashes[k + 1..].iter().map(|n| n.at_ns).find(|&t| t > c.at_ns).unwrap_or(to);
-        let t = r.recovery.times(c.at_ns, params.timeline_ns, from.min(c.at_ns), until);
-        from = t.recovered_ns.map_or(c.at_ns, |ns| c.at_ns + ns);
-        out.push((c, t));
-    }
-    out
-}
-
-fn print_recovery(
-    times: &[(Crash, RecoveryTimes)],
-    lease_ns: u64,
-    still_copying: &[(u16, NodeId)],
-) {
-    let ms = |t: Option<u64>| match t {
-        Some(ns) => format!("+{:.2} ms", ns as f64 / 1e6),
-        None => "not within the run".to_string(),
-    };
-    for (c, t) in times {
-        println!(
-            "crash        node {} at {:.3} ms (lease {} ms): detected {}, new configuration {}, every partition active {}",
-            c.node,
-            c.at_ns as f64 / 1e6,
-            lease_ns as f64 / 1e6,
-            ms(t.detected_ns),
-            ms(t.configured_ns),
-            ms(t.active_ns)
-        );
-        println!(
-            "             survivors back to {:.0}% of their {:.0} txn/s before the crash: {}{}",
-            RECOVERED_SHARE * 100.0,
-            t.before_tps,
-            ms(t.recovered_ns),
-            if t.recovered_ns.is_some() {
-                format!(" ({:.0} txn/s from then on)", t.after_tps)
-            } else {
-                String::new()
-            }
-        );
-        if let Some(ns) = t.replicated_ns {
-            println!(
-                "             re-replicated: every partition's copies whole again {}",
-                ms(Some(ns))
-            );
-        }
-    }
-    if !still_copying.is_empty() {
-        print_still_copying(still_copying);
-    }
-}
-
-/// The backups still copying their partitions when the run ended.
-fn print_still_copying(still_copying: &[(u16, NodeId)]) {
-    let list: Vec<String> =
-        still_copying.iter().map(|(p, n)| format!("partition {p} on {n}")).collect();
-    println!("             still copying at the end of the run: {}", list.join(", "));
-}
-
-fn json_recovery<R>(times: &[(Crash, RecoveryTimes)], r: &BenchResult<R>) -> serde_json::Value {
-    let ms = |t: Option<u64>| t.map(|ns| ns as f64 / 1e6);
-    let crashes: Vec<serde_json::Value> = times
-        .iter()
-        .map(|(c, t)| {
-            json!({
-                "node": c.node,
-                "at_s": c.at_ns as f64 / 1e9,
-                "detected_ms": ms(t.detected_ns),
-                "configured_ms": ms(t.configured_ns),
-                "active_ms": ms(t.active_ns),
-                "replicated_ms": ms(t.replicated_ns),
-                "recovered_ms": ms(t.recovered_ns),
-                "recovered_share": RECOVERED_SHARE,
-                "survivors_tps_before": t.before_tps,
-                "survivors_tps_after": t.after_tps,
-            })
-        })
-        .collect();
-    let steps: Vec<serde_json::Value> = r
-        .recovery
-        .events
-        .iter()
-        .map(|(n, e)| json!({ "node": n.0, "at_s": e.at_ns as f64 / 1e9, "step": format!("{:?}", e.step) }))
-        .collect();
-    let copying: Vec<serde_json::Value> = r
-        .recovery
-        .still_copying
-        .iter()
-        .map(|(p, n)| json!({ "partition": p, "node": n.0 }))
-        .collect();
-    json!({
-        "each": crashes,
-        "steps": steps,
-        "survivors_timeline": r.recovery.survivors_timeline,
-        "still_copying": copying,
-    })
 }
 
 /// A progress bar on standard error, shown once a run has lasted two seconds.
@@ -1217,219 +1050,191 @@ fn wall_progress(
     })
 }
 
-fn phase_means(r: &BenchResult<impl Sized>) -> [f64; 4] {
-    let n = r.stats.commits.max(1) as f64;
-    r.stats.phase_ns.map(|s| s as f64 / n / 1e3)
-}
-
 /// The checker's and the invariant's verdicts.
-fn print_verdicts<R>(r: &BenchResult<R>) {
-    match &r.checker {
-        Some(c) if c.serializable() => println!(
+fn print_verdicts(r: &BenchReport) {
+    let c = &r.checker;
+    match c.serializable {
+        Some(true) => println!(
             "checker      serializable ({} transactions, {} dependencies)",
-            c.txns, c.edges
+            c.transactions.unwrap_or(0),
+            c.dependencies.unwrap_or(0)
         ),
-        Some(c) => println!(
-            "checker      NOT serializable: {:?}",
-            &c.violations[..c.violations.len().min(3)]
-        ),
+        Some(false) => {
+            println!("checker      NOT serializable: [{}]", c.first_violations.join(", "))
+        }
         None => println!("checker      not run (use --check)"),
     }
     println!(
         "invariant    {} ({})",
-        if r.invariant.ok { "ok" } else { "VIOLATED" },
-        r.invariant.details.join("; ")
+        if r.invariant_ok { "ok" } else { "VIOLATED" },
+        r.invariant.join("; ")
     );
 }
 
-fn print_report<R>(
-    a: &BenchArgs,
-    cfg: &TxnConfig,
-    types: &[&str],
-    r: &BenchResult<R>,
-    seconds: f64,
-    sim: bool,
-) {
-    let s = &r.stats;
-    let tps = s.commits as f64 / seconds;
-    let workers = f64::from(a.nodes) * f64::from(a.workers);
-    let clock = if sim { "virtual" } else { "wall" };
-    let fabric = fabric_label(a, sim);
+/// What the report's first line says the fabric was.
+fn fabric_label(r: &BenchReport) -> String {
+    match (&r.sim, &r.ucx) {
+        (Some(sim), _) => sim.profile.clone(),
+        (None, Some(ucx)) => format!("{}, wait {}", ucx.transports, ucx.wait),
+        (None, None) => "threads".into(),
+    }
+}
+
+/// The report as `hytra bench` prints it; `types` in the workload's order.
+fn print_report(r: &BenchReport, types: &[&str], lease_ns: u64) {
+    let clock = if r.sim.is_some() { "virtual" } else { "wall" };
     println!(
-        "\n{} on {} ({fabric}): {} nodes x {} workers x {} coroutines, design {}, replication {}, {} measured ({clock})",
-        a.workload, a.backend, a.nodes, a.workers, a.coroutines, cfg.design.name(), cfg.replication,
-        Span::from_ns((seconds * 1e9).round() as u64)
+        "\n{} on {} ({}): {} nodes x {} workers x {} coroutines, design {}, replication {}, {} measured ({clock})",
+        r.workload, r.backend, fabric_label(r), r.nodes, r.workers, r.coroutines, r.design, r.replication,
+        Span::from_ns((r.seconds * 1e9).round() as u64)
     );
     let on = |b: bool| if b { "on" } else { "off" };
+    let c = &r.config;
     println!(
         "phases use   execution {}, lock {}, validation {}, log {}, commit {}; passive ACK {}, outstanding requests {}\n",
-        cfg.exec.name(),
-        cfg.lock.name(),
-        cfg.validate.name(),
-        cfg.log.name(),
-        cfg.commit.name(),
-        on(cfg.passive_ack),
-        on(cfg.outstanding)
+        c.exec, c.lock, c.validate, c.log, c.commit, on(c.passive_ack), on(c.outstanding)
     );
-    println!("throughput   {} txn/s ({} txn/s per worker)", rate(tps), rate(tps / workers));
+    let workers = f64::from(r.nodes) * f64::from(r.workers);
+    println!(
+        "throughput   {} txn/s ({} txn/s per worker)",
+        rate(r.throughput_tps),
+        rate(r.throughput_tps / workers)
+    );
+    let class_rate = |c: AbortClass| r.abort_rate_by_class.get(c.key()).copied().unwrap_or(0.0);
     let classes: Vec<String> = AbortClass::ALL
         .iter()
-        .filter(|c| s.abort_rate_of(**c) > 0.0)
-        .map(|c| format!("{:.2}% {}", s.abort_rate_of(*c) * 100.0, c.name()))
+        .filter(|c| class_rate(**c) > 0.0)
+        .map(|c| format!("{:.2}% {}", class_rate(*c) * 100.0, c.name()))
         .collect();
     println!(
         "abort rate   {:.2}% of attempts{}{}; {} gave up after {} attempts",
-        s.abort_rate() * 100.0,
+        r.abort_rate * 100.0,
         if classes.is_empty() { "" } else { ": " },
         classes.join(", "),
-        s.gave_up,
-        cfg.retries_max
+        r.gave_up,
+        c.retries_max
     );
-    let q = |p: f64| s.latency.quantile(p) as f64 / 1e3;
-    println!("latency      p50 {:.1} µs   p90 {:.1} µs   p99 {:.1} µs", q(0.5), q(0.9), q(0.99));
-    let ph = phase_means(r);
+    let l = &r.latency_us;
+    println!("latency      p50 {:.1} µs   p90 {:.1} µs   p99 {:.1} µs", l.p50, l.p90, l.p99);
+    let ph = &r.phases_us;
+    let means = [ph.execution, ph.validation, ph.logging, ph.commit];
     println!(
         "phases       {} (mean per committed transaction, µs)",
         Phase::ALL
             .iter()
-            .zip(ph)
+            .zip(means)
             .map(|(p, v)| format!("{} {v:.2}", p.name()))
             .collect::<Vec<_>>()
             .join(", ")
     );
     let reasons: Vec<String> = AbortReason::ALL
         .iter()
-        .filter(|r| s.aborts[r.index_pub()] > 0)
-        .map(|r| format!("{} {}", r.name(), s.aborts[r.index_pub()]))
+        .filter_map(|a| {
+            r.aborts.get(a.name()).filter(|&&n| n > 0).map(|n| format!("{} {n}", a.name()))
+        })
         .collect();
     if !reasons.is_empty() {
         println!("aborts       {}", reasons.join(", "));
     }
-    if a.workload == "smallbank" && s.abort_rate_of(AbortClass::Workload) > 0.0 {
+    if r.workload == "smallbank" && class_rate(AbortClass::Workload) > 0.0 {
         println!("             {}", hytra_workloads::smallbank::WORKLOAD_ABORTS);
     }
-    if s.nic_lookups + s.nic_busy > 0 {
+    let n = &r.nic_lookups;
+    if n.sent + n.slot_busy > 0 {
         println!(
             "nic lookups  {} sent: {} found the record, {} fell back to RPC, {} timed out; {} cache misses went by RPC (slot busy)",
-            s.nic_lookups, s.nic_found, s.nic_fallbacks, s.nic_timeouts, s.nic_busy
+            n.sent, n.found, n.fell_back, n.timed_out, n.slot_busy
         );
     }
     let mut t = Table::new(&["type", "commits", "aborts"]);
-    for (i, name) in types.iter().enumerate() {
-        t.row(vec![name.to_string(), s.per_type[i].0.to_string(), s.per_type[i].1.to_string()]);
+    for name in types {
+        let k = r.per_type.get(*name).copied().unwrap_or(TypeCounts { commits: 0, aborts: 0 });
+        t.row(vec![name.to_string(), k.commits.to_string(), k.aborts.to_string()]);
     }
     println!("\n{}\n", t.render());
     print_verdicts(r);
-    if sim {
-        let run_s = r.run.wall_ns as f64 / 1e9;
+    print_after(r, lease_ns);
+}
+
+/// The report's lines after the verdicts: the simulation's speed, `--design auto`'s
+/// trials, and what recovery did.
+fn print_after(r: &BenchReport, lease_ns: u64) {
+    if let (Some(sim), Some(hash)) = (&r.sim, &r.trace_hash) {
         println!(
-            "simulation   {:.2} s of wall time: {:.0} transactions and {:.2} M events per wall-second; trace hash {:#018x}",
-            run_s,
-            r.attempts_total as f64 / run_s,
-            r.run.events as f64 / run_s / 1e6,
-            r.run.trace_hash
+            "simulation   {:.2} s of wall time: {:.0} transactions and {:.2} M events per wall-second; trace hash {hash}",
+            sim.run_wall_s,
+            sim.txn_per_wall_s,
+            sim.events_per_wall_s / 1e6,
         );
+    }
+    if let Some(auto) = &r.design_auto {
+        let each: Vec<String> = auto
+            .trials
+            .iter()
+            .map(|t| format!("{} {}", t.candidate, rate(t.throughput_tps)))
+            .collect();
+        println!("design auto  chose {} (trials, txn/s: {})", auto.chose, each.join(", "));
+    }
+    if let Some(crashes) = &r.crashes {
+        print_recovery(crashes, lease_ns);
+    }
+    if let Some(lost) = &r.lost_nodes {
+        println!(
+            "lost nodes   {lost:?} died during the run: the survivors removed them, went on, and checked their part from their journals"
+        );
+        let copying = r.still_copying.as_deref().unwrap_or(&[]);
+        match (r.replicated == Some(true), copying.is_empty()) {
+            (true, true) => {
+                println!("             re-replicated: every partition's copies whole again")
+            }
+            (_, false) => print_still_copying(copying.iter().map(|&[p, n]| (p, n))),
+            (false, true) => {}
+        }
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn json_report<R>(
-    a: &BenchArgs,
-    cfg: &TxnConfig,
-    types: &[&str],
-    params: &BenchParams,
-    r: &BenchResult<R>,
-    seconds: f64,
-    sim: bool,
-    wall: Duration,
-) -> serde_json::Value {
-    let s = &r.stats;
-    let ph = phase_means(r);
-    let q = |p: f64| s.latency.quantile(p) as f64 / 1e3;
-    let per_type: serde_json::Map<String, serde_json::Value> = types
-        .iter()
-        .enumerate()
-        .map(|(i, n)| {
-            (n.to_string(), json!({ "commits": s.per_type[i].0, "aborts": s.per_type[i].1 }))
-        })
-        .collect();
-    let aborts: serde_json::Map<String, serde_json::Value> = AbortReason::ALL
-        .iter()
-        .map(|r| (r.name().to_string(), json!(s.aborts[r.index_pub()])))
-        .collect();
-    let mut doc = json!({
-        "command": "bench",
-        "workload": a.workload,
-        "design": cfg.design.name(),
-        "backend": a.backend,
-        "nodes": a.nodes,
-        "workers": a.workers,
-        "coroutines": a.coroutines,
-        "replication": cfg.replication,
-        "seconds": seconds,
-        "seed": a.seed,
-        "config": {
-            "exec": cfg.exec.name(),
-            "lock": cfg.lock.name(),
-            "validate": cfg.validate.name(),
-            "log": cfg.log.name(),
-            "commit": cfg.commit.name(),
-            "passive_ack": cfg.passive_ack,
-            "outstanding": cfg.outstanding,
-            "inline": cfg.inline,
-            "doorbell_batching": params.rt.doorbell_batching,
-            "rpc_coalescing": params.rt.rpc_coalescing,
-            "warm_cache": params.warm_cache,
-            "cache_bytes": cfg.cache_bytes,
-            "retries_max": cfg.retries_max,
-            "log_ring_bytes": cfg.log_ring_bytes,
-        },
-        "throughput_tps": s.commits as f64 / seconds,
-        "abort_rate": s.abort_rate(),
-        "abort_rate_cc": s.cc_abort_rate(),
-        "abort_rate_by_class": AbortClass::ALL
-            .iter()
-            .map(|c| (c.key().to_string(), json!(s.abort_rate_of(*c))))
-            .collect::<serde_json::Map<_, _>>(),
-        "committed": s.commits,
-        "gave_up": s.gave_up,
-        "aborts": aborts,
-        "latency_us": { "p50": q(0.5), "p90": q(0.9), "p99": q(0.99) },
-        "phases_us": { "execution": ph[0], "validation": ph[1], "logging": ph[2], "commit": ph[3] },
-        "per_type": per_type,
-        "checker": match &r.checker {
-            Some(c) => json!({ "checked": true, "serializable": c.serializable(), "transactions": c.txns, "violations": c.violations.len() }),
-            None => json!({ "checked": false, "serializable": null }),
-        },
-        "invariant_ok": r.invariant.ok,
-        "invariant": r.invariant.details,
-        "location_cache": { "hits": r.cache_hits, "misses": r.cache_misses },
-        "nic_lookups": {
-            "sent": s.nic_lookups,
-            "found": s.nic_found,
-            "fell_back": s.nic_fallbacks,
-            "slot_busy": s.nic_busy,
-            "timed_out": s.nic_timeouts,
-        },
-        "wall_s": wall.as_secs_f64(),
-    });
-    if a.backend == "ucx" {
-        doc["ucx"] = ucx_json(a, &r.run);
+/// Each crash and how long recovery took.
+fn print_recovery(crashes: &CrashesReport, lease_ns: u64) {
+    let ms = |t: Option<f64>| match t {
+        Some(ms) => format!("+{ms:.2} ms"),
+        None => "not within the run".to_string(),
+    };
+    for c in &crashes.each {
+        println!(
+            "crash        node {} at {:.3} ms (lease {} ms): detected {}, new configuration {}, every partition active {}",
+            c.node,
+            c.at_s * 1e3,
+            lease_ns as f64 / 1e6,
+            ms(c.detected_ms),
+            ms(c.configured_ms),
+            ms(c.active_ms)
+        );
+        println!(
+            "             survivors back to {:.0}% of their {:.0} txn/s before the crash: {}{}",
+            c.recovered_share * 100.0,
+            c.survivors_tps_before,
+            ms(c.recovered_ms),
+            if c.recovered_ms.is_some() {
+                format!(" ({:.0} txn/s from then on)", c.survivors_tps_after)
+            } else {
+                String::new()
+            }
+        );
+        if c.replicated_ms.is_some() {
+            println!(
+                "             re-replicated: every partition's copies whole again {}",
+                ms(c.replicated_ms)
+            );
+        }
     }
-    if sim {
-        doc["trace_hash"] = json!(format!("{:#018x}", r.run.trace_hash));
-        // Speed of the simulation itself: the run's wall time, without setup and loading,
-        // and every transaction it simulated (warm-up included).
-        let run_s = r.run.wall_ns as f64 / 1e9;
-        doc["sim"] = json!({
-            "profile": a.profile,
-            "cpu_profile": a.cpu_profile.as_deref().unwrap_or(CPU_PROFILE_DEFAULT),
-            "events": r.run.events,
-            "verbs": r.run.verbs,
-            "run_wall_s": run_s,
-            "events_per_wall_s": r.run.events as f64 / run_s,
-            "txn_per_wall_s": r.attempts_total as f64 / run_s,
-        });
+    if !crashes.still_copying.is_empty() {
+        print_still_copying(crashes.still_copying.iter().map(|c| (c.partition, c.node)));
     }
-    doc
+}
+
+/// The backups still copying their partitions when the run ended: (partition, node).
+fn print_still_copying(still_copying: impl Iterator<Item = (u16, u16)>) {
+    let list: Vec<String> =
+        still_copying.map(|(p, n)| format!("partition {p} on {}", NodeId(n))).collect();
+    println!("             still copying at the end of the run: {}", list.join(", "));
 }

@@ -326,6 +326,14 @@ fn bench_json_reports_a_checked_serializable_run_that_replays() {
     let sum: f64 = classes.values().map(|v| v.as_f64().unwrap()).sum();
     assert!((sum - ja["abort_rate"].as_f64().unwrap()).abs() < 1e-9, "{ja}");
     assert_eq!(classes["contention"], ja["abort_rate_cc"], "{ja}");
+    // The file reads back as the library's typed report, of the current layout.
+    let typed: hytra_lab::bench::BenchReport =
+        serde_json::from_str(&std::fs::read_to_string(&a).unwrap()).expect("a BenchReport");
+    assert_eq!(typed.schema, hytra_lab::bench::BENCH_SCHEMA);
+    assert_eq!(Some(typed.committed), ja["committed"].as_u64());
+    assert_eq!(typed.checker.serializable, Some(true));
+    assert_eq!(serde_json::to_value(&typed).unwrap(), ja, "nothing lost reading it back");
+    let _ = (std::fs::remove_file(&a), std::fs::remove_file(&b));
 }
 
 /// `--design auto` runs a trial of every candidate, keeps the fastest (the run then uses

@@ -4,6 +4,8 @@
 //! - `workload`: workloads by name, with their sizing ([`WorkloadSpec`])
 //! - `backend`: backends by name ([`BackendSpec`])
 //! - `run`: one run of a workload on a backend, measured and judged ([`run()`])
+//! - `bench`: what a `hytra bench` run reports, typed ([`bench::BenchReport`]), and the
+//!   recovery times of its crashes
 //! - `cpu_profile`: CPU profiles, the simulator's costs of hytra's own code
 //! - `calibrate`: measuring those costs on this machine and fitting a profile
 //! - `swarm`: whole configurations drawn from a seed, run and judged by every oracle
@@ -13,6 +15,7 @@
 //! - `table`: tables printed with aligned columns
 
 pub mod backend;
+pub mod bench;
 pub mod calibrate;
 pub mod cluster_file;
 pub mod cpu_profile;
