@@ -1,5 +1,5 @@
-//! Swarm seeds that crash nodes (or pause one past its lease) and once failed, each replayed: the bug it found stays
-//! fixed. Each names what it found (docs/TESTING.md, "What it found").
+//! Swarm seeds that crash nodes (or pause one past its lease, or cut it off), and others
+//! that once failed, each replayed: the bug it found stays fixed. Each names what it found (docs/TESTING.md, "What it found").
 
 use hytra_lab::swarm::{draw, run_seed, SwarmBackend};
 use hytra_txn::ProtocolPoint;
@@ -107,5 +107,18 @@ fn crashes_at_each_point_of_the_protocol_are_recovered_from() {
         let reached = r.dimensions.iter().any(|(k, v)| *k == "crash point reached" && v == "true");
         assert!(reached, "seed {seed} reached {point:?}: {}", r.summary);
         assert!(r.passed(), "seed {seed} ({point:?}): {:?}\n{}", r.findings, r.summary);
+    }
+}
+
+/// Seeds with no node fault that once failed: (seed, what it found).
+const OTHERS: [(u64, &str); 1] = [(
+    42344,
+    "YCSB-E's coroutines each sent a READ for every record of their scans before collecting any: together they took every call slot of their worker, and each waited for one more",
+)];
+
+#[test]
+fn other_seeds_that_found_bugs_pass() {
+    for (seed, found) in OTHERS {
+        passes(seed, SwarmBackend::Sim, found);
     }
 }

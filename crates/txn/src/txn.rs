@@ -369,6 +369,19 @@ impl<E: Endpoint> TxnCtx<E> {
         Ok(addr)
     }
 
+    /// Requests an attempt keeps in flight before it collects them: one without
+    /// outstanding requests; with them, its share of half the worker's call slots. A slot
+    /// is free again only once its caller collected the reply, so coroutines that each
+    /// sent as many as they had records could together take every slot, and then each
+    /// would wait for one more while none collected (YCSB-E's scans of a thousand records
+    /// did). The other half is for the background task and for membership.
+    pub(crate) fn in_flight_max(&self) -> usize {
+        if !self.node.cfg.outstanding {
+            return 1;
+        }
+        (hytra_rt::constants::CALLS_MAX / 2 / usize::from(self.node.scratch.coroutines)).max(1)
+    }
+
     /// Whether a newer configuration was installed since the attempt began: it may post
     /// nothing more that changes another node's memory (the node is quiescing its
     /// connections for recovery).
@@ -700,7 +713,6 @@ impl<E: Endpoint> TxnCtx<E> {
     /// Fetches the accesses listed in `idxs`, each for update when it is in the write
     /// set (it joined it when it was named, before any fetch).
     async fn fetch(&mut self, idxs: &[usize]) -> Result<(), Abort> {
-        let outstanding = self.node.cfg.outstanding;
         let mut pending = std::mem::take(&mut self.pending);
         // The reads of earlier calls all landed (and were copied out): their scratch is
         // free. Execution uses scratch for nothing else.
@@ -729,7 +741,7 @@ impl<E: Endpoint> TxnCtx<E> {
                     break;
                 }
             }
-            if !outstanding {
+            if pending.len() >= self.in_flight_max() {
                 result = self.drain(&mut pending).await;
                 if result.is_err() {
                     break;

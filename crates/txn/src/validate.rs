@@ -65,7 +65,7 @@ impl<E: Endpoint> TxnCtx<E> {
                     break;
                 }
             }
-            if !self.node.cfg.outstanding {
+            if flights.len() >= self.in_flight_max() {
                 result = result.and(self.land(&mut flights, true).await);
                 if result.is_err() {
                     break;
@@ -111,7 +111,7 @@ impl<E: Endpoint> TxnCtx<E> {
                     break;
                 }
             }
-            if !self.node.cfg.outstanding {
+            if flights.len() >= self.in_flight_max() {
                 result = result.and(self.land(&mut flights, false).await);
                 if result.is_err() {
                     break;
