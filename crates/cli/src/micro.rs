@@ -3,19 +3,18 @@
 //! program doing the same operation (what hytra's layers cost).
 
 use std::path::PathBuf;
-use std::time::Instant;
 
-use anyhow::Context;
 use clap::Args;
 use hytra_fabric::constants::DATAGRAM_MTU;
-use hytra_fabric::local::{LocalCluster, LocalConfig};
+use hytra_fabric::local::LocalConfig;
 use hytra_fabric::sim::profile::NicProfile;
-use hytra_fabric::sim::{CpuMode, SimCluster, SimConfig};
-use hytra_fabric::{ClusterShape, RunStats};
-use hytra_workloads::micro::{
-    check_payload, effective_payload, run_point_settled, MicroError, MicroParams, Point, Primitive,
-    SETTLED_OPS_MIN,
+use hytra_fabric::sim::{CpuMode, SimConfig};
+use hytra_fabric::ClusterShape;
+use hytra_lab::micro::{
+    baseline_outstanding, baseline_outstanding_max, run_matrix, MatrixRun, Measured, MicroBackend,
+    MicroPlan, MultiCell, MULTI_COLUMNS, NO_BASELINE,
 };
+use hytra_workloads::micro::{check_payload, MicroError, MicroParams, Primitive, SETTLED_OPS_MIN};
 use serde_json::json;
 
 use crate::choice::{named, on_or, Switch};
@@ -107,29 +106,11 @@ pub struct MicroArgs {
     ucp_baseline: bool,
 }
 
-/// Everything validated, ready to run.
-#[derive(Clone)]
-struct Plan {
-    backend: BackendKind,
-    #[cfg_attr(not(feature = "ucx"), allow(dead_code))]
-    transports: String,
-    profile: NicProfile,
-    cpu: CpuMode,
-    shape: ClusterShape,
-    threads: Option<usize>,
-    primitives: Vec<Primitive>,
-    payloads: Vec<u32>,
-    lanes: Vec<u16>,
-    params: MicroParams,
-    /// Run the minimal UCP program after each point (`--ucp-baseline`).
-    ucp_baseline: bool,
-}
-
 #[allow(
     clippy::too_many_lines,
     reason = "longer than the limit before the limit was set; split it when it next changes"
 )]
-fn plan(a: &MicroArgs) -> Result<Plan, CliError> {
+fn plan(a: &MicroArgs) -> Result<MicroPlan, CliError> {
     let backend = BackendKind::parse(&a.backend)?;
     let Some(profile) = NicProfile::by_name(&a.profile) else {
         return usage(format!(
@@ -222,13 +203,16 @@ fn plan(a: &MicroArgs) -> Result<Plan, CliError> {
     if a.ucp_baseline {
         check_baseline(a, backend, shape, &lanes, &params)?;
     }
-    Ok(Plan {
+    let backend = match backend {
+        BackendKind::Sim => MicroBackend::Sim { profile: Box::new(profile), cpu },
+        BackendKind::Local => MicroBackend::Local { threads: a.threads },
+        BackendKind::Ucx => {
+            MicroBackend::Ucx { transports: a.transports.clone(), threads: a.threads }
+        }
+    };
+    Ok(MicroPlan {
         backend,
-        transports: a.transports.clone(),
-        profile,
-        cpu,
         shape,
-        threads: a.threads,
         primitives,
         payloads,
         lanes,
@@ -278,24 +262,6 @@ fn check_baseline(
     Ok(())
 }
 
-/// Operations in flight the minimal UCP program's workers support.
-#[cfg(feature = "ucx")]
-fn baseline_outstanding_max() -> u64 {
-    u64::from(hytra_fabric::ucx::minimal::OUTSTANDING_MAX)
-}
-
-#[cfg(not(feature = "ucx"))]
-fn baseline_outstanding_max() -> u64 {
-    unreachable!("--ucp-baseline is refused by plan() without the ucx feature")
-}
-
-/// Operations a node keeps in flight in hytra's benchmark, which the minimal program's one
-/// worker per node keeps too: every coroutine of every worker posts `batch` requests and
-/// waits for them all.
-fn baseline_outstanding(shape: ClusterShape, params: &MicroParams) -> u64 {
-    u64::from(params.coroutines) * u64::from(params.batch) * u64::from(shape.workers_per_node)
-}
-
 fn parse_cpu(s: &str) -> Result<CpuMode, CliError> {
     let bad =
         || CliError::Usage(format!("--cpu '{s}': expected model, measured or measured:SCALE"));
@@ -310,241 +276,45 @@ fn parse_cpu(s: &str) -> Result<CpuMode, CliError> {
     }
 }
 
-/// One measured point with the run's statistics.
-struct Measured {
-    point: Point,
-    stats: RunStats,
-    /// The minimal UCP program on the same point (`--ucp-baseline`; `None` without it or
-    /// for primitives it has no equivalent of).
-    baseline: Option<Baseline>,
-    /// The window asked for (`point.window_ns` is longer when it had to be extended).
-    asked_ns: u64,
-}
-
-impl Measured {
-    /// What to add to a progress line when the window was extended.
-    fn extension_note(&self) -> String {
-        if self.point.window_ns > self.asked_ns {
-            format!(
-                " (window extended from {} to {}: the shorter one held fewer than {SETTLED_OPS_MIN} completions or less than twice the p99 latency)",
-                Span::from_ns(self.asked_ns),
-                Span::from_ns(self.point.window_ns)
-            )
-        } else {
-            String::new()
-        }
-    }
-}
-
-/// What the minimal UCP program measured for one point.
-#[derive(Clone, Debug)]
-struct Baseline {
-    /// The UCP operation it ran for hytra's primitive.
-    op: &'static str,
-    /// Operations in flight per worker.
-    outstanding: u32,
-    /// Puts per flush (WRITE only; hytra's signaled WRITE is followed by a flush).
-    signal_every: u32,
-    /// Operations completed in the window, both workers.
-    ops: u64,
-    /// Per node, as hytra's rate.
-    ops_per_sec: f64,
-    /// Per operation (per flushed group of puts for WRITE), not per batch as hytra's.
-    mean_ns: u64,
-    p50_ns: u64,
-    p99_ns: u64,
-}
-
-impl Baseline {
-    /// UCP's rate over hytra's: how many times faster plain UCP is (the goal is <= 1.5).
-    fn ratio(&self, hytra_ops_per_sec: f64) -> Option<f64> {
-        (hytra_ops_per_sec > 0.0).then(|| self.ops_per_sec / hytra_ops_per_sec)
-    }
-}
-
-/// Runs the minimal UCP program for `primitive`; `None` for the WRITE-based RPCs, which
-/// have no single UCP operation to compare with.
-#[cfg(feature = "ucx")]
-fn measure_baseline(
-    plan: &Plan,
-    primitive: Primitive,
-    payload: u32,
-) -> anyhow::Result<Option<Baseline>> {
-    use hytra_fabric::ucx::minimal::{run_minimal, MinimalOp, MinimalParams};
-    let op = match primitive {
-        Primitive::Read => MinimalOp::Get,
-        Primitive::Write => MinimalOp::Put,
-        Primitive::Cas => MinimalOp::Cswap,
-        Primitive::Faa => MinimalOp::FetchAdd,
-        Primitive::Rpc => MinimalOp::AmRoundTrip,
-        Primitive::WriteRpc | Primitive::RpcWrite => return Ok(None),
-    };
-    let outstanding = u32::try_from(baseline_outstanding(plan.shape, &plan.params))
-        .expect("checked against OUTSTANDING_MAX by plan()");
-    let params = MinimalParams {
-        transports: Some(plan.transports.clone()),
-        op,
-        nodes: plan.shape.nodes,
-        payload: effective_payload(primitive, payload),
-        outstanding,
-        // With passive ACK only the last request of a batch is signaled, and the shim
-        // flushes after a signaled WRITE only: one flush per batch.
-        signal_every: if plan.params.passive_ack { u32::from(plan.params.batch) } else { 1 },
-        warmup_ns: plan.params.warmup_ns,
-        measure_ns: plan.params.measure_ns,
-    };
-    let r = run_minimal(&params)?;
-    // A yardstick that lost operations or read wrong data measures nothing.
-    for (i, n) in r.nodes.iter().enumerate() {
-        anyhow::ensure!(
-            n.failed == 0 && n.bad_data == 0,
-            "the minimal UCP program's worker {i} saw {} failed operations and {} wrong data",
-            n.failed,
-            n.bad_data
-        );
-    }
-    Ok(Some(Baseline {
-        op: op.name(),
-        outstanding,
-        signal_every: if op == MinimalOp::Put { params.signal_every } else { 1 },
-        ops: r.ops,
-        ops_per_sec: r.ops_per_sec,
-        mean_ns: r.mean_ns,
-        p50_ns: r.p50_ns,
-        p99_ns: r.p99_ns,
-    }))
-}
-
-#[cfg(not(feature = "ucx"))]
-fn measure_baseline(
-    _plan: &Plan,
-    _primitive: Primitive,
-    _payload: u32,
-) -> anyhow::Result<Option<Baseline>> {
-    unreachable!("--ucp-baseline is refused by plan() without the ucx feature")
-}
-
-fn measure(
-    plan: &Plan,
-    primitive: Primitive,
-    payload: u32,
-    lanes: u16,
-    self_check: bool,
-) -> anyhow::Result<Measured> {
-    let shape = ClusterShape { lanes_per_peer: lanes, ..plan.shape };
-    let mut params = plan.params;
-    if plan.backend == BackendKind::Sim {
-        // Large payloads are bandwidth-bound: the same number of requests in flight takes
-        // proportionally longer to drain, so the windows grow with the payload.
-        let scale = u64::from(payload.div_ceil(256)).max(1);
-        params.warmup_ns *= scale;
-        params.measure_ns *= scale;
-    }
-    let max = plan.backend.window_max_ns();
-    let (point, stats) = match plan.backend {
-        BackendKind::Sim => {
-            let cfg = SimConfig {
-                profile: plan.profile.clone(),
-                cpu: plan.cpu,
-                ..SimConfig::new(shape, plan.params.seed)
-            };
-            let fresh = || SimCluster::new(cfg.clone());
-            let (point, stats) = run_point_settled(fresh, primitive, payload, params, max)?;
-            if self_check {
-                let (_, replay) = run_point_settled(fresh, primitive, payload, params, max)?;
-                anyhow::ensure!(
-                    replay.trace_hash == stats.trace_hash,
-                    "self-check failed: trace hash {:#018x} then {:#018x} for the same seed",
-                    stats.trace_hash,
-                    replay.trace_hash
-                );
-            }
-            (point, stats)
-        }
-        BackendKind::Local => {
-            let mut cfg = LocalConfig::new(shape);
-            cfg.threads = plan.threads;
-            run_point_settled(|| LocalCluster::new(cfg.clone()), primitive, payload, params, max)?
-        }
-        #[cfg(feature = "ucx")]
-        BackendKind::Ucx => {
-            let mut cfg = hytra_fabric::ucx::UcxConfig::new(shape);
-            cfg.threads = plan.threads;
-            cfg.transports = Some(plan.transports.clone());
-            let fresh = || hytra_fabric::ucx::UcxCluster::new(cfg.clone());
-            run_point_settled(fresh, primitive, payload, params, max)?
-        }
-        #[cfg(not(feature = "ucx"))]
-        BackendKind::Ucx => unreachable!("refused by plan() without the ucx feature"),
-    };
-    Ok(Measured { point, stats, baseline: None, asked_ns: params.measure_ns })
-}
-
-/// The steps of the multi-object benchmark (Fig. 6), each adding one optimisation.
-const LADDER: [&str; 5] = ["baseline", "+CO", "+OR", "+DB", "+PA"];
-
-/// The parameters of ladder step `step` for transactions of `objects` objects.
-fn ladder_params(base: MicroParams, objects: u16, coroutines: u16, step: usize) -> MicroParams {
-    MicroParams {
-        coroutines: if step >= 1 { coroutines } else { 1 },
-        batch: if step >= 2 { objects } else { 1 },
-        doorbell: step >= 3,
-        passive_ack: step >= 4,
-        ..base
+/// What to add to a progress line when the window of `m` was extended.
+fn extension_note(m: &Measured) -> String {
+    if m.point.window_ns > m.asked_ns {
+        format!(
+            " (window extended from {} to {}: the shorter one held fewer than {SETTLED_OPS_MIN} completions or less than twice the p99 latency)",
+            Span::from_ns(m.asked_ns),
+            Span::from_ns(m.point.window_ns)
+        )
+    } else {
+        String::new()
     }
 }
 
 /// `hytra micro --multi-object N`: transactions per second per machine at each step.
-fn run_multi(args: &MicroArgs, plan: Plan, objects: u16) -> Result<(), CliError> {
+fn run_multi(args: &MicroArgs, plan: &MicroPlan, objects: u16) -> Result<(), CliError> {
     let out = args.json.as_deref().map(open_output).transpose()?;
     let payload = plan.payloads.first().copied().unwrap_or(64);
-    let lanes = plan.lanes.first().copied().unwrap_or(1);
-    // Read: one-sided READ vs an RPC returning the object. Write: one-sided WRITE vs an
-    // RPC carrying it. Passive ACK applies to writes only (a read needs its data).
-    let columns = [
-        ("read", Primitive::Read),
-        ("read", Primitive::Rpc),
-        ("write", Primitive::Write),
-        ("write", Primitive::RpcWrite),
-    ];
-    let mut rows = Vec::new();
+    let cells = hytra_lab::micro::run_multi(plan, objects, &mut |c| {
+        if let Some(m) = &c.measured {
+            eprintln!(
+                "{:<8} {:<5} {:<9}: {} M txn/s per node{}",
+                c.step,
+                c.op,
+                c.primitive.name(),
+                mops(c.txn_per_sec),
+                extension_note(m)
+            );
+        }
+    })
+    .map_err(|e| CliError::Run(e.into()))?;
     let mut t =
         Table::new(&["step", "read 1-sided", "read 2-sided", "write 1-sided", "write 2-sided"]);
-    for (step, name) in LADDER.iter().enumerate() {
-        let mut cells = vec![name.to_string()];
-        for &(op, p) in &columns {
-            if step == 4 && op == "read" {
-                cells.push("-".into());
-                continue;
-            }
-            let params = ladder_params(plan.params, objects, plan.params.coroutines, step);
-            let step_plan = Plan { params, ..plan.clone() };
-            let m = measure(&step_plan, p, payload, lanes, false)
-                .with_context(|| format!("measuring {} at step {name}", p.name()))?;
-            // Per-operation rates become transactions of `objects` operations.
-            let txn_per_sec = m.point.ops_per_sec / f64::from(objects);
-            eprintln!(
-                "{name:<8} {op:<5} {:<9}: {} M txn/s per node{}",
-                p.name(),
-                mops(txn_per_sec),
-                m.extension_note()
-            );
-            cells.push(mops(txn_per_sec));
-            rows.push(json!({
-                "step": name,
-                "op": op,
-                "primitive": if p == Primitive::Read || p == Primitive::Write { "one-sided" } else { "two-sided" },
-                "txn_per_sec": txn_per_sec,
-                "p50_us": m.point.p50_ns as f64 / 1e3,
-                "p99_us": m.point.p99_ns as f64 / 1e3,
-                "window_us": m.point.window_ns as f64 / 1e3,
-                "coroutines": params.coroutines,
-                "outstanding": params.batch,
-                "doorbell_batching": params.doorbell,
-                "passive_ack": params.passive_ack,
-            }));
-        }
-        t.row(cells);
+    for row in cells.chunks(MULTI_COLUMNS.len()) {
+        let mut line = vec![row[0].step.to_string()];
+        line.extend(row.iter().map(|c| match c.measured {
+            Some(_) => mops(c.txn_per_sec),
+            None => "-".into(),
+        }));
+        t.row(line);
     }
     println!(
         "
@@ -552,6 +322,7 @@ multi-object transactions of {objects} x {payload} B, M txn/s per machine\n\n{}"
         t.render()
     );
     if let (Some(file), Some(path)) = (out, args.json.as_deref()) {
+        let rows: Vec<_> = cells.iter().filter_map(MultiCell::json).collect();
         let doc = json!({
             "command": "micro",
             "mode": "multi-object",
@@ -569,64 +340,30 @@ multi-object transactions of {objects} x {payload} B, M txn/s per machine\n\n{}"
 }
 
 /// Runs `hytra micro`.
-#[allow(
-    clippy::too_many_lines,
-    reason = "longer than the limit before the limit was set; split it when it next changes"
-)]
 pub fn run(args: MicroArgs) -> Result<(), CliError> {
     let plan = plan(&args)?;
     if let Some(objects) = args.multi_object {
-        return run_multi(&args, plan, objects);
+        return run_multi(&args, &plan, objects);
     }
     let out = args.json.as_deref().map(open_output).transpose()?;
-    let sim = plan.backend == BackendKind::Sim;
-    if sim {
+    let sim = plan.backend.is_sim();
+    if let MicroBackend::Sim { profile, .. } = &plan.backend {
         let cfg = SimConfig {
-            profile: plan.profile.clone(),
+            profile: NicProfile::clone(profile),
             ..SimConfig::new(plan.shape, plan.params.seed)
         };
         eprintln!("{}", cfg.describe());
     }
-    let mut todo = Vec::new();
-    for &lanes in &plan.lanes {
-        for &p in &plan.primitives {
-            let payloads: &[u32] = if p.is_atomic() { &[8] } else { &plan.payloads };
-            for &payload in payloads {
-                let payload = effective_payload(p, payload);
-                if check_payload(p, payload, DATAGRAM_MTU).is_ok()
-                    && !todo.contains(&(p, payload, lanes))
-                {
-                    todo.push((p, payload, lanes));
-                }
-            }
-        }
-    }
-    let wall = Instant::now();
-    let mut results = Vec::new();
-    let mut trace = 0xCBF2_9CE4_8422_2325u64;
-    let mut events = 0u64;
-    let mut verbs = 0u64;
-    for (i, &(p, payload, lanes)) in todo.iter().enumerate() {
-        let replay = || {
-            let argv: Vec<String> = std::env::args().skip(1).collect();
-            format!("measuring {} at {payload} B (replay: hytra {})", p.name(), argv.join(" "))
-        };
-        let mut m = measure(&plan, p, payload, lanes, args.self_check).with_context(replay)?;
-        if plan.ucp_baseline {
-            // Right after hytra's run, so that both see the same machine load.
-            m.baseline = measure_baseline(&plan, p, payload)
-                .with_context(|| format!("minimal UCP program: {}", replay()))?;
-        }
+    let run = run_matrix(&plan, args.self_check, &mut |i, n, m| {
         eprintln!(
-            "[{}/{}] {:<5} {:>4} B lanes={}: {} Mops/s per node, p50 {} µs{}",
+            "[{}/{n}] {:<5} {:>4} B lanes={}: {} Mops/s per node, p50 {} µs{}",
             i + 1,
-            todo.len(),
-            p.name(),
+            m.point.primitive.name(),
             m.point.payload,
-            lanes,
+            m.point.lanes,
             mops(m.point.ops_per_sec),
             us(m.point.p50_ns),
-            m.extension_note()
+            extension_note(m)
         );
         if let Some(b) = &m.baseline {
             eprintln!(
@@ -637,15 +374,14 @@ pub fn run(args: MicroArgs) -> Result<(), CliError> {
                 ratio_text(b.ratio(m.point.ops_per_sec))
             );
         }
-        trace = (trace ^ m.stats.trace_hash).wrapping_mul(0x0000_0100_0000_01B3);
-        events += m.stats.events;
-        verbs += m.stats.verbs;
-        results.push(m);
-    }
-    let wall_s = wall.elapsed().as_secs_f64();
-    print_table(&plan, &results);
-    let threads =
-        LocalConfig { threads: plan.threads, ..LocalConfig::new(plan.shape) }.thread_count();
+    })
+    .map_err(|e| {
+        let argv: Vec<String> = std::env::args().skip(1).collect();
+        CliError::Run(anyhow::anyhow!("{e} (replay: hytra {})", argv.join(" ")))
+    })?;
+    print_table(&plan, &run.results);
+    let threads = LocalConfig { threads: plan.backend.threads(), ..LocalConfig::new(plan.shape) }
+        .thread_count();
     let cores = if sim {
         None
     } else {
@@ -654,6 +390,7 @@ pub fn run(args: MicroArgs) -> Result<(), CliError> {
     if args.self_check {
         println!("\nself-check: every point ran twice with identical trace hashes");
     }
+    let (events, verbs, wall_s, trace) = (run.events, run.verbs, run.wall_s, run.trace);
     if sim {
         println!(
             "\nsimulated {events} events ({verbs} verbs) in {wall_s:.2} s of wall time: {:.2} M events/s, {:.2} M verbs/s; trace hash {trace:#018x}",
@@ -668,45 +405,37 @@ pub fn run(args: MicroArgs) -> Result<(), CliError> {
         );
     }
     if let (Some(file), Some(path)) = (out, args.json.as_deref()) {
-        let rows: Vec<_> = results
-            .iter()
-            .map(|m| {
-                let p = &m.point;
-                let mut row = json!({
-                    "primitive": p.primitive.name(),
-                    "payload": p.payload,
-                    "lanes": p.lanes,
-                    "setting": if p.lanes == 1 { format!("{}-node", plan.shape.nodes) } else { format!("{}-node connections", u32::from(plan.shape.nodes) * u32::from(p.lanes)) },
-                    "ops_per_sec": p.ops_per_sec,
-                    "p50_us": p.p50_ns as f64 / 1e3,
-                    "p99_us": p.p99_ns as f64 / 1e3,
-                    "ops": p.ops,
-                    "window_us": p.window_ns as f64 / 1e3,
-                    "failures": p.failures,
-                });
-                if let Some(c) = cores {
-                    row["ops_per_sec_per_core"] = json!(p.ops_per_sec * f64::from(plan.shape.nodes) / c as f64);
-                }
-                if plan.ucp_baseline {
-                    add_baseline_json(&mut row, m);
-                }
-                row
-            })
-            .collect();
-        let mut doc = json!({
-            "command": "micro",
-            "backend": args.backend,
-            "nodes": plan.shape.nodes,
-            "workers": plan.shape.workers_per_node,
-            "coroutines": plan.params.coroutines,
-            "batch": plan.params.batch,
-            "rpc_coalescing": plan.params.rpc_coalescing,
-            "seed": plan.params.seed,
-            "results": rows,
-            "wall_s": wall_s,
-        });
-        if sim {
-            doc["profile"] = json!(plan.profile.name);
+        write_matrix_json(file, path, &args, &plan, &run, threads, cores)?;
+    }
+    Ok(())
+}
+
+/// Writes the matrix run's JSON document.
+fn write_matrix_json(
+    file: std::fs::File,
+    path: &std::path::Path,
+    args: &MicroArgs,
+    plan: &MicroPlan,
+    run: &MatrixRun,
+    threads: usize,
+    cores: Option<usize>,
+) -> Result<(), CliError> {
+    let (events, verbs, wall_s, trace) = (run.events, run.verbs, run.wall_s, run.trace);
+    let mut doc = json!({
+        "command": "micro",
+        "backend": args.backend,
+        "nodes": plan.shape.nodes,
+        "workers": plan.shape.workers_per_node,
+        "coroutines": plan.params.coroutines,
+        "batch": plan.params.batch,
+        "rpc_coalescing": plan.params.rpc_coalescing,
+        "seed": plan.params.seed,
+        "results": run.json_rows(plan, cores),
+        "wall_s": wall_s,
+    });
+    match &plan.backend {
+        MicroBackend::Sim { profile, .. } => {
+            doc["profile"] = json!(profile.name);
             doc["cpu"] = json!(args.cpu);
             doc["trace_hash"] = json!(format!("{trace:#018x}"));
             doc["sim"] = json!({
@@ -715,57 +444,30 @@ pub fn run(args: MicroArgs) -> Result<(), CliError> {
                 "verbs": verbs,
                 "verbs_per_sec": verbs as f64 / wall_s,
             });
-        } else {
+        }
+        _ => {
             doc["threads"] = json!(threads);
             doc["cores"] = json!(cores);
         }
-        if plan.ucp_baseline {
-            doc["transports"] = json!(plan.transports);
-            doc["ucp_baseline"] = json!({
-                "program": "crates/fabric/src/ucx/minimal.c",
-                "outstanding_per_node": baseline_outstanding(plan.shape, &plan.params),
-                "ratio": "ucp_minimal.ops_per_sec / ops_per_sec (goal <= 1.5)",
-                "latency": "per operation (per flushed group of puts for write); hytra's p50/p99 are per batch",
-            });
-        }
-        write_json(file, path, &doc)?;
     }
+    if let (true, MicroBackend::Ucx { transports, .. }) = (plan.ucp_baseline, &plan.backend) {
+        doc["transports"] = json!(transports);
+        doc["ucp_baseline"] = json!({
+            "program": "crates/fabric/src/ucx/minimal.c",
+            "outstanding_per_node": baseline_outstanding(plan.shape, &plan.params),
+            "ratio": "ucp_minimal.ops_per_sec / ops_per_sec (goal <= 1.5)",
+            "latency": "per operation (per flushed group of puts for write); hytra's p50/p99 are per batch",
+        });
+    }
+    write_json(file, path, &doc)?;
     Ok(())
 }
-
-/// The `--ucp-baseline` fields of one JSON row.
-fn add_baseline_json(row: &mut serde_json::Value, m: &Measured) {
-    match &m.baseline {
-        Some(b) => {
-            row["ucp_minimal"] = json!({
-                "op": b.op,
-                "ops_per_sec": b.ops_per_sec,
-                "ops": b.ops,
-                "outstanding": b.outstanding,
-                "signal_every": b.signal_every,
-                "op_mean_us": b.mean_ns as f64 / 1e3,
-                "op_p50_us": b.p50_ns as f64 / 1e3,
-                "op_p99_us": b.p99_ns as f64 / 1e3,
-            });
-            row["ucp_minimal_ratio"] = json!(b.ratio(m.point.ops_per_sec));
-        }
-        None => {
-            row["ucp_minimal"] = serde_json::Value::Null;
-            row["ucp_minimal_ratio"] = serde_json::Value::Null;
-            row["ucp_minimal_note"] = json!(NO_BASELINE);
-        }
-    }
-}
-
-/// Why the WRITE-based RPCs have no baseline.
-const NO_BASELINE: &str =
-    "no UCP baseline: an RPC built from WRITEs into polled mailboxes has no single UCP operation to compare with";
 
 fn ratio_text(r: Option<f64>) -> String {
     r.map_or_else(|| "-".into(), |r| format!("{r:.2}x"))
 }
 
-fn print_table(plan: &Plan, results: &[Measured]) {
+fn print_table(plan: &MicroPlan, results: &[Measured]) {
     let mut header = vec!["primitive".to_string(), "payload".to_string()];
     for &l in &plan.lanes {
         let tag = if l == 1 { String::new() } else { format!(" x{l}") };
@@ -807,20 +509,19 @@ fn print_table(plan: &Plan, results: &[Measured]) {
         }
         t.row(row);
     }
-    let who = if plan.backend == BackendKind::Sim {
-        format!("per node, profile {}", plan.profile.name)
-    } else {
-        "per node".into()
+    let who = match &plan.backend {
+        MicroBackend::Sim { profile, .. } => format!("per node, profile {}", profile.name),
+        _ => "per node".into(),
     };
     println!(
         "\nraw primitives: {} nodes x {} workers, {} coroutines x batch {} ({who}; x5 = 5 connections per peer, the 80-node setting)\n",
         plan.shape.nodes, plan.shape.workers_per_node, plan.params.coroutines, plan.params.batch
     );
     println!("{}", t.render());
-    if plan.ucp_baseline {
+    if let (true, MicroBackend::Ucx { transports, .. }) = (plan.ucp_baseline, &plan.backend) {
         println!(
             "\nUCP = a minimal UCP program (crates/fabric/src/ucx/minimal.c) on the same {} transports, payload and windows: one worker per node, {} operations in flight each (coroutines x batch x workers), a WRITE flushed every {} puts as hytra's signaled WRITE is; UCP/hytra is how many times faster plain UCP is (goal: <= 1.5). n/a: {NO_BASELINE}.",
-            plan.transports,
+            transports,
             baseline_outstanding(plan.shape, &plan.params),
             if plan.params.passive_ack { plan.params.batch } else { 1 },
         );

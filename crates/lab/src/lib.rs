@@ -6,6 +6,8 @@
 //! - `run`: one run of a workload on a backend, measured and judged ([`run()`])
 //! - `bench`: what a `hytra bench` run reports, typed ([`bench::BenchReport`]), and the
 //!   recovery times of its crashes
+//! - `micro`: the raw-primitive benchmark (and the multi-object one), measured point by
+//!   point
 //! - `cpu_profile`: CPU profiles, the simulator's costs of hytra's own code
 //! - `calibrate`: measuring those costs on this machine and fitting a profile
 //! - `swarm`: whole configurations drawn from a seed, run and judged by every oracle
@@ -19,6 +21,7 @@ pub mod bench;
 pub mod calibrate;
 pub mod cluster_file;
 pub mod cpu_profile;
+pub mod micro;
 pub mod reproduce;
 pub mod run;
 pub mod swarm;

@@ -1,0 +1,549 @@
+//! The raw-primitive benchmark as a library (DrTM+H §4.2, Fig. 5, and the multi-object
+//! benchmark of Fig. 6): a checked [`MicroPlan`] in, measured points out, each on a
+//! fresh cluster of its backend; on UCX, optionally next to a minimal UCP program doing
+//! the same operation. Not for: choosing the plan from flags, or printing.
+
+use std::time::Instant;
+
+use hytra_fabric::constants::DATAGRAM_MTU;
+use hytra_fabric::local::{LocalCluster, LocalConfig};
+use hytra_fabric::sim::profile::NicProfile;
+use hytra_fabric::sim::{CpuMode, SimCluster, SimConfig};
+use hytra_fabric::{ClusterShape, RunStats};
+use hytra_workloads::micro::{
+    check_payload, effective_payload, run_point_settled, MicroError, MicroParams, Point, Primitive,
+};
+use serde_json::json;
+
+/// Where a micro benchmark runs, with what only that backend takes.
+#[derive(Clone, Debug)]
+pub enum MicroBackend {
+    /// The simulator: its NIC profile and how it charges CPU time.
+    Sim {
+        /// NIC profile (boxed: ten times the size of the other variants).
+        profile: Box<NicProfile>,
+        /// Cost model or measured steps.
+        cpu: CpuMode,
+    },
+    /// Threads of this process.
+    Local {
+        /// OS threads; `None`: one per core.
+        threads: Option<usize>,
+    },
+    /// UCX between threads of this process (a build with the `ucx` feature).
+    Ucx {
+        /// UCX transports (`UCX_TLS` syntax).
+        transports: String,
+        /// OS threads; `None`: one per core.
+        threads: Option<usize>,
+    },
+}
+
+impl MicroBackend {
+    /// The longest window a point may be measured over (asked for, or lengthened to
+    /// when too short for its latency): a virtual second on sim, where a 16 x 24 point
+    /// simulates about a million events per wall-second; ten minutes in real time.
+    pub fn window_max_ns(&self) -> u64 {
+        match self {
+            MicroBackend::Sim { .. } => 1_000_000_000,
+            MicroBackend::Local { .. } | MicroBackend::Ucx { .. } => 600_000_000_000,
+        }
+    }
+
+    /// Whether time is virtual.
+    pub fn is_sim(&self) -> bool {
+        matches!(self, MicroBackend::Sim { .. })
+    }
+
+    /// OS threads of the run (`None`: one per core).
+    pub fn threads(&self) -> Option<usize> {
+        match self {
+            MicroBackend::Sim { .. } => None,
+            MicroBackend::Local { threads } | MicroBackend::Ucx { threads, .. } => *threads,
+        }
+    }
+}
+
+/// A checked micro benchmark.
+#[derive(Clone, Debug)]
+pub struct MicroPlan {
+    /// The backend.
+    pub backend: MicroBackend,
+    /// The cluster (its lanes are replaced by each point's).
+    pub shape: ClusterShape,
+    /// Primitives to measure.
+    pub primitives: Vec<Primitive>,
+    /// Payloads in bytes (atomics always use 8).
+    pub payloads: Vec<u32>,
+    /// Connections per peer per worker to measure with.
+    pub lanes: Vec<u16>,
+    /// Coroutines, batch, windows, seed and the optimisations on.
+    pub params: MicroParams,
+    /// On UCX with two nodes: run the minimal UCP program after each point.
+    pub ucp_baseline: bool,
+}
+
+/// Why a point could not be measured.
+#[derive(Debug, thiserror::Error)]
+pub enum MicroRunError {
+    /// The benchmark itself failed.
+    #[error(transparent)]
+    Point(#[from] MicroError),
+    /// A simulated point did not replay.
+    #[error("self-check failed: trace hash {first:#018x} then {second:#018x} for the same seed")]
+    SelfCheck {
+        /// The first run's trace hash.
+        first: u64,
+        /// The replay's.
+        second: u64,
+    },
+    /// The minimal UCP program failed or saw wrong data.
+    #[error("minimal UCP program: {0}")]
+    Baseline(String),
+    /// The ucx backend was asked for in a build without it.
+    #[error(
+        "the ucx backend is not in this build: install libucx-dev and build with --features ucx"
+    )]
+    NoUcx,
+}
+
+/// One measured point with the run's statistics.
+#[derive(Clone, Debug)]
+pub struct Measured {
+    /// What it measured.
+    pub point: Point,
+    /// The backend's counters of the run.
+    pub stats: RunStats,
+    /// The minimal UCP program on the same point (`None` without `ucp_baseline`, or for
+    /// primitives it has no equivalent of).
+    pub baseline: Option<Baseline>,
+    /// The window asked for (`point.window_ns` is longer when it had to be extended).
+    pub asked_ns: u64,
+}
+
+/// What the minimal UCP program measured for one point.
+#[derive(Clone, Debug)]
+pub struct Baseline {
+    /// The UCP operation it ran for hytra's primitive.
+    pub op: &'static str,
+    /// Operations in flight per worker.
+    pub outstanding: u32,
+    /// Puts per flush (WRITE only; hytra's signaled WRITE is followed by a flush).
+    pub signal_every: u32,
+    /// Operations completed in the window, both workers.
+    pub ops: u64,
+    /// Per node, as hytra's rate.
+    pub ops_per_sec: f64,
+    /// Per operation (per flushed group of puts for WRITE), not per batch as hytra's.
+    pub mean_ns: u64,
+    /// Median per operation.
+    pub p50_ns: u64,
+    /// 99th percentile per operation.
+    pub p99_ns: u64,
+}
+
+impl Baseline {
+    /// UCP's rate over hytra's: how many times faster plain UCP is (the goal is <= 1.5).
+    pub fn ratio(&self, hytra_ops_per_sec: f64) -> Option<f64> {
+        (hytra_ops_per_sec > 0.0).then(|| self.ops_per_sec / hytra_ops_per_sec)
+    }
+}
+
+/// Why the WRITE-based RPCs have no baseline.
+pub const NO_BASELINE: &str =
+    "no UCP baseline: an RPC built from WRITEs into polled mailboxes has no single UCP operation to compare with";
+
+/// Operations a node keeps in flight in hytra's benchmark, which the minimal program's one
+/// worker per node keeps too: every coroutine of every worker posts `batch` requests and
+/// waits for them all.
+pub fn baseline_outstanding(shape: ClusterShape, params: &MicroParams) -> u64 {
+    u64::from(params.coroutines) * u64::from(params.batch) * u64::from(shape.workers_per_node)
+}
+
+/// Operations in flight the minimal UCP program's workers support (0 in a build without
+/// UCX).
+pub fn baseline_outstanding_max() -> u64 {
+    #[cfg(feature = "ucx")]
+    return u64::from(hytra_fabric::ucx::minimal::OUTSTANDING_MAX);
+    #[cfg(not(feature = "ucx"))]
+    0
+}
+
+/// Runs the minimal UCP program for `primitive`; `None` for the WRITE-based RPCs, which
+/// have no single UCP operation to compare with.
+#[cfg(feature = "ucx")]
+fn measure_baseline(
+    plan: &MicroPlan,
+    primitive: Primitive,
+    payload: u32,
+) -> Result<Option<Baseline>, MicroRunError> {
+    use hytra_fabric::ucx::minimal::{run_minimal, MinimalOp, MinimalParams};
+    let MicroBackend::Ucx { transports, .. } = &plan.backend else {
+        return Err(MicroRunError::Baseline("it runs on the ucx backend only".into()));
+    };
+    let op = match primitive {
+        Primitive::Read => MinimalOp::Get,
+        Primitive::Write => MinimalOp::Put,
+        Primitive::Cas => MinimalOp::Cswap,
+        Primitive::Faa => MinimalOp::FetchAdd,
+        Primitive::Rpc => MinimalOp::AmRoundTrip,
+        Primitive::WriteRpc | Primitive::RpcWrite => return Ok(None),
+    };
+    let outstanding = u32::try_from(baseline_outstanding(plan.shape, &plan.params))
+        .map_err(|_| MicroRunError::Baseline("too many operations in flight".into()))?;
+    let params = MinimalParams {
+        transports: Some(transports.clone()),
+        op,
+        nodes: plan.shape.nodes,
+        payload: effective_payload(primitive, payload),
+        outstanding,
+        // With passive ACK only the last request of a batch is signaled, and the shim
+        // flushes after a signaled WRITE only: one flush per batch.
+        signal_every: if plan.params.passive_ack { u32::from(plan.params.batch) } else { 1 },
+        warmup_ns: plan.params.warmup_ns,
+        measure_ns: plan.params.measure_ns,
+    };
+    let r = run_minimal(&params).map_err(|e| MicroRunError::Baseline(e.to_string()))?;
+    // A yardstick that lost operations or read wrong data measures nothing.
+    for (i, n) in r.nodes.iter().enumerate() {
+        if n.failed != 0 || n.bad_data != 0 {
+            return Err(MicroRunError::Baseline(format!(
+                "its worker {i} saw {} failed operations and {} wrong data",
+                n.failed, n.bad_data
+            )));
+        }
+    }
+    Ok(Some(Baseline {
+        op: op.name(),
+        outstanding,
+        signal_every: if op == MinimalOp::Put { params.signal_every } else { 1 },
+        ops: r.ops,
+        ops_per_sec: r.ops_per_sec,
+        mean_ns: r.mean_ns,
+        p50_ns: r.p50_ns,
+        p99_ns: r.p99_ns,
+    }))
+}
+
+#[cfg(not(feature = "ucx"))]
+fn measure_baseline(
+    _plan: &MicroPlan,
+    _primitive: Primitive,
+    _payload: u32,
+) -> Result<Option<Baseline>, MicroRunError> {
+    Err(MicroRunError::NoUcx)
+}
+
+/// Measures one point on a fresh cluster (twice on sim with `self_check`, which must
+/// replay).
+pub fn measure(
+    plan: &MicroPlan,
+    primitive: Primitive,
+    payload: u32,
+    lanes: u16,
+    self_check: bool,
+) -> Result<Measured, MicroRunError> {
+    let shape = ClusterShape { lanes_per_peer: lanes, ..plan.shape };
+    let mut params = plan.params;
+    if plan.backend.is_sim() {
+        // Large payloads are bandwidth-bound: the same number of requests in flight takes
+        // proportionally longer to drain, so the windows grow with the payload.
+        let scale = u64::from(payload.div_ceil(256)).max(1);
+        params.warmup_ns *= scale;
+        params.measure_ns *= scale;
+    }
+    let max = plan.backend.window_max_ns();
+    let (point, stats) = match &plan.backend {
+        MicroBackend::Sim { profile, cpu } => {
+            let cfg = SimConfig {
+                profile: NicProfile::clone(profile),
+                cpu: *cpu,
+                ..SimConfig::new(shape, params.seed)
+            };
+            let fresh = || SimCluster::new(cfg.clone());
+            let (point, stats) = run_point_settled(fresh, primitive, payload, params, max)?;
+            if self_check {
+                let (_, replay) = run_point_settled(fresh, primitive, payload, params, max)?;
+                if replay.trace_hash != stats.trace_hash {
+                    return Err(MicroRunError::SelfCheck {
+                        first: stats.trace_hash,
+                        second: replay.trace_hash,
+                    });
+                }
+            }
+            (point, stats)
+        }
+        MicroBackend::Local { threads } => {
+            let mut cfg = LocalConfig::new(shape);
+            cfg.threads = *threads;
+            run_point_settled(|| LocalCluster::new(cfg.clone()), primitive, payload, params, max)?
+        }
+        MicroBackend::Ucx { transports, threads } => {
+            measure_ucx(shape, transports, *threads, primitive, payload, params, max)?
+        }
+    };
+    Ok(Measured { point, stats, baseline: None, asked_ns: params.measure_ns })
+}
+
+#[cfg(feature = "ucx")]
+fn measure_ucx(
+    shape: ClusterShape,
+    transports: &str,
+    threads: Option<usize>,
+    primitive: Primitive,
+    payload: u32,
+    params: MicroParams,
+    max: u64,
+) -> Result<(Point, RunStats), MicroRunError> {
+    let mut cfg = hytra_fabric::ucx::UcxConfig::new(shape);
+    cfg.threads = threads;
+    cfg.transports = Some(transports.to_string());
+    let fresh = || hytra_fabric::ucx::UcxCluster::new(cfg.clone());
+    Ok(run_point_settled(fresh, primitive, payload, params, max)?)
+}
+
+#[cfg(not(feature = "ucx"))]
+fn measure_ucx(
+    _: ClusterShape,
+    _: &str,
+    _: Option<usize>,
+    _: Primitive,
+    _: u32,
+    _: MicroParams,
+    _: u64,
+) -> Result<(Point, RunStats), MicroRunError> {
+    Err(MicroRunError::NoUcx)
+}
+
+/// The points of the primitive matrix, in the order they run: (primitive, payload,
+/// lanes), atomics at 8 bytes only, each once.
+pub fn points(plan: &MicroPlan) -> Vec<(Primitive, u32, u16)> {
+    let mut todo = Vec::new();
+    for &lanes in &plan.lanes {
+        for &p in &plan.primitives {
+            let payloads: &[u32] = if p.is_atomic() { &[8] } else { &plan.payloads };
+            for &payload in payloads {
+                let payload = effective_payload(p, payload);
+                if check_payload(p, payload, DATAGRAM_MTU).is_ok()
+                    && !todo.contains(&(p, payload, lanes))
+                {
+                    todo.push((p, payload, lanes));
+                }
+            }
+        }
+    }
+    todo
+}
+
+/// The primitive matrix, measured.
+#[derive(Clone, Debug)]
+pub struct MatrixRun {
+    /// Every point, in the order of [`points`].
+    pub results: Vec<Measured>,
+    /// The points' trace hashes folded into one (sim).
+    pub trace: u64,
+    /// Events simulated, all points.
+    pub events: u64,
+    /// Verbs simulated, all points.
+    pub verbs: u64,
+    /// Wall time of the whole matrix.
+    pub wall_s: f64,
+}
+
+/// A point that failed: which, and why.
+#[derive(Debug, thiserror::Error)]
+#[error("measuring {} at {payload} B: {source}", primitive.name())]
+pub struct PointError {
+    /// The primitive.
+    pub primitive: Primitive,
+    /// The payload.
+    pub payload: u32,
+    /// Why.
+    pub source: MicroRunError,
+}
+
+/// Measures every point of [`points`]; `on_point` gets each as it is done, with its
+/// index and the number of points.
+pub fn run_matrix(
+    plan: &MicroPlan,
+    self_check: bool,
+    on_point: &mut dyn FnMut(usize, usize, &Measured),
+) -> Result<MatrixRun, PointError> {
+    let todo = points(plan);
+    let wall = Instant::now();
+    let mut run = MatrixRun {
+        results: Vec::new(),
+        trace: 0xCBF2_9CE4_8422_2325,
+        events: 0,
+        verbs: 0,
+        wall_s: 0.0,
+    };
+    for (i, &(primitive, payload, lanes)) in todo.iter().enumerate() {
+        let failed = |source| PointError { primitive, payload, source };
+        let mut m = measure(plan, primitive, payload, lanes, self_check).map_err(failed)?;
+        if plan.ucp_baseline {
+            // Right after hytra's run, so that both see the same machine load.
+            m.baseline = measure_baseline(plan, primitive, payload).map_err(failed)?;
+        }
+        on_point(i, todo.len(), &m);
+        run.trace = (run.trace ^ m.stats.trace_hash).wrapping_mul(0x0000_0100_0000_01B3);
+        run.events += m.stats.events;
+        run.verbs += m.stats.verbs;
+        run.results.push(m);
+    }
+    run.wall_s = wall.elapsed().as_secs_f64();
+    Ok(run)
+}
+
+impl MatrixRun {
+    /// The JSON rows of every point; `cores` (real backends) adds per-core rates.
+    pub fn json_rows(&self, plan: &MicroPlan, cores: Option<usize>) -> Vec<serde_json::Value> {
+        let nodes = plan.shape.nodes;
+        self.results
+            .iter()
+            .map(|m| {
+                let p = &m.point;
+                let setting = match p.lanes {
+                    1 => format!("{nodes}-node"),
+                    l => format!("{}-node connections", u32::from(nodes) * u32::from(l)),
+                };
+                let mut row = json!({
+                    "primitive": p.primitive.name(),
+                    "payload": p.payload,
+                    "lanes": p.lanes,
+                    "setting": setting,
+                    "ops_per_sec": p.ops_per_sec,
+                    "p50_us": p.p50_ns as f64 / 1e3,
+                    "p99_us": p.p99_ns as f64 / 1e3,
+                    "ops": p.ops,
+                    "window_us": p.window_ns as f64 / 1e3,
+                    "failures": p.failures,
+                });
+                if let Some(c) = cores {
+                    row["ops_per_sec_per_core"] =
+                        json!(p.ops_per_sec * f64::from(nodes) / c as f64);
+                }
+                if plan.ucp_baseline {
+                    add_baseline_json(&mut row, m);
+                }
+                row
+            })
+            .collect()
+    }
+}
+
+/// The baseline's fields of one JSON row.
+fn add_baseline_json(row: &mut serde_json::Value, m: &Measured) {
+    match &m.baseline {
+        Some(b) => {
+            row["ucp_minimal"] = json!({
+                "op": b.op,
+                "ops_per_sec": b.ops_per_sec,
+                "ops": b.ops,
+                "outstanding": b.outstanding,
+                "signal_every": b.signal_every,
+                "op_mean_us": b.mean_ns as f64 / 1e3,
+                "op_p50_us": b.p50_ns as f64 / 1e3,
+                "op_p99_us": b.p99_ns as f64 / 1e3,
+            });
+            row["ucp_minimal_ratio"] = json!(b.ratio(m.point.ops_per_sec));
+        }
+        None => {
+            row["ucp_minimal"] = serde_json::Value::Null;
+            row["ucp_minimal_ratio"] = serde_json::Value::Null;
+            row["ucp_minimal_note"] = json!(NO_BASELINE);
+        }
+    }
+}
+
+/// The steps of the multi-object benchmark (Fig. 6), each adding one optimisation.
+pub const LADDER: [&str; 5] = ["baseline", "+CO", "+OR", "+DB", "+PA"];
+
+/// The columns of the multi-object benchmark: read by one-sided READ or by an RPC that
+/// returns the object; write by one-sided WRITE or by an RPC that carries it.
+pub const MULTI_COLUMNS: [(&str, Primitive); 4] = [
+    ("read", Primitive::Read),
+    ("read", Primitive::Rpc),
+    ("write", Primitive::Write),
+    ("write", Primitive::RpcWrite),
+];
+
+/// The parameters of ladder step `step` for transactions of `objects` objects.
+pub fn ladder_params(base: MicroParams, objects: u16, step: usize) -> MicroParams {
+    MicroParams {
+        coroutines: if step >= 1 { base.coroutines } else { 1 },
+        batch: if step >= 2 { objects } else { 1 },
+        doorbell: step >= 3,
+        passive_ack: step >= 4,
+        ..base
+    }
+}
+
+/// One cell of the multi-object benchmark.
+#[derive(Clone, Debug)]
+pub struct MultiCell {
+    /// The ladder step's name.
+    pub step: &'static str,
+    /// `read` or `write`.
+    pub op: &'static str,
+    /// The primitive.
+    pub primitive: Primitive,
+    /// The step's parameters.
+    pub params: MicroParams,
+    /// `None`: not measured (passive ACK applies to writes only: a read needs its data).
+    pub measured: Option<Measured>,
+    /// Transactions of `objects` operations per second per node.
+    pub txn_per_sec: f64,
+}
+
+impl MultiCell {
+    /// The cell's JSON row.
+    pub fn json(&self) -> Option<serde_json::Value> {
+        let m = self.measured.as_ref()?;
+        let one_sided = matches!(self.primitive, Primitive::Read | Primitive::Write);
+        Some(json!({
+            "step": self.step,
+            "op": self.op,
+            "primitive": if one_sided { "one-sided" } else { "two-sided" },
+            "txn_per_sec": self.txn_per_sec,
+            "p50_us": m.point.p50_ns as f64 / 1e3,
+            "p99_us": m.point.p99_ns as f64 / 1e3,
+            "window_us": m.point.window_ns as f64 / 1e3,
+            "coroutines": self.params.coroutines,
+            "outstanding": self.params.batch,
+            "doorbell_batching": self.params.doorbell,
+            "passive_ack": self.params.passive_ack,
+        }))
+    }
+}
+
+/// The multi-object benchmark: every step of [`LADDER`] for every column of
+/// [`MULTI_COLUMNS`], the first payload and lanes of `plan`; `on_cell` gets each cell
+/// as it is done.
+pub fn run_multi(
+    plan: &MicroPlan,
+    objects: u16,
+    on_cell: &mut dyn FnMut(&MultiCell),
+) -> Result<Vec<MultiCell>, PointError> {
+    let payload = plan.payloads.first().copied().unwrap_or(64);
+    let lanes = plan.lanes.first().copied().unwrap_or(1);
+    let mut cells = Vec::new();
+    for (step, name) in LADDER.iter().enumerate() {
+        for &(op, primitive) in &MULTI_COLUMNS {
+            let params = ladder_params(plan.params, objects, step);
+            let mut cell =
+                MultiCell { step: name, op, primitive, params, measured: None, txn_per_sec: 0.0 };
+            if !(step == 4 && op == "read") {
+                let step_plan = MicroPlan { params, ..plan.clone() };
+                let m = measure(&step_plan, primitive, payload, lanes, false)
+                    .map_err(|source| PointError { primitive, payload, source })?;
+                // Per-operation rates become transactions of `objects` operations.
+                cell.txn_per_sec = m.point.ops_per_sec / f64::from(objects);
+                cell.measured = Some(m);
+            }
+            on_cell(&cell);
+            cells.push(cell);
+        }
+    }
+    Ok(cells)
+}
