@@ -59,7 +59,8 @@ pub struct BenchArgs {
     /// This process's place in a cluster spread over processes (set by `hytra node`).
     #[arg(skip)]
     pub(crate) placement: Option<crate::cluster::Placement>,
-    /// NIC profile of the simulator: cx3, cx4, cx5 or roce.
+    /// NIC profile of the simulator: cx3, cx4, cx5, roce, or local (the `local` backend on
+    /// this project's test machine, fitted to `hytra micro --backend local`).
     #[arg(long, default_value = "cx4")]
     profile: String,
     /// CPU profile of the simulator, what hytra's own code costs: paper, host, assumed,

@@ -29,7 +29,7 @@ pub struct IoArgs {
     /// UCX transports for --backend ucx.
     #[arg(long, default_value = "sm")]
     transports: String,
-    /// NIC profile on sim, as in hytra bench and micro: cx3, cx4, cx5 or roce (cx3 is the
+    /// NIC profile on sim, as in hytra bench and micro: cx3, cx4, cx5, roce or local (cx3 is the
     /// remote-I/O paper's 56 Gb/s FDR).
     #[arg(long, default_value = "cx4")]
     profile: String,

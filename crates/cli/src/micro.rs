@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 use hytra_fabric::constants::DATAGRAM_MTU;
+use hytra_fabric::cpu::CpuTable;
 use hytra_fabric::local::LocalConfig;
 use hytra_fabric::sim::profile::NicProfile;
 use hytra_fabric::sim::{CpuMode, SimConfig};
@@ -14,6 +15,7 @@ use hytra_lab::micro::{
     baseline_outstanding, baseline_outstanding_max, run_matrix, MatrixRun, Measured, MicroBackend,
     MicroPlan, MultiCell, MULTI_COLUMNS, NO_BASELINE,
 };
+use hytra_lab::CpuProfile;
 use hytra_workloads::micro::{check_payload, MicroError, MicroParams, Primitive, SETTLED_OPS_MIN};
 use serde_json::json;
 
@@ -32,7 +34,8 @@ pub struct MicroArgs {
     /// UCX transports for --backend ucx (UCX_TLS syntax).
     #[arg(long, default_value = "sm")]
     transports: String,
-    /// NIC profile of the simulator: cx3, cx4, cx5 or roce.
+    /// NIC profile of the simulator: cx3, cx4, cx5, roce, or local (the `local` backend on
+    /// this project's test machine, fitted to `hytra micro --backend local`).
     #[arg(long, default_value = "cx4")]
     profile: String,
     /// Nodes [default: 16 on sim, 2 on local].
@@ -83,6 +86,10 @@ pub struct MicroArgs {
     /// `measured[:SCALE]` (the clock time of each step's own code, times SCALE; not replayable).
     #[arg(long, default_value = "model")]
     cpu: String,
+    /// What the runtime's CPU work costs on sim with `--cpu model`: `assumed` (the
+    /// default), `host`, `paper` or a CPU profile file (see `hytra calibrate`).
+    #[arg(long)]
+    cpu_profile: Option<String>,
     /// Run every simulated point twice and fail unless both runs have the same trace hash.
     #[arg(long)]
     self_check: bool,
@@ -127,6 +134,18 @@ fn plan(a: &MicroArgs) -> Result<MicroPlan, CliError> {
     if a.self_check && cpu != CpuMode::Model {
         return usage("--self-check needs --cpu model (measured CPU time does not replay)");
     }
+    let costs = match (&a.cpu_profile, sim, cpu) {
+        (None, _, _) => CpuTable::assumed(),
+        (Some(_), false, _) => {
+            return usage("--cpu-profile is the simulator's: real backends take their real time")
+        }
+        (Some(_), true, CpuMode::Measured { .. }) => {
+            return usage("--cpu-profile costs steps under --cpu model; --cpu measured times them")
+        }
+        (Some(name), true, CpuMode::Model) => {
+            CpuProfile::load(name).map_err(|e| CliError::Usage(e.to_string()))?.table("micro", &[])
+        }
+    };
     let nodes = a.nodes.unwrap_or(if sim { 16 } else { 2 });
     let workers = a.workers.unwrap_or(if sim { 24 } else { 1 });
     if nodes < 2 {
@@ -204,7 +223,7 @@ fn plan(a: &MicroArgs) -> Result<MicroPlan, CliError> {
         check_baseline(a, backend, shape, &lanes, &params)?;
     }
     let backend = match backend {
-        BackendKind::Sim => MicroBackend::Sim { profile: Box::new(profile), cpu },
+        BackendKind::Sim => MicroBackend::Sim { profile: Box::new(profile), cpu, costs },
         BackendKind::Local => MicroBackend::Local { threads: a.threads },
         BackendKind::Ucx => {
             MicroBackend::Ucx { transports: a.transports.clone(), threads: a.threads }
@@ -347,9 +366,11 @@ pub fn run(args: MicroArgs) -> Result<(), CliError> {
     }
     let out = args.json.as_deref().map(open_output).transpose()?;
     let sim = plan.backend.is_sim();
-    if let MicroBackend::Sim { profile, .. } = &plan.backend {
+    if let MicroBackend::Sim { profile, cpu, costs } = &plan.backend {
         let cfg = SimConfig {
             profile: NicProfile::clone(profile),
+            cpu: *cpu,
+            cpu_profile: costs.clone(),
             ..SimConfig::new(plan.shape, plan.params.seed)
         };
         eprintln!("{}", cfg.describe());
@@ -434,9 +455,10 @@ fn write_matrix_json(
         "wall_s": wall_s,
     });
     match &plan.backend {
-        MicroBackend::Sim { profile, .. } => {
+        MicroBackend::Sim { profile, costs, .. } => {
             doc["profile"] = json!(profile.name);
             doc["cpu"] = json!(args.cpu);
+            doc["cpu_profile"] = json!(costs.name());
             doc["trace_hash"] = json!(format!("{trace:#018x}"));
             doc["sim"] = json!({
                 "events": events,

@@ -901,6 +901,28 @@ fn a_window_too_short_for_its_latency_is_extended() {
     assert!(row["window_us"].as_f64().unwrap() >= 2.0 * row["p99_us"].as_f64().unwrap(), "{row}");
 }
 
+/// The simulator models the `local` backend with the `local` NIC profile and a CPU
+/// profile for the runtime's work; the run names both.
+#[test]
+fn micro_runs_the_local_profile_with_a_cpu_profile() {
+    let json = temp("micro-local-profile.json");
+    let json_arg = json.to_str().unwrap();
+    #[rustfmt::skip]
+    let args = [
+        "micro", "--nodes", "2", "--workers", "1", "--payloads", "64", "--primitives", "rpc",
+        "--profile", "local", "--cpu-profile", "host", "--json", json_arg,
+    ];
+    let out = hytra(&args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("profile=local") && stderr.contains("cpu-profile=host"), "{stderr}");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(v["profile"], "local");
+    assert_eq!(v["cpu_profile"], "host");
+    assert!(v["results"][0]["ops_per_sec"].as_f64().unwrap() > 0.0, "{v}");
+}
+
 /// Ctrl-C or SIGTERM while `hytra io` runs on its generated file removes the file.
 #[test]
 fn a_stopped_io_run_removes_its_temporary_file() {
@@ -999,6 +1021,10 @@ fn bad_cpu_profiles_get_one_line_and_exit_2() {
         &["bench", "--cpu-profile", bad],
         &["bench", "--cpu-profile", garbage],
         &["bench", "--backend", "local", "--cpu-profile", "host"],
+        &["micro", "--cpu-profile", garbage, "--quick"],
+        &["micro", "--cpu-profile", "nope-no-such-file.toml", "--quick"],
+        &["micro", "--backend", "local", "--cpu-profile", "host", "--quick"],
+        &["micro", "--cpu", "measured", "--cpu-profile", "host", "--quick"],
         &["reproduce", "--cpu-profile", garbage, "--out", "/tmp"],
         &["calibrate", "--out", "/nonexistent-dir/x.toml"],
         &["calibrate", "--out", "x.toml", "--json", "x.toml"],

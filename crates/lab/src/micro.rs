@@ -6,6 +6,7 @@
 use std::time::Instant;
 
 use hytra_fabric::constants::DATAGRAM_MTU;
+use hytra_fabric::cpu::CpuTable;
 use hytra_fabric::local::{LocalCluster, LocalConfig};
 use hytra_fabric::sim::profile::NicProfile;
 use hytra_fabric::sim::{CpuMode, SimCluster, SimConfig};
@@ -24,6 +25,8 @@ pub enum MicroBackend {
         profile: Box<NicProfile>,
         /// Cost model or measured steps.
         cpu: CpuMode,
+        /// What each term of the runtime's CPU work costs under [`CpuMode::Model`].
+        costs: CpuTable,
     },
     /// Threads of this process.
     Local {
@@ -254,10 +257,11 @@ pub fn measure(
     }
     let max = plan.backend.window_max_ns();
     let (point, stats) = match &plan.backend {
-        MicroBackend::Sim { profile, cpu } => {
+        MicroBackend::Sim { profile, cpu, costs } => {
             let cfg = SimConfig {
                 profile: NicProfile::clone(profile),
                 cpu: *cpu,
+                cpu_profile: costs.clone(),
                 ..SimConfig::new(shape, params.seed)
             };
             let fresh = || SimCluster::new(cfg.clone());

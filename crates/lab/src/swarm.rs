@@ -385,7 +385,7 @@ pub fn draw(seed: u64, backend: SwarmBackend, planted: Option<PlantedFault>) -> 
     let shape = ClusterShape { nodes, workers_per_node: workers, lanes_per_peer: lanes };
     let workload = draw_workload(&mut rng, nodes);
     let profile = match sim {
-        true => pick(&mut rng, NicProfile::NAMES),
+        true => pick(&mut rng, NicProfile::RNICS),
         false => "threads",
     };
     let mut nic = NicProfile::by_name(if sim { profile } else { "cx4" }).expect("a known profile");

@@ -442,6 +442,7 @@ impl Core {
         if ws.running || ws.halted {
             return;
         }
+        let at = noticed(at, ws.clock, self.model.poll_cpu, self.model.rest);
         let at = at.max(ws.clock).max(self.now);
         if ws.step_at.is_some_and(|s| s <= at) {
             return;
@@ -608,5 +609,40 @@ impl Core {
             ws.clock = ws.clock.max(self.now);
             self.wake(w, self.now);
         }
+    }
+}
+
+/// When a worker whose last step ended at `clock` notices what arrives at `at`. A worker
+/// polls once more right after a step, so what arrives by then is seen at once. After
+/// that, one that rests (`rest` > 0) gives its core away for `rest` at a time and polls
+/// between rests: an arrival waits for the end of the rest under way, half a rest on
+/// average (the mean is taken: a rest's phase against an arrival is noise on a real
+/// host, and a fixed phase would lock a ping-pong into its best or worst case). One that
+/// spins (`rest` = 0) sees an arrival when it happens.
+fn noticed(at: Ps, clock: Ps, poll: Ps, rest: Ps) -> Ps {
+    if rest == 0 || at <= clock + poll {
+        return at;
+    }
+    at + rest / 2
+}
+
+#[cfg(test)]
+mod tests {
+    use super::noticed;
+
+    #[test]
+    fn a_spinning_worker_sees_arrivals_when_they_happen() {
+        assert_eq!(noticed(5_000, 1_000, 8_000, 0), 5_000);
+        assert_eq!(noticed(900_000, 1_000, 8_000, 0), 900_000);
+    }
+
+    #[test]
+    fn a_resting_worker_sees_at_once_only_what_came_by_its_poll_after_the_step() {
+        // Within the poll that follows the step: seen at once.
+        assert_eq!(noticed(1_000, 1_000, 8_000, 800_000), 1_000);
+        assert_eq!(noticed(9_000, 1_000, 8_000, 800_000), 9_000);
+        // After it: half a rest later, however long the worker had been idle.
+        assert_eq!(noticed(9_001, 1_000, 8_000, 800_000), 409_001);
+        assert_eq!(noticed(50_000_000, 1_000, 8_000, 800_000), 50_400_000);
     }
 }

@@ -98,6 +98,10 @@ pub(super) struct Model {
     pub(super) cqe_cpu: Ps,
     pub(super) recv_cpu: Ps,
     pub(super) copy_ps_per_kib: u64,
+    /// How long an idle worker rests between two polls (0: it spins).
+    pub(super) rest: Ps,
+    /// From a datagram landing to its receiver able to take it.
+    pub(super) recv_latency: Ps,
     /// Between two lines of a WRITE taking effect at the target (the link's rate).
     pub(super) line_write: Ps,
     /// Between two lines of a READ being read at the target (the host bus's rate).
@@ -147,6 +151,8 @@ impl Model {
             cqe_cpu: ps(p.host.cqe_ns),
             recv_cpu: ps(p.host.recv_ns),
             copy_ps_per_kib: ps(p.host.copy_ns_per_kib),
+            rest: ps(p.host.rest_ns),
+            recv_latency: ps(p.host.recv_latency_ns),
             line_write: ps(LINE_BYTES as f64 / p.link_bytes_per_ns),
             line_read: ps(LINE_BYTES as f64 / p.dma_bytes_per_ns),
         }
@@ -701,7 +707,7 @@ impl Core {
         let bytes = self.model.ud_header + u64::from(dg.len);
         let t_in = self.receive(to_node, now, bytes);
         let t = self.engine(to_node, t_in, self.model.resp[kind_index(OpKind::Send)], None);
-        let visible = t + self.model.target_write + self.model.completion;
+        let visible = t + self.model.target_write + self.model.completion + self.model.recv_latency;
         self.stats.datagrams_delivered += 1;
         self.seq += 1;
         let entry = RxEntry { from: dg.from, buf: dg.buf, len: dg.len };

@@ -39,6 +39,14 @@ pub struct HostCosts {
     pub recv_ns: f64,
     /// Copying payload bytes (inline WRITEs, datagrams), per KiB.
     pub copy_ns_per_kib: f64,
+    /// How long a worker with nothing to do gives its core away before it polls again;
+    /// what arrives meanwhile (a completion, a datagram, a timer) waits for the end of
+    /// the rest. 0 for a worker that spins on its queues, as an RDMA worker does.
+    pub rest_ns: f64,
+    /// From a datagram written into the receiver's memory to the receiver's poll being
+    /// able to take it. 0 for an RNIC, whose completion stage covers it; for threads that
+    /// share memory, the trip of the message's cache lines to the receiver's core.
+    pub recv_latency_ns: f64,
 }
 
 /// The model of one machine's RNIC(s) and host.
@@ -136,6 +144,18 @@ impl OffloadCosts {
     }
 }
 
+/// The host costs of [`NicProfile::local`], fitted to `hytra micro --backend local`.
+const LOCAL_FIT: HostCosts = HostCosts {
+    doorbell_ns: 0.0,
+    wqe_ns: 30.0,
+    poll_ns: 5.0,
+    cqe_ns: 13.0,
+    recv_ns: 70.0,
+    copy_ns_per_kib: 100.0,
+    rest_ns: 800.0,
+    recv_latency_ns: 150.0,
+};
+
 /// Machine clock of the paper's testbed (Intel Xeon E5-2650 v4, 2.2 GHz; DrTM+H §4.1),
 /// used to turn cycle counts into nanoseconds.
 pub const TESTBED_GHZ: f64 = 2.2;
@@ -226,6 +246,9 @@ impl NicProfile {
                 recv_ns: 40.0,
                 // memcpy at roughly 25 GB/s.
                 copy_ns_per_kib: 40.0,
+                // Workers spin on their completion queues (the poll cost above).
+                rest_ns: 0.0,
+                recv_latency_ns: 0.0,
             },
             // RedN's verb-program figures were measured on ConnectX-5 only.
             offload: None,
@@ -332,6 +355,62 @@ impl NicProfile {
         }
     }
 
+    /// The `local` backend on this project's 2-core test machine (AMD EPYC, 2.6 GHz): no
+    /// NIC at all. A one-sided request is a copy (or CPU atomic) that the posting
+    /// thread makes at the doorbell, complete at once; a datagram is a copy into the
+    /// receiver's inbox, which it takes when it next polls; an idle thread yields its
+    /// core. Every number below is fitted to `hytra micro --backend local` (2 nodes x 1
+    /// worker, 64 B; latency with 1 coroutine and batch 1, rate with 8 coroutines and
+    /// batch 8) run in the simulator with the `host` CPU profile for the runtime's own
+    /// work (docs/PERFORMANCE.md §29): a primitive-level fit, never a transaction
+    /// benchmark's. It exists to check the simulator against the real backend.
+    pub fn local() -> NicProfile {
+        // Nothing between the threads but the memory system: the engines, links and
+        // latency stages of a NIC cost (next to) nothing. Positive costs are what
+        // `validate` asks of an engine; 0.1 ns leaves it never the bottleneck.
+        let free = VerbCosts { read_ns: 0.1, write_ns: 0.1, atomic_ns: 0.1, datagram_ns: 0.1 };
+        NicProfile {
+            name: "local",
+            req: free,
+            resp: free,
+            atomic_unit_ns: 0.1,
+            // The posting thread copies at the doorbell, so a request's bytes take no
+            // time after it: its completion is there when the step that rang ends. (The
+            // copy's CPU time is in `wqe_ns`, fitted at 64 B; it is not modelled per byte.)
+            link_bytes_per_ns: 1000.0,
+            dma_bytes_per_ns: 1000.0,
+            rc_header_bytes: 0,
+            ud_header_bytes: 0,
+            wire_ns: 0.0,
+            doorbell_latency_ns: 0.0,
+            payload_fetch_ns: 0.0,
+            target_read_ns: 0.0,
+            target_write_ns: 0.0,
+            completion_ns: 0.0,
+            // No connection contexts to cache: big enough for any cluster hytra runs.
+            qp_cache_entries: 1 << 16,
+            qp_cache_ways: 8,
+            qp_miss_ns: 0.0,
+            qp_miss_latency_ns: 0.0,
+            // A request to a crashed node fails at once there; the cx4 figure keeps
+            // failure timing comparable across profiles.
+            rc_timeout_ns: 500_000.0,
+            // One-sided requests are the CPU's own loads, stores and atomics.
+            atomics_coherent: true,
+            host: HostCosts {
+                doorbell_ns: LOCAL_FIT.doorbell_ns,
+                wqe_ns: LOCAL_FIT.wqe_ns,
+                poll_ns: LOCAL_FIT.poll_ns,
+                cqe_ns: LOCAL_FIT.cqe_ns,
+                recv_ns: LOCAL_FIT.recv_ns,
+                copy_ns_per_kib: LOCAL_FIT.copy_ns_per_kib,
+                rest_ns: LOCAL_FIT.rest_ns,
+                recv_latency_ns: LOCAL_FIT.recv_latency_ns,
+            },
+            offload: None,
+        }
+    }
+
     /// Looks a profile up by name.
     pub fn by_name(name: &str) -> Option<NicProfile> {
         match name {
@@ -339,12 +418,16 @@ impl NicProfile {
             "cx4" => Some(NicProfile::cx4()),
             "cx5" => Some(NicProfile::cx5()),
             "roce" => Some(NicProfile::roce()),
+            "local" => Some(NicProfile::local()),
             _ => None,
         }
     }
 
     /// Names accepted by [`NicProfile::by_name`].
-    pub const NAMES: &'static [&'static str] = &["cx3", "cx4", "cx5", "roce"];
+    pub const NAMES: &'static [&'static str] = &["cx3", "cx4", "cx5", "roce", "local"];
+
+    /// The profiles of RDMA NICs (all but `local`), the ones the swarm draws from.
+    pub const RNICS: &'static [&'static str] = &["cx3", "cx4", "cx5", "roce"];
 
     /// Checks that every number is usable (positive, finite, consistent).
     pub fn validate(&self) -> Result<(), String> {
