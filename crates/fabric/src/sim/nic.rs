@@ -98,6 +98,7 @@ pub(super) struct Model {
     pub(super) cqe_cpu: Ps,
     pub(super) recv_cpu: Ps,
     pub(super) copy_ps_per_kib: u64,
+    pub(super) rma_copy_ps_per_kib: u64,
     /// How long an idle worker rests between two polls (0: it spins).
     pub(super) rest: Ps,
     /// From a datagram landing to its receiver able to take it.
@@ -151,6 +152,7 @@ impl Model {
             cqe_cpu: ps(p.host.cqe_ns),
             recv_cpu: ps(p.host.recv_ns),
             copy_ps_per_kib: ps(p.host.copy_ns_per_kib),
+            rma_copy_ps_per_kib: ps(p.host.rma_copy_ns_per_kib),
             rest: ps(p.host.rest_ns),
             recv_latency: ps(p.host.recv_latency_ns),
             line_write: ps(LINE_BYTES as f64 / p.link_bytes_per_ns),
@@ -247,7 +249,10 @@ impl Core {
         }
         let mut tmp = [0u8; INLINE_MAX];
         let payload = Flat::inline_payload(wr, flags, &self.regions[own], &mut tmp);
-        let copy_cost = payload.map_or(0, |b| self.model.copy_cpu(b.len()));
+        let copy_cost = match payload {
+            Some(b) => self.model.copy_cpu(b.len()),
+            None => u64::from(wr.payload_len()) * self.model.rma_copy_ps_per_kib / 1024,
+        };
         let inline = payload.map(|b| self.inline_pool.put(b));
         let ws = &mut self.workers[w as usize];
         let q = &mut ws.qps[slot as usize];

@@ -39,6 +39,10 @@ pub struct HostCosts {
     pub recv_ns: f64,
     /// Copying payload bytes (inline WRITEs, datagrams), per KiB.
     pub copy_ns_per_kib: f64,
+    /// Moving the bytes of a one-sided request that is not inline, per KiB, on the
+    /// posting CPU: 0 for a NIC, which moves them by DMA; where there is none, the
+    /// poster's own copy.
+    pub rma_copy_ns_per_kib: f64,
     /// How long a worker with nothing to do gives its core away before it polls again;
     /// what arrives meanwhile (a completion, a datagram, a timer) waits for the end of
     /// the rest. 0 for a worker that spins on its queues, as an RDMA worker does.
@@ -147,11 +151,12 @@ impl OffloadCosts {
 /// The host costs of [`NicProfile::local`], fitted to `hytra micro --backend local`.
 const LOCAL_FIT: HostCosts = HostCosts {
     doorbell_ns: 0.0,
-    wqe_ns: 30.0,
+    wqe_ns: 26.0,
     poll_ns: 5.0,
     cqe_ns: 13.0,
     recv_ns: 70.0,
-    copy_ns_per_kib: 100.0,
+    copy_ns_per_kib: 120.0,
+    rma_copy_ns_per_kib: 65.0,
     rest_ns: 800.0,
     recv_latency_ns: 150.0,
 };
@@ -246,6 +251,8 @@ impl NicProfile {
                 recv_ns: 40.0,
                 // memcpy at roughly 25 GB/s.
                 copy_ns_per_kib: 40.0,
+                // The NIC moves a request's bytes by DMA.
+                rma_copy_ns_per_kib: 0.0,
                 // Workers spin on their completion queues (the poll cost above).
                 rest_ns: 0.0,
                 recv_latency_ns: 0.0,
@@ -404,6 +411,7 @@ impl NicProfile {
                 cqe_ns: LOCAL_FIT.cqe_ns,
                 recv_ns: LOCAL_FIT.recv_ns,
                 copy_ns_per_kib: LOCAL_FIT.copy_ns_per_kib,
+                rma_copy_ns_per_kib: LOCAL_FIT.rma_copy_ns_per_kib,
                 rest_ns: LOCAL_FIT.rest_ns,
                 recv_latency_ns: LOCAL_FIT.recv_latency_ns,
             },
