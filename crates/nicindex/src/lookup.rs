@@ -71,12 +71,17 @@ pub struct BuiltLookup {
     pub write: Box<dyn FnOnce(&Region)>,
 }
 
+/// Why a side system could not build a lookup program (its own error, kept whole).
+#[derive(Debug, thiserror::Error)]
+#[error("lookup program: {0}")]
+pub struct LookupError(pub Box<dyn std::error::Error + Send + Sync>);
+
 /// Builds the lookup programs the transaction engine's `offload` strategy installs (one
 /// per client slot, every one the same shape): the engine uses this layout, and a side
 /// system that builds verb programs (`hytra-offload`) provides the programs.
 pub trait LookupPrograms: Send + Sync {
     /// Bytes of one program's code, a multiple of 64.
-    fn code_bytes(&self) -> Result<u64, String>;
+    fn code_bytes(&self) -> Result<u64, LookupError>;
 
     /// Builds the program at `code` on `server` (`code_bytes` long, its queues numbered
     /// from `first`) that searches the bucket arrays of region `index` for `client` and
@@ -91,7 +96,7 @@ pub trait LookupPrograms: Send + Sync {
         index: Rkey,
         client: NodeId,
         answer: Answer,
-    ) -> Result<BuiltLookup, String>;
+    ) -> Result<BuiltLookup, LookupError>;
 }
 
 #[cfg(test)]

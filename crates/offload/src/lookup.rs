@@ -6,7 +6,7 @@
 use hytra_fabric::wq::{field, Sge, WqId, Wqe, WQE_BYTES};
 use hytra_fabric::{LocalAddr, NodeId, Rkey};
 pub use hytra_nicindex::lookup::{
-    fired, request, Answer, BuiltLookup, LookupPrograms, ENTRIES_BYTES, REQUEST_WORDS,
+    fired, request, Answer, BuiltLookup, LookupError, LookupPrograms, ENTRIES_BYTES, REQUEST_WORDS,
 };
 
 use crate::program::{Program, ProgramError, Q};
@@ -132,13 +132,13 @@ pub fn lookup_program(
 pub struct Redn;
 
 impl LookupPrograms for Redn {
-    fn code_bytes(&self) -> Result<u64, String> {
+    fn code_bytes(&self) -> Result<u64, LookupError> {
         let at = LocalAddr { rkey: Rkey(0), offset: 0 };
         let answer = Answer { rkey: Rkey(0), done: 0, item: 0, entries: Some(0) };
         let sample = Program::build(NodeId(0), at, u64::MAX, WqId(0), |p| {
             lookup_program(p, NodeId(0), Search::Sequential, Rkey(0), NodeId(1), answer)
         })
-        .map_err(|e| format!("lookup program: {e}"))?;
+        .map_err(|e| LookupError(Box::new(e)))?;
         Ok(sample.code_bytes().div_ceil(64) * 64)
     }
 
@@ -151,12 +151,12 @@ impl LookupPrograms for Redn {
         index: Rkey,
         client: NodeId,
         answer: Answer,
-    ) -> Result<BuiltLookup, String> {
+    ) -> Result<BuiltLookup, LookupError> {
         assert!(answer.entries.is_some(), "the engine reads which bucket answered");
         let installed = Program::build(server, code, code_bytes, first, |p| {
             lookup_program(p, server, Search::Sequential, index, client, answer)
         })
-        .map_err(|e| format!("lookup program: {e}"))?;
+        .map_err(|e| LookupError(Box::new(e)))?;
         let trigger = installed.wq(Q(0));
         Ok(BuiltLookup {
             specs: installed.specs(),

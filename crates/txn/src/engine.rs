@@ -56,7 +56,41 @@ pub enum EngineError {
     Backend(#[from] BackendError),
     /// The offload execution strategy cannot run here.
     #[error("offload execution strategy: {0}")]
-    Offload(String),
+    Offload(#[from] OffloadError),
+}
+
+/// Why the offload execution strategy cannot run.
+#[derive(Debug, Error)]
+pub enum OffloadError {
+    /// The caller gave no lookup programs.
+    #[error("it needs lookup programs from its caller (hytra_offload::lookup::Redn)")]
+    NoPrograms,
+    /// More coroutines than the lookup slots can number.
+    #[error("{coroutines} coroutines need too many lookup slots")]
+    TooManySlots {
+        /// Coroutines per worker asked for.
+        coroutines: u16,
+    },
+    /// The programs' code is not whole 64-byte entries.
+    #[error("lookup programs of {bytes} bytes: expected whole 64-byte entries")]
+    CodeSize {
+        /// Bytes of one program's code.
+        bytes: u64,
+    },
+    /// A program could not be built.
+    #[error(transparent)]
+    Build(#[from] hytra_nicindex::lookup::LookupError),
+    /// The backend's NIC runs no verb programs.
+    #[error(
+        "the backend runs no verb programs on {server} ({source}); it needs the sim backend \
+         with a profile that models them (cx5) or the local backend"
+    )]
+    NoVerbPrograms {
+        /// The node whose NIC refused a work queue.
+        server: NodeId,
+        /// The backend's refusal.
+        source: BackendError,
+    },
 }
 
 /// Where each coroutine's scratch memory is.

@@ -63,7 +63,7 @@ pub use config::{
     CrashPoint, Design, ExecStrategy, LockStrategy, PlantedFault, Primitive, ProtocolPoint,
     TxnConfig,
 };
-pub use engine::{Engine, EngineError, NodeEngine, WorkerTxn, SCRATCH_CO_BYTES};
+pub use engine::{Engine, EngineError, NodeEngine, OffloadError, WorkerTxn, SCRATCH_CO_BYTES};
 pub use membership::{Config, Membership};
 pub use offload::NicLookups;
 pub use outcome::{Abort, AbortClass, AbortReason, Outcome};

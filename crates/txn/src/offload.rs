@@ -29,7 +29,7 @@ use hytra_nicindex::lookup::{Answer, LookupPrograms, ENTRIES_BYTES};
 use hytra_store::{Catalog, TableId};
 
 use crate::config::ExecStrategy;
-use crate::engine::EngineError;
+use crate::engine::{EngineError, OffloadError};
 
 /// Lookups one coroutine may have in flight at one node; more go by RPC.
 pub(crate) const SLOTS_PER_NODE: u16 = 2;
@@ -98,11 +98,7 @@ impl NicLookups {
                 coroutines.max(1),
                 programs,
             )?))),
-            (ExecStrategy::Offload, None) => Err(EngineError::Offload(
-                "the offload execution strategy needs lookup programs from its caller \
-                 (hytra_offload::lookup::Redn)"
-                    .into(),
-            )),
+            (ExecStrategy::Offload, None) => Err(OffloadError::NoPrograms.into()),
             _ => Ok(None),
         }
     }
@@ -117,9 +113,9 @@ impl NicLookups {
         programs: &dyn LookupPrograms,
     ) -> Result<NicLookups, EngineError> {
         let shape = backend.shape();
-        let lanes = coroutines.checked_mul(SLOTS_PER_NODE).ok_or_else(|| {
-            EngineError::Offload(format!("{coroutines} coroutines need too many lookup slots"))
-        })?;
+        let lanes = coroutines
+            .checked_mul(SLOTS_PER_NODE)
+            .ok_or(OffloadError::TooManySlots { coroutines })?;
         let mut at = 0;
         let mut tables = Vec::new();
         for spec in catalog.tables() {
@@ -181,15 +177,11 @@ impl NicLookups {
                             w.node,
                             lookups.answer(server, w, lane),
                         )
-                        .map_err(EngineError::Offload)?;
+                        .map_err(OffloadError::Build)?;
                     for spec in built.specs {
-                        let id = backend.create_wq(server, spec).map_err(|e| {
-                            EngineError::Offload(format!(
-                                "the backend runs no verb programs on {server} ({e}); the offload \
-                                 execution strategy needs the sim backend with a profile that \
-                                 models them (cx5) or the local backend"
-                            ))
-                        })?;
+                        let id = backend
+                            .create_wq(server, spec)
+                            .map_err(|source| OffloadError::NoVerbPrograms { server, source })?;
                         assert_eq!(id, WqId(next_wq), "queue ids are dense");
                         next_wq += 1;
                     }
@@ -279,11 +271,9 @@ impl NicLookups {
 /// Bytes of one of `programs`' lookup programs (every one has the same shape), checked to
 /// be whole 64-byte entries.
 fn code_bytes(programs: &dyn LookupPrograms) -> Result<u64, EngineError> {
-    match programs.code_bytes().map_err(EngineError::Offload)? {
+    match programs.code_bytes().map_err(OffloadError::Build)? {
         n if n > 0 && n % 64 == 0 => Ok(n),
-        n => Err(EngineError::Offload(format!(
-            "lookup programs of {n} bytes: expected whole 64-byte entries"
-        ))),
+        bytes => Err(OffloadError::CodeSize { bytes }.into()),
     }
 }
 
