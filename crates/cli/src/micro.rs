@@ -398,7 +398,7 @@ pub fn run(args: MicroArgs) -> Result<(), CliError> {
     })
     .map_err(|e| {
         let argv: Vec<String> = std::env::args().skip(1).collect();
-        CliError::Run(anyhow::anyhow!("{e} (replay: hytra {})", argv.join(" ")))
+        CliError::Run(anyhow::anyhow!("{e}: {} (replay: hytra {})", e.cause, argv.join(" ")))
     })?;
     print_table(&plan, &run.results);
     let threads = LocalConfig { threads: plan.backend.threads(), ..LocalConfig::new(plan.shape) }

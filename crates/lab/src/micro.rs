@@ -354,16 +354,20 @@ pub struct MatrixRun {
     pub wall_s: f64,
 }
 
-/// A point that failed: which, and why.
+/// A point that failed: which, and why (the cause is this error's source, not part of
+/// its message, so that a printed chain names it once).
 #[derive(Debug, thiserror::Error)]
-#[error("measuring {} at {payload} B: {source}", primitive.name())]
+#[error("measuring {} at {payload} B{}", primitive.name(), step.map_or(String::new(), |s| format!(", step {s}")))]
 pub struct PointError {
     /// The primitive.
     pub primitive: Primitive,
     /// The payload.
     pub payload: u32,
+    /// The multi-object ladder's step (`None` in the matrix).
+    pub step: Option<&'static str>,
     /// Why.
-    pub source: MicroRunError,
+    #[source]
+    pub cause: MicroRunError,
 }
 
 /// Measures every point of [`points`]; `on_point` gets each as it is done, with its
@@ -383,7 +387,7 @@ pub fn run_matrix(
         wall_s: 0.0,
     };
     for (i, &(primitive, payload, lanes)) in todo.iter().enumerate() {
-        let failed = |source| PointError { primitive, payload, source };
+        let failed = |cause| PointError { primitive, payload, step: None, cause };
         let mut m = measure(plan, primitive, payload, lanes, self_check).map_err(failed)?;
         if plan.ucp_baseline {
             // Right after hytra's run, so that both see the same machine load.
@@ -540,7 +544,7 @@ pub fn run_multi(
             if !(step == 4 && op == "read") {
                 let step_plan = MicroPlan { params, ..plan.clone() };
                 let m = measure(&step_plan, primitive, payload, lanes, false)
-                    .map_err(|source| PointError { primitive, payload, source })?;
+                    .map_err(|cause| PointError { primitive, payload, step: Some(*name), cause })?;
                 // Per-operation rates become transactions of `objects` operations.
                 cell.txn_per_sec = m.point.ops_per_sec / f64::from(objects);
                 cell.measured = Some(m);

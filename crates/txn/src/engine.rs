@@ -82,14 +82,14 @@ pub enum OffloadError {
     Build(#[from] hytra_nicindex::lookup::LookupError),
     /// The backend's NIC runs no verb programs.
     #[error(
-        "the backend runs no verb programs on {server} ({source}); it needs the sim backend \
+        "the backend runs no verb programs on {server} ({refusal}); it needs the sim backend \
          with a profile that models them (cx5) or the local backend"
     )]
     NoVerbPrograms {
         /// The node whose NIC refused a work queue.
         server: NodeId,
-        /// The backend's refusal.
-        source: BackendError,
+        /// The backend's refusal (in the message, so not also a source).
+        refusal: BackendError,
     },
 }
 

@@ -181,7 +181,7 @@ impl NicLookups {
                     for spec in built.specs {
                         let id = backend
                             .create_wq(server, spec)
-                            .map_err(|source| OffloadError::NoVerbPrograms { server, source })?;
+                            .map_err(|refusal| OffloadError::NoVerbPrograms { server, refusal })?;
                         assert_eq!(id, WqId(next_wq), "queue ids are dense");
                         next_wq += 1;
                     }

@@ -623,7 +623,7 @@ fn noticed(at: Ps, clock: Ps, poll: Ps, rest: Ps) -> Ps {
     if rest == 0 || at <= clock + poll {
         return at;
     }
-    at + rest / 2
+    at.saturating_add(rest / 2)
 }
 
 #[cfg(test)]

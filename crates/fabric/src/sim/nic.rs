@@ -98,6 +98,7 @@ pub(super) struct Model {
     pub(super) cqe_cpu: Ps,
     pub(super) recv_cpu: Ps,
     pub(super) copy_ps_per_kib: u64,
+    /// The posting CPU's copy of a one-sided request's bytes, per KiB (0 on a NIC).
     pub(super) rma_copy_ps_per_kib: u64,
     /// How long an idle worker rests between two polls (0: it spins).
     pub(super) rest: Ps,
@@ -188,6 +189,11 @@ impl Model {
     pub(crate) fn copy_cpu(&self, bytes: usize) -> Ps {
         bytes as u64 * self.copy_ps_per_kib / 1024
     }
+
+    /// What the posting CPU spends moving `bytes` of a one-sided request itself.
+    pub(super) fn rma_copy_cpu(&self, bytes: u32) -> Ps {
+        u64::from(bytes) * self.rma_copy_ps_per_kib / 1024
+    }
 }
 
 /// Recycled byte buffers (inline payloads, datagrams): the pool grows to the peak number
@@ -251,7 +257,7 @@ impl Core {
         let payload = Flat::inline_payload(wr, flags, &self.regions[own], &mut tmp);
         let copy_cost = match payload {
             Some(b) => self.model.copy_cpu(b.len()),
-            None => u64::from(wr.payload_len()) * self.model.rma_copy_ps_per_kib / 1024,
+            None => self.model.rma_copy_cpu(wr.payload_len()),
         };
         let inline = payload.map(|b| self.inline_pool.put(b));
         let ws = &mut self.workers[w as usize];

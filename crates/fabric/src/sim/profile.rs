@@ -367,8 +367,9 @@ impl NicProfile {
     /// thread makes at the doorbell, complete at once; a datagram is a copy into the
     /// receiver's inbox, which it takes when it next polls; an idle thread yields its
     /// core. Every number below is fitted to `hytra micro --backend local` (2 nodes x 1
-    /// worker, 64 B; latency with 1 coroutine and batch 1, rate with 8 coroutines and
-    /// batch 8) run in the simulator with the `host` CPU profile for the runtime's own
+    /// worker; latency with 1 coroutine and batch 1 at 64 B, rates with 8 coroutines and
+    /// batch 8 at 64 B and, for the per-KiB costs, up to 4000 B) run in the simulator
+    /// with the `host` CPU profile for the runtime's own
     /// work (docs/PERFORMANCE.md §29): a primitive-level fit, never a transaction
     /// benchmark's. It exists to check the simulator against the real backend.
     pub fn local() -> NicProfile {
@@ -382,8 +383,8 @@ impl NicProfile {
             resp: free,
             atomic_unit_ns: 0.1,
             // The posting thread copies at the doorbell, so a request's bytes take no
-            // time after it: its completion is there when the step that rang ends. (The
-            // copy's CPU time is in `wqe_ns`, fitted at 64 B; it is not modelled per byte.)
+            // time after it: its completion is there when the step that rang ends. The
+            // copy's CPU time is the poster's, `rma_copy_ns_per_kib` below.
             link_bytes_per_ns: 1000.0,
             dma_bytes_per_ns: 1000.0,
             rc_header_bytes: 0,
