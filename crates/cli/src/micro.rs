@@ -9,7 +9,7 @@ use hytra_fabric::constants::DATAGRAM_MTU;
 use hytra_fabric::cpu::CpuTable;
 use hytra_fabric::local::LocalConfig;
 use hytra_fabric::sim::profile::NicProfile;
-use hytra_fabric::sim::{CpuMode, SimConfig};
+use hytra_fabric::sim::CpuMode;
 use hytra_fabric::ClusterShape;
 use hytra_lab::micro::{
     baseline_outstanding, baseline_outstanding_max, run_matrix, MatrixRun, Measured, MicroBackend,
@@ -366,13 +366,7 @@ pub fn run(args: MicroArgs) -> Result<(), CliError> {
     }
     let out = args.json.as_deref().map(open_output).transpose()?;
     let sim = plan.backend.is_sim();
-    if let MicroBackend::Sim { profile, cpu, costs } = &plan.backend {
-        let cfg = SimConfig {
-            profile: NicProfile::clone(profile),
-            cpu: *cpu,
-            cpu_profile: costs.clone(),
-            ..SimConfig::new(plan.shape, plan.params.seed)
-        };
+    if let Some(cfg) = plan.backend.sim_config(plan.shape, plan.params.seed) {
         eprintln!("{}", cfg.describe());
     }
     let run = run_matrix(&plan, args.self_check, &mut |i, n, m| {

@@ -53,6 +53,20 @@ impl MicroBackend {
         }
     }
 
+    /// The simulator's configuration for a cluster of `shape` run from `seed` (`None`
+    /// on the real backends).
+    pub fn sim_config(&self, shape: ClusterShape, seed: u64) -> Option<SimConfig> {
+        match self {
+            MicroBackend::Sim { profile, cpu, costs } => Some(SimConfig {
+                profile: NicProfile::clone(profile),
+                cpu: *cpu,
+                cpu_profile: costs.clone(),
+                ..SimConfig::new(shape, seed)
+            }),
+            MicroBackend::Local { .. } | MicroBackend::Ucx { .. } => None,
+        }
+    }
+
     /// Whether time is virtual.
     pub fn is_sim(&self) -> bool {
         matches!(self, MicroBackend::Sim { .. })
@@ -257,13 +271,8 @@ pub fn measure(
     }
     let max = plan.backend.window_max_ns();
     let (point, stats) = match &plan.backend {
-        MicroBackend::Sim { profile, cpu, costs } => {
-            let cfg = SimConfig {
-                profile: NicProfile::clone(profile),
-                cpu: *cpu,
-                cpu_profile: costs.clone(),
-                ..SimConfig::new(shape, params.seed)
-            };
+        MicroBackend::Sim { .. } => {
+            let cfg = plan.backend.sim_config(shape, params.seed).expect("a simulated backend");
             let fresh = || SimCluster::new(cfg.clone());
             let (point, stats) = run_point_settled(fresh, primitive, payload, params, max)?;
             if self_check {

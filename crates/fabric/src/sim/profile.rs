@@ -405,17 +405,7 @@ impl NicProfile {
             rc_timeout_ns: 500_000.0,
             // One-sided requests are the CPU's own loads, stores and atomics.
             atomics_coherent: true,
-            host: HostCosts {
-                doorbell_ns: LOCAL_FIT.doorbell_ns,
-                wqe_ns: LOCAL_FIT.wqe_ns,
-                poll_ns: LOCAL_FIT.poll_ns,
-                cqe_ns: LOCAL_FIT.cqe_ns,
-                recv_ns: LOCAL_FIT.recv_ns,
-                copy_ns_per_kib: LOCAL_FIT.copy_ns_per_kib,
-                rma_copy_ns_per_kib: LOCAL_FIT.rma_copy_ns_per_kib,
-                rest_ns: LOCAL_FIT.rest_ns,
-                recv_latency_ns: LOCAL_FIT.recv_latency_ns,
-            },
+            host: LOCAL_FIT,
             offload: None,
         }
     }
