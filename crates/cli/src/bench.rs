@@ -8,22 +8,26 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use hytra_fabric::local::{LocalCluster, LocalConfig};
+use hytra_fabric::local::LocalConfig;
 use hytra_fabric::sim::faults::FaultConfig;
 use hytra_fabric::sim::profile::NicProfile;
-use hytra_fabric::sim::{CpuMode, SimCluster, SimConfig};
+use hytra_fabric::sim::{CpuMode, SimConfig};
 use hytra_fabric::{ClusterShape, NodeId};
+use hytra_lab::auto::{pick_design, AutoError};
+use hytra_lab::bench::{
+    recovery_times, BenchReport, BenchSetup, Crash, CrashesReport, TrialReport, TypeCounts,
+};
+use hytra_lab::cluster_file::Wait;
+use hytra_lab::{unknown_workload, CpuProfile, CPU_PROFILE_DEFAULT, CRASH_TIMELINE_NS, WORKLOADS};
+use hytra_lab::{BackendSpec, RunSpec, UcxSpec, WorkloadSpec};
 use hytra_rt::RtConfig;
 use hytra_txn::{
     AbortClass, AbortReason, Design, ExecStrategy, LockStrategy, Phase, Primitive, RecoveryParams,
     Rereplication, TxnConfig,
 };
-use hytra_workloads::bench::{run, BenchError, BenchParams, BenchResult, Workload};
-use hytra_workloads::smallbank::SmallBank;
-use hytra_workloads::tatp::{Tatp, TatpParams};
-use hytra_workloads::tpcc::{TpcC, TpccMix, TpccParams, TYPES as TPCC_TYPES};
-use hytra_workloads::tpce::{Tpce, TpceParams};
-use hytra_workloads::ycsb::{KeyDist, Mix as YcsbMix, Ycsb, YcsbParams};
+use hytra_workloads::bench::{BenchError, BenchParams};
+use hytra_workloads::tpcc::{TpccMix, TYPES as TPCC_TYPES};
+use hytra_workloads::ycsb::{KeyDist, Mix as YcsbMix};
 
 use crate::choice::{named, on_or, Switch};
 use crate::span::{check_warmup, warmup_ns, Span};
@@ -58,7 +62,7 @@ pub struct BenchArgs {
     pub(crate) wait: Option<Wait>,
     /// This process's place in a cluster spread over processes (set by `hytra node`).
     #[arg(skip)]
-    pub(crate) placement: Option<crate::cluster::Placement>,
+    pub(crate) placement: Option<hytra_lab::Placement>,
     /// NIC profile of the simulator: cx3, cx4, cx5, roce, or local (the `local` backend on
     /// this project's test machine, fitted to `hytra micro --backend local`).
     #[arg(long, default_value = "cx4")]
@@ -260,12 +264,6 @@ fn design_parser() -> impl clap::builder::TypedValueParser<Value = DesignPick> {
         .map(|s: String| Design::parse(&s).map_or(DesignPick::Auto, DesignPick::Preset))
 }
 
-/// The trial of each candidate of `--design auto`: long enough for thousands of
-/// transactions of the slowest workload on the simulator, and for a few round trips of
-/// every coroutine over TCP in real time.
-const AUTO_TRIAL_SIM_NS: u64 = 2_000_000;
-const AUTO_TRIAL_REAL_NS: u64 = 500_000_000;
-
 /// `--design auto`'s candidates, labelled: every preset, and DrTM+H with its locks taken
 /// by RPC (where atomics run in a NIC that is not coherent with the CPU, a node locks its
 /// own records through its NIC too, which costs more than an RPC; docs/PERFORMANCE.md
@@ -407,9 +405,9 @@ pub(crate) fn check(a: &BenchArgs) -> Result<(), CliError> {
     prepare(a).map(|_| ())
 }
 
-/// Validates every option but the values of the workload's own (which its parameters
-/// check when built).
-fn prepare(a: &BenchArgs) -> Result<Run, CliError> {
+/// Validates every option, and the run they make against the cluster and this machine's
+/// memory, without building anything.
+fn prepare(a: &BenchArgs) -> Result<Plan, CliError> {
     let sim = BackendKind::parse(&a.backend)? == BackendKind::Sim;
     let Some(profile) = NicProfile::by_name(&a.profile) else {
         return usage(format!(
@@ -429,6 +427,51 @@ fn prepare(a: &BenchArgs) -> Result<Run, CliError> {
         ),
         (None, false) => None,
     };
+    check_cluster_options(a, sim)?;
+    if let Some(m) = a.cache_mib.filter(|&m| m > CACHE_MIB_MAX) {
+        return usage(format!(
+            "--cache-mib {m}: at most {CACHE_MIB_MAX} MiB per node (a cache larger than the tables it maps is never filled)"
+        ));
+    }
+    if a.exec == Some(ExecStrategy::Offload) && sim && profile.offload.is_none() {
+        return usage(format!(
+            "--exec offload needs a NIC that runs verb programs: profile {} has none (use --profile cx5, or --backend local)",
+            profile.name
+        ));
+    }
+    check_workload_options(a)?;
+    let (cfg, candidates) = designs(a)?;
+    let default_s = match (sim, a.crash.is_empty()) {
+        (false, true) => 5.0,
+        (true, true) => 0.01,
+        // Twenty leases: room to detect, reconfigure and run on.
+        (_, false) => 20.0 * lease_of(&cfg, sim).lease_ns as f64 / 1e9,
+    };
+    let seconds = a.duration.map_or(default_s, Span::secs);
+    let max_s = if sim { SIM_SECONDS_MAX } else { REAL_SECONDS_MAX };
+    if seconds > max_s {
+        return usage(format!(
+            "--duration {}: expected at most {} on {}",
+            Span::from_ns((seconds * 1e9).round() as u64),
+            Span::from_ns((max_s * 1e9).round() as u64),
+            a.backend
+        ));
+    }
+    check_warmup(a.warmup)?;
+    let crashes = crashes(a, &cfg, seconds)?;
+    let shape =
+        ClusterShape { nodes: a.nodes, workers_per_node: a.workers, lanes_per_peer: a.lanes };
+    let workload = workload_spec(a)?;
+    let params = bench_params(a, sim, seconds, &crashes);
+    let backend = backend_spec(a, profile, cpu, shape, &workload, &crashes)?;
+    let spec = RunSpec { backend, workload, txn: cfg, params };
+    spec.validate().map_err(CliError::Usage)?;
+    check_memory(&spec)?;
+    Ok(Plan { spec, candidates, crashes, seconds })
+}
+
+/// Checks the cluster's size and the options that apply to some backends only.
+fn check_cluster_options(a: &BenchArgs, sim: bool) -> Result<(), CliError> {
     if a.nodes == 0 || a.workers == 0 || a.coroutines == 0 {
         return usage("--nodes, --workers and --coroutines must be at least 1");
     }
@@ -463,53 +506,71 @@ fn prepare(a: &BenchArgs) -> Result<Run, CliError> {
         }
         _ => {}
     }
-    if let Some(m) = a.cache_mib.filter(|&m| m > CACHE_MIB_MAX) {
-        return usage(format!(
-            "--cache-mib {m}: at most {CACHE_MIB_MAX} MiB per node (a cache larger than the tables it maps is never filled)"
-        ));
-    }
-    if a.exec == Some(ExecStrategy::Offload) && sim && profile.offload.is_none() {
-        return usage(format!(
-            "--exec offload needs a NIC that runs verb programs: profile {} has none (use --profile cx5, or --backend local)",
-            profile.name
-        ));
-    }
-    check_workload_options(a)?;
-    let (cfg, candidates) = designs(a)?;
-    let default_s = match (sim, a.crash.is_empty()) {
-        (false, true) => 5.0,
-        (true, true) => 0.01,
-        // Twenty leases: room to detect, reconfigure and run on.
-        (_, false) => 20.0 * lease_of(&cfg, sim).lease_ns as f64 / 1e9,
-    };
-    let seconds = a.duration.map_or(default_s, Span::secs);
-    let max_s = if sim { SIM_SECONDS_MAX } else { REAL_SECONDS_MAX };
-    if seconds > max_s {
-        return usage(format!(
-            "--duration {}: expected at most {} on {}",
-            Span::from_ns((seconds * 1e9).round() as u64),
-            Span::from_ns((max_s * 1e9).round() as u64),
-            a.backend
-        ));
-    }
-    check_warmup(a.warmup)?;
-    let crashes = crashes(a, &cfg, seconds)?;
-    let shape =
-        ClusterShape { nodes: a.nodes, workers_per_node: a.workers, lanes_per_peer: a.lanes };
-    Ok(Run { sim, profile, cpu, seconds, cfg, candidates, shape, crashes })
+    Ok(())
 }
 
-/// Runs `hytra bench`.
-pub fn run_bench(a: BenchArgs) -> Result<(), CliError> {
-    let run = prepare(&a)?;
-    let seconds = run.seconds;
-    match a.workload.as_str() {
-        "smallbank" => {
-            run_workload(&a, run, SmallBank { accounts_per_worker: a.accounts_per_worker })
+/// Where the run goes: the backend `a` names, set up for `workload` with `crashes`.
+fn backend_spec(
+    a: &BenchArgs,
+    profile: NicProfile,
+    cpu: Option<CpuProfile>,
+    shape: ClusterShape,
+    workload: &WorkloadSpec,
+    crashes: &[Crash],
+) -> Result<BackendSpec, CliError> {
+    Ok(match BackendKind::parse(&a.backend)? {
+        BackendKind::Sim => {
+            let mut sc = SimConfig { profile, ..SimConfig::new(shape, a.seed) };
+            match cpu {
+                Some(p) => {
+                    let (name, types) = workload.types();
+                    sc.cpu_profile = p.table(name, types);
+                }
+                None => sc.cpu = CpuMode::Measured { scale: 1.0 },
+            }
+            if a.faults_ppm > 0 {
+                sc.faults = FaultConfig::lossy(a.faults_ppm);
+            }
+            sc.faults.node_faults.extend(crashes.iter().map(Crash::fault));
+            BackendSpec::Sim(Box::new(sc))
         }
+        BackendKind::Local => {
+            let mut lc = LocalConfig { threads: a.threads, ..LocalConfig::new(shape) };
+            lc.node_faults.extend(crashes.iter().map(Crash::fault));
+            BackendSpec::Local(lc)
+        }
+        BackendKind::Ucx => BackendSpec::Ucx(UcxSpec {
+            shape,
+            transports: Some(a.transports.clone()),
+            threads: a.threads,
+            wait: a.wait.unwrap_or(Wait::Poll),
+            placement: a.placement.clone(),
+        }),
+    })
+}
+
+/// Refuses a run that would take more than four fifths of the memory available.
+fn check_memory(spec: &RunSpec) -> Result<(), CliError> {
+    let need = spec.memory_bytes();
+    if let Some(avail) = available_memory() {
+        if need > avail / 10 * 8 {
+            return usage(format!(
+                "the run needs about {} MiB of memory and {} MiB are available; use a smaller database, or fewer nodes or workers",
+                need >> 20,
+                avail >> 20
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The workload `a` names, sized.
+fn workload_spec(a: &BenchArgs) -> Result<WorkloadSpec, CliError> {
+    Ok(match a.workload.as_str() {
+        "smallbank" => WorkloadSpec::SmallBank { accounts_per_worker: a.accounts_per_worker },
         "tpcc" | "tpcc-no" => {
             let mix = match (a.workload.as_str(), a.tpcc_only.as_deref()) {
-                // `prepare` refused --tpcc-only on tpcc-no.
+                // `check_workload_options` refused --tpcc-only on tpcc-no.
                 ("tpcc-no", _) => TpccMix::NewOrderOnly,
                 (_, None) => TpccMix::Standard,
                 (_, Some(name)) => match TPCC_TYPES.iter().position(|t| t.replace('_', "-") == name) {
@@ -521,66 +582,154 @@ pub fn run_bench(a: BenchArgs) -> Result<(), CliError> {
                     }
                 },
             };
-            // Room for the orders the run can create: far more than any district takes
-            // per second (untouched room costs no memory).
-            let span = seconds * (1.0 + a.warmup);
-            let params = TpccParams {
+            WorkloadSpec::Tpcc {
                 mix,
-                remote_item_pct: a.remote_item_pct,
                 warehouses_per_worker: a.warehouses_per_worker,
                 customers: a.customers,
                 items: a.items,
-                new_orders_max: (span * 50_000.0) as u64 + 1_000,
-                seed: a.seed,
-            };
-            run_workload(&a, run, TpcC::new(params))
+                remote_item_pct: a.remote_item_pct,
+            }
         }
-        "tpce-cp" => run_workload(
-            &a,
-            run,
-            Tpce::new(TpceParams {
-                customers_per_worker: a.tpce_customers_per_worker,
-                market_feed_pct: a.market_feed_pct,
-                seed: a.seed,
-            }),
-        ),
-        "tatp" => run_workload(
-            &a,
-            run,
-            Tatp::new(TatpParams {
-                subscribers_per_worker: a.subscribers_per_worker,
-                uniform: a.tatp_uniform,
-                seed: a.seed,
-            }),
-        ),
-        "ycsb" => {
-            let mix = a.ycsb_mix;
-            let dist =
-                if a.zipf_theta == 0.0 { KeyDist::Uniform } else { KeyDist::Zipfian(a.zipf_theta) };
-            let span = seconds * (1.0 + a.warmup);
-            let params = YcsbParams {
-                mix,
-                records_per_worker: a.records_per_worker,
-                fields: a.fields,
-                field_bytes: a.field_bytes,
-                ops_per_txn: a.ops_per_txn,
-                dist,
-                // Room for the inserts a worker can make (D and E insert 5%).
-                inserts_max_per_worker: (span * 200_000.0) as u64 + 1_000,
-                ..YcsbParams::core(mix)
-            };
-            run_workload(&a, run, Ycsb::new(params))
-        }
-        other => unreachable!("prepare refused workload '{other}'"),
+        "tpce-cp" => WorkloadSpec::TpceCp {
+            customers_per_worker: a.tpce_customers_per_worker,
+            market_feed_pct: a.market_feed_pct,
+        },
+        "tatp" => WorkloadSpec::Tatp {
+            subscribers_per_worker: a.subscribers_per_worker,
+            uniform: a.tatp_uniform,
+        },
+        "ycsb" => WorkloadSpec::Ycsb {
+            mix: a.ycsb_mix,
+            records_per_worker: a.records_per_worker,
+            fields: a.fields,
+            field_bytes: a.field_bytes,
+            ops_per_txn: a.ops_per_txn,
+            dist: if a.zipf_theta == 0.0 {
+                KeyDist::Uniform
+            } else {
+                KeyDist::Zipfian(a.zipf_theta)
+            },
+        },
+        other => unreachable!("check_workload_options refused workload '{other}'"),
+    })
+}
+
+/// The run's window, seed, coroutines and checks.
+fn bench_params(a: &BenchArgs, sim: bool, seconds: f64, crashes: &[Crash]) -> BenchParams {
+    let measure_ns = (seconds * 1e9).round() as u64;
+    let rt = RtConfig {
+        doorbell_batching: on_or(a.doorbell_batching, true),
+        rpc_coalescing: on_or(a.rpc_coalescing, true),
+        // Longer than any delay the simulator's faults add (P4); threads may be
+        // descheduled for milliseconds on a loaded machine.
+        rpc_timeout_ns: if sim { 1_000_000 } else { 1_000_000_000 },
+    };
+    BenchParams {
+        coroutines: a.coroutines,
+        warmup_ns: warmup_ns(measure_ns, a.warmup),
+        measure_ns,
+        seed: a.seed,
+        check: a.check,
+        rt,
+        drain_ns: if sim { 1_000_000_000 } else { 60_000_000_000 },
+        warm_cache: on_or(a.warm_cache, true),
+        // Intervals fine enough to see a recovery of a few leases.
+        timeline_ns: if crashes.is_empty() {
+            0
+        } else {
+            (((seconds * (1.0 + a.warmup)) * 1e9) as u64 / 10_000).max(CRASH_TIMELINE_NS)
+        },
     }
 }
 
-use hytra_lab::bench::{
-    recovery_times, AutoReport, BenchReport, BenchSetup, Crash, CrashesReport, TrialReport,
-    TypeCounts,
-};
-use hytra_lab::cluster_file::Wait;
-use hytra_lab::{unknown_workload, CpuProfile, CPU_PROFILE_DEFAULT, CRASH_TIMELINE_NS, WORKLOADS};
+/// Runs `hytra bench`.
+pub fn run_bench(a: BenchArgs) -> Result<(), CliError> {
+    let Plan { mut spec, candidates, crashes, seconds } = prepare(&a)?;
+    let out = a.json.as_deref().map(open_output).transpose()?;
+    let auto = if candidates.is_empty() {
+        None
+    } else {
+        let told = |t: &TrialReport, ns: u64| {
+            let (label, tps) = (&t.candidate, t.throughput_tps);
+            eprintln!("design auto: {label}: {} txn/s over {}", rate(tps), Span::from_ns(ns));
+        };
+        let (txn, report) =
+            pick_design(&spec, candidates, a.warmup, told).map_err(|e| match e {
+                AutoError::Params(m) => CliError::Usage(m),
+                e => CliError::Run(e.into()),
+            })?;
+        spec.txn = txn;
+        Some(report)
+    };
+    // The run's own wall time, after any trials.
+    let started = Instant::now();
+    let total_ns = spec.params.warmup_ns + spec.params.measure_ns;
+    let result = if let BackendSpec::Sim(sc) = &spec.backend {
+        eprintln!("{}", sc.describe());
+        let mut bar = ProgressBar::new(started, total_ns, "virtual");
+        hytra_lab::run(&spec, Some(Box::new(move |now| bar.show(now))))
+    } else {
+        let stop = Arc::new(AtomicBool::new(false));
+        let ticker = wall_progress(started, total_ns, stop.clone());
+        let r = hytra_lab::run(&spec, None);
+        stop.store(true, Ordering::Relaxed);
+        let _ = ticker.join();
+        r
+    };
+    if std::io::stderr().is_terminal() {
+        eprint!("\r{:60}\r", "");
+    }
+    let outcome = match result {
+        Ok(Some(o)) => o,
+        // A node of a cluster spread over processes that did not get the results: node
+        // 0, or under `hytra cluster` the lowest survivor, reports for everyone.
+        Ok(None) => return Ok(()),
+        Err(BenchError::Params(m)) => return Err(CliError::Usage(m)),
+        Err(other) => {
+            let argv: Vec<String> = std::env::args().skip(1).collect();
+            return Err(CliError::Run(anyhow::anyhow!(
+                "{other} (replay: hytra {})",
+                argv.join(" ")
+            )));
+        }
+    };
+    let result = &outcome.result;
+    let sim = spec.backend.is_sim();
+    let cpu_name = a.cpu_profile.as_deref().unwrap_or(CPU_PROFILE_DEFAULT);
+    let setup = BenchSetup {
+        workload: &a.workload,
+        backend: &a.backend,
+        shape: spec.backend.shape(),
+        seed: a.seed,
+        seconds,
+        cfg: &spec.txn,
+        params: &spec.params,
+        sim: sim.then_some((a.profile.as_str(), cpu_name)),
+        ucx: (a.backend == "ucx").then_some((a.transports.as_str(), wait_name(a.wait))),
+        types: outcome.txn_types,
+    };
+    let mut report = BenchReport::new(&setup, result, started.elapsed());
+    let recovered = recovery_times(&crashes, &spec.params, result);
+    if !recovered.is_empty() {
+        report = report.with_crashes(&recovered, result);
+    }
+    report.design_auto = auto;
+    // Processes of a cluster that died (`hytra cluster --kill`): their part came from
+    // their journals.
+    if crashes.is_empty() && !result.recovery.crashed.is_empty() {
+        report = report.with_lost(result.recovery.crashed.iter().map(|n| n.0).collect(), result);
+    }
+    print_report(&report, setup.types, lease_of(&spec.txn, sim).lease_ns);
+    if let (Some(file), Some(path)) = (out, a.json.as_deref()) {
+        let doc = serde_json::to_value(&report).expect("a report serializes");
+        write_json(file, path, &doc)?;
+    }
+    if a.check && report.checker.serializable != Some(true) || !report.invariant_ok {
+        return Err(CliError::Run(anyhow::anyhow!("correctness check failed (see above)")));
+    }
+    Ok(())
+}
+
 /// `--cpu-profile` that measures every step instead of costing it from a profile.
 const CPU_MEASURED: &str = "measured";
 /// The longest measured window on sim, in virtual seconds: a 4 x 4 SmallBank run
@@ -693,310 +842,13 @@ fn crashes(a: &BenchArgs, cfg: &TxnConfig, seconds: f64) -> Result<Vec<Crash>, C
     Ok(out)
 }
 
-/// Runs on the UCX backend: every node here, or this process's node of a cluster
-/// spread over processes (`hytra node`).
-#[cfg(feature = "ucx")]
-fn run_ucx<W: Workload>(
-    a: &BenchArgs,
-    shape: ClusterShape,
-    workload: &W,
-    cfg: TxnConfig,
-    params: BenchParams,
-) -> Result<Option<BenchResult<W::Report>>, BenchError> {
-    use hytra_fabric::ucx::{UcxCluster, UcxConfig, UcxWaiting};
-    let mut uc = UcxConfig::new(shape);
-    uc.transports = Some(a.transports.clone());
-    uc.threads = a.threads;
-    uc.waiting = match a.wait {
-        None | Some(Wait::Poll) => UcxWaiting::Poll,
-        Some(Wait::Event) => UcxWaiting::Event,
-    };
-    let mut b = match &a.placement {
-        None => UcxCluster::new(uc)?,
-        Some(p) => {
-            uc.hosted = Some(vec![hytra_fabric::NodeId(p.me)]);
-            UcxCluster::with_exchange(uc, p.exchange(shape.nodes)?)?
-        }
-    };
-    let procs = match a.placement.as_ref().and_then(|p| p.launcher.as_ref()) {
-        None => hytra_workloads::bench::Processes::default(),
-        Some(l) => hytra_workloads::bench::Processes {
-            store: match &l.store {
-                crate::cluster::StoreAt::Launcher(addr) => {
-                    std::sync::Arc::new(hytra_txn::config_store::TcpStore::new(*addr))
-                }
-                crate::cluster::StoreAt::Etcd(etcd) => std::sync::Arc::new(etcd.clone()),
-            },
-            journal: Some(l.journal.clone()),
-        },
-    };
-    hytra_workloads::bench::run_partial_in(&mut b, workload, cfg, params, procs)
-}
-
-#[cfg(not(feature = "ucx"))]
-fn run_ucx<W: Workload>(
-    _: &BenchArgs,
-    _: ClusterShape,
-    _: &W,
-    _: TxnConfig,
-    _: BenchParams,
-) -> Result<Option<BenchResult<W::Report>>, BenchError> {
-    unreachable!("refused by run_bench without the ucx feature")
-}
-
-/// Where `hytra bench` runs: the backend and what it is built from, for the run and for
-/// `--design auto`'s trials alike.
-struct Backend<'a> {
-    a: &'a BenchArgs,
-    sim: bool,
-    profile: &'a NicProfile,
-    cpu: &'a Option<CpuProfile>,
-    shape: ClusterShape,
-}
-
-/// Shows the virtual time a simulated run has reached.
-type Progress = Box<dyn FnMut(u64)>;
-
-impl Backend<'_> {
-    /// Builds the backend and runs `workload` on it once, crashing `crashes`.
-    fn execute<W: Workload>(
-        &self,
-        workload: &W,
-        cfg: TxnConfig,
-        params: BenchParams,
-        crashes: &[Crash],
-        progress: Option<Progress>,
-    ) -> Result<Option<BenchResult<W::Report>>, BenchError> {
-        let a = self.a;
-        if self.sim {
-            let mut sc =
-                SimConfig { profile: self.profile.clone(), ..SimConfig::new(self.shape, a.seed) };
-            match self.cpu {
-                Some(p) => sc.cpu_profile = p.table(workload.name(), workload.txn_types()),
-                None => sc.cpu = CpuMode::Measured { scale: 1.0 },
-            }
-            if a.faults_ppm > 0 {
-                sc.faults = FaultConfig::lossy(a.faults_ppm);
-            }
-            sc.faults.node_faults.extend(crashes.iter().map(Crash::fault));
-            if progress.is_some() {
-                eprintln!("{}", sc.describe());
-            }
-            let mut b = SimCluster::new(sc).map_err(|e| BenchError::Params(e.to_string()))?;
-            if let Some(p) = progress {
-                b.set_progress(p);
-            }
-            run(&mut b, workload, cfg, params).map(Some)
-        } else if a.backend == "ucx" {
-            run_ucx(a, self.shape, workload, cfg, params)
-        } else {
-            let mut lc = LocalConfig { threads: a.threads, ..LocalConfig::new(self.shape) };
-            lc.node_faults.extend(crashes.iter().map(Crash::fault));
-            let mut b = LocalCluster::new(lc).map_err(|e| BenchError::Params(e.to_string()))?;
-            run(&mut b, workload, cfg, params).map(Some)
-        }
-    }
-}
-
-/// One candidate's trial under `--design auto`: its label and throughput.
-struct Trial {
-    label: String,
-    tps: f64,
-}
-
-/// What `--design auto` tried, and which trial it chose.
-struct AutoPick {
-    trials: Vec<Trial>,
-    /// Index of the chosen trial: the first of the fastest.
-    best: usize,
-}
-
-impl AutoPick {
-    /// The chosen trial.
-    fn chosen(&self) -> &Trial {
-        &self.trials[self.best]
-    }
-}
-
-/// `--design auto`: runs each candidate for a short trial on a fresh cluster of the same
-/// backend (no crashes, no history), and returns the fastest with every trial. On sim
-/// the trials replay from the seed like the run itself.
-fn pick_design<W: Workload>(
-    on: &Backend<'_>,
-    workload: &W,
+/// A checked `hytra bench`: the run, `--design auto`'s candidates (empty for a named
+/// design), its crashes and its window in seconds.
+struct Plan {
+    spec: RunSpec,
     candidates: Vec<(String, TxnConfig)>,
-    params: &BenchParams,
-) -> Result<(TxnConfig, AutoPick), CliError> {
-    let asked = if on.sim { AUTO_TRIAL_SIM_NS } else { AUTO_TRIAL_REAL_NS };
-    let measure_ns = asked.min(params.measure_ns);
-    let trial = BenchParams {
-        measure_ns,
-        warmup_ns: warmup_ns(measure_ns, on.a.warmup),
-        check: false,
-        timeline_ns: 0,
-        ..*params
-    };
-    let mut trials = Vec::new();
-    for (label, cfg) in candidates {
-        let r = on.execute(workload, cfg, trial, &[], None).map_err(|e| match e {
-            BenchError::Params(m) => CliError::Usage(m),
-            e => CliError::Run(anyhow::anyhow!("--design auto: the trial of {label} failed: {e}")),
-        })?;
-        let Some(r) = r else {
-            unreachable!("check_auto refuses clusters spread over processes");
-        };
-        let tps = r.stats.commits as f64 / (measure_ns as f64 / 1e9);
-        eprintln!("design auto: {label}: {} txn/s over {}", rate(tps), Span::from_ns(measure_ns));
-        trials.push((Trial { label, tps }, cfg));
-    }
-    // The first of the fastest, so that a tie keeps the earlier preset.
-    let best = trials
-        .iter()
-        .enumerate()
-        .max_by(|(i, x), (j, y)| x.0.tps.total_cmp(&y.0.tps).then(j.cmp(i)))
-        .map(|(i, _)| i)
-        .expect("at least one candidate");
-    let cfg = trials[best].1;
-    Ok((cfg, AutoPick { trials: trials.into_iter().map(|t| t.0).collect(), best }))
-}
-
-/// What every workload's run shares.
-struct Run {
-    sim: bool,
-    profile: NicProfile,
-    /// The simulator's CPU profile; `None`: steps measured (or a real backend).
-    cpu: Option<CpuProfile>,
-    seconds: f64,
-    cfg: TxnConfig,
-    /// `--design auto`'s candidates (empty for a named design).
-    candidates: Vec<(String, TxnConfig)>,
-    shape: ClusterShape,
     crashes: Vec<Crash>,
-}
-
-#[allow(
-    clippy::too_many_lines,
-    reason = "longer than the limit before the limit was set; split it when it next changes"
-)]
-fn run_workload<W: Workload>(a: &BenchArgs, shared: Run, workload: W) -> Result<(), CliError> {
-    let Run { sim, profile, cpu, seconds, cfg, candidates, shape, crashes } = shared;
-    if let Err(e) = workload.validate(shape) {
-        return usage(e);
-    }
-    let need = hytra_lab::run::memory_needed(&workload, shape, &cfg, a.coroutines);
-    if let Some(avail) = available_memory() {
-        if need > avail / 10 * 8 {
-            return usage(format!(
-                "the run needs about {} MiB of memory and {} MiB are available; use a smaller database, or fewer nodes or workers",
-                need >> 20,
-                avail >> 20
-            ));
-        }
-    }
-    let out = a.json.as_deref().map(open_output).transpose()?;
-    let measure_ns = (seconds * 1e9).round() as u64;
-    let rt = RtConfig {
-        doorbell_batching: on_or(a.doorbell_batching, true),
-        rpc_coalescing: on_or(a.rpc_coalescing, true),
-        // Longer than any delay the simulator's faults add (P4); threads may be
-        // descheduled for milliseconds on a loaded machine.
-        rpc_timeout_ns: if sim { 1_000_000 } else { 1_000_000_000 },
-    };
-    let params = BenchParams {
-        coroutines: a.coroutines,
-        warmup_ns: warmup_ns(measure_ns, a.warmup),
-        measure_ns,
-        seed: a.seed,
-        check: a.check,
-        rt,
-        drain_ns: if sim { 1_000_000_000 } else { 60_000_000_000 },
-        warm_cache: on_or(a.warm_cache, true),
-        // Intervals fine enough to see a recovery of a few leases.
-        timeline_ns: if crashes.is_empty() {
-            0
-        } else {
-            (((seconds * (1.0 + a.warmup)) * 1e9) as u64 / 10_000).max(CRASH_TIMELINE_NS)
-        },
-    };
-    let total_ns = params.warmup_ns + measure_ns;
-    let on = Backend { a, sim, profile: &profile, cpu: &cpu, shape };
-    let (cfg, auto) = match candidates.is_empty() {
-        true => (cfg, None),
-        false => pick_design(&on, &workload, candidates, &params).map(|(c, p)| (c, Some(p)))?,
-    };
-    // The run's own wall time, after any trials.
-    let started = Instant::now();
-    let used = params;
-    let result = if sim {
-        let mut bar = ProgressBar::new(started, total_ns, "virtual");
-        on.execute(&workload, cfg, params, &crashes, Some(Box::new(move |now| bar.show(now))))
-    } else {
-        let stop = Arc::new(AtomicBool::new(false));
-        let ticker = wall_progress(started, total_ns, stop.clone());
-        let r = on.execute(&workload, cfg, params, &crashes, None);
-        stop.store(true, Ordering::Relaxed);
-        let _ = ticker.join();
-        r
-    };
-    if std::io::stderr().is_terminal() {
-        eprint!("\r{:60}\r", "");
-    }
-    let result = match result {
-        Ok(Some(r)) => Ok(r),
-        // A node of a cluster spread over processes that did not get the results: node
-        // 0, or under `hytra cluster` the lowest survivor, reports for everyone.
-        Ok(None) => return Ok(()),
-        Err(e) => Err(e),
-    };
-    let result = result.map_err(|e| match e {
-        BenchError::Params(m) => CliError::Usage(m),
-        other => {
-            let argv: Vec<String> = std::env::args().skip(1).collect();
-            CliError::Run(anyhow::anyhow!("{other} (replay: hytra {})", argv.join(" ")))
-        }
-    })?;
-    let cpu_name = a.cpu_profile.as_deref().unwrap_or(CPU_PROFILE_DEFAULT);
-    let setup = BenchSetup {
-        workload: &a.workload,
-        backend: &a.backend,
-        shape,
-        seed: a.seed,
-        seconds,
-        cfg: &cfg,
-        params: &used,
-        sim: sim.then_some((a.profile.as_str(), cpu_name)),
-        ucx: (a.backend == "ucx").then_some((a.transports.as_str(), wait_name(a.wait))),
-        types: workload.txn_types(),
-    };
-    let mut report = BenchReport::new(&setup, &result, started.elapsed());
-    let recovered = recovery_times(&crashes, &used, &result);
-    if !recovered.is_empty() {
-        report = report.with_crashes(&recovered, &result);
-    }
-    if let Some(p) = &auto {
-        report.design_auto = Some(AutoReport {
-            chose: p.chosen().label.clone(),
-            trials: p
-                .trials
-                .iter()
-                .map(|t| TrialReport { candidate: t.label.clone(), throughput_tps: t.tps })
-                .collect(),
-        });
-    }
-    // Processes of a cluster that died (`hytra cluster --kill`): their part came from
-    // their journals.
-    if crashes.is_empty() && !result.recovery.crashed.is_empty() {
-        report = report.with_lost(result.recovery.crashed.iter().map(|n| n.0).collect(), &result);
-    }
-    print_report(&report, setup.types, lease_of(&cfg, sim).lease_ns);
-    if let (Some(file), Some(path)) = (out, a.json.as_deref()) {
-        let doc = serde_json::to_value(&report).expect("a report serializes");
-        write_json(file, path, &doc)?;
-    }
-    if a.check && report.checker.serializable != Some(true) || !report.invariant_ok {
-        return Err(CliError::Run(anyhow::anyhow!("correctness check failed (see above)")));
-    }
-    Ok(())
+    seconds: f64,
 }
 
 /// The leases a run uses: `--lease-ms`, or the backend's.

@@ -6,14 +6,14 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Args;
-use hytra_fabric::local::{LocalCluster, LocalConfig};
 use hytra_fabric::sim::profile::NicProfile;
-use hytra_fabric::sim::{SimCluster, SimConfig};
-use hytra_fabric::{Backend, ClusterShape};
-use hytra_io::bench::{self, IoParams, IoReport, Mode, Target};
+use hytra_io::bench::IoReport;
+use hytra_io::bench::{Mode, Target};
 use hytra_io::trace::{self, TraceOp};
-use hytra_io::{DeviceModel, EngineKind, Exports, FileId, Timing};
-use serde_json::json;
+use hytra_io::{DeviceModel, Exports, FileId};
+use hytra_lab::io::{
+    measure, summarise, FileReport, IoBackend, IoEngine, IoPlan, IoRunReport, TraceReport,
+};
 
 use crate::span::{check_warmup, warmup_ns, Span};
 use crate::table::{open_output, write_json, Table};
@@ -105,18 +105,12 @@ pub struct IoArgs {
     /// This process's place in a cluster spread over processes (set by `hytra node`):
     /// node 0 requests, node 1 owns the file.
     #[arg(skip)]
-    pub(crate) placement: Option<crate::cluster::Placement>,
+    pub(crate) placement: Option<hytra_lab::Placement>,
 }
 
+/// A checked `hytra io`: the matrix, and `--trace` read and parsed before any run.
 struct Plan {
-    backend: BackendKind,
-    profile: NicProfile,
-    device: DeviceModel,
-    modes: Vec<Mode>,
-    engines: Vec<&'static str>,
-    /// Measured seconds per point.
-    seconds: f64,
-    /// `--trace`, read and parsed before any run.
+    io: IoPlan,
     trace: Option<Vec<TraceOp>>,
 }
 
@@ -151,14 +145,10 @@ fn plan(a: &IoArgs) -> Result<Plan, CliError> {
     }
     let mut engines = Vec::new();
     for e in &a.engines {
-        engines.push(match e.as_str() {
-            "pool" => "pool",
-            "thread" => "thread",
-            "uring" => "uring",
-            other => {
-                return usage(format!("unknown engine '{other}' (expected pool, thread, uring)"))
-            }
-        });
+        match IoEngine::parse(e) {
+            Some(e) => engines.push(e),
+            None => return usage(format!("unknown engine '{e}' (expected pool, thread, uring)")),
+        }
     }
     if a.sizes.iter().any(|&s| s == 0 || s > 1 << 20) {
         return usage("read sizes must be 1 B ..= 1 MiB");
@@ -175,7 +165,6 @@ fn plan(a: &IoArgs) -> Result<Plan, CliError> {
     if duration > max {
         return usage(format!("--duration {duration}: expected at most {max} on {}", a.backend));
     }
-    let seconds = duration.secs();
     check_warmup(a.warmup)?;
     if let Some(path) = &a.gen_trace {
         let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
@@ -194,9 +183,39 @@ fn plan(a: &IoArgs) -> Result<Plan, CliError> {
         (Some(p), false) => Some(read_trace(p)?),
         (None, _) => None,
     };
+    check_spread(a, backend, &modes)?;
+    let io_backend = match backend {
+        BackendKind::Sim => IoBackend::Sim { profile: Box::new(profile), device },
+        BackendKind::Local => IoBackend::Local,
+        BackendKind::Ucx => {
+            IoBackend::Ucx { transports: a.transports.clone(), placement: a.placement.clone() }
+        }
+    };
+    let duration_ns = duration.ns();
+    let io = IoPlan {
+        backend: io_backend,
+        modes,
+        engines,
+        sizes: a.sizes.clone(),
+        connections: a.connections.clone(),
+        depths: a.depths.clone(),
+        io_threads: a.io_threads.clone(),
+        uring_depth: a.uring_depth,
+        duration_ns,
+        warmup_ns: warmup_ns(duration_ns, a.warmup),
+        seed: a.seed,
+        inline_max: a.inline_max,
+        window_max_ns: backend.window_max_ns(),
+    };
+    Ok(Plan { io, trace })
+}
+
+/// Refuses a matrix of more than one point for a run spread over processes (which join
+/// once), or one off the ucx backend.
+fn check_spread(a: &IoArgs, backend: BackendKind, modes: &[Mode]) -> Result<(), CliError> {
     if a.placement.is_some() {
         // The processes join once, for one run: one point of the matrix.
-        let points = modes.len() * engines.len() * a.sizes.len() * a.connections.len();
+        let points = modes.len() * a.engines.len() * a.sizes.len() * a.connections.len();
         if points * a.depths.len() * a.io_threads.len() != 1 || modes[0] == Mode::Local {
             return usage(
                 "spread over processes, hytra io measures one point: give one of --modes \
@@ -208,7 +227,7 @@ fn plan(a: &IoArgs) -> Result<Plan, CliError> {
             return usage("a cluster spread over processes runs on the ucx backend");
         }
     }
-    Ok(Plan { backend, profile, device, modes, engines, seconds, trace })
+    Ok(())
 }
 
 /// The largest trace file read (about 20 M reads).
@@ -279,95 +298,6 @@ fn data_file(a: &IoArgs) -> Result<DataFile, CliError> {
     std::io::Write::flush(&mut out).context("writing the data file")?;
     drop(out);
     Ok(f)
-}
-
-fn engine_kind(name: &str, io_threads: u16, uring_depth: u32) -> EngineKind {
-    match name {
-        "pool" => EngineKind::Pool { threads: io_threads },
-        "thread" => EngineKind::ThreadPerRequest,
-        _ => EngineKind::Uring { depth: uring_depth },
-    }
-}
-
-fn timing(plan: &Plan) -> Timing {
-    match plan.backend {
-        BackendKind::Sim => Timing::Modelled { device: plan.device, costs: Default::default() },
-        _ => Timing::Real,
-    }
-}
-
-/// One random-read point (over a window long enough for it, [`bench::run_settled`]) or
-/// one replay.
-fn measure(
-    plan: &Plan,
-    a: &IoArgs,
-    target: &Target,
-    p: &IoParams,
-    trace: Option<Arc<Vec<TraceOp>>>,
-) -> Result<IoReport, CliError> {
-    let shape = ClusterShape { nodes: 2, workers_per_node: p.connections, lanes_per_peer: 1 };
-    let t = timing(plan);
-    // Processes that joined once cannot start a fresh cluster to measure again: a window
-    // too short there is refused, not lengthened. Only the requester (node 0) has reads
-    // to judge.
-    let max = match &a.placement {
-        None => plan.backend.window_max_ns(),
-        Some(pl) if pl.me == 0 => p.duration_ns,
-        Some(_) => u64::MAX,
-    };
-    let judge = a.placement.as_ref().is_none_or(|pl| pl.me == 0);
-    let r = match plan.backend {
-        BackendKind::Sim => {
-            let cfg = SimConfig { profile: plan.profile.clone(), ..SimConfig::new(shape, a.seed) };
-            let fresh = || SimCluster::new(cfg.clone());
-            point(fresh, target, p, t, trace, judge, max)
-        }
-        BackendKind::Local => {
-            let fresh = || LocalCluster::new(LocalConfig::new(shape));
-            point(fresh, target, p, t, trace, judge, max)
-        }
-        #[cfg(feature = "ucx")]
-        BackendKind::Ucx => {
-            use hytra_fabric::ucx::{UcxCluster, UcxConfig};
-            let mut cfg = UcxConfig::new(shape);
-            cfg.transports = Some(a.transports.clone());
-            let fresh = || match &a.placement {
-                None => UcxCluster::new(cfg.clone()),
-                Some(pl) => {
-                    let mut cfg = cfg.clone();
-                    cfg.hosted = Some(vec![hytra_fabric::NodeId(pl.me)]);
-                    let ex = pl.exchange(shape.nodes).map_err(|e| {
-                        hytra_fabric::BackendError::Cluster(format!(
-                            "joining the other process: {e}"
-                        ))
-                    })?;
-                    UcxCluster::with_exchange(cfg, ex)
-                }
-            };
-            point(fresh, target, p, t, trace, judge, max)
-        }
-        #[cfg(not(feature = "ucx"))]
-        BackendKind::Ucx => unreachable!("refused by plan() without the ucx feature"),
-    };
-    r.map_err(|e| CliError::Run(anyhow::anyhow!("{e}")))
-}
-
-/// A replay, a point whose window this process does not judge (the owner of a run
-/// spread over processes), or a point over a settled window.
-fn point<B: Backend>(
-    mut fresh: impl FnMut() -> Result<B, hytra_fabric::BackendError>,
-    target: &Target,
-    p: &IoParams,
-    t: Timing,
-    trace: Option<Arc<Vec<TraceOp>>>,
-    judge: bool,
-    window_max_ns: u64,
-) -> Result<IoReport, bench::BenchError> {
-    match trace {
-        Some(tr) => bench::replay(&mut fresh()?, target, p, t, tr),
-        None if !judge => bench::run(&mut fresh()?, target, p, t),
-        None => bench::run_settled(fresh, target, p, t, window_max_ns),
-    }
 }
 
 /// What to add to a progress line when a point's window had to be lengthened.
@@ -441,65 +371,25 @@ pub fn run(a: IoArgs) -> Result<(), CliError> {
         file_len >> 20,
         if direct { "O_DIRECT" } else { "page cache: O_DIRECT refused or --buffered" }
     );
-    let base = |mode, engine, size, connections, depth| IoParams {
-        mode,
-        engine,
-        size,
-        connections,
-        depth,
-        duration_ns: (plan.seconds * 1e9).round() as u64,
-        warmup_ns: warmup_ns((plan.seconds * 1e9).round() as u64, a.warmup),
-        seed: a.seed,
-        inline_max: a.inline_max,
-        timeout_ns: 5_000_000_000,
-    };
     let mut table = Table::new(&[
         "mode", "engine", "threads", "size", "conn", "depth", "IOPS", "MiB/s", "p50 µs", "p99 µs",
         "seconds", "errors",
     ]);
+    let io = &plan.io;
+    let failed = |e: hytra_io::bench::BenchError| CliError::Run(anyhow::anyhow!("{e}"));
     let mut reports = Vec::new();
-    for &size in &a.sizes {
-        for &connections in &a.connections {
-            for &depth in &a.depths {
-                for &mode in &plan.modes {
-                    let engines: Vec<&str> = match mode {
-                        Mode::Fabric => vec!["none"],
-                        Mode::Local => {
-                            plan.engines.iter().copied().filter(|e| *e != "thread").collect()
-                        }
-                        Mode::Remote => plan.engines.clone(),
-                    };
-                    for e in engines {
-                        let threads: Vec<u16> =
-                            if e == "pool" { a.io_threads.clone() } else { vec![0] };
-                        for &th in &threads {
-                            let kind = match e {
-                                "none" => EngineKind::NoIo,
-                                _ => engine_kind(e, th, a.uring_depth),
-                            };
-                            let p = base(mode, kind, size, connections, depth);
-                            let r = measure(&plan, &a, &target, &p, None)?;
-                            row(&mut table, &r, mode.name());
-                            // The owner of a spread run has no reads to tell.
-                            if a.placement.as_ref().is_none_or(|p| p.me == 0) {
-                                eprintln!(
-                                    "  {} {} {} B: {:.0} IOPS{}",
-                                    mode.name(),
-                                    r.engine,
-                                    size,
-                                    r.iops,
-                                    extension_note(&r)
-                                );
-                            }
-                            reports.push(r);
-                        }
-                    }
-                }
-            }
+    for p in io.points() {
+        let r = measure(io, &target, &p, None).map_err(failed)?;
+        row(&mut table, &r, p.mode.name());
+        // The owner of a spread run has no reads to tell.
+        if io.reports() {
+            let (mode, size, note) = (p.mode.name(), p.size, extension_note(&r));
+            eprintln!("  {mode} {} {size} B: {:.0} IOPS{note}", r.engine, r.iops);
         }
+        reports.push(r);
     }
     // Spread over processes, node 0 (the requester) reports; the owner only served.
-    if a.placement.as_ref().is_some_and(|p| p.me != 0) {
+    if !io.reports() {
         return Ok(());
     }
     println!("{}", table.render());
@@ -510,7 +400,7 @@ pub fn run(a: IoArgs) -> Result<(), CliError> {
     let mut replays = Vec::new();
     let mut trace_reads = 0;
     // A replay is two more runs (local and remote): not for processes that join once.
-    if !a.no_trace && a.placement.is_none() {
+    if !a.no_trace && !io.spread() {
         let ops: Vec<TraceOp> = match plan.trace.take() {
             Some(ops) => ops,
             None if file_len >= 40 * 16384 => trace::tpch_q3(file_len, 16384, a.trace_ops, a.seed),
@@ -522,65 +412,34 @@ pub fn run(a: IoArgs) -> Result<(), CliError> {
             "replay", "engine", "threads", "max size", "conn", "depth", "IOPS", "MiB/s", "p50 µs",
             "p99 µs", "seconds", "errors",
         ]);
-        let (th, conn, depth) = (a.io_threads[0], a.connections[0], a.depths[0]);
-        for mode in [Mode::Local, Mode::Remote] {
-            let p = base(mode, EngineKind::Pool { threads: th }, 0, conn, depth);
-            let r = measure(&plan, &a, &target, &p, Some(ops.clone()))?;
-            row(&mut t, &r, &format!("{} ({} reads)", mode.name(), ops.len()));
+        for p in io.replays() {
+            let r = measure(io, &target, &p, Some(ops.clone())).map_err(failed)?;
+            row(&mut t, &r, &format!("{} ({} reads)", p.mode.name(), ops.len()));
             replays.push(r);
         }
         println!("\n{}", t.render());
     }
     if let (Some(f), Some(path)) = (out, a.json.as_deref()) {
-        let v = json!({
-            "backend": a.backend,
-            // One process per node (`hytra node`/`hytra cluster`), or all in this one.
-            "processes": if a.placement.is_some() { 2 } else { 1 },
-            "file": { "path": file.path.display().to_string(), "bytes": file_len, "direct": direct },
-            "device": if plan.backend == BackendKind::Sim { json!(plan.device) } else { json!(null) },
-            "runs": reports,
-            "ratios": ratios.iter().map(|(k, v)| (k.clone(), json!(v))).collect::<serde_json::Map<_, _>>(),
-            "replay": replays,
-            "trace": {
-                "source": a.trace.as_ref().map_or("tpch-q3 generator".to_string(), |p| p.display().to_string()),
-                "reads": trace_reads,
+        let report = IoRunReport {
+            backend: a.backend.clone(),
+            processes: if io.spread() { 2 } else { 1 },
+            file: FileReport { path: file.path.display().to_string(), bytes: file_len, direct },
+            device: match &io.backend {
+                IoBackend::Sim { device, .. } => Some(*device),
+                _ => None,
             },
-        });
-        write_json(f, path, &v)?;
+            runs: reports,
+            ratios: ratios.into_iter().collect(),
+            replay: replays,
+            trace: TraceReport {
+                source: a
+                    .trace
+                    .as_ref()
+                    .map_or("tpch-q3 generator".to_string(), |p| p.display().to_string()),
+                reads: trace_reads,
+            },
+        };
+        write_json(f, path, &serde_json::to_value(&report).expect("a report serializes"))?;
     }
     Ok(())
-}
-
-/// The ratios the paper discusses: remote/local at each size (best engine of each) and
-/// static pool vs thread per request.
-fn summarise(reports: &[IoReport]) -> Vec<(String, f64)> {
-    let best = |mode: Mode, size: u32, engines: &[&str]| {
-        reports
-            .iter()
-            .filter(|r| r.mode == mode && r.size == size && engines.contains(&r.engine.as_str()))
-            .map(|r| r.iops)
-            .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))))
-    };
-    let mut sizes: Vec<u32> = reports.iter().map(|r| r.size).collect();
-    sizes.sort_unstable();
-    sizes.dedup();
-    let mut out = Vec::new();
-    for s in sizes {
-        if let (Some(r), Some(l)) =
-            (best(Mode::Remote, s, &["pool", "uring"]), best(Mode::Local, s, &["pool", "uring"]))
-        {
-            out.push((format!("remote/local at {s} B (best of pool, uring)"), r / l));
-        }
-        if let (Some(p), Some(t)) =
-            (best(Mode::Remote, s, &["pool"]), best(Mode::Remote, s, &["thread"]))
-        {
-            out.push((format!("static pool / thread per request at {s} B"), p / t));
-        }
-        if let (Some(r), Some(f)) =
-            (best(Mode::Remote, s, &["pool", "uring"]), best(Mode::Fabric, s, &["none"]))
-        {
-            out.push((format!("remote/fabric-only at {s} B"), r / f));
-        }
-    }
-    out
 }

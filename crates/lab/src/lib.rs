@@ -3,24 +3,32 @@
 //!
 //! - `workload`: workloads by name, with their sizing ([`WorkloadSpec`])
 //! - `backend`: backends by name ([`BackendSpec`])
+//! - `auto`: `--design auto`'s choice by trial runs ([`auto::pick_design`])
 //! - `run`: one run of a workload on a backend, measured and judged ([`run()`])
 //! - `bench`: what a `hytra bench` run reports, typed ([`bench::BenchReport`]), and the
 //!   recovery times of its crashes
 //! - `micro`: the raw-primitive benchmark (and the multi-object one), measured point by
 //!   point
+//! - `io`: the remote-I/O benchmark's matrix of points and trace replays, measured
+//!   ([`io::measure`]), and its report
 //! - `cpu_profile`: CPU profiles, the simulator's costs of hytra's own code
 //! - `calibrate`: measuring those costs on this machine and fitting a profile
 //! - `swarm`: whole configurations drawn from a seed, run and judged by every oracle
+//! - `launch`: `hytra cluster`'s launcher of a benchmark's node processes (feature
+//!   `ucx`)
 //! - `cluster_file`: the cluster file (TOML) of a benchmark spread over processes
 //! - `reproduce`: the paper's figures and claims as a matrix of simulated runs, and its
 //!   report (HTML with SVG charts, JSON)
 //! - `table`: tables printed with aligned columns
 
+pub mod auto;
 pub mod backend;
 pub mod bench;
 pub mod calibrate;
 pub mod cluster_file;
 pub mod cpu_profile;
+pub mod io;
+pub mod launch;
 pub mod micro;
 pub mod reproduce;
 pub mod run;
@@ -28,7 +36,7 @@ pub mod swarm;
 pub mod table;
 pub mod workload;
 
-pub use backend::{BackendSpec, Placement, UcxSpec};
+pub use backend::{BackendSpec, Bootstrap, Launcher, Placement, StoreAt, UcxSpec};
 pub use cpu_profile::{CpuProfile, CPU_PROFILES};
 pub use run::{run, Outcome, RunSpec};
 pub use workload::{unknown_workload, WorkloadSpec, WORKLOADS};

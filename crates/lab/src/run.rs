@@ -6,7 +6,7 @@ use hytra_fabric::{Backend, ClusterShape};
 use hytra_offload::lookup::Redn;
 use hytra_store::{Catalog, NodeStore};
 use hytra_txn::{ExecStrategy, NicLookups, TxnConfig, SCRATCH_CO_BYTES};
-use hytra_workloads::bench::{run_partial, BenchError, BenchParams, BenchResult, Workload};
+use hytra_workloads::bench::{run_partial_in, BenchError, BenchParams, BenchResult, Workload};
 
 use crate::backend::{BackendSpec, BackendVisitor, Progress};
 use crate::workload::{WorkloadSpec, WorkloadVisitor};
@@ -117,7 +117,8 @@ pub fn run(spec: &RunSpec, progress: Option<Progress>) -> Result<Option<Outcome>
     impl<B: Backend> WorkloadVisitor for OnWorkload<'_, B> {
         type Out = Result<Option<Outcome>, BenchError>;
         fn visit<W: Workload>(self, w: &W) -> Self::Out {
-            let r = run_partial(self.backend, w, self.spec.txn, self.spec.params)?;
+            let procs = self.spec.backend.processes();
+            let r = run_partial_in(self.backend, w, self.spec.txn, self.spec.params, procs)?;
             Ok(r.map(|r| Outcome {
                 result: BenchResult {
                     stats: r.stats,
