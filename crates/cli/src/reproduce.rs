@@ -39,6 +39,21 @@ pub struct ReproduceArgs {
     cpu_profile: Option<String>,
 }
 
+/// What is said of bad input, naming the flag that gave it.
+fn flagged(e: &ReproduceError) -> String {
+    match e {
+        ReproduceError::TooSmall { .. } | ReproduceError::Shape(_) => {
+            format!("--nodes, --workers: {e}")
+        }
+        ReproduceError::Jobs { jobs, max } => format!("--jobs {jobs}: expected 1..={max}"),
+        ReproduceError::UnknownFigure { name, known } => {
+            format!("--only {name}: no such figure (expected one of {})", known.join(", "))
+        }
+        ReproduceError::CpuProfile(_) => format!("--cpu-profile: {e}"),
+        ReproduceError::Output { .. } => format!("--out: {e}"),
+    }
+}
+
 /// Runs `hytra reproduce`.
 pub fn run_reproduce(a: ReproduceArgs) -> Result<(), CliError> {
     let spec = ReproduceSpec {
@@ -86,9 +101,7 @@ pub fn run_reproduce(a: ReproduceArgs) -> Result<(), CliError> {
         }
         let _ = std::io::stderr().flush();
     };
-    let r = run(spec, &mut show).map_err(|e| match e {
-        ReproduceError::Usage(m) => CliError::Usage(m),
-    })?;
+    let r = run(spec, &mut show).map_err(|e| CliError::Usage(flagged(&e)))?;
     eprintln!();
     println!("{}", r.claims);
     if let Some(why) = r.report_error {

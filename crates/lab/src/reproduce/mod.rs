@@ -55,12 +55,50 @@ pub struct ReproduceSpec {
     pub cpu_profile: Option<String>,
 }
 
-/// Why `hytra reproduce` did not give its report.
+/// Why `hytra reproduce` did not give its report: bad input, found before any run.
 #[derive(Debug, thiserror::Error)]
 pub enum ReproduceError {
-    /// Bad input, found before any run.
-    #[error("{0}")]
-    Usage(String),
+    /// The transactional experiments replicate three ways.
+    #[error(
+        "{nodes} nodes x {workers} workers: the transactional runs need at least 3 nodes (3-way replication) and 1 worker"
+    )]
+    TooSmall {
+        /// Nodes asked for.
+        nodes: u16,
+        /// Workers per node asked for.
+        workers: u16,
+    },
+    /// A cluster the fabric cannot hold.
+    #[error(transparent)]
+    Shape(hytra_fabric::BackendError),
+    /// Simulated clusters at once, out of range.
+    #[error("{jobs} simulated clusters at once: expected 1..={max}")]
+    Jobs {
+        /// Asked for.
+        jobs: usize,
+        /// The most allowed.
+        max: usize,
+    },
+    /// A figure asked for that the matrix does not have.
+    #[error("no figure '{name}' (expected one of {})", known.join(", "))]
+    UnknownFigure {
+        /// Asked for.
+        name: String,
+        /// The figures there are.
+        known: Vec<String>,
+    },
+    /// The CPU profile could not be loaded.
+    #[error(transparent)]
+    CpuProfile(#[from] crate::cpu_profile::ProfileError),
+    /// The output directory could not be created.
+    #[error("cannot create '{}': {source}", path.display())]
+    Output {
+        /// The directory.
+        path: std::path::PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// What a matrix gave, its report written.
@@ -90,10 +128,6 @@ impl<E: std::error::Error> From<E> for JobError {
     fn from(e: E) -> JobError {
         JobError(e.to_string())
     }
-}
-
-fn usage<T>(msg: impl Into<String>) -> Result<T, ReproduceError> {
-    Err(ReproduceError::Usage(msg.into()))
 }
 
 /// A transactional workload of the matrix.
@@ -198,7 +232,7 @@ impl Scale {
     fn new(a: &ReproduceSpec) -> Result<Scale, ReproduceError> {
         let (nodes, workers) = if a.quick { (4, 4) } else { (8, 8) };
         let cpu = a.cpu_profile.as_deref().unwrap_or(crate::CPU_PROFILE_DEFAULT);
-        let cpu = CpuProfile::load(cpu).map_err(|e| ReproduceError::Usage(e.to_string()))?;
+        let cpu = CpuProfile::load(cpu)?;
         Ok(Scale {
             cpu,
             nodes: a.nodes.unwrap_or(nodes),
@@ -1238,14 +1272,12 @@ const WINDOW_GROWTH_MAX: u64 = 64;
 fn plan(a: &ReproduceSpec) -> Result<Plan, ReproduceError> {
     let s = Scale::new(a)?;
     if s.nodes < 3 || s.workers == 0 {
-        return usage("--nodes must be at least 3 (3-way replication) and --workers at least 1");
+        return Err(ReproduceError::TooSmall { nodes: s.nodes, workers: s.workers });
     }
     let shape = ClusterShape { nodes: s.nodes, workers_per_node: s.workers, lanes_per_peer: 1 };
-    if let Err(e) = hytra_fabric::validate_shape(shape) {
-        return usage(e.to_string());
-    }
-    if let Some(j) = a.jobs.filter(|&j| j == 0 || j > JOBS_MAX) {
-        return usage(format!("--jobs {j}: expected 1..={JOBS_MAX}"));
+    hytra_fabric::validate_shape(shape).map_err(ReproduceError::Shape)?;
+    if let Some(jobs) = a.jobs.filter(|&j| j == 0 || j > JOBS_MAX) {
+        return Err(ReproduceError::Jobs { jobs, max: JOBS_MAX });
     }
     let mut p = Plan::default();
     fig5(&mut p, &s);
@@ -1259,10 +1291,10 @@ fn plan(a: &ReproduceSpec) -> Result<Plan, ReproduceError> {
     if let Some(only) = &a.only {
         let known: Vec<&str> = p.figures.iter().map(|f| f.id).collect();
         if let Some(bad) = only.iter().find(|o| !known.contains(&o.as_str())) {
-            return usage(format!(
-                "--only {bad}: no such figure (expected one of {})",
-                known.join(", ")
-            ));
+            return Err(ReproduceError::UnknownFigure {
+                name: bad.clone(),
+                known: known.iter().map(ToString::to_string).collect(),
+            });
         }
         // Keep the figures asked for; jobs no figure uses are skipped when running.
         p.figures.retain(|f| only.iter().any(|o| o == f.id));
@@ -1436,7 +1468,7 @@ pub fn run_reproduce(
     let p = plan(&a)?;
     let s = Scale::new(&a)?;
     std::fs::create_dir_all(&a.out)
-        .map_err(|e| ReproduceError::Usage(format!("cannot create '{}': {e}", a.out.display())))?;
+        .map_err(|source| ReproduceError::Output { path: a.out.clone(), source })?;
     let used = used_jobs(&p);
     let todo: Vec<usize> = (0..p.jobs.len()).filter(|&i| used[i]).collect();
     let results: Vec<Mutex<Option<Res>>> = p.jobs.iter().map(|_| Mutex::new(None)).collect();
