@@ -721,8 +721,7 @@ pub fn run_bench(a: BenchArgs) -> Result<(), CliError> {
     }
     print_report(&report, setup.types, lease_of(&spec.txn, sim).lease_ns);
     if let (Some(file), Some(path)) = (out, a.json.as_deref()) {
-        let doc = serde_json::to_value(&report).expect("a report serializes");
-        write_json(file, path, &doc)?;
+        write_json(file, path, &report)?;
     }
     if a.check && report.checker.serializable != Some(true) || !report.invariant_ok {
         return Err(CliError::Run(anyhow::anyhow!("correctness check failed (see above)")));

@@ -13,6 +13,7 @@ use hytra_io::trace::{self, TraceOp};
 use hytra_io::{DeviceModel, Exports, FileId};
 use hytra_lab::io::{
     measure, summarise, FileReport, IoBackend, IoEngine, IoPlan, IoRunReport, TraceReport,
+    IO_SCHEMA,
 };
 
 use crate::span::{check_warmup, warmup_ns, Span};
@@ -421,6 +422,7 @@ pub fn run(a: IoArgs) -> Result<(), CliError> {
     }
     if let (Some(f), Some(path)) = (out, a.json.as_deref()) {
         let report = IoRunReport {
+            schema: IO_SCHEMA,
             backend: a.backend.clone(),
             processes: if io.spread() { 2 } else { 1 },
             file: FileReport { path: file.path.display().to_string(), bytes: file_len, direct },
@@ -439,7 +441,7 @@ pub fn run(a: IoArgs) -> Result<(), CliError> {
                 reads: trace_reads,
             },
         };
-        write_json(f, path, &serde_json::to_value(&report).expect("a report serializes"))?;
+        write_json(f, path, &report)?;
     }
     Ok(())
 }

@@ -12,12 +12,11 @@ use hytra_fabric::sim::profile::NicProfile;
 use hytra_fabric::sim::CpuMode;
 use hytra_fabric::ClusterShape;
 use hytra_lab::micro::{
-    baseline_outstanding, baseline_outstanding_max, run_matrix, MatrixRun, Measured, MicroBackend,
-    MicroPlan, MultiCell, MULTI_COLUMNS, NO_BASELINE,
+    baseline_outstanding, baseline_outstanding_max, multi_report, run_matrix, Measured,
+    MicroBackend, MicroPlan, MULTI_COLUMNS, NO_BASELINE,
 };
 use hytra_lab::CpuProfile;
 use hytra_workloads::micro::{check_payload, MicroError, MicroParams, Primitive, SETTLED_OPS_MIN};
-use serde_json::json;
 
 use crate::choice::{named, on_or, Switch};
 use crate::span::{check_warmup, warmup_ns, Span};
@@ -341,19 +340,8 @@ multi-object transactions of {objects} x {payload} B, M txn/s per machine\n\n{}"
         t.render()
     );
     if let (Some(file), Some(path)) = (out, args.json.as_deref()) {
-        let rows: Vec<_> = cells.iter().filter_map(MultiCell::json).collect();
-        let doc = json!({
-            "command": "micro",
-            "mode": "multi-object",
-            "backend": args.backend,
-            "nodes": plan.shape.nodes,
-            "workers": plan.shape.workers_per_node,
-            "objects": objects,
-            "payload": payload,
-            "seed": plan.params.seed,
-            "results": rows,
-        });
-        write_json(file, path, &doc)?;
+        let report = multi_report(plan, objects, &cells);
+        write_json(file, path, &report)?;
     }
     Ok(())
 }
@@ -420,62 +408,9 @@ pub fn run(args: MicroArgs) -> Result<(), CliError> {
         );
     }
     if let (Some(file), Some(path)) = (out, args.json.as_deref()) {
-        write_matrix_json(file, path, &args, &plan, &run, threads, cores)?;
+        let report = run.report(&plan, threads, cores.unwrap_or(1));
+        write_json(file, path, &report)?;
     }
-    Ok(())
-}
-
-/// Writes the matrix run's JSON document.
-fn write_matrix_json(
-    file: std::fs::File,
-    path: &std::path::Path,
-    args: &MicroArgs,
-    plan: &MicroPlan,
-    run: &MatrixRun,
-    threads: usize,
-    cores: Option<usize>,
-) -> Result<(), CliError> {
-    let (events, verbs, wall_s, trace) = (run.events, run.verbs, run.wall_s, run.trace);
-    let mut doc = json!({
-        "command": "micro",
-        "backend": args.backend,
-        "nodes": plan.shape.nodes,
-        "workers": plan.shape.workers_per_node,
-        "coroutines": plan.params.coroutines,
-        "batch": plan.params.batch,
-        "rpc_coalescing": plan.params.rpc_coalescing,
-        "seed": plan.params.seed,
-        "results": run.json_rows(plan, cores),
-        "wall_s": wall_s,
-    });
-    match &plan.backend {
-        MicroBackend::Sim { profile, costs, .. } => {
-            doc["profile"] = json!(profile.name);
-            doc["cpu"] = json!(args.cpu);
-            doc["cpu_profile"] = json!(costs.name());
-            doc["trace_hash"] = json!(format!("{trace:#018x}"));
-            doc["sim"] = json!({
-                "events": events,
-                "events_per_sec": events as f64 / wall_s,
-                "verbs": verbs,
-                "verbs_per_sec": verbs as f64 / wall_s,
-            });
-        }
-        _ => {
-            doc["threads"] = json!(threads);
-            doc["cores"] = json!(cores);
-        }
-    }
-    if let (true, MicroBackend::Ucx { transports, .. }) = (plan.ucp_baseline, &plan.backend) {
-        doc["transports"] = json!(transports);
-        doc["ucp_baseline"] = json!({
-            "program": "crates/fabric/src/ucx/minimal.c",
-            "outstanding_per_node": baseline_outstanding(plan.shape, &plan.params),
-            "ratio": "ucp_minimal.ops_per_sec / ops_per_sec (goal <= 1.5)",
-            "latency": "per operation (per flushed group of puts for write); hytra's p50/p99 are per batch",
-        });
-    }
-    write_json(file, path, &doc)?;
     Ok(())
 }
 

@@ -15,9 +15,13 @@ pub fn open_output(path: &Path) -> Result<File, CliError> {
         .map_err(|e| CliError::Usage(format!("cannot write '{}': {e}", path.display())))
 }
 
-/// Writes a JSON value to an opened file.
-pub fn write_json(mut file: File, path: &Path, value: &serde_json::Value) -> Result<(), CliError> {
-    let text = serde_json::to_string_pretty(value).expect("JSON values serialise");
+/// Writes a report (or any JSON value) to an opened file.
+pub fn write_json(
+    mut file: File,
+    path: &Path,
+    value: &impl serde::Serialize,
+) -> Result<(), CliError> {
+    let text = serde_json::to_string_pretty(value).expect("reports serialize");
     file.write_all(text.as_bytes())
         .and_then(|()| file.write_all(b"\n"))
         .map_err(|e| CliError::Run(anyhow::anyhow!("writing '{}': {e}", path.display())))

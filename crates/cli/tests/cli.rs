@@ -88,6 +88,9 @@ fn json_has_the_promised_fields_and_a_seed_replays() {
     };
     let (ja, jb) = (parse(&a), parse(&b));
     assert_eq!(ja["trace_hash"], jb["trace_hash"], "same seed, same trace");
+    let typed: hytra_lab::micro::MicroReport =
+        serde_json::from_value(ja.clone()).expect("a MicroReport");
+    assert_eq!((typed.schema, typed.results.len()), (hytra_lab::micro::MICRO_SCHEMA, 6));
     let results = ja["results"].as_array().unwrap();
     assert_eq!(results.len(), 3 * 2, "three primitives in two connection settings");
     for r in results {
@@ -659,6 +662,9 @@ fn io_json_has_every_mode_ratios_and_replays() {
     ]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let typed: hytra_lab::io::IoRunReport =
+        serde_json::from_value(v.clone()).expect("an IoRunReport");
+    assert_eq!((typed.schema, typed.runs.len()), (hytra_lab::io::IO_SCHEMA, 6));
     let runs = v["runs"].as_array().unwrap();
     let names: Vec<String> = runs
         .iter()

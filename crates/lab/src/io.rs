@@ -352,9 +352,15 @@ pub struct TraceReport {
     pub reads: usize,
 }
 
+/// The version of [`IoRunReport`]'s layout; it changes when a field changes meaning or
+/// goes away (new fields keep it).
+pub const IO_SCHEMA: u32 = 1;
+
 /// Everything one `hytra io` run measured (its `--json`).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct IoRunReport {
+    /// [`IO_SCHEMA`].
+    pub schema: u32,
     /// The backend, as `--backend` names it.
     pub backend: String,
     /// Processes the nodes ran in: one per node (`hytra node`, `hytra cluster`), or 1.

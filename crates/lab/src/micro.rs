@@ -14,7 +14,7 @@ use hytra_fabric::{ClusterShape, RunStats};
 use hytra_workloads::micro::{
     check_payload, effective_payload, run_point_settled, MicroError, MicroParams, Point, Primitive,
 };
-use serde_json::json;
+use serde::{Deserialize, Serialize};
 
 /// Where a micro benchmark runs, with what only that backend takes.
 #[derive(Clone, Debug)]
@@ -64,6 +64,15 @@ impl MicroBackend {
                 ..SimConfig::new(shape, seed)
             }),
             MicroBackend::Local { .. } | MicroBackend::Ucx { .. } => None,
+        }
+    }
+
+    /// As `--backend` names it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            MicroBackend::Sim { .. } => "sim",
+            MicroBackend::Local { .. } => "local",
+            MicroBackend::Ucx { .. } => "ucx",
         }
     }
 
@@ -413,10 +422,14 @@ pub fn run_matrix(
 }
 
 impl MatrixRun {
-    /// The JSON rows of every point; `cores` (real backends) adds per-core rates.
-    pub fn json_rows(&self, plan: &MicroPlan, cores: Option<usize>) -> Vec<serde_json::Value> {
+    /// The report of this run of `plan`: every point's row, and what the backend was.
+    /// `threads` and `cores` are a real backend's OS threads and the cores they ran on
+    /// (per-core rates divide the cluster's total by the cores).
+    pub fn report(&self, plan: &MicroPlan, threads: usize, cores: usize) -> MicroReport {
         let nodes = plan.shape.nodes;
-        self.results
+        let sim = plan.backend.is_sim();
+        let results = self
+            .results
             .iter()
             .map(|m| {
                 let p = &m.point;
@@ -424,52 +437,307 @@ impl MatrixRun {
                     1 => format!("{nodes}-node"),
                     l => format!("{}-node connections", u32::from(nodes) * u32::from(l)),
                 };
-                let mut row = json!({
-                    "primitive": p.primitive.name(),
-                    "payload": p.payload,
-                    "lanes": p.lanes,
-                    "setting": setting,
-                    "ops_per_sec": p.ops_per_sec,
-                    "p50_us": p.p50_ns as f64 / 1e3,
-                    "p99_us": p.p99_ns as f64 / 1e3,
-                    "ops": p.ops,
-                    "window_us": p.window_ns as f64 / 1e3,
-                    "failures": p.failures,
-                });
-                if let Some(c) = cores {
-                    row["ops_per_sec_per_core"] =
-                        json!(p.ops_per_sec * f64::from(nodes) / c as f64);
+                let baseline = m.baseline.as_ref();
+                MicroRow {
+                    primitive: p.primitive.name().to_string(),
+                    payload: p.payload,
+                    lanes: p.lanes,
+                    setting,
+                    ops_per_sec: p.ops_per_sec,
+                    p50_us: p.p50_ns as f64 / 1e3,
+                    p99_us: p.p99_ns as f64 / 1e3,
+                    ops: p.ops,
+                    window_us: p.window_ns as f64 / 1e3,
+                    failures: p.failures,
+                    ops_per_sec_per_core: (!sim)
+                        .then(|| p.ops_per_sec * f64::from(nodes) / cores.max(1) as f64),
+                    ucp_minimal: baseline.map(UcpMinimal::of),
+                    ucp_minimal_ratio: baseline.and_then(|b| b.ratio(p.ops_per_sec)),
+                    ucp_minimal_note: (plan.ucp_baseline && baseline.is_none())
+                        .then(|| NO_BASELINE.to_string()),
                 }
-                if plan.ucp_baseline {
-                    add_baseline_json(&mut row, m);
-                }
-                row
             })
-            .collect()
+            .collect();
+        let per_sec = |n: u64| n as f64 / self.wall_s;
+        let (mut profile, mut cpu, mut cpu_profile) = (None, None, None);
+        if let MicroBackend::Sim { profile: nic, cpu: mode, costs } = &plan.backend {
+            profile = Some(nic.name.to_string());
+            cpu = Some(cpu_mode_name(*mode));
+            cpu_profile = Some(costs.name().to_string());
+        }
+        let (transports, ucp_baseline) = match (&plan.backend, plan.ucp_baseline) {
+            (MicroBackend::Ucx { transports, .. }, true) => (
+                Some(transports.clone()),
+                Some(BaselineNote {
+                    program: "crates/fabric/src/ucx/minimal.c".into(),
+                    outstanding_per_node: baseline_outstanding(plan.shape, &plan.params),
+                    ratio: "ucp_minimal.ops_per_sec / ops_per_sec (goal <= 1.5)".into(),
+                    latency: "per operation (per flushed group of puts for write); hytra's p50/p99 are per batch".into(),
+                }),
+            ),
+            _ => (None, None),
+        };
+        MicroReport {
+            schema: MICRO_SCHEMA,
+            command: "micro".into(),
+            backend: plan.backend.name().into(),
+            nodes,
+            workers: plan.shape.workers_per_node,
+            coroutines: plan.params.coroutines,
+            batch: plan.params.batch,
+            rpc_coalescing: plan.params.rpc_coalescing,
+            seed: plan.params.seed,
+            results,
+            wall_s: self.wall_s,
+            profile,
+            cpu,
+            cpu_profile,
+            trace_hash: sim.then(|| format!("{:#018x}", self.trace)),
+            sim: sim.then(|| SimCounts {
+                events: self.events,
+                events_per_sec: per_sec(self.events),
+                verbs: self.verbs,
+                verbs_per_sec: per_sec(self.verbs),
+            }),
+            threads: (!sim).then_some(threads),
+            cores: (!sim).then_some(cores),
+            transports,
+            ucp_baseline,
+        }
     }
 }
 
-/// The baseline's fields of one JSON row.
-fn add_baseline_json(row: &mut serde_json::Value, m: &Measured) {
-    match &m.baseline {
-        Some(b) => {
-            row["ucp_minimal"] = json!({
-                "op": b.op,
-                "ops_per_sec": b.ops_per_sec,
-                "ops": b.ops,
-                "outstanding": b.outstanding,
-                "signal_every": b.signal_every,
-                "op_mean_us": b.mean_ns as f64 / 1e3,
-                "op_p50_us": b.p50_ns as f64 / 1e3,
-                "op_p99_us": b.p99_ns as f64 / 1e3,
-            });
-            row["ucp_minimal_ratio"] = json!(b.ratio(m.point.ops_per_sec));
+/// `--cpu` as it was given: `model`, `measured`, or `measured:SCALE`.
+pub fn cpu_mode_name(mode: CpuMode) -> String {
+    match mode {
+        CpuMode::Model => "model".into(),
+        CpuMode::Measured { scale: 1.0 } => "measured".into(),
+        CpuMode::Measured { scale } => format!("measured:{scale}"),
+    }
+}
+
+/// The version of [`MicroReport`]'s and [`MultiReport`]'s layouts; it changes when a
+/// field changes meaning or goes away (new fields keep it).
+pub const MICRO_SCHEMA: u32 = 1;
+
+/// One point of a primitive matrix, as reported.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MicroRow {
+    /// The primitive, as `--primitives` names it.
+    pub primitive: String,
+    /// Bytes per request.
+    pub payload: u32,
+    /// Connections per peer.
+    pub lanes: u16,
+    /// The connection setting it stands for (`16-node`, or `80-node connections`).
+    pub setting: String,
+    /// Per node.
+    pub ops_per_sec: f64,
+    /// Median latency of a batch.
+    pub p50_us: f64,
+    /// 99th percentile latency of a batch.
+    pub p99_us: f64,
+    /// Operations completed in the window.
+    pub ops: u64,
+    /// The window measured (longer than asked when it had to be extended).
+    pub window_us: f64,
+    /// Operations that failed.
+    pub failures: u64,
+    /// The cluster's rate over the cores it ran on (real backends).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ops_per_sec_per_core: Option<f64>,
+    /// The minimal UCP program on the same point, where asked and where it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ucp_minimal: Option<UcpMinimal>,
+    /// Its rate over hytra's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ucp_minimal_ratio: Option<f64>,
+    /// Why a point asked for has no baseline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ucp_minimal_note: Option<String>,
+}
+
+/// What the minimal UCP program measured, as reported.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct UcpMinimal {
+    /// The UCP operation.
+    pub op: String,
+    /// Per node.
+    pub ops_per_sec: f64,
+    /// Completed in the window.
+    pub ops: u64,
+    /// In flight per worker.
+    pub outstanding: u32,
+    /// Puts per flush.
+    pub signal_every: u32,
+    /// Mean per operation.
+    pub op_mean_us: f64,
+    /// Median per operation.
+    pub op_p50_us: f64,
+    /// 99th percentile per operation.
+    pub op_p99_us: f64,
+}
+
+impl UcpMinimal {
+    fn of(b: &Baseline) -> UcpMinimal {
+        UcpMinimal {
+            op: b.op.to_string(),
+            ops_per_sec: b.ops_per_sec,
+            ops: b.ops,
+            outstanding: b.outstanding,
+            signal_every: b.signal_every,
+            op_mean_us: b.mean_ns as f64 / 1e3,
+            op_p50_us: b.p50_ns as f64 / 1e3,
+            op_p99_us: b.p99_ns as f64 / 1e3,
         }
-        None => {
-            row["ucp_minimal"] = serde_json::Value::Null;
-            row["ucp_minimal_ratio"] = serde_json::Value::Null;
-            row["ucp_minimal_note"] = json!(NO_BASELINE);
-        }
+    }
+}
+
+/// What the simulator did over a whole matrix.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SimCounts {
+    /// Events simulated.
+    pub events: u64,
+    /// Per wall-second.
+    pub events_per_sec: f64,
+    /// Verbs simulated.
+    pub verbs: u64,
+    /// Per wall-second.
+    pub verbs_per_sec: f64,
+}
+
+/// How the minimal UCP program's numbers read.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BaselineNote {
+    /// Its source.
+    pub program: String,
+    /// Operations a node keeps in flight, as hytra's benchmark does.
+    pub outstanding_per_node: u64,
+    /// What the ratio is.
+    pub ratio: String,
+    /// What its latencies are.
+    pub latency: String,
+}
+
+/// Everything a `hytra micro` matrix measured (its `--json`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MicroReport {
+    /// [`MICRO_SCHEMA`].
+    pub schema: u32,
+    /// Always `micro`.
+    pub command: String,
+    /// As `--backend` names it.
+    pub backend: String,
+    /// Nodes.
+    pub nodes: u16,
+    /// Workers per node.
+    pub workers: u16,
+    /// Coroutines per worker.
+    pub coroutines: u16,
+    /// Requests each coroutine posts before it waits.
+    pub batch: u16,
+    /// Whether RPCs to one node share a datagram.
+    pub rpc_coalescing: bool,
+    /// The seed.
+    pub seed: u64,
+    /// Every point, in the order measured.
+    pub results: Vec<MicroRow>,
+    /// Wall time of the whole matrix.
+    pub wall_s: f64,
+    /// The NIC profile (sim).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
+    /// How CPU work was costed (sim): `--cpu`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<String>,
+    /// The CPU profile (sim).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_profile: Option<String>,
+    /// Every point's trace folded into one (sim).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_hash: Option<String>,
+    /// The simulator's own speed (sim).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sim: Option<SimCounts>,
+    /// OS threads (real backends).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threads: Option<usize>,
+    /// Cores they ran on (real backends).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cores: Option<usize>,
+    /// UCX transports, with the UCP baseline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transports: Option<String>,
+    /// How to read the baseline's numbers, where it ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ucp_baseline: Option<BaselineNote>,
+}
+
+/// One cell of the multi-object benchmark, as reported.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MultiRow {
+    /// The ladder step.
+    pub step: String,
+    /// `read` or `write`.
+    pub op: String,
+    /// `one-sided` or `two-sided`.
+    pub primitive: String,
+    /// Transactions per second per node.
+    pub txn_per_sec: f64,
+    /// Median latency of a batch.
+    pub p50_us: f64,
+    /// 99th percentile latency of a batch.
+    pub p99_us: f64,
+    /// The window measured.
+    pub window_us: f64,
+    /// Coroutines per worker.
+    pub coroutines: u16,
+    /// Requests in flight per coroutine.
+    pub outstanding: u16,
+    /// Whether doorbells were batched.
+    pub doorbell_batching: bool,
+    /// Whether writes were acknowledged passively.
+    pub passive_ack: bool,
+}
+
+/// Everything a `hytra micro --multi-object` run measured (its `--json`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MultiReport {
+    /// [`MICRO_SCHEMA`].
+    pub schema: u32,
+    /// Always `micro`.
+    pub command: String,
+    /// Always `multi-object`.
+    pub mode: String,
+    /// As `--backend` names it.
+    pub backend: String,
+    /// Nodes.
+    pub nodes: u16,
+    /// Workers per node.
+    pub workers: u16,
+    /// Objects per transaction.
+    pub objects: u16,
+    /// Bytes per object.
+    pub payload: u32,
+    /// The seed.
+    pub seed: u64,
+    /// Every cell measured (reads with passive ACK are not).
+    pub results: Vec<MultiRow>,
+}
+
+/// The report of `cells`, the multi-object benchmark of `plan` with `objects` objects.
+pub fn multi_report(plan: &MicroPlan, objects: u16, cells: &[MultiCell]) -> MultiReport {
+    MultiReport {
+        schema: MICRO_SCHEMA,
+        command: "micro".into(),
+        mode: "multi-object".into(),
+        backend: plan.backend.name().into(),
+        nodes: plan.shape.nodes,
+        workers: plan.shape.workers_per_node,
+        objects,
+        payload: plan.payloads.first().copied().unwrap_or(64),
+        seed: plan.params.seed,
+        results: cells.iter().filter_map(MultiCell::row).collect(),
     }
 }
 
@@ -514,23 +782,23 @@ pub struct MultiCell {
 }
 
 impl MultiCell {
-    /// The cell's JSON row.
-    pub fn json(&self) -> Option<serde_json::Value> {
+    /// The cell's row (`None` if it was not measured).
+    pub fn row(&self) -> Option<MultiRow> {
         let m = self.measured.as_ref()?;
         let one_sided = matches!(self.primitive, Primitive::Read | Primitive::Write);
-        Some(json!({
-            "step": self.step,
-            "op": self.op,
-            "primitive": if one_sided { "one-sided" } else { "two-sided" },
-            "txn_per_sec": self.txn_per_sec,
-            "p50_us": m.point.p50_ns as f64 / 1e3,
-            "p99_us": m.point.p99_ns as f64 / 1e3,
-            "window_us": m.point.window_ns as f64 / 1e3,
-            "coroutines": self.params.coroutines,
-            "outstanding": self.params.batch,
-            "doorbell_batching": self.params.doorbell,
-            "passive_ack": self.params.passive_ack,
-        }))
+        Some(MultiRow {
+            step: self.step.into(),
+            op: self.op.into(),
+            primitive: if one_sided { "one-sided" } else { "two-sided" }.into(),
+            txn_per_sec: self.txn_per_sec,
+            p50_us: m.point.p50_ns as f64 / 1e3,
+            p99_us: m.point.p99_ns as f64 / 1e3,
+            window_us: m.point.window_ns as f64 / 1e3,
+            coroutines: self.params.coroutines,
+            outstanding: self.params.batch,
+            doorbell_batching: self.params.doorbell,
+            passive_ack: self.params.passive_ack,
+        })
     }
 }
 
