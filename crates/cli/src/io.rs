@@ -1,7 +1,7 @@
 //! `hytra io`: remote storage I/O measurements (random reads local, fabric-only and
 //! remote with each engine, and trace replay), as in the remote-I/O paper.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context;
@@ -330,11 +330,53 @@ fn row(t: &mut Table, r: &IoReport, what: &str) {
     ]);
 }
 
+/// `--gen-trace PATH`: writes a Q3-like trace of the file at `data` and says so.
+fn gen_trace(a: &IoArgs, data: &Path, path: &Path) -> Result<(), CliError> {
+    let len = std::fs::metadata(data).context("reading the file size")?.len();
+    if len < Q3_BYTES_MIN {
+        return usage("the file is too small for a Q3-like trace (40 pages of 16 KiB)");
+    }
+    let ops = trace::tpch_q3(len, 16384, a.trace_ops, a.seed);
+    std::fs::write(path, trace::format(&ops))
+        .with_context(|| format!("writing {}", path.display()))?;
+    println!("wrote {} reads to {}", ops.len(), path.display());
+    Ok(())
+}
+
+/// The smallest file a Q3-like trace reads: 40 pages of 16 KiB.
+const Q3_BYTES_MIN: u64 = 40 * 16384;
+
+/// Replays `trace` (or a generated Q3-like one) locally and remotely and prints the
+/// table; the reports and the trace's reads.
+fn replay(
+    a: &IoArgs,
+    io: &IoPlan,
+    trace: Option<Vec<TraceOp>>,
+    target: &Target,
+    file_len: u64,
+) -> Result<(Vec<IoReport>, usize), CliError> {
+    let ops: Vec<TraceOp> = match trace {
+        Some(ops) => ops,
+        None if file_len >= Q3_BYTES_MIN => trace::tpch_q3(file_len, 16384, a.trace_ops, a.seed),
+        None => return usage("the file is too small for a Q3-like trace (40 pages of 16 KiB)"),
+    };
+    let ops = Arc::new(ops);
+    let mut t = Table::new(&[
+        "replay", "engine", "threads", "max size", "conn", "depth", "IOPS", "MiB/s", "p50 µs",
+        "p99 µs", "seconds", "errors",
+    ]);
+    let mut replays = Vec::new();
+    for p in io.replays() {
+        let r = measure(io, target, &p, Some(ops.clone()))
+            .map_err(|e| CliError::Run(anyhow::anyhow!("{e}")))?;
+        row(&mut t, &r, &format!("{} ({} reads)", p.mode.name(), ops.len()));
+        replays.push(r);
+    }
+    println!("\n{}", t.render());
+    Ok((replays, ops.len()))
+}
+
 /// Entry point of `hytra io`.
-#[allow(
-    clippy::too_many_lines,
-    reason = "longer than the limit before the limit was set; split it when it next changes"
-)]
 pub fn run(a: IoArgs) -> Result<(), CliError> {
     if a.calibrate {
         let c = hytra_io::engine::calibrate(200);
@@ -349,15 +391,7 @@ pub fn run(a: IoArgs) -> Result<(), CliError> {
     let out = a.json.as_deref().map(open_output).transpose()?;
     let file = data_file(&a)?;
     if let Some(path) = &a.gen_trace {
-        let len = std::fs::metadata(&file.path).context("reading the file size")?.len();
-        if len < 40 * 16384 {
-            return usage("the file is too small for a Q3-like trace (40 pages of 16 KiB)");
-        }
-        let ops = trace::tpch_q3(len, 16384, a.trace_ops, a.seed);
-        std::fs::write(path, trace::format(&ops))
-            .with_context(|| format!("writing {}", path.display()))?;
-        println!("wrote {} reads to {}", ops.len(), path.display());
-        return Ok(());
+        return gen_trace(&a, &file.path, path);
     }
     let mut ex = Exports::new();
     ex.add_file("data", &file.path, !a.buffered)
@@ -398,28 +432,11 @@ pub fn run(a: IoArgs) -> Result<(), CliError> {
     for (k, v) in &ratios {
         println!("{k}: {v:.2}");
     }
-    let mut replays = Vec::new();
-    let mut trace_reads = 0;
     // A replay is two more runs (local and remote): not for processes that join once.
-    if !a.no_trace && !io.spread() {
-        let ops: Vec<TraceOp> = match plan.trace.take() {
-            Some(ops) => ops,
-            None if file_len >= 40 * 16384 => trace::tpch_q3(file_len, 16384, a.trace_ops, a.seed),
-            None => return usage("the file is too small for a Q3-like trace (40 pages of 16 KiB)"),
-        };
-        trace_reads = ops.len();
-        let ops = Arc::new(ops);
-        let mut t = Table::new(&[
-            "replay", "engine", "threads", "max size", "conn", "depth", "IOPS", "MiB/s", "p50 µs",
-            "p99 µs", "seconds", "errors",
-        ]);
-        for p in io.replays() {
-            let r = measure(io, &target, &p, Some(ops.clone())).map_err(failed)?;
-            row(&mut t, &r, &format!("{} ({} reads)", p.mode.name(), ops.len()));
-            replays.push(r);
-        }
-        println!("\n{}", t.render());
-    }
+    let (replays, trace_reads) = match !a.no_trace && !io.spread() {
+        true => replay(&a, io, plan.trace.take(), &target, file_len)?,
+        false => (Vec::new(), 0),
+    };
     if let (Some(f), Some(path)) = (out, a.json.as_deref()) {
         let report = IoRunReport {
             schema: IO_SCHEMA,

@@ -112,10 +112,7 @@ pub struct MicroArgs {
     ucp_baseline: bool,
 }
 
-#[allow(
-    clippy::too_many_lines,
-    reason = "longer than the limit before the limit was set; split it when it next changes"
-)]
+/// Checks every flag and builds the plan, before any point runs.
 fn plan(a: &MicroArgs) -> Result<MicroPlan, CliError> {
     let backend = BackendKind::parse(&a.backend)?;
     let Some(profile) = NicProfile::by_name(&a.profile) else {
@@ -126,25 +123,7 @@ fn plan(a: &MicroArgs) -> Result<MicroPlan, CliError> {
         ));
     };
     let sim = backend == BackendKind::Sim;
-    let cpu = parse_cpu(&a.cpu)?;
-    if !sim && (a.cpu != "model" || a.self_check) {
-        return usage("--cpu and --self-check apply to the sim backend only");
-    }
-    if a.self_check && cpu != CpuMode::Model {
-        return usage("--self-check needs --cpu model (measured CPU time does not replay)");
-    }
-    let costs = match (&a.cpu_profile, sim, cpu) {
-        (None, _, _) => CpuTable::assumed(),
-        (Some(_), false, _) => {
-            return usage("--cpu-profile is the simulator's: real backends take their real time")
-        }
-        (Some(_), true, CpuMode::Measured { .. }) => {
-            return usage("--cpu-profile costs steps under --cpu model; --cpu measured times them")
-        }
-        (Some(name), true, CpuMode::Model) => {
-            CpuProfile::load(name).map_err(|e| CliError::Usage(e.to_string()))?.table("micro", &[])
-        }
-    };
+    let (cpu, costs) = cpu_costs(a, sim)?;
     let nodes = a.nodes.unwrap_or(if sim { 16 } else { 2 });
     let workers = a.workers.unwrap_or(if sim { 24 } else { 1 });
     if nodes < 2 {
@@ -183,24 +162,7 @@ fn plan(a: &MicroArgs) -> Result<MicroPlan, CliError> {
             hytra_fabric::constants::LANES_MAX
         ));
     }
-    let max = Span::from_ns(backend.window_max_ns());
-    if let Some(d) = a.duration.filter(|&d| d > max) {
-        return usage(format!("--duration {d}: expected at most {max} on {}", a.backend));
-    }
-    let measure = a.duration.map_or(
-        match (sim, a.quick) {
-            (true, _) => 60_000,
-            (false, false) => 400_000_000,
-            (false, true) => 100_000_000,
-        },
-        Span::ns,
-    );
-    let warmup = a.warmup.unwrap_or(match (sim, a.quick) {
-        (true, _) => 1.0 / 3.0,
-        (false, false) => 0.25,
-        (false, true) => 0.2,
-    });
-    check_warmup(warmup)?;
+    let (measure, warmup) = window(a, backend)?;
     let params = MicroParams {
         rpc_timeout_ns: if sim { 1_000_000 } else { 1_000_000_000 },
         rpc_coalescing: on_or(a.rpc_coalescing, false),
@@ -237,6 +199,55 @@ fn plan(a: &MicroArgs) -> Result<MicroPlan, CliError> {
         params,
         ucp_baseline: a.ucp_baseline,
     })
+}
+
+/// How the simulator costs CPU work (`--cpu`, `--cpu-profile`), checked against the
+/// backend and `--self-check`.
+fn cpu_costs(a: &MicroArgs, sim: bool) -> Result<(CpuMode, CpuTable), CliError> {
+    let cpu = parse_cpu(&a.cpu)?;
+    if !sim && (a.cpu != "model" || a.self_check) {
+        return usage("--cpu and --self-check apply to the sim backend only");
+    }
+    if a.self_check && cpu != CpuMode::Model {
+        return usage("--self-check needs --cpu model (measured CPU time does not replay)");
+    }
+    let costs = match (&a.cpu_profile, sim, cpu) {
+        (None, _, _) => CpuTable::assumed(),
+        (Some(_), false, _) => {
+            return usage("--cpu-profile is the simulator's: real backends take their real time")
+        }
+        (Some(_), true, CpuMode::Measured { .. }) => {
+            return usage("--cpu-profile costs steps under --cpu model; --cpu measured times them")
+        }
+        (Some(name), true, CpuMode::Model) => {
+            CpuProfile::load(name).map_err(|e| CliError::Usage(e.to_string()))?.table("micro", &[])
+        }
+    };
+    Ok((cpu, costs))
+}
+
+/// Each point's measured window in ns, and its warm-up as a fraction of it.
+fn window(a: &MicroArgs, backend: BackendKind) -> Result<(u64, f64), CliError> {
+    let sim = backend == BackendKind::Sim;
+    let max = Span::from_ns(backend.window_max_ns());
+    if let Some(d) = a.duration.filter(|&d| d > max) {
+        return usage(format!("--duration {d}: expected at most {max} on {}", a.backend));
+    }
+    let measure = a.duration.map_or(
+        match (sim, a.quick) {
+            (true, _) => 60_000,
+            (false, false) => 400_000_000,
+            (false, true) => 100_000_000,
+        },
+        Span::ns,
+    );
+    let warmup = a.warmup.unwrap_or(match (sim, a.quick) {
+        (true, _) => 1.0 / 3.0,
+        (false, false) => 0.25,
+        (false, true) => 0.2,
+    });
+    check_warmup(warmup)?;
+    Ok((measure, warmup))
 }
 
 /// Refuses `--ucp-baseline` where the minimal UCP program could not do the same thing as

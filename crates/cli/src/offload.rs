@@ -4,9 +4,9 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use hytra_offload::bench::{self, Outcome, Path, Scenario};
-use hytra_offload::service::{Search, LIST_LEN_MAX};
-use serde_json::json;
+use hytra_lab::offload::{scenarios, OffloadPlan, OffloadReport, OffloadRun, OFFLOAD_SCHEMA};
+use hytra_offload::bench::{self, Outcome, Scenario};
+use hytra_offload::service::LIST_LEN_MAX;
 
 use crate::span::Span;
 use crate::table::{open_output, write_json, Table};
@@ -69,12 +69,8 @@ fn row(t: &mut Table, what: &str, s: &Scenario, o: &Outcome) {
     ]);
 }
 
-/// Runs the scenarios and prints one table.
-#[allow(
-    clippy::too_many_lines,
-    reason = "longer than the limit before the limit was set; split it when it next changes"
-)]
-pub fn run(a: OffloadArgs) -> Result<(), CliError> {
+/// Refuses values no scenario can take, before any runs.
+fn check(a: &OffloadArgs) -> Result<(), CliError> {
     if let Some(s) = a.sizes.iter().find(|&&s| s == 0 || s % 8 != 0 || s > VALUE_MAX) {
         return usage(format!(
             "--sizes {s}: values are positive multiples of 8 up to {VALUE_MAX} B (one READ or WRITE)"
@@ -101,55 +97,22 @@ pub fn run(a: OffloadArgs) -> Result<(), CliError> {
     if a.list_ranges.iter().any(|&r| r == 0 || r > a.list_len) {
         return usage("--list-ranges must be 1..=--list-len");
     }
+    Ok(())
+}
+
+/// Runs the scenarios and prints one table.
+pub fn run(a: OffloadArgs) -> Result<(), CliError> {
+    check(&a)?;
+    let max = Span::from_ns(BackendKind::Sim.window_max_ns());
     let out = a.json.as_deref().map(open_output).transpose()?;
-    let dur = a.duration.ns();
-    let mut runs = Vec::new();
-    let paths = [Path::Offload(Search::Sequential), Path::OneSided, Path::TwoSided, Path::Read];
-    for &size in &a.sizes {
-        for path in paths {
-            let mut s = Scenario::latency(path, size);
-            (s.duration_ns, s.seed) = (dur, a.seed);
-            runs.push(("latency", s));
-        }
-    }
-    for path in [
-        Path::Offload(Search::Sequential),
-        Path::Offload(Search::Parallel),
-        Path::OneSided,
-        Path::TwoSided,
-    ] {
-        let mut s = Scenario::latency(path, 64);
-        (s.duration_ns, s.seed, s.second_bucket) = (dur, a.seed, true);
-        runs.push(("second-bucket", s));
-    }
-    for &w in &a.writers {
-        for path in [Path::Offload(Search::Sequential), Path::TwoSided] {
-            let mut s = Scenario::latency(path, 64);
-            (s.duration_ns, s.seed, s.writers) = (dur, a.seed, w);
-            runs.push(("isolation", s));
-        }
-    }
-    for path in [Path::Offload(Search::Sequential), Path::TwoSided] {
-        for size in [1024, 65536] {
-            let mut s = Scenario::latency(path, size);
-            (s.duration_ns, s.seed, s.clients, s.depth) = (dur, a.seed, 4, 4);
-            runs.push(("throughput", s));
-        }
-    }
-    for path in [Path::Offload(Search::Sequential), Path::TwoSided] {
-        let mut s = Scenario::latency(path, 64);
-        (s.duration_ns, s.seed, s.pause_server_at_ns) = (dur, a.seed, Some(dur / 2));
-        runs.push(("resilience", s));
-    }
-    for &range in &a.list_ranges {
-        for path in
-            [Path::Offload(Search::Sequential), Path::OffloadBreak, Path::OneSided, Path::TwoSided]
-        {
-            let mut s = Scenario::list_latency(path, a.list_len, range);
-            (s.duration_ns, s.seed) = (dur, a.seed);
-            runs.push(("list", s));
-        }
-    }
+    let runs = scenarios(&OffloadPlan {
+        sizes: a.sizes.clone(),
+        writers: a.writers.clone(),
+        list_len: a.list_len,
+        list_ranges: a.list_ranges.clone(),
+        duration_ns: a.duration.ns(),
+        seed: a.seed,
+    });
     let mut t = Table::new(&[
         "scenario",
         "path",
@@ -165,14 +128,9 @@ pub fn run(a: OffloadArgs) -> Result<(), CliError> {
         "wrong",
         "after pause",
     ]);
-    let mut json_runs = Vec::new();
+    let mut measured = Vec::new();
     let mut extended = 0;
     for (k, (what, s)) in runs.iter().enumerate() {
-        let what = if *what == "isolation" {
-            format!("isolation w={}", s.writers)
-        } else {
-            what.to_string()
-        };
         let o = bench::run_settled(s, max.ns()).map_err(|e| CliError::Run(e.into()))?;
         // Progress, as `micro` gives it: the whole run takes seconds.
         eprintln!(
@@ -185,13 +143,9 @@ pub fn run(a: OffloadArgs) -> Result<(), CliError> {
             Span::from_ns(o.window_ns)
         );
         extended += usize::from(o.extended_from_ns.is_some());
-        row(&mut t, &what, s, &o);
-        json_runs.push(json!({
-            "scenario": what,
-            "path": s.path.name(),
-            "params": s,
-            "outcome": o,
-        }));
+        row(&mut t, what, s, &o);
+        let (scenario, path) = (what.clone(), s.path.name().to_string());
+        measured.push(OffloadRun { scenario, path, params: s.clone(), outcome: o });
     }
     print!("{}", t.render());
     if extended > 0 {
@@ -217,8 +171,13 @@ pub fn run(a: OffloadArgs) -> Result<(), CliError> {
     println!();
     print!("{}", ifs.render());
     if let (Some(file), Some(path)) = (out, a.json.as_deref()) {
-        let doc = json!({ "profile": "cx5", "runs": json_runs, "if_rate": json_ifs });
-        write_json(file, path, &doc)?;
+        let report = OffloadReport {
+            schema: OFFLOAD_SCHEMA,
+            profile: "cx5".into(),
+            runs: measured,
+            if_rate: json_ifs,
+        };
+        write_json(file, path, &report)?;
     }
     Ok(())
 }

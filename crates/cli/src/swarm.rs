@@ -6,9 +6,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
-use hytra_lab::swarm::{run_seed, run_swarm, SeedReport, SwarmBackend, SwarmOptions};
+use hytra_lab::swarm::{run_seed, run_swarm, SeedReport, SwarmBackend, SwarmOptions, SwarmSummary};
 use hytra_txn::PlantedFault;
-use serde_json::json;
 
 use crate::table::{open_output, write_json};
 use crate::{usage, CliError};
@@ -83,23 +82,50 @@ fn print_failure(r: &SeedReport, backend: SwarmBackend, planted: Option<PlantedF
     println!("  replay: {}", replay(r.seed, backend, planted));
 }
 
-fn seed_json(r: &SeedReport) -> serde_json::Value {
-    json!({
-        "seed": r.seed,
-        "passed": r.passed(),
-        "configuration": r.summary,
-        "findings": r.findings,
-        "trace_hash": r.trace_hash.map(|h| format!("{h:#018x}")),
-        "commits": r.commits,
-        "wall_s": r.wall.as_secs_f64(),
-    })
+/// `--seed N`: runs one seed and says what every oracle found.
+fn run_one(
+    seed: u64,
+    backend: SwarmBackend,
+    planted: Option<PlantedFault>,
+    out: Option<(std::fs::File, &std::path::Path)>,
+) -> Result<(), CliError> {
+    let r = run_seed(seed, backend, planted);
+    println!("seed {seed}: {}", r.summary);
+    if let Some(h) = r.trace_hash {
+        println!("trace hash {h:#018x}");
+    }
+    println!("commits {} in {:.2} s of wall time", r.commits, r.wall.as_secs_f64());
+    if let Some((file, path)) = out {
+        write_json(file, path, &r.row())?;
+    }
+    if r.passed() {
+        println!("ok: every oracle passed");
+        return Ok(());
+    }
+    print_failure(&r, backend, planted);
+    Err(CliError::Run(anyhow::anyhow!("seed {seed} failed (see above)")))
+}
+
+/// Prints what a swarm found and what it covered; the seeds that failed.
+fn print_summary(summary: &SwarmSummary) -> Vec<u64> {
+    let failures: Vec<u64> = summary.failures().map(|r| r.seed).collect();
+    println!(
+        "swarm: {} seeds in {:.1} s ({:.0} seeds/min), {} failed{}",
+        summary.seeds.len(),
+        summary.wall.as_secs_f64(),
+        summary.seeds_per_minute(),
+        failures.len(),
+        if failures.is_empty() { String::new() } else { format!(": seeds {failures:?}") }
+    );
+    println!("covered:");
+    for (dim, values) in &summary.coverage {
+        let list: Vec<String> = values.iter().map(|(v, n)| format!("{v} {n}")).collect();
+        println!("  {dim:<18} {}", list.join(", "));
+    }
+    failures
 }
 
 /// Runs `hytra swarm`.
-#[allow(
-    clippy::too_many_lines,
-    reason = "longer than the limit before the limit was set; split it when it next changes"
-)]
 pub fn run(a: SwarmArgs) -> Result<(), CliError> {
     let backend = backend(&a.backend)?;
     let planted = match a.plant.as_deref() {
@@ -131,21 +157,7 @@ pub fn run(a: SwarmArgs) -> Result<(), CliError> {
     }
     let out = a.json.as_deref().map(open_output).transpose()?;
     if let Some(seed) = a.seed {
-        let r = run_seed(seed, backend, planted);
-        println!("seed {seed}: {}", r.summary);
-        if let Some(h) = r.trace_hash {
-            println!("trace hash {h:#018x}");
-        }
-        println!("commits {} in {:.2} s of wall time", r.commits, r.wall.as_secs_f64());
-        if let (Some(file), Some(path)) = (out, a.json.as_deref()) {
-            write_json(file, path, &seed_json(&r))?;
-        }
-        if r.passed() {
-            println!("ok: every oracle passed");
-            return Ok(());
-        }
-        print_failure(&r, backend, planted);
-        return Err(CliError::Run(anyhow::anyhow!("seed {seed} failed (see above)")));
+        return run_one(seed, backend, planted, out.zip(a.json.as_deref()));
     }
     let seeds = if seeds.is_none() && time_limit.is_none() { Some(SEEDS_DEFAULT) } else { seeds };
     let jobs =
@@ -194,36 +206,9 @@ pub fn run(a: SwarmArgs) -> Result<(), CliError> {
     if terminal {
         eprint!("\r{:70}\r", "");
     }
-    let failures: Vec<u64> = summary.failures().map(|r| r.seed).collect();
-    println!(
-        "swarm: {} seeds in {:.1} s ({:.0} seeds/min), {} failed{}",
-        summary.seeds.len(),
-        summary.wall.as_secs_f64(),
-        summary.seeds_per_minute(),
-        failures.len(),
-        if failures.is_empty() { String::new() } else { format!(": seeds {failures:?}") }
-    );
-    println!("covered:");
-    for (dim, values) in &summary.coverage {
-        let list: Vec<String> = values.iter().map(|(v, n)| format!("{v} {n}")).collect();
-        println!("  {dim:<18} {}", list.join(", "));
-    }
+    let failures = print_summary(&summary);
     if let (Some(file), Some(path)) = (out, a.json.as_deref()) {
-        let coverage: serde_json::Map<String, serde_json::Value> =
-            summary.coverage.iter().map(|(d, v)| (d.to_string(), json!(v))).collect();
-        let doc = json!({
-            "command": "swarm",
-            "backend": backend.name(),
-            "first_seed": a.from,
-            "planted": planted.map(PlantedFault::name),
-            "seeds_run": summary.seeds.len(),
-            "failed": failures,
-            "wall_s": summary.wall.as_secs_f64(),
-            "seeds_per_minute": summary.seeds_per_minute(),
-            "coverage": coverage,
-            "results": summary.seeds.iter().map(seed_json).collect::<Vec<_>>(),
-        });
-        write_json(file, path, &doc)?;
+        write_json(file, path, &summary.report(&opts))?;
     }
     if failures.is_empty() {
         Ok(())

@@ -14,6 +14,7 @@
 //! - `cpu_profile`: CPU profiles, the simulator's costs of hytra's own code
 //! - `calibrate`: measuring those costs on this machine and fitting a profile
 //! - `swarm`: whole configurations drawn from a seed, run and judged by every oracle
+//! - `offload`: RedN's scenarios for `hytra offload`, and its report
 //! - `launch`: `hytra cluster`'s launcher of a benchmark's node processes (feature
 //!   `ucx`)
 //! - `cluster_file`: the cluster file (TOML) of a benchmark spread over processes
@@ -30,6 +31,7 @@ pub mod cpu_profile;
 pub mod io;
 pub mod launch;
 pub mod micro;
+pub mod offload;
 pub mod reproduce;
 pub mod run;
 pub mod swarm;

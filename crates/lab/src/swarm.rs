@@ -36,6 +36,8 @@ use hytra_workloads::bench::BenchParams;
 use hytra_workloads::tpcc::TpccMix;
 use hytra_workloads::ycsb::{KeyDist, Mix as YcsbMix};
 
+use serde::{Deserialize, Serialize};
+
 use crate::backend::BackendSpec;
 use crate::cpu_profile::CpuProfile;
 use crate::run::{run, Outcome, RunSpec};
@@ -1258,6 +1260,93 @@ impl SwarmSummary {
     /// Seeds per minute of wall time.
     pub fn seeds_per_minute(&self) -> f64 {
         self.seeds.len() as f64 / self.wall.as_secs_f64().max(1e-9) * 60.0
+    }
+}
+
+/// The version of [`SwarmReport`]'s and [`SeedRow`]'s layouts; it changes when a field
+/// changes meaning or goes away (new fields keep it).
+pub const SWARM_SCHEMA: u32 = 1;
+
+/// One seed, as reported.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SeedRow {
+    /// [`SWARM_SCHEMA`].
+    pub schema: u32,
+    /// The seed.
+    pub seed: u64,
+    /// Whether every oracle was satisfied.
+    pub passed: bool,
+    /// Its configuration on one line.
+    pub configuration: String,
+    /// What the oracles found wrong.
+    pub findings: Vec<String>,
+    /// Trace hash (simulator), in hex.
+    pub trace_hash: Option<String>,
+    /// Transactions committed in the window.
+    pub commits: u64,
+    /// Wall time of the seed.
+    pub wall_s: f64,
+}
+
+impl SeedReport {
+    /// The seed's row.
+    pub fn row(&self) -> SeedRow {
+        SeedRow {
+            schema: SWARM_SCHEMA,
+            seed: self.seed,
+            passed: self.passed(),
+            configuration: self.summary.clone(),
+            findings: self.findings.clone(),
+            trace_hash: self.trace_hash.map(|h| format!("{h:#018x}")),
+            commits: self.commits,
+            wall_s: self.wall.as_secs_f64(),
+        }
+    }
+}
+
+/// Everything a swarm found (`hytra swarm --json`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SwarmReport {
+    /// [`SWARM_SCHEMA`].
+    pub schema: u32,
+    /// Always `swarm`.
+    pub command: String,
+    /// The backend, as `--backend` names it.
+    pub backend: String,
+    /// The first seed.
+    pub first_seed: u64,
+    /// The bug planted in every seed, if any.
+    pub planted: Option<String>,
+    /// Seeds run.
+    pub seeds_run: usize,
+    /// The seeds that failed.
+    pub failed: Vec<u64>,
+    /// Wall time.
+    pub wall_s: f64,
+    /// Seeds per minute of wall time.
+    pub seeds_per_minute: f64,
+    /// Dimension -> value -> seeds that had it.
+    pub coverage: BTreeMap<String, BTreeMap<String, u64>>,
+    /// Every seed, in seed order.
+    pub results: Vec<SeedRow>,
+}
+
+impl SwarmSummary {
+    /// The report of this swarm, run as `opts` says.
+    pub fn report(&self, opts: &SwarmOptions) -> SwarmReport {
+        SwarmReport {
+            schema: SWARM_SCHEMA,
+            command: "swarm".into(),
+            backend: opts.backend.name().into(),
+            first_seed: opts.first_seed,
+            planted: opts.planted.map(|p| p.name().to_string()),
+            seeds_run: self.seeds.len(),
+            failed: self.failures().map(|r| r.seed).collect(),
+            wall_s: self.wall.as_secs_f64(),
+            seeds_per_minute: self.seeds_per_minute(),
+            coverage: self.coverage.iter().map(|(d, v)| (d.to_string(), v.clone())).collect(),
+            results: self.seeds.iter().map(SeedReport::row).collect(),
+        }
     }
 }
 
