@@ -41,11 +41,18 @@ pub const SYNC: RpcType = RpcType(16);
 /// Bytes one READ of a copy fetches at most: whole records, as many as fit.
 pub const BLOCK_BYTES: u64 = 16 << 10;
 
-/// READs of a copy in flight at once per worker; its buffer holds this many blocks.
+/// READs of a copy in flight at once per worker when it keeps its pace.
 pub const BLOCKS_AT_ONCE: u64 = 4;
 
+/// READs of a copy in flight at once per worker when its pace has left it behind: the
+/// copy gets a turn once per round of its worker's coroutines, and a round of long
+/// attempts (TPC-C's Stock-Level costs a coroutine a hundred microseconds and more at
+/// once) would otherwise hold it to four blocks per round, far below its pace. Its
+/// buffer holds this many blocks.
+pub const BLOCKS_BEHIND_MAX: u64 = 16;
+
 /// Bytes of each worker's copy buffer (after the fence slots of the scratch region).
-pub const COPY_BUFFER_BYTES: u64 = BLOCK_BYTES * BLOCKS_AT_ONCE;
+pub const COPY_BUFFER_BYTES: u64 = BLOCK_BYTES * BLOCKS_BEHIND_MAX;
 
 /// Times a record read torn is read again before the copy gives up on it (a write-back
 /// tears a read for the few hundred nanoseconds it takes; every retry waits for the
@@ -335,7 +342,7 @@ impl Copier {
             return Turn::Until(self.next_at);
         }
         let (table, slot, torn) = (job.table, job.slot, job.torn.len());
-        let blocks = plan_blocks(job, node);
+        let blocks = plan_blocks(job, node, blocks_at_once(now - self.next_at, rate));
         let bytes: u64 = blocks.iter().map(|b| b.records * record_bytes(node, b.table)).sum();
         self.next_at += bytes.saturating_mul(1_000_000_000) / rate;
         if !read_blocks(co, node, job, &blocks).await {
@@ -406,13 +413,26 @@ async fn ask_counts<E: Endpoint>(
     sane.then_some(counts)
 }
 
+/// Blocks a turn reads when it comes `late_ns` after it was due, at `rate` bytes per
+/// second: the usual batch, and the blocks the pace allowed meanwhile, as many as the
+/// copy buffer holds.
+fn blocks_at_once(late_ns: u64, rate: u64) -> u64 {
+    let behind = late_ns.saturating_mul(rate) / 1_000_000_000 / BLOCK_BYTES;
+    BLOCKS_AT_ONCE.saturating_add(behind).min(BLOCKS_BEHIND_MAX)
+}
+
 /// The blocks of the next batch: first records to read again, then whole records from
-/// where the copy is, at most [`BLOCKS_AT_ONCE`].
-fn plan_blocks(job: &mut Job, node: &NodeEngine) -> Vec<Block> {
+/// where the copy is, at most `at_once` (at most [`BLOCKS_BEHIND_MAX`], which the copy
+/// buffer holds).
+fn plan_blocks(job: &mut Job, node: &NodeEngine, at_once: u64) -> Vec<Block> {
+    assert!(
+        (1..=BLOCKS_BEHIND_MAX).contains(&at_once),
+        "{at_once} blocks at once: the copy buffer holds {BLOCKS_BEHIND_MAX}"
+    );
     let counts = job.counts.as_ref().expect("counts before blocks");
     let tables = counts.len();
-    let mut blocks = Vec::with_capacity(BLOCKS_AT_ONCE as usize);
-    while blocks.len() < BLOCKS_AT_ONCE as usize {
+    let mut blocks = Vec::with_capacity(at_once as usize);
+    while blocks.len() < at_once as usize {
         if let Some(t) = job.torn.pop() {
             blocks.push(Block { table: t.table, slot: t.slot, records: 1, tries: t.tries });
             continue;
@@ -631,6 +651,19 @@ mod tests {
         );
         assert!(fully_replicated(&ready, 3));
         assert!(ready_config(&ready, &news).is_none(), "nothing left syncing");
+    }
+
+    #[test]
+    fn a_late_turn_reads_what_its_pace_allowed_up_to_the_buffer() {
+        // On time, or late by less than a block at the pace: the usual batch.
+        assert_eq!(blocks_at_once(0, 250_000_000), BLOCKS_AT_ONCE);
+        assert_eq!(blocks_at_once(60_000, 250_000_000), BLOCKS_AT_ONCE);
+        // 16 KiB at 1 GB/s is 16.4 us: late by 50 us allows three more blocks.
+        assert_eq!(blocks_at_once(50_000, 1_000_000_000), BLOCKS_AT_ONCE + 3);
+        // Far behind (or a rate without bound): as many as the buffer holds.
+        assert_eq!(blocks_at_once(680_000, 94_000_000_000), BLOCKS_BEHIND_MAX);
+        assert_eq!(blocks_at_once(u64::MAX, u64::MAX), BLOCKS_BEHIND_MAX);
+        assert_eq!(COPY_BUFFER_BYTES, BLOCK_BYTES * BLOCKS_BEHIND_MAX);
     }
 
     #[test]
