@@ -131,6 +131,9 @@ fn bench_bad_input_gets_one_line_and_exit_2() {
         &["bench", "--backend", "nope"],
         &["bench", "--profile", "cx9"],
         &["bench", "--nodes", "2", "--replication", "3"],
+        // Shapes no backend builds, refused before the run (and before auto's trials).
+        &["bench", "--lanes", "0"],
+        &["bench", "--lanes", "17", "--design", "auto"],
         &["bench", "--accounts-per-worker", "0"],
         &["bench", "--coroutines", "0"],
         &["bench", "--seconds", "-1"],

@@ -20,8 +20,9 @@ pub enum AutoError {
     /// The candidate's parameters were refused: the whole run would be too.
     #[error("{0}")]
     Params(String),
-    /// The candidate's trial failed while running.
-    #[error("--design auto: the trial of {label} failed: {source}")]
+    /// The candidate's trial failed while running (the cause is the source, not part of
+    /// the message, so that a printed chain names it once).
+    #[error("--design auto: the trial of {label} failed")]
     Trial {
         /// The candidate.
         label: String,

@@ -337,5 +337,15 @@ mod tests {
         let t = b.without_node_faults();
         assert!(t.node_faults().is_empty());
         assert_eq!((t.shape(), t.name(), t.spread()), (shape, "local", false));
+        // On sim, the datagram faults stay (they are the run's conditions); the crash goes.
+        let mut sc = SimConfig::new(shape, 3);
+        sc.faults = hytra_fabric::sim::faults::FaultConfig::lossy(1_000);
+        let lossy = sc.faults.clone();
+        sc.faults.node_faults.push(crash);
+        let t = BackendSpec::Sim(Box::new(sc)).without_node_faults();
+        let BackendSpec::Sim(c) = &t else { unreachable!("still the simulator") };
+        assert!(t.node_faults().is_empty());
+        assert_eq!(c.faults, lossy);
+        assert_eq!((t.shape(), t.name(), t.is_sim()), (shape, "sim", true));
     }
 }

@@ -507,7 +507,7 @@ impl MatrixRun {
     }
 }
 
-/// `--cpu` as it was given: `model`, `measured`, or `measured:SCALE`.
+/// `mode` as `--cpu` spells it: `model`, `measured`, or `measured:SCALE`.
 pub fn cpu_mode_name(mode: CpuMode) -> String {
     match mode {
         CpuMode::Model => "model".into(),

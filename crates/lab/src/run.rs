@@ -57,7 +57,8 @@ impl RunSpec {
         self.workload.with(self.span_s(), self.params.seed, Estimate(self))
     }
 
-    /// Checks the workload's parameters against the cluster (before anything is built).
+    /// Checks the cluster's shape, the engine's configuration and the workload's
+    /// parameters against the cluster (before anything is built).
     pub fn validate(&self) -> Result<(), String> {
         struct Check(ClusterShape);
         impl WorkloadVisitor for Check {
@@ -67,6 +68,7 @@ impl RunSpec {
             }
         }
         let shape = self.backend.shape();
+        hytra_fabric::validate_shape(shape).map_err(|e| e.to_string())?;
         self.txn.check(shape.nodes).map_err(|e| e.to_string())?;
         self.workload.with(self.span_s(), self.params.seed, Check(shape))
     }
