@@ -5,9 +5,11 @@
 //! and learns which in one of two ways: under a PMIx launcher (`srun --mpi=pmix`,
 //! `mpirun`; feature `pmix`) its rank is its node, and the launcher's key-value store
 //! carries addresses and results; with `--id N` it is node N of the file's `[[nodes]]`
-//! and joins the others through node 0's TCP bootstrap port. Either way node 0 prints the
-//! cluster's report. `hytra cluster` starts every node of a one-machine file as a child
-//! process and stops them all on exit, error or Ctrl-C.
+//! and joins the others through node 0's TCP bootstrap port, or through the hub that
+//! `hytra hub` serves when the file names one (then the run outlives any node). Node 0
+//! prints the cluster's report, or with a hub the lowest survivor. `hytra cluster` starts
+//! every node of a one-machine file as a child process and stops them all on exit, error
+//! or Ctrl-C.
 //!
 //! `workload = "io"` runs one point of `hytra io` on two nodes instead (node 0 reads
 //! node 1's file; `bench_args` are `hytra io` options, `workers` its connections).
@@ -154,6 +156,20 @@ pub fn run_node(a: NodeArgs) -> Result<(), CliError> {
             p.launcher = Some(Launcher { store, journal });
             p
         }
+        Some(id) if f.hub.is_some() => {
+            let mut p = tcp_placement(&f, &a.config, id, timeout)?;
+            let (addr, launcher) = hytra_lab::launch::hub_member(&f)
+                .map_err(|e| CliError::Usage(format!("{}: {e}", a.config.display())))?
+                .expect("a file with a hub");
+            eprintln!(
+                "node {id} of {}: joining the hub at {addr} (for up to {} s)",
+                f.nodes.len(),
+                timeout.as_secs()
+            );
+            p.bootstrap = Bootstrap::Hub { addr, token: f.token.clone() };
+            p.launcher = Some(launcher);
+            p
+        }
         Some(id) => {
             let p = tcp_placement(&f, &a.config, id, timeout)?;
             if let (false, Bootstrap::Tcp { root, .. }) = (a.launched, &p.bootstrap) {
@@ -229,6 +245,12 @@ fn pmix_placement(
     timeout: Duration,
 ) -> Result<Placement, CliError> {
     use hytra_fabric::ucx::PmixExchange;
+    if f.hub.is_some() {
+        return usage(format!(
+            "{}: hub is for nodes started by hand with hytra node --id, not under a PMIx launcher: leave it out",
+            config.display()
+        ));
+    }
     let mut ex = PmixExchange::join(timeout).map_err(|e| CliError::Usage(e.to_string()))?;
     let (rank, size, count) = (ex.rank(), ex.size(), f.node_count());
     if size as usize != count {
@@ -317,18 +339,7 @@ fn parse_kill(spec: &str, f: &ClusterFile, args: &BenchArgs) -> Result<Kill, Cli
             ))
         }
     };
-    if !args.check {
-        return usage(
-            "--kill: the survivors check the dead node's part from its journal, which is kept with --check only: add \"--check\" to bench_args",
-        );
-    }
-    if args.replication < 3 {
-        return usage(format!(
-            "--kill: with replication {} a partition would keep {} copy; recovery needs two (a backup's log decides the transactions in doubt)",
-            args.replication,
-            args.replication.saturating_sub(1)
-        ));
-    }
+    survivable("--kill", args)?;
     if spec.starts_with("random") {
         eprintln!(
             "hytra cluster: --kill {spec} (seed {}) picked node {node} at {:.3} s",
@@ -339,9 +350,32 @@ fn parse_kill(spec: &str, f: &ClusterFile, args: &BenchArgs) -> Result<Kill, Cli
     Ok(Kill { node, after })
 }
 
+/// Whether a benchmark can outlive a dead node (`what` asks it to).
+fn survivable(what: &str, args: &BenchArgs) -> Result<(), CliError> {
+    if !args.check {
+        return usage(format!(
+            "{what}: the survivors check the dead node's part from its journal, which is kept with --check only: add \"--check\" to bench_args"
+        ));
+    }
+    if args.replication < 3 {
+        return usage(format!(
+            "{what}: with replication {} a partition would keep {} copy; recovery needs two (a backup's log decides the transactions in doubt)",
+            args.replication,
+            args.replication.saturating_sub(1)
+        ));
+    }
+    Ok(())
+}
+
 /// Runs `hytra cluster`.
 pub fn run_cluster(a: ClusterArgs) -> Result<(), CliError> {
     let f = read_file(&a.config)?;
+    if f.hub.is_some() {
+        return usage(format!(
+            "{}: hub is for nodes started by hand (hytra hub, then hytra node --id on each host); hytra cluster runs its own: leave it out",
+            a.config.display()
+        ));
+    }
     // Every node runs over UCX: say so once here, not once per child.
     crate::BackendKind::parse("ucx")?;
     // Check the benchmark options here once, not in every child.
@@ -400,4 +434,53 @@ fn launch(a: &ClusterArgs, f: &ClusterFile, job: LaunchJob, run_s: f64) -> Resul
     let spec = LaunchSpec { exe, config: &a.config, file: f, json: a.json.as_deref(), job, run_s };
     let mut notice = |m: String| eprintln!("hytra cluster: {m}");
     launch(&spec, &crate::signals::interrupted, &mut notice).map_err(|e| CliError::Run(e.into()))
+}
+
+/// Options of `hytra hub`.
+#[derive(Args, Debug)]
+pub struct HubArgs {
+    /// The cluster file (TOML), with `hub`, `store` (etcd) and `journal`: the same file
+    /// every node is started with.
+    #[arg(long)]
+    config: PathBuf,
+}
+
+/// Runs `hytra hub`: serves one run of the file's nodes, started by hand with `hytra
+/// node --id`, and says which died.
+pub fn run_hub(a: HubArgs) -> Result<(), CliError> {
+    let f = read_file(&a.config)?;
+    crate::BackendKind::parse("ucx")?;
+    if f.hub.is_none() {
+        return usage(format!(
+            "{} names no hub: add hub = \"HOST:PORT\" (with store = \"etcd://...\" and journal = \"DIR\"), or start the nodes with hytra cluster",
+            a.config.display()
+        ));
+    }
+    // The nodes would each refuse a bad benchmark; say it here, once, before any waits.
+    match job(&f, None)? {
+        Job::Bench(args) => {
+            crate::bench::check(&args)?;
+            survivable("hub", &args)?;
+        }
+        Job::Io(_) => unreachable!("the file's parser refuses io with a hub"),
+    }
+    serve_hub(&f)
+}
+
+#[cfg(not(feature = "ucx"))]
+fn serve_hub(_: &ClusterFile) -> Result<(), CliError> {
+    unreachable!("refused by run_hub without the ucx feature")
+}
+
+#[cfg(feature = "ucx")]
+fn serve_hub(f: &ClusterFile) -> Result<(), CliError> {
+    crate::signals::catch_stop_signals();
+    let mut notice = |m: String| eprintln!("hytra hub: {m}");
+    let outcome = hytra_lab::launch::serve_hub(f, &crate::signals::interrupted, &mut notice)
+        .map_err(|e| CliError::Run(e.into()))?;
+    match outcome.dead.as_slice() {
+        [] => println!("hub: the run is over; every node lived to its end"),
+        dead => println!("hub: the run is over; nodes {dead:?} died, the others carried on"),
+    }
+    Ok(())
 }

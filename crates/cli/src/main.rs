@@ -60,6 +60,9 @@ enum Command {
     /// Every node of a one-machine cluster file as child processes over UCX; prints
     /// node 0's report and stops every node on exit, error or Ctrl-C.
     Cluster(cluster::ClusterArgs),
+    /// The hub of a cluster whose nodes are started by hand (`hytra node --id` on each
+    /// host): serves one run so that it outlives the death of any node.
+    Hub(cluster::HubArgs),
     /// Remote storage I/O: local, fabric-only and remote random reads, trace replay.
     Io(io::IoArgs),
     /// NIC-offloaded gets (verb programs) vs one-sided and two-sided gets, on sim/cx5.
@@ -172,6 +175,7 @@ fn main() -> ExitCode {
         Some(Command::Reproduce(args)) => reproduce::run_reproduce(args),
         Some(Command::Node(args)) => cluster::run_node(args),
         Some(Command::Cluster(args)) => cluster::run_cluster(args),
+        Some(Command::Hub(args)) => cluster::run_hub(args),
         // With no command, run the default benchmark.
         None => bench::run_bench(bench::BenchArgs::default_run()),
     };

@@ -217,6 +217,11 @@ mod with_ucx {
         }
     }
 
+    /// Clusters that lose a node run one at a time, their threads sleeping on UCX's
+    /// events: processes polling on two cores beside other clusters starve each other's
+    /// lease renewals.
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
     /// A four-node SmallBank cluster loses node `victim` to SIGKILL mid-run: the others
     /// remove it (leases of a second), go on, and check the whole history, the dead
     /// node's part from its journal; nothing acknowledged is lost.
@@ -231,9 +236,6 @@ mod with_ucx {
         kill: &str,
         etcd: Option<&LocalEtcd>,
     ) -> u16 {
-        // One of these at a time, their threads sleeping on UCX's events: processes
-        // polling on two cores beside other clusters starve each other's lease renewals.
-        static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
         let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let name = format!("survive-{transports}-{}.toml", kill.replace('@', "-at-"));
         let smallbank =
@@ -316,6 +318,168 @@ mod with_ucx {
     #[test]
     fn a_cluster_survives_the_death_of_a_random_node() {
         a_killed_node_is_survived_with("tcp", "random", None);
+    }
+
+    /// Starts `hytra hub` on `file`; its messages as they come (the run's start times a
+    /// kill), and all of them once it has exited.
+    fn start_hub(
+        file: &Path,
+    ) -> (Child, std::sync::mpsc::Receiver<String>, std::thread::JoinHandle<String>) {
+        use std::io::BufRead;
+        let mut hub = hytra()
+            .args(["hub", "--config"])
+            .arg(file)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let lines = std::io::BufReader::new(hub.stderr.take().unwrap());
+        let said = std::thread::spawn(move || {
+            let mut all = String::new();
+            for line in lines.lines().map_while(Result::ok) {
+                let _ = tx.send(line.clone());
+                all += &line;
+                all.push('\n');
+            }
+            all
+        });
+        (hub, rx, said)
+    }
+
+    /// Four nodes started by hand (`hytra node --id`, as on four hosts) meet through
+    /// `hytra hub`, their configurations in etcd (started here on 127.0.0.1). Node 0, the
+    /// first configuration manager, dies by SIGKILL mid-run: the others remove it, go on,
+    /// and node 1, the lowest survivor, reports the whole history checked, node 0's part
+    /// read from the file's journal directory; the hub says who died and leaves no keys.
+    #[test]
+    fn hand_started_nodes_outlive_a_dead_one_through_a_hub() {
+        let Some(etcd) = LocalEtcd::start("hub-kill").unwrap() else {
+            eprintln!("no etcd binary (Debian: etcd-server): not run");
+            return;
+        };
+        let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let smallbank =
+            ("smallbank", &["--accounts-per-worker", "2000", "--check", "--lease-ms", "1000"][..]);
+        let file = workload_file("hub.toml", "h", "tcp", 4.0, 30, smallbank);
+        let journal = dir().join("hub-journal");
+        let text = std::fs::read_to_string(&file).unwrap().replace(
+            "workers = 1\n",
+            &format!(
+                "workers = 1\nwait = \"event\"\nhub = \"127.0.0.1:{}\"\nstore = \"etcd://{}\"\n\
+                 journal = \"{}\"\n",
+                free_port(),
+                etcd.client,
+                journal.display()
+            ),
+        ) + &format!("[[nodes]]\nhost = \"127.0.0.1\"\nport = {}\n", free_port());
+        std::fs::write(&file, text).unwrap();
+        let json = file.with_extension("json");
+        let (mut hub, rx, said) = start_hub(&file);
+        let mut nodes: Vec<Child> = (0..4u16)
+            .map(|id| {
+                hytra()
+                    .args(["node", "--config"])
+                    .arg(&file)
+                    .args(["--id", &id.to_string(), "--json"])
+                    .arg(&json)
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        let deadline = Instant::now() + Duration::from_secs(90);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(line) if line.contains("the run started") => break,
+                Ok(_) => {}
+                Err(e) => {
+                    for c in &mut nodes {
+                        let _ = c.kill();
+                    }
+                    let _ = hub.kill();
+                    panic!("the run never started ({e}): {}", said.join().unwrap());
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_secs(1));
+        let mut victim = nodes.remove(0);
+        victim.kill().unwrap();
+        victim.wait().unwrap();
+        let outs: Vec<Output> =
+            nodes.into_iter().map(|c| wait_bounded(c, Duration::from_secs(120))).collect();
+        let hub_out = wait_bounded(hub, Duration::from_secs(30));
+        let hub_said = said.join().unwrap();
+        for (id, out) in (1..).zip(&outs) {
+            assert!(
+                out.status.success(),
+                "node {id}: {}\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let report = String::from_utf8_lossy(&outs[0].stdout);
+        assert!(report.contains("lost nodes"), "node 1 reports: {report}");
+        let hub_stdout = String::from_utf8_lossy(&hub_out.stdout);
+        assert!(hub_out.status.success(), "{hub_stdout}\n{hub_said}");
+        assert!(hub_stdout.contains("nodes [0] died"), "{hub_stdout}");
+        let v = json_of(&json);
+        assert_eq!(v["lost_nodes"], serde_json::json!([0]), "{v}");
+        assert_eq!(v["checker"]["serializable"], true, "{v}");
+        assert_eq!(v["invariant_ok"], true, "{v}");
+        assert!(v["committed"].as_u64().unwrap() > 100, "{v}");
+        assert_eq!(v["replicated"], true, "{v}");
+        assert_eq!(etcd.keys_under("/hytra/"), Ok(0), "the hub left its keys in etcd");
+        std::fs::remove_dir_all(&journal).unwrap();
+    }
+
+    /// What a hub needs is checked before anything waits: a file without `hub` for
+    /// `hytra hub`, a file with one for `hytra cluster` (which runs its own), and a
+    /// benchmark that could not outlive a node (no `--check`) are refused at once,
+    /// with exit 2.
+    #[test]
+    fn hub_files_are_refused_where_they_cannot_work() {
+        let plain = cluster_file("no-hub.toml", "h", "tcp", 1.0, 5);
+        let with_hub = |name: &str, check: bool| {
+            let text = std::fs::read_to_string(&plain).unwrap().replace(
+                "workers = 1\n",
+                &format!(
+                    "workers = 1\nhub = \"127.0.0.1:{}\"\nstore = \"etcd://127.0.0.1:1\"\njournal = \"{}\"\n",
+                    free_port(),
+                    dir().join("never").display()
+                ),
+            );
+            let text = if check { text } else { text.replace(", \"--check\"", "") };
+            let path = dir().join(name);
+            std::fs::write(&path, text).unwrap();
+            path
+        };
+        let hub = with_hub("hub-ok.toml", true);
+        let unchecked = with_hub("hub-unchecked.toml", false);
+        for (args, file, says) in [
+            (&["hub"][..], &plain, "names no hub"),
+            (&["cluster"][..], &hub, "hytra cluster runs its own"),
+            (&["hub"][..], &unchecked, "add \"--check\""),
+        ] {
+            let started = Instant::now();
+            let c = hytra()
+                .args(args)
+                .arg("--config")
+                .arg(file)
+                .stderr(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap();
+            let out = wait_bounded(c, Duration::from_secs(30));
+            let msg = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{args:?}: {msg}");
+            assert!(msg.contains(says), "{args:?}: {msg}");
+            assert_eq!(msg.lines().count(), 1, "one line: {msg}");
+            assert!(started.elapsed() < Duration::from_secs(5), "{args:?} waited");
+        }
+        assert!(!dir().join("never").exists(), "nothing was set up");
     }
 
     /// A two-node `hytra io` cluster file: node 0 reads node 1's file (a 4 MiB file of the

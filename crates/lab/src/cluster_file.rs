@@ -52,6 +52,15 @@ pub struct ClusterFile {
     /// compare-and-set): `etcd://HOST:PORT[,HOST:PORT...]`, the client endpoints of an
     /// etcd (3.4 or later) cluster. `None`: the launcher holds the store itself.
     pub store: Option<String>,
+    /// `HOST:PORT` where `hytra hub` serves the nodes of a cluster started by hand
+    /// (`hytra node --id` on each host), so that the run outlives any node: every node
+    /// joins the hub instead of node 0. Needs `[[nodes]]`, an etcd `store` and a
+    /// `journal`.
+    pub hub: Option<String>,
+    /// With `hub`: the directory where every worker journals its history, which the
+    /// survivors read a dead node's part from, so one every host reaches (on several
+    /// hosts, a shared file system).
+    pub journal: Option<std::path::PathBuf>,
 }
 
 /// What a node's threads do when none of their workers has work (`hytra bench --wait`).
@@ -122,6 +131,19 @@ impl ClusterFile {
             && names.iter().all(|n| EMULATED_RMA.contains(n) || ON_HOST.contains(n))
             && (!on_host || hosts.len() > 1);
         if tcp_only { "fasst" } else { "drtmh" }.to_string()
+    }
+
+    /// The key prefix in etcd of a run served by `hytra hub`: the same in every node,
+    /// which cannot ask a launcher for one, and different for each token and hub (two
+    /// clusters sharing an etcd never mix). The hub clears it before and after the run.
+    pub fn hub_prefix(&self) -> Option<String> {
+        let hub = self.hub.as_deref()?;
+        // FNV-1a: stable across builds and hosts, unlike the standard library's hasher.
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in self.token.bytes().chain([0]).chain(hub.bytes()) {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        Some(format!("/hytra/hub-{h:016x}"))
     }
 
     /// How many nodes the cluster has (checked by [`parse`] to be at least one).
@@ -195,6 +217,20 @@ pub enum ClusterFileError {
     /// `workload = "io"` with settings of a transactional benchmark.
     #[error("coroutines and replication are not io settings (use --depths in bench_args)")]
     IoSettings,
+    /// `hub` without what a hand-started cluster needs to outlive a node, or with a
+    /// job that cannot.
+    #[error("hub = {hub:?}: {why}")]
+    Hub {
+        /// The file's `hub`.
+        hub: String,
+        /// What is missing or wrong.
+        why: &'static str,
+    },
+    /// `journal` without `hub` (elsewhere the launcher keeps the journals).
+    #[error(
+        "journal is the directory of a run served by hytra hub: give hub too, or leave journal out"
+    )]
+    JournalWithoutHub,
     /// A workload that is neither `io` nor one of [`WORKLOADS`].
     #[error("{}", unknown_workload(.0))]
     UnknownWorkload(String),
@@ -234,18 +270,19 @@ pub fn parse(text: &str) -> Result<ClusterFile, ClusterFileError> {
     if f.token.is_empty() {
         return Err(ClusterFileError::EmptyToken);
     }
+    let endpoint_ok = |e: &str| {
+        e.trim().rsplit_once(':').is_some_and(|(host, port)| {
+            !host.is_empty() && !host.contains('/') && port.parse::<u16>().is_ok_and(|p| p > 0)
+        })
+    };
     if let Some(store) = &f.store {
-        let endpoint_ok = |e: &str| {
-            e.trim().rsplit_once(':').is_some_and(|(host, port)| {
-                !host.is_empty() && !host.contains('/') && port.parse::<u16>().is_ok_and(|p| p > 0)
-            })
-        };
         let ok =
             store.strip_prefix(ETCD_SCHEME).is_some_and(|rest| rest.split(',').all(endpoint_ok));
         if !ok {
             return range("store", format!("{store:?}"), "\"etcd://HOST:PORT[,HOST:PORT...]\"");
         }
     }
+    check_hub(&f, endpoint_ok)?;
     if f.workload == "io" {
         if f.node_count() != 2 {
             return Err(ClusterFileError::IoNodes(f.node_count()));
@@ -259,6 +296,32 @@ pub fn parse(text: &str) -> Result<ClusterFile, ClusterFileError> {
         return Err(ClusterFileError::UnknownWorkload(f.workload));
     }
     Ok(f)
+}
+
+/// The settings of a cluster served by `hytra hub` belong together: nodes started by
+/// hand at listed hosts, configurations in etcd (no process of the run holds them), and
+/// journals the survivors can read.
+fn check_hub(f: &ClusterFile, endpoint_ok: impl Fn(&str) -> bool) -> Result<(), ClusterFileError> {
+    let Some(hub) = &f.hub else {
+        return match f.journal {
+            Some(_) => Err(ClusterFileError::JournalWithoutHub),
+            None => Ok(()),
+        };
+    };
+    let why = if !endpoint_ok(hub) {
+        "expected \"HOST:PORT\""
+    } else if f.nodes.is_empty() {
+        "the hub serves nodes started by hand with hytra node --id: list them as [[nodes]]"
+    } else if f.etcd_endpoints().is_none() {
+        "no process of the run may hold its configurations: give store = \"etcd://HOST:PORT\""
+    } else if f.journal.as_ref().is_none_or(|j| j.as_os_str().is_empty()) {
+        "the survivors read a dead node's part from its journal: give journal = \"DIR\", a directory every host reaches"
+    } else if f.workload == "io" {
+        "workload 'io' does not survive a dead node: leave hub out"
+    } else {
+        return Ok(());
+    };
+    Err(ClusterFileError::Hub { hub: hub.clone(), why })
 }
 
 #[cfg(test)]
@@ -308,6 +371,34 @@ mod tests {
     }
 
     #[test]
+    fn a_hub_comes_with_nodes_an_etcd_store_and_a_journal() {
+        let nodes = "[[nodes]]\nhost = \"127.0.0.1\"\nport = 7000\n";
+        let full =
+            "hub = \"127.0.0.1:7100\"\nstore = \"etcd://127.0.0.1:2379\"\njournal = \"/tmp/j\"\n";
+        let f = |extra: &str, nodes: &str| parse(&format!("token = \"t\"\n{extra}{nodes}"));
+        let ok = f(full, nodes).unwrap();
+        assert_eq!(ok.hub.as_deref(), Some("127.0.0.1:7100"));
+        let prefix = ok.hub_prefix().unwrap();
+        assert!(prefix.starts_with("/hytra/hub-"), "{prefix}");
+        let other = f(&full.replace("7100", "7101"), nodes).unwrap();
+        assert_ne!(other.hub_prefix(), Some(prefix), "another hub, other keys");
+        assert_eq!(f("", nodes).unwrap().hub_prefix(), None);
+        let refused = |extra: &str, nodes: &str, says: &str| {
+            let e = f(extra, nodes).unwrap_err();
+            assert!(matches!(e, ClusterFileError::Hub { .. }), "{extra}: {e}");
+            assert!(e.to_string().contains(says), "{extra}: {e}");
+        };
+        refused(&full.replace("127.0.0.1:7100", "nowhere"), nodes, "HOST:PORT");
+        refused(&format!("node_count = 2\n{full}"), "", "[[nodes]]");
+        refused(&full.replace("store = \"etcd://127.0.0.1:2379\"\n", ""), nodes, "etcd");
+        refused(&full.replace("journal = \"/tmp/j\"\n", ""), nodes, "journal");
+        refused(&full.replace("journal = \"/tmp/j\"", "journal = \"\""), nodes, "journal");
+        let two = format!("{nodes}[[nodes]]\nhost = \"127.0.0.1\"\nport = 7001\n");
+        refused(&format!("workload = \"io\"\n{full}"), &two, "io");
+        assert_eq!(f("journal = \"/tmp/j\"\n", nodes), Err(ClusterFileError::JournalWithoutHub));
+    }
+
+    #[test]
     fn the_wait_is_the_files_or_none() {
         let f = |extra: &str| parse(&format!("token = \"t\"\nnode_count = 2\n{extra}"));
         assert_eq!(f("").unwrap().wait, None);
@@ -327,6 +418,8 @@ mod tests {
             ("cluster-3-tcp", include_str!("../../../examples/cluster-3-tcp.toml")),
             ("cluster-3-tcp-ycsb", include_str!("../../../examples/cluster-3-tcp-ycsb.toml")),
             ("cluster-pmix-3", include_str!("../../../examples/cluster-pmix-3.toml")),
+            ("cluster-4-kill", include_str!("../../../examples/cluster-4-kill.toml")),
+            ("cluster-4-hub", include_str!("../../../examples/cluster-4-hub.toml")),
             ("io-2", include_str!("../../../examples/io-2.toml")),
         ] {
             let f = parse(text).unwrap_or_else(|e| panic!("examples/{name}.toml: {e}"));

@@ -1,12 +1,16 @@
 //! `hytra cluster`'s launcher: starts a benchmark's nodes as processes of this machine,
 //! with what they share so that the run outlives any of them (the hub every node joins,
 //! the configuration store, the directory of their journals), kills one on request, and
-//! waits for them all, stopping every one on a failure, a timeout or an interrupt. Not
-//! for: what a node runs (`hytra node`) or checking the file's benchmark.
+//! waits for them all, stopping every one on a failure, a timeout or an interrupt. And
+//! `hytra hub`'s service for nodes started by hand on several hosts ([`serve_hub`],
+//! [`hub_member`]): the hub alone, with the configurations in etcd and the journals in
+//! the file's directory. Not for: what a node runs (`hytra node`) or checking the file's
+//! benchmark.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::backend::{resolve_endpoint, Launcher, StoreAt};
 use crate::cluster_file::ClusterFile;
 
 /// A node to kill with SIGKILL, and when (after the run started).
@@ -72,8 +76,45 @@ pub enum LaunchError {
     KillNotDue,
 }
 
+/// The file's etcd under `prefix` (not yet asked anything), if the file names one.
+fn etcd_of(
+    f: &ClusterFile,
+    prefix: &str,
+) -> Result<Option<hytra_txn::config_store::etcd::EtcdStore>, LaunchError> {
+    let Some(hosts) = f.etcd_endpoints() else {
+        return Ok(None);
+    };
+    let store = |e: String| LaunchError::System(format!("store: {e}"));
+    let endpoints =
+        hosts.iter().map(|h| resolve_endpoint(h)).collect::<Result<Vec<_>, _>>().map_err(store)?;
+    hytra_txn::config_store::etcd::EtcdStore::new(endpoints, prefix)
+        .map(Some)
+        .map_err(|e| store(e.to_string()))
+}
+
+/// For a node of a file with `hub` (checked by the file's parser to come with `[[nodes]]`,
+/// etcd and a journal): where the hub is, and the store and journal directory the node
+/// shares with the others (the directory is created if missing). `None` for a file
+/// without a hub.
+pub fn hub_member(
+    f: &ClusterFile,
+) -> Result<Option<(std::net::SocketAddr, Launcher)>, LaunchError> {
+    let (Some(hub), Some(prefix), Some(journal)) = (&f.hub, f.hub_prefix(), &f.journal) else {
+        return Ok(None);
+    };
+    let addr =
+        resolve_endpoint(hub).map_err(|e| LaunchError::System(format!("hub = {hub:?}: {e}")))?;
+    let etcd = etcd_of(f, &prefix)?.ok_or_else(|| {
+        LaunchError::System("a file with a hub commits its configurations to etcd".into())
+    })?;
+    std::fs::create_dir_all(journal).map_err(|e| {
+        LaunchError::System(format!("journal = {:?}: cannot create it: {e}", journal.display()))
+    })?;
+    Ok(Some((addr, Launcher { store: StoreAt::Etcd(etcd), journal: journal.clone() })))
+}
+
 #[cfg(feature = "ucx")]
-pub use imp::launch;
+pub use imp::{launch, serve_hub};
 
 #[cfg(feature = "ucx")]
 mod imp {
@@ -90,7 +131,7 @@ mod imp {
     use hytra_txn::config_store::etcd::EtcdStore;
     use hytra_txn::config_store::{serve, ConfigStore, MemoryStore};
 
-    use super::{Job, Kill, LaunchError, LaunchSpec};
+    use super::{etcd_of, Job, Kill, LaunchError, LaunchSpec};
     use crate::backend::{resolve_endpoint, StoreAt};
     use crate::cluster_file::ClusterFile;
 
@@ -145,19 +186,13 @@ mod imp {
             loopback: SocketAddr,
             stop: &Arc<AtomicBool>,
         ) -> Result<(StoreService, StoreAt), LaunchError> {
-            if let Some(hosts) = f.etcd_endpoints() {
-                let endpoints = hosts
-                    .iter()
-                    .map(|h| resolve_endpoint(h))
-                    .collect::<Result<Vec<_>, _>>()
-                    .map_err(|e| system(format!("store: {e}")))?;
-                // A run of its own: keys of an earlier run with the same file never mix in.
-                let since = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .unwrap_or_default()
-                    .as_nanos();
-                let prefix = format!("/hytra/run-{}-{since}", std::process::id());
-                let etcd = EtcdStore::new(endpoints, &prefix).map_err(system)?;
+            // A run of its own: keys of an earlier run with the same file never mix in.
+            let since = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_nanos();
+            let prefix = format!("/hytra/run-{}-{since}", std::process::id());
+            if let Some(etcd) = etcd_of(f, &prefix)? {
                 etcd.get().map_err(|e| {
                     system(format!("store = {:?}: {e}", f.store.as_deref().unwrap_or("")))
                 })?;
@@ -233,6 +268,38 @@ mod imp {
             self.store.finish(notice);
             self.hub.join().ok().and_then(Result::ok)
         }
+    }
+
+    /// Serves the hub of a cluster whose nodes are started by hand (`hytra hub`): clears
+    /// the run's keys in etcd (so no earlier run's configuration mixes in), listens at the
+    /// file's `hub` for its nodes, serves one run to its end, and clears the keys again.
+    /// `interrupted` is asked every half millisecond whether to stop; `notice` hears what
+    /// the user should know. Returns what the hub saw of the run.
+    pub fn serve_hub(
+        f: &ClusterFile,
+        interrupted: &dyn Fn() -> bool,
+        notice: &mut dyn FnMut(String),
+    ) -> Result<HubOutcome, LaunchError> {
+        let (Some(hub), Some(prefix)) = (&f.hub, f.hub_prefix()) else {
+            return Err(system("the cluster file names no hub (hub = \"HOST:PORT\")"));
+        };
+        let addr = resolve_endpoint(hub).map_err(|e| system(format!("hub = {hub:?}: {e}")))?;
+        let etcd = etcd_of(f, &prefix)?
+            .ok_or_else(|| system("a file with a hub commits its configurations to etcd"))?;
+        let store = f.store.as_deref().unwrap_or("");
+        etcd.clear().map_err(|e| system(format!("store = {store:?}: {e}")))?;
+        let nodes = u16::try_from(f.nodes.len()).map_err(system)?;
+        let hub =
+            Hub::bind(addr, nodes, &f.token, Duration::from_secs(f.timeout_s)).map_err(system)?;
+        notice(format!(
+            "hub at {addr}: waiting for {nodes} nodes (up to {} s); configurations in {store}{prefix}",
+            f.timeout_s
+        ));
+        let outcome = hub.serve(|_| notice("the run started".into()), interrupted);
+        if let Err(why) = etcd.clear() {
+            notice(format!("the run's keys under {prefix} stay in etcd: {why}"));
+        }
+        outcome.map_err(|e| if interrupted() { LaunchError::Interrupted } else { system(e) })
     }
 
     /// Kills `k`'s node if its time into the run (started at `run`) has come: the node
