@@ -156,20 +156,7 @@ pub fn run_node(a: NodeArgs) -> Result<(), CliError> {
             p.launcher = Some(Launcher { store, journal });
             p
         }
-        Some(id) if f.hub.is_some() => {
-            let mut p = tcp_placement(&f, &a.config, id, timeout)?;
-            let (addr, launcher) = hytra_lab::launch::hub_member(&f)
-                .map_err(|e| CliError::Usage(format!("{}: {e}", a.config.display())))?
-                .expect("a file with a hub");
-            eprintln!(
-                "node {id} of {}: joining the hub at {addr} (for up to {} s)",
-                f.nodes.len(),
-                timeout.as_secs()
-            );
-            p.bootstrap = Bootstrap::Hub { addr, token: f.token.clone() };
-            p.launcher = Some(launcher);
-            p
-        }
+        Some(id) if f.hub.is_some() => hub_placement(&f, &a.config, id, timeout)?,
         Some(id) => {
             let p = tcp_placement(&f, &a.config, id, timeout)?;
             if let (false, Bootstrap::Tcp { root, .. }) = (a.launched, &p.bootstrap) {
@@ -230,6 +217,33 @@ fn tcp_placement(
     })
 }
 
+/// Node `me` of a file with a hub: it joins `hytra hub` at the file's address, and
+/// commits configurations and journals where the file says.
+fn hub_placement(
+    f: &ClusterFile,
+    config: &Path,
+    me: u16,
+    timeout: Duration,
+) -> Result<Placement, CliError> {
+    let nodes = f.node_count();
+    if usize::from(me) >= nodes {
+        return usage(format!("--id {me} is not a node of {} (0..{nodes})", config.display()));
+    }
+    let (addr, launcher) = hytra_lab::launch::hub_member(f)
+        .map_err(|e| CliError::Usage(format!("{}: {e}", config.display())))?
+        .ok_or_else(|| CliError::Usage(format!("{} names no hub", config.display())))?;
+    eprintln!(
+        "node {me} of {nodes}: joining the hub at {addr} (for up to {} s)",
+        timeout.as_secs()
+    );
+    Ok(Placement {
+        me,
+        bootstrap: Bootstrap::Hub { addr, token: f.token.clone() },
+        timeout,
+        launcher: Some(launcher),
+    })
+}
+
 /// Whether a PMIx launcher started this process: it tells its children their namespace
 /// and rank in the environment (Slurm's `srun --mpi=pmix` and Open MPI's `mpirun` both).
 fn launched_by_pmix() -> bool {
@@ -245,12 +259,6 @@ fn pmix_placement(
     timeout: Duration,
 ) -> Result<Placement, CliError> {
     use hytra_fabric::ucx::PmixExchange;
-    if f.hub.is_some() {
-        return usage(format!(
-            "{}: hub is for nodes started by hand with hytra node --id, not under a PMIx launcher: leave it out",
-            config.display()
-        ));
-    }
     let mut ex = PmixExchange::join(timeout).map_err(|e| CliError::Usage(e.to_string()))?;
     let (rank, size, count) = (ex.rank(), ex.size(), f.node_count());
     if size as usize != count {
@@ -266,6 +274,22 @@ fn pmix_placement(
         ))
     })?;
     ex.check_token(&f.token).map_err(|e| CliError::Usage(e.to_string()))?;
+    if f.hub.is_some() {
+        // The launcher only placed this process. A collective of its job would wait
+        // for a dead process for ever, so the run goes through the hub instead, which
+        // outlives any node; PMIx is finalized while every process still lives.
+        drop(ex);
+        // Open MPI's mpirun says in the environment whether it lets a job outlive one of
+        // its processes; without it, the hub would have nothing to save.
+        let open_mpi = std::env::var_os("OMPI_MCA_orte_hnp_uri").is_some();
+        let recovers = std::env::var("OMPI_MCA_orte_enable_recovery").is_ok_and(|v| v == "1");
+        if me == 0 && open_mpi && !recovers {
+            eprintln!(
+                "warning: mpirun ends the whole job when one process dies; start it with --enable-recovery so that the others outlive it through the hub"
+            );
+        }
+        return hub_placement(f, config, me, timeout);
+    }
     Ok(Placement {
         me,
         bootstrap: Bootstrap::Pmix(Arc::new(Mutex::new(Some(ex)))),
@@ -445,8 +469,8 @@ pub struct HubArgs {
     config: PathBuf,
 }
 
-/// Runs `hytra hub`: serves one run of the file's nodes, started by hand with `hytra
-/// node --id`, and says which died.
+/// Runs `hytra hub`: serves one run of the file's nodes (started by hand with `hytra
+/// node --id`, or by `mpirun --enable-recovery`), and says which died.
 pub fn run_hub(a: HubArgs) -> Result<(), CliError> {
     let f = read_file(&a.config)?;
     crate::BackendKind::parse("ucx")?;

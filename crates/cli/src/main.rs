@@ -61,7 +61,8 @@ enum Command {
     /// node 0's report and stops every node on exit, error or Ctrl-C.
     Cluster(cluster::ClusterArgs),
     /// The hub of a cluster whose nodes are started by hand (`hytra node --id` on each
-    /// host): serves one run so that it outlives the death of any node.
+    /// host) or by `mpirun --enable-recovery`: serves one run so that it outlives the
+    /// death of any node.
     Hub(cluster::HubArgs),
     /// Remote storage I/O: local, fabric-only and remote random reads, trace replay.
     Io(io::IoArgs),

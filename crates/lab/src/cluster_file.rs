@@ -52,10 +52,10 @@ pub struct ClusterFile {
     /// compare-and-set): `etcd://HOST:PORT[,HOST:PORT...]`, the client endpoints of an
     /// etcd (3.4 or later) cluster. `None`: the launcher holds the store itself.
     pub store: Option<String>,
-    /// `HOST:PORT` where `hytra hub` serves the nodes of a cluster started by hand
-    /// (`hytra node --id` on each host), so that the run outlives any node: every node
-    /// joins the hub instead of node 0. Needs `[[nodes]]`, an etcd `store` and a
-    /// `journal`.
+    /// `HOST:PORT` where `hytra hub` serves the nodes of a cluster, so that the run
+    /// outlives any node: every node joins the hub instead of node 0 (started by hand
+    /// with `hytra node --id`) or of the PMIx launcher's collectives (under `mpirun
+    /// --enable-recovery`). Needs an etcd `store` and a `journal`.
     pub hub: Option<String>,
     /// With `hub`: the directory where every worker journals its history, which the
     /// survivors read a dead node's part from, so one every host reaches (on several
@@ -298,9 +298,8 @@ pub fn parse(text: &str) -> Result<ClusterFile, ClusterFileError> {
     Ok(f)
 }
 
-/// The settings of a cluster served by `hytra hub` belong together: nodes started by
-/// hand at listed hosts, configurations in etcd (no process of the run holds them), and
-/// journals the survivors can read.
+/// The settings of a cluster served by `hytra hub` belong together: configurations in
+/// etcd (no process of the run holds them), and journals the survivors can read.
 fn check_hub(f: &ClusterFile, endpoint_ok: impl Fn(&str) -> bool) -> Result<(), ClusterFileError> {
     let Some(hub) = &f.hub else {
         return match f.journal {
@@ -310,8 +309,6 @@ fn check_hub(f: &ClusterFile, endpoint_ok: impl Fn(&str) -> bool) -> Result<(), 
     };
     let why = if !endpoint_ok(hub) {
         "expected \"HOST:PORT\""
-    } else if f.nodes.is_empty() {
-        "the hub serves nodes started by hand with hytra node --id: list them as [[nodes]]"
     } else if f.etcd_endpoints().is_none() {
         "no process of the run may hold its configurations: give store = \"etcd://HOST:PORT\""
     } else if f.journal.as_ref().is_none_or(|j| j.as_os_str().is_empty()) {
@@ -389,7 +386,8 @@ mod tests {
             assert!(e.to_string().contains(says), "{extra}: {e}");
         };
         refused(&full.replace("127.0.0.1:7100", "nowhere"), nodes, "HOST:PORT");
-        refused(&format!("node_count = 2\n{full}"), "", "[[nodes]]");
+        let counted = f(&format!("node_count = 2\n{full}"), "").unwrap();
+        assert_eq!(counted.node_count(), 2, "a launcher's job needs no hosts");
         refused(&full.replace("store = \"etcd://127.0.0.1:2379\"\n", ""), nodes, "etcd");
         refused(&full.replace("journal = \"/tmp/j\"\n", ""), nodes, "journal");
         refused(&full.replace("journal = \"/tmp/j\"", "journal = \"\""), nodes, "journal");

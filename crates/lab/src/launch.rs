@@ -2,7 +2,7 @@
 //! with what they share so that the run outlives any of them (the hub every node joins,
 //! the configuration store, the directory of their journals), kills one on request, and
 //! waits for them all, stopping every one on a failure, a timeout or an interrupt. And
-//! `hytra hub`'s service for nodes started by hand on several hosts ([`serve_hub`],
+//! `hytra hub`'s service for nodes started by hand or by `mpirun` ([`serve_hub`],
 //! [`hub_member`]): the hub alone, with the configurations in etcd and the journals in
 //! the file's directory. Not for: what a node runs (`hytra node`) or checking the file's
 //! benchmark.
@@ -92,8 +92,8 @@ fn etcd_of(
         .map_err(|e| store(e.to_string()))
 }
 
-/// For a node of a file with `hub` (checked by the file's parser to come with `[[nodes]]`,
-/// etcd and a journal): where the hub is, and the store and journal directory the node
+/// For a node of a file with `hub` (checked by the file's parser to come with etcd and a
+/// journal): where the hub is, and the store and journal directory the node
 /// shares with the others (the directory is created if missing). `None` for a file
 /// without a hub.
 pub fn hub_member(
@@ -270,9 +270,10 @@ mod imp {
         }
     }
 
-    /// Serves the hub of a cluster whose nodes are started by hand (`hytra hub`): clears
-    /// the run's keys in etcd (so no earlier run's configuration mixes in), listens at the
-    /// file's `hub` for its nodes, serves one run to its end, and clears the keys again.
+    /// Serves the hub of a cluster whose nodes are started by hand or by a PMIx launcher
+    /// (`hytra hub`): clears the run's keys in etcd (so no earlier run's configuration
+    /// mixes in), listens at the file's `hub` for its nodes, serves one run to its end,
+    /// and clears the keys again.
     /// `interrupted` is asked every half millisecond whether to stop; `notice` hears what
     /// the user should know. Returns what the hub saw of the run.
     pub fn serve_hub(
@@ -288,7 +289,7 @@ mod imp {
             .ok_or_else(|| system("a file with a hub commits its configurations to etcd"))?;
         let store = f.store.as_deref().unwrap_or("");
         etcd.clear().map_err(|e| system(format!("store = {store:?}: {e}")))?;
-        let nodes = u16::try_from(f.nodes.len()).map_err(system)?;
+        let nodes = u16::try_from(f.node_count()).map_err(system)?;
         let hub =
             Hub::bind(addr, nodes, &f.token, Duration::from_secs(f.timeout_s)).map_err(system)?;
         notice(format!(
