@@ -2,10 +2,10 @@
 //! with what they share so that the run outlives any of them (the hub every node joins,
 //! the configuration store, the directory of their journals), kills one on request, and
 //! waits for them all, stopping every one on a failure, a timeout or an interrupt. And
-//! `hytra hub`'s service for nodes started by hand or by `mpirun` ([`serve_hub`],
-//! [`hub_member`]): the hub alone, with the configurations in etcd and the journals in
-//! the file's directory. Not for: what a node runs (`hytra node`) or checking the file's
-//! benchmark.
+//! `hytra hub`'s service for nodes started by hand or by `mpirun` (`serve_hub`, feature
+//! `ucx`; [`hub_member`]): the hub alone, with the configurations in etcd and the
+//! journals in the file's directory. Not for: what a node runs (`hytra node`) or checking
+//! the file's benchmark.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
