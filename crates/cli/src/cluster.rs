@@ -14,15 +14,14 @@
 //! `workload = "io"` runs one point of `hytra io` on two nodes instead (node 0 reads
 //! node 1's file; `bench_args` are `hytra io` options, `workers` its connections).
 
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-#[cfg(feature = "pmix")]
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use clap::{Args, Parser};
-use hytra_lab::cluster_file::{self, ClusterFile, NodeEntry};
+use hytra_lab::cluster_file::{self, ClusterFile};
 use hytra_lab::launch::{Job as LaunchJob, Kill};
+use hytra_lab::place::{self, PlaceError};
 use hytra_lab::{Bootstrap, Launcher, Placement, StoreAt};
 
 use crate::bench::{run_bench, BenchArgs};
@@ -107,14 +106,6 @@ fn parse_args<T: clap::Args + clap::FromArgMatches>(
         .map_err(|e| CliError::Usage(format!("cluster file: {}", crate::one_line(&e))))
 }
 
-fn resolve(n: &NodeEntry) -> Result<SocketAddr, CliError> {
-    (n.host.as_str(), n.port)
-        .to_socket_addrs()
-        .ok()
-        .and_then(|mut a| a.next())
-        .ok_or_else(|| CliError::Usage(format!("cannot resolve {}:{}", n.host, n.port)))
-}
-
 /// Options of `hytra node`.
 #[derive(Args, Debug)]
 pub struct NodeArgs {
@@ -147,7 +138,7 @@ pub fn run_node(a: NodeArgs) -> Result<(), CliError> {
     let timeout = Duration::from_secs(f.timeout_s);
     let placement = match a.id {
         Some(id) if a.hub.is_some() => {
-            let mut p = tcp_placement(&f, &a.config, id, timeout)?;
+            let mut p = placed(&a.config, place::tcp(&f, id, timeout))?;
             let (Some(addr), Some(store), Some(journal)) = (a.hub, a.store, a.journal.clone())
             else {
                 return usage("--hub, --store and --journal come together");
@@ -156,9 +147,9 @@ pub fn run_node(a: NodeArgs) -> Result<(), CliError> {
             p.launcher = Some(Launcher { store, journal });
             p
         }
-        Some(id) if f.hub.is_some() => hub_placement(&f, &a.config, id, timeout)?,
+        Some(id) if f.hub.is_some() => placed(&a.config, place::hub(&f, id, timeout))?,
         Some(id) => {
-            let p = tcp_placement(&f, &a.config, id, timeout)?;
+            let p = placed(&a.config, place::tcp(&f, id, timeout))?;
             if let (false, Bootstrap::Tcp { root, .. }) = (a.launched, &p.bootstrap) {
                 eprintln!(
                     "node {id} of {}: meeting the others through node 0 at {root} (for up to {} s)",
@@ -168,7 +159,7 @@ pub fn run_node(a: NodeArgs) -> Result<(), CliError> {
             }
             p
         }
-        None if launched_by_pmix() => pmix_placement(&f, &a.config, timeout)?,
+        None if place::launched_by_pmix() => placed(&a.config, pmix_placement(&f, timeout))?,
         None => {
             return usage(format!(
                 "hytra node needs its place in the cluster: start it under a PMIx launcher (srun --mpi=pmix or mpirun, in a build with --features pmix), or give --id N with the hosts listed as [[nodes]] in {}",
@@ -176,7 +167,16 @@ pub fn run_node(a: NodeArgs) -> Result<(), CliError> {
             ))
         }
     };
-    // Node 0 reports, or under `hytra cluster` whichever node survives first.
+    if let (Bootstrap::Hub { addr, .. }, false) = (&placement.bootstrap, a.launched) {
+        let (me, nodes) = (placement.me, f.node_count());
+        eprintln!("node {me} of {nodes}: joining the hub at {addr} (for up to {} s)", f.timeout_s);
+        if me == 0 && place::mpirun_ends_job_on_death() {
+            eprintln!(
+                "warning: mpirun ends the whole job when one process dies; start it with --enable-recovery so that the others outlive it through the hub"
+            );
+        }
+    }
+    // Node 0 reports, or with a hub whichever node survives first.
     let json =
         if placement.me == 0 || placement.launcher.is_some() { a.json.as_deref() } else { None };
     match job(&f, json)? {
@@ -191,116 +191,19 @@ pub fn run_node(a: NodeArgs) -> Result<(), CliError> {
     }
 }
 
-/// Node `id` of the file's `[[nodes]]`, meeting the others through node 0's TCP port.
-fn tcp_placement(
-    f: &ClusterFile,
-    config: &Path,
-    id: u16,
-    timeout: Duration,
-) -> Result<Placement, CliError> {
-    if f.nodes.is_empty() {
-        return usage(format!(
-            "--id needs the hosts listed as [[nodes]] in {} (or start hytra node under a PMIx launcher: srun --mpi=pmix, mpirun)",
-            config.display()
-        ));
-    }
-    let nodes = u16::try_from(f.nodes.len()).unwrap_or(u16::MAX);
-    if id >= nodes {
-        return usage(format!("--id {id} is not a node of {} (0..{nodes})", config.display()));
-    }
-    let root = resolve(&f.nodes[0])?;
-    Ok(Placement {
-        me: id,
-        bootstrap: Bootstrap::Tcp { root, token: f.token.clone() },
-        timeout,
-        launcher: None,
-    })
+/// `place`'s refusals, with the file's path.
+fn placed(config: &Path, p: Result<Placement, PlaceError>) -> Result<Placement, CliError> {
+    p.map_err(|e| CliError::Usage(format!("{}: {e}", config.display())))
 }
 
-/// Node `me` of a file with a hub: it joins `hytra hub` at the file's address, and
-/// commits configurations and journals where the file says.
-fn hub_placement(
-    f: &ClusterFile,
-    config: &Path,
-    me: u16,
-    timeout: Duration,
-) -> Result<Placement, CliError> {
-    let nodes = f.node_count();
-    if usize::from(me) >= nodes {
-        return usage(format!("--id {me} is not a node of {} (0..{nodes})", config.display()));
-    }
-    let (addr, launcher) = hytra_lab::launch::hub_member(f)
-        .map_err(|e| CliError::Usage(format!("{}: {e}", config.display())))?
-        .ok_or_else(|| CliError::Usage(format!("{} names no hub", config.display())))?;
-    eprintln!(
-        "node {me} of {nodes}: joining the hub at {addr} (for up to {} s)",
-        timeout.as_secs()
-    );
-    Ok(Placement {
-        me,
-        bootstrap: Bootstrap::Hub { addr, token: f.token.clone() },
-        timeout,
-        launcher: Some(launcher),
-    })
-}
-
-/// Whether a PMIx launcher started this process: it tells its children their namespace
-/// and rank in the environment (Slurm's `srun --mpi=pmix` and Open MPI's `mpirun` both).
-fn launched_by_pmix() -> bool {
-    std::env::var_os("PMIX_NAMESPACE").is_some() && std::env::var_os("PMIX_RANK").is_some()
-}
-
-/// This process's rank of the launcher's job as its node. Every check fails the same way
-/// in every process of the job, so all stop at once, without waiting for each other.
 #[cfg(feature = "pmix")]
-fn pmix_placement(
-    f: &ClusterFile,
-    config: &Path,
-    timeout: Duration,
-) -> Result<Placement, CliError> {
-    use hytra_fabric::ucx::PmixExchange;
-    let mut ex = PmixExchange::join(timeout).map_err(|e| CliError::Usage(e.to_string()))?;
-    let (rank, size, count) = (ex.rank(), ex.size(), f.node_count());
-    if size as usize != count {
-        return usage(format!(
-            "the PMIx job has {size} processes but {} describes {count} nodes: start one process per node (mpirun -np {count}, srun -n {count})",
-            config.display()
-        ));
-    }
-    let me = u16::try_from(rank).ok().filter(|&r| usize::from(r) < count).ok_or_else(|| {
-        CliError::Usage(format!(
-            "PMIx rank {rank} is not a node of {} (0..{count})",
-            config.display()
-        ))
-    })?;
-    ex.check_token(&f.token).map_err(|e| CliError::Usage(e.to_string()))?;
-    if f.hub.is_some() {
-        // The launcher only placed this process. A collective of its job would wait
-        // for a dead process for ever, so the run goes through the hub instead, which
-        // outlives any node; PMIx is finalized while every process still lives.
-        drop(ex);
-        // Open MPI's mpirun says in the environment whether it lets a job outlive one of
-        // its processes; without it, the hub would have nothing to save.
-        let open_mpi = std::env::var_os("OMPI_MCA_orte_hnp_uri").is_some();
-        let recovers = std::env::var("OMPI_MCA_orte_enable_recovery").is_ok_and(|v| v == "1");
-        if me == 0 && open_mpi && !recovers {
-            eprintln!(
-                "warning: mpirun ends the whole job when one process dies; start it with --enable-recovery so that the others outlive it through the hub"
-            );
-        }
-        return hub_placement(f, config, me, timeout);
-    }
-    Ok(Placement {
-        me,
-        bootstrap: Bootstrap::Pmix(Arc::new(Mutex::new(Some(ex)))),
-        timeout,
-        launcher: None,
-    })
+fn pmix_placement(f: &ClusterFile, timeout: Duration) -> Result<Placement, PlaceError> {
+    place::pmix(f, timeout)
 }
 
 #[cfg(not(feature = "pmix"))]
-fn pmix_placement(_: &ClusterFile, _: &Path, _: Duration) -> Result<Placement, CliError> {
-    usage("a PMIx launcher started hytra node, but this build has no PMIx support: install libpmix-dev and build with --features pmix (or give --id N with the hosts as [[nodes]])")
+fn pmix_placement(_: &ClusterFile, _: Duration) -> Result<Placement, PlaceError> {
+    Err(PlaceError::Pmix("a PMIx launcher started hytra node, but this build has no PMIx support: install libpmix-dev and build with --features pmix (or give --id N with the hosts as [[nodes]])".into()))
 }
 
 /// Options of `hytra cluster`.
@@ -411,7 +314,7 @@ pub fn run_cluster(a: ClusterArgs) -> Result<(), CliError> {
         Job::Io(mut args) => {
             run_s = args.duration.map_or(run_s, Span::secs);
             let timeout = Duration::from_secs(f.timeout_s);
-            args.placement = Some(tcp_placement(&f, &a.config, 0, timeout)?);
+            args.placement = Some(placed(&a.config, place::tcp(&f, 0, timeout))?);
             crate::io::check(&args)?;
             if a.kill.is_some() {
                 return usage("--kill applies to benchmarks (the io workload has no recovery)");
@@ -432,7 +335,7 @@ pub fn run_cluster(a: ClusterArgs) -> Result<(), CliError> {
         ));
     }
     for n in &f.nodes {
-        let addr = resolve(n)?;
+        let addr = place::resolve(n).map_err(|e| CliError::Usage(e.to_string()))?;
         if !addr.ip().is_loopback() {
             return usage(format!(
                 "hytra cluster starts local processes only, and node {}:{} is not on 127.0.0.1 (run `hytra node` on each host instead)",

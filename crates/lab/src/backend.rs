@@ -28,12 +28,13 @@ pub struct Placement {
     pub bootstrap: Bootstrap,
     /// Bound on joining and on every exchange.
     pub timeout: Duration,
-    /// What `hytra cluster` shares with its nodes so that the run survives one of them
-    /// dying; `None` elsewhere.
+    /// What the nodes share so that the run survives one of them dying (under `hytra
+    /// cluster`, or `hytra hub`); `None` elsewhere.
     pub launcher: Option<Launcher>,
 }
 
-/// What a node started by `hytra cluster` learns of its launcher.
+/// What a node started by `hytra cluster`, or joining `hytra hub`, shares with the
+/// others.
 #[derive(Clone, Debug)]
 pub struct Launcher {
     /// Where configurations are committed.

@@ -32,6 +32,7 @@ pub mod io;
 pub mod launch;
 pub mod micro;
 pub mod offload;
+pub mod place;
 pub mod reproduce;
 pub mod run;
 pub mod swarm;
