@@ -136,6 +136,12 @@ pub struct NodeArgs {
 pub fn run_node(a: NodeArgs) -> Result<(), CliError> {
     let f = read_file(&a.config)?;
     let timeout = Duration::from_secs(f.timeout_s);
+    if f.hub.is_some() {
+        // As `hytra hub` does: a node started before it must not wait to learn this.
+        if let Job::Bench(args) = job(&f, None)? {
+            survivable("hub", &args)?;
+        }
+    }
     let placement = match a.id {
         Some(id) if a.hub.is_some() => {
             let mut p = placed(&a.config, place::tcp(&f, id, timeout))?;
@@ -191,9 +197,12 @@ pub fn run_node(a: NodeArgs) -> Result<(), CliError> {
     }
 }
 
-/// `place`'s refusals, with the file's path.
+/// `place`'s refusals, with the file's path where the file is at fault.
 fn placed(config: &Path, p: Result<Placement, PlaceError>) -> Result<Placement, CliError> {
-    p.map_err(|e| CliError::Usage(format!("{}: {e}", config.display())))
+    p.map_err(|e| match e {
+        PlaceError::Pmix(_) => CliError::Usage(e.to_string()),
+        e => CliError::Usage(format!("{}: {e}", config.display())),
+    })
 }
 
 #[cfg(feature = "pmix")]
@@ -382,6 +391,10 @@ pub fn run_hub(a: HubArgs) -> Result<(), CliError> {
             "{} names no hub: add hub = \"HOST:PORT\" (with store = \"etcd://...\" and journal = \"DIR\"), or start the nodes with hytra cluster",
             a.config.display()
         ));
+    }
+    if let Some(hub) = &f.hub {
+        hytra_lab::backend::resolve_endpoint(hub)
+            .map_err(|e| CliError::Usage(format!("{}: hub = {e}", a.config.display())))?;
     }
     // The nodes would each refuse a bad benchmark; say it here, once, before any waits.
     match job(&f, None)? {

@@ -320,6 +320,25 @@ mod with_ucx {
         a_killed_node_is_survived_with("tcp", "random", None);
     }
 
+    /// Processes a test started, killed and reaped when dropped (after a failed assertion
+    /// too), and a directory of theirs, removed.
+    struct Started {
+        procs: Vec<Child>,
+        dir: Option<PathBuf>,
+    }
+
+    impl Drop for Started {
+        fn drop(&mut self) {
+            for c in &mut self.procs {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+            if let Some(d) = &self.dir {
+                let _ = std::fs::remove_dir_all(d);
+            }
+        }
+    }
+
     /// Starts `hytra hub` on `file`; its messages as they come (the run's start times a
     /// kill), and all of them once it has exited.
     fn start_hub(
@@ -375,9 +394,11 @@ mod with_ucx {
         ) + &format!("[[nodes]]\nhost = \"127.0.0.1\"\nport = {}\n", free_port());
         std::fs::write(&file, text).unwrap();
         let json = file.with_extension("json");
-        let (mut hub, rx, said) = start_hub(&file);
-        let mut nodes: Vec<Child> = (0..4u16)
-            .map(|id| {
+        let (hub, rx, said) = start_hub(&file);
+        // Killed and reaped, and the journals removed, however the test ends.
+        let mut started = Started { procs: vec![hub], dir: Some(journal) };
+        for id in 0..4u16 {
+            started.procs.push(
                 hytra()
                     .args(["node", "--config"])
                     .arg(&file)
@@ -386,31 +407,30 @@ mod with_ucx {
                     .stdout(Stdio::piped())
                     .stderr(Stdio::piped())
                     .spawn()
-                    .unwrap()
-            })
-            .collect();
-        let deadline = Instant::now() + Duration::from_secs(90);
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match rx.recv_timeout(left) {
-                Ok(line) if line.contains("the run started") => break,
-                Ok(_) => {}
-                Err(e) => {
-                    for c in &mut nodes {
-                        let _ = c.kill();
-                    }
-                    let _ = hub.kill();
-                    panic!("the run never started ({e}): {}", said.join().unwrap());
-                }
-            }
+                    .unwrap(),
+            );
         }
+        let deadline = Instant::now() + Duration::from_secs(90);
+        while !rx
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .unwrap_or_else(|e| panic!("the run never started ({e})"))
+            .contains("the run started")
+        {}
+        // A second hub for the same file is refused without touching the run's keys.
+        let second = hytra().args(["hub", "--config"]).arg(&file).output().unwrap();
+        let msg = String::from_utf8_lossy(&second.stderr);
+        assert_eq!(second.status.code(), Some(1), "{msg}");
+        assert!(msg.contains("cannot listen"), "{msg}");
         std::thread::sleep(Duration::from_secs(1));
-        let mut victim = nodes.remove(0);
+        // Node 0, the first configuration manager, dies.
+        let mut victim = started.procs.remove(1);
         victim.kill().unwrap();
         victim.wait().unwrap();
-        let outs: Vec<Output> =
-            nodes.into_iter().map(|c| wait_bounded(c, Duration::from_secs(120))).collect();
-        let hub_out = wait_bounded(hub, Duration::from_secs(30));
+        let mut outs = Vec::new();
+        while started.procs.len() > 1 {
+            outs.push(wait_bounded(started.procs.remove(1), Duration::from_secs(120)));
+        }
+        let hub_out = wait_bounded(started.procs.remove(0), Duration::from_secs(30));
         let hub_said = said.join().unwrap();
         for (id, out) in (1..).zip(&outs) {
             assert!(
@@ -432,7 +452,6 @@ mod with_ucx {
         assert!(v["committed"].as_u64().unwrap() > 100, "{v}");
         assert_eq!(v["replicated"], true, "{v}");
         assert_eq!(etcd.keys_under("/hytra/"), Ok(0), "the hub left its keys in etcd");
-        std::fs::remove_dir_all(&journal).unwrap();
     }
 
     /// What a hub needs is checked before anything waits: a file without `hub` for

@@ -88,7 +88,24 @@ mod with_pmix {
         c.wait_with_output().unwrap()
     }
 
+    /// Jobs that run a benchmark go one at a time: on two cores, beside another job's
+    /// processes, their leases would lapse.
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    /// A process killed and reaped when dropped (after a failed assertion too).
+    struct KillOnDrop(Option<Child>);
+
+    impl Drop for KillOnDrop {
+        fn drop(&mut self) {
+            if let Some(c) = &mut self.0 {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+
     fn three_ranks_run_smallbank(transports: &str) {
+        let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let dir = Scratch::new(transports);
         let file = cluster_file(&dir.0, transports, 3);
         let json = dir.0.join("out.json");
@@ -151,6 +168,7 @@ mod with_pmix {
             eprintln!("no etcd binary (Debian: etcd-server): not run");
             return;
         };
+        let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let dir = Scratch::new("hub");
         let file = cluster_file(&dir.0, "tcp", 4);
         let hub_port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
@@ -164,15 +182,18 @@ mod with_pmix {
                 dir.0.join("journal").display()
             );
         std::fs::write(&file, text).unwrap();
-        let mut hub = Command::new(env!("CARGO_BIN_EXE_hytra"))
-            .args(["hub", "--config"])
-            .arg(&file)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut hub = KillOnDrop(Some(
+            Command::new(env!("CARGO_BIN_EXE_hytra"))
+                .args(["hub", "--config"])
+                .arg(&file)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap(),
+        ));
         let (tx, rx) = std::sync::mpsc::channel();
-        let lines = std::io::BufReader::new(hub.stderr.take().unwrap());
+        let hub_stderr = hub.0.as_mut().and_then(|c| c.stderr.take()).unwrap();
+        let lines = std::io::BufReader::new(hub_stderr);
         let said = std::thread::spawn(move || {
             lines.lines().map_while(Result::ok).fold(String::new(), |all, line| {
                 let _ = tx.send(line.clone());
@@ -192,10 +213,12 @@ mod with_pmix {
         // SAFETY: kill(2) on a process of this test's job, found by its command line.
         assert_eq!(unsafe { libc::kill(victim, libc::SIGKILL) }, 0);
         let out = wait_bounded(job, Duration::from_secs(120));
-        let hub_out = wait_bounded(hub, Duration::from_secs(30));
+        let hub_out = wait_bounded(hub.0.take().unwrap(), Duration::from_secs(30));
         let (stdout, hub_said) = (String::from_utf8_lossy(&out.stdout), said.join().unwrap());
         assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
         assert_eq!(stdout.matches("smallbank on ucx").count(), 1, "{stdout}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("--enable-recovery"), "no warning with it: {stderr}");
         let hub_stdout = String::from_utf8_lossy(&hub_out.stdout);
         assert!(hub_out.status.success(), "{hub_stdout}\n{hub_said}");
         assert!(hub_stdout.contains("nodes [1] died"), "{hub_stdout}");

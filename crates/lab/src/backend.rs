@@ -92,6 +92,19 @@ pub fn resolve_endpoint(e: &str) -> Result<SocketAddr, String> {
         .ok_or_else(|| format!("{e}: names no address"))
 }
 
+/// The etcd a cluster file names, under `prefix` (not yet asked anything); `None` for a
+/// file without one.
+pub fn etcd_store(
+    f: &crate::cluster_file::ClusterFile,
+    prefix: &str,
+) -> Result<Option<EtcdStore>, String> {
+    let Some(hosts) = f.etcd_endpoints() else {
+        return Ok(None);
+    };
+    let endpoints = hosts.iter().map(|h| resolve_endpoint(h)).collect::<Result<Vec<_>, _>>()?;
+    EtcdStore::new(endpoints, prefix).map(Some).map_err(|e| e.to_string())
+}
+
 /// How the processes of a cluster meet.
 #[derive(Clone, Debug)]
 pub enum Bootstrap {
@@ -102,8 +115,8 @@ pub enum Bootstrap {
         /// The cluster token.
         token: String,
     },
-    /// The hub that `hytra cluster` runs at `addr`: every node is a member, so that the
-    /// run outlives any of them.
+    /// The hub that `hytra cluster` or `hytra hub` runs at `addr`: every node is a
+    /// member, so that the run outlives any of them.
     Hub {
         /// The hub's address.
         addr: SocketAddr,

@@ -3,14 +3,13 @@
 //! the configuration store, the directory of their journals), kills one on request, and
 //! waits for them all, stopping every one on a failure, a timeout or an interrupt. And
 //! `hytra hub`'s service for nodes started by hand or by `mpirun` (`serve_hub`, feature
-//! `ucx`; [`hub_member`]): the hub alone, with the configurations in etcd and the
-//! journals in the file's directory. Not for: what a node runs (`hytra node`) or checking
-//! the file's benchmark.
+//! `ucx`): the hub alone, with the configurations in etcd (a node's side of it is
+//! `place::hub`). Not for: what a node runs (`hytra node`) or checking the file's
+//! benchmark.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::backend::{resolve_endpoint, Launcher, StoreAt};
 use crate::cluster_file::ClusterFile;
 
 /// A node to kill with SIGKILL, and when (after the run started).
@@ -76,43 +75,6 @@ pub enum LaunchError {
     KillNotDue,
 }
 
-/// The file's etcd under `prefix` (not yet asked anything), if the file names one.
-fn etcd_of(
-    f: &ClusterFile,
-    prefix: &str,
-) -> Result<Option<hytra_txn::config_store::etcd::EtcdStore>, LaunchError> {
-    let Some(hosts) = f.etcd_endpoints() else {
-        return Ok(None);
-    };
-    let store = |e: String| LaunchError::System(format!("store: {e}"));
-    let endpoints =
-        hosts.iter().map(|h| resolve_endpoint(h)).collect::<Result<Vec<_>, _>>().map_err(store)?;
-    hytra_txn::config_store::etcd::EtcdStore::new(endpoints, prefix)
-        .map(Some)
-        .map_err(|e| store(e.to_string()))
-}
-
-/// For a node of a file with `hub` (checked by the file's parser to come with etcd and a
-/// journal): where the hub is, and the store and journal directory the node
-/// shares with the others (the directory is created if missing). `None` for a file
-/// without a hub.
-pub fn hub_member(
-    f: &ClusterFile,
-) -> Result<Option<(std::net::SocketAddr, Launcher)>, LaunchError> {
-    let (Some(hub), Some(prefix), Some(journal)) = (&f.hub, f.hub_prefix(), &f.journal) else {
-        return Ok(None);
-    };
-    let addr =
-        resolve_endpoint(hub).map_err(|e| LaunchError::System(format!("hub = {hub:?}: {e}")))?;
-    let etcd = etcd_of(f, &prefix)?.ok_or_else(|| {
-        LaunchError::System("a file with a hub commits its configurations to etcd".into())
-    })?;
-    std::fs::create_dir_all(journal).map_err(|e| {
-        LaunchError::System(format!("journal = {:?}: cannot create it: {e}", journal.display()))
-    })?;
-    Ok(Some((addr, Launcher { store: StoreAt::Etcd(etcd), journal: journal.clone() })))
-}
-
 #[cfg(feature = "ucx")]
 pub use imp::{launch, serve_hub};
 
@@ -131,8 +93,8 @@ mod imp {
     use hytra_txn::config_store::etcd::EtcdStore;
     use hytra_txn::config_store::{serve, ConfigStore, MemoryStore};
 
-    use super::{etcd_of, Job, Kill, LaunchError, LaunchSpec};
-    use crate::backend::{resolve_endpoint, StoreAt};
+    use super::{Job, Kill, LaunchError, LaunchSpec};
+    use crate::backend::{etcd_store, resolve_endpoint, StoreAt};
     use crate::cluster_file::ClusterFile;
 
     /// A directory removed with everything in it when dropped.
@@ -192,7 +154,8 @@ mod imp {
                 .unwrap_or_default()
                 .as_nanos();
             let prefix = format!("/hytra/run-{}-{since}", std::process::id());
-            if let Some(etcd) = etcd_of(f, &prefix)? {
+            let etcd = etcd_store(f, &prefix).map_err(|e| system(format!("store: {e}")))?;
+            if let Some(etcd) = etcd {
                 etcd.get().map_err(|e| {
                     system(format!("store = {:?}: {e}", f.store.as_deref().unwrap_or("")))
                 })?;
@@ -285,21 +248,22 @@ mod imp {
             return Err(system("the cluster file names no hub (hub = \"HOST:PORT\")"));
         };
         let addr = resolve_endpoint(hub).map_err(|e| system(format!("hub = {hub:?}: {e}")))?;
-        let etcd = etcd_of(f, &prefix)?
+        let etcd = etcd_store(f, &prefix)
+            .map_err(|e| system(format!("store: {e}")))?
             .ok_or_else(|| system("a file with a hub commits its configurations to etcd"))?;
-        let store = f.store.as_deref().unwrap_or("");
-        etcd.clear().map_err(|e| system(format!("store = {store:?}: {e}")))?;
         let nodes = u16::try_from(f.node_count()).map_err(system)?;
+        // The listening socket is the run's lock: a second hub for the same file stops
+        // here, before it touches the keys of the run the first one serves.
         let hub =
             Hub::bind(addr, nodes, &f.token, Duration::from_secs(f.timeout_s)).map_err(system)?;
+        let store = f.store.as_deref().unwrap_or("");
+        etcd.clear().map_err(|e| system(format!("store = {store:?}: {e}")))?;
         notice(format!(
             "hub at {addr}: waiting for {nodes} nodes (up to {} s); configurations in {store}{prefix}",
             f.timeout_s
         ));
         let outcome = hub.serve(|_| notice("the run started".into()), interrupted);
-        if let Err(why) = etcd.clear() {
-            notice(format!("the run's keys under {prefix} stay in etcd: {why}"));
-        }
+        StoreService::Etcd(etcd).finish(notice);
         outcome.map_err(|e| if interrupted() { LaunchError::Interrupted } else { system(e) })
     }
 

@@ -7,9 +7,8 @@
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
-use crate::backend::{Bootstrap, Placement};
+use crate::backend::{etcd_store, resolve_endpoint, Bootstrap, Launcher, Placement, StoreAt};
 use crate::cluster_file::{ClusterFile, NodeEntry};
-use crate::launch::{hub_member, LaunchError};
 
 /// Why a process cannot take its place; the messages name no file (the caller prefixes
 /// its path).
@@ -33,7 +32,7 @@ pub enum PlaceError {
     Resolve(String),
     /// The hub's address, store or journal directory.
     #[error("{0}")]
-    Hub(#[from] LaunchError),
+    Hub(String),
     /// A launcher's job of another size than the file's.
     #[error("the PMIx job has {size} processes but the file describes {count} nodes: start one process per node (mpirun -np {count}, srun -n {count})")]
     JobSize {
@@ -76,14 +75,36 @@ pub fn tcp(f: &ClusterFile, id: u16, timeout: Duration) -> Result<Placement, Pla
     Ok(Placement { me, bootstrap, timeout, launcher: None })
 }
 
-/// Node `id` of a file with a hub: it joins `hytra hub` at the file's address, and
-/// commits configurations and journals where the file says.
+/// Node `id` of a file with a hub (checked by the file's parser to come with etcd and a
+/// journal): it joins `hytra hub` at the file's address, commits configurations to the
+/// run's keys in etcd, and journals in the run's own directory under the file's
+/// `journal` (created if missing; named as the keys, so two clusters sharing a directory
+/// never mix). This node's journals of an earlier run there are removed first: the run
+/// cannot start before every node has joined, so a journal the survivors read is always
+/// this run's.
 pub fn hub(f: &ClusterFile, id: u16, timeout: Duration) -> Result<Placement, PlaceError> {
     let me = node_of("--id", id.into(), f.node_count())?;
-    let Some((addr, launcher)) = hub_member(f)? else {
-        return Err(PlaceError::Hub(LaunchError::System("the file names no hub".into())));
+    let (Some(hub), Some(prefix), Some(journal)) = (&f.hub, f.hub_prefix(), &f.journal) else {
+        return Err(PlaceError::Hub("the file names no hub, or no journal".into()));
     };
+    let addr = resolve_endpoint(hub).map_err(|e| PlaceError::Hub(format!("hub = {e}")))?;
+    let etcd =
+        etcd_store(f, &prefix).map_err(|e| PlaceError::Hub(format!("store: {e}")))?.ok_or_else(
+            || PlaceError::Hub("a file with a hub commits its configurations to etcd".into()),
+        )?;
+    let run = prefix.rsplit('/').next().expect("a prefix has a last part");
+    let dir = journal.join(run);
+    let bad = |e: std::io::Error| PlaceError::Hub(format!("journal {}: {e}", dir.display()));
+    std::fs::create_dir_all(&dir).map_err(bad)?;
+    let per = usize::from(f.workers);
+    for index in usize::from(me) * per..(usize::from(me) + 1) * per {
+        match std::fs::remove_file(hytra_workloads::bench::journal_path(&dir, index)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(bad(e)),
+            _ => {}
+        }
+    }
     let bootstrap = Bootstrap::Hub { addr, token: f.token.clone() };
+    let launcher = Launcher { store: StoreAt::Etcd(etcd), journal: dir };
     Ok(Placement { me, bootstrap, timeout, launcher: Some(launcher) })
 }
 
@@ -154,20 +175,26 @@ mod tests {
     fn a_node_of_a_hub_joins_it_with_the_files_store_and_journal() {
         let journal = std::env::temp_dir().join(format!("hytra-place-{}", std::process::id()));
         let f = file(&format!(
-            "hub = \"127.0.0.1:7100\"\nstore = \"etcd://127.0.0.1:2379\"\njournal = {:?}\n",
+            "workers = 2\nhub = \"127.0.0.1:7100\"\nstore = \"etcd://127.0.0.1:2379\"\njournal = {:?}\n",
             journal.display().to_string()
         ));
+        let prefix = f.hub_prefix().unwrap();
+        let dir = journal.join(prefix.rsplit('/').next().unwrap());
+        // An earlier run's journals: node 1's (workers 2 and 3) go, node 0's stay.
+        std::fs::create_dir_all(&dir).unwrap();
+        let old = |i: usize| hytra_workloads::bench::journal_path(&dir, i);
+        for i in 0..4 {
+            std::fs::write(old(i), "earlier run").unwrap();
+        }
         let t = Duration::from_secs(1);
         let p = hub(&f, 1, t).unwrap();
         assert!(matches!(p.bootstrap, Bootstrap::Hub { addr, .. } if addr.port() == 7100));
         let l = p.launcher.expect("a hub's node shares the store and journals");
-        assert_eq!(l.journal, journal);
-        assert!(journal.is_dir(), "the journal directory is created");
-        assert!(
-            matches!(&l.store, crate::backend::StoreAt::Etcd(e) if Some(e.prefix().to_string()) == f.hub_prefix())
-        );
+        assert_eq!(l.journal, dir, "the run's own directory under the file's");
+        assert!(matches!(&l.store, StoreAt::Etcd(e) if e.prefix() == prefix));
+        assert_eq!((0..4).map(|i| old(i).exists()).collect::<Vec<_>>(), [true, true, false, false]);
         assert!(matches!(hub(&f, 2, t), Err(PlaceError::NotANode { .. })));
         assert!(matches!(hub(&file(""), 0, t), Err(PlaceError::Hub(_))));
-        std::fs::remove_dir(&journal).unwrap();
+        std::fs::remove_dir_all(&journal).unwrap();
     }
 }

@@ -523,8 +523,8 @@ impl Default for Processes {
     }
 }
 
-/// The journal of worker `index` in `dir`.
-fn journal_path(dir: &Path, index: usize) -> PathBuf {
+/// The journal of worker `index` (dense, as [`ClusterShape::worker_index`]) in `dir`.
+pub fn journal_path(dir: &Path, index: usize) -> PathBuf {
     dir.join(format!("worker-{index}.journal"))
 }
 

@@ -80,13 +80,13 @@ impl TcpExchange {
         let role = if me == 0 {
             Self::accept_all(nodes, root, token, timeout)?
         } else {
-            Self::connect(me, nodes, root, token, timeout)?
+            Self::connect(me, nodes, (root, "node 0"), token, timeout)?
         };
         Ok(TcpExchange { me, role, timeout, stopped: false, nonblocking: false })
     }
 
     /// Joins the cluster as node `me` of `nodes` through the hub at `hub` (run by the
-    /// launcher, `hytra cluster`): every node, node 0 included, is a member. The run
+    /// launcher, `hytra cluster`, or by `hytra hub`): every node, node 0 included, is a member. The run
     /// survives the death of any of them; the results go to the lowest survivor.
     pub fn join_hub(
         me: u16,
@@ -98,7 +98,7 @@ impl TcpExchange {
         if me >= nodes {
             return Err(err(format!("node id {me} is outside a cluster of {nodes} nodes")));
         }
-        let mut role = Self::connect(me, nodes, hub, token, timeout)?;
+        let mut role = Self::connect(me, nodes, (hub, "the hub"), token, timeout)?;
         if let Role::Member { hub, .. } = &mut role {
             *hub = Some(HubMember { nodes });
         }
@@ -170,7 +170,7 @@ impl TcpExchange {
     fn connect(
         me: u16,
         nodes: u16,
-        root: SocketAddr,
+        (root, peer): (SocketAddr, &str),
         token: &str,
         timeout: Duration,
     ) -> Result<Role, BackendError> {
@@ -183,7 +183,7 @@ impl TcpExchange {
                 }
                 Err(e) => {
                     return Err(err(format!(
-                        "node 0 at {root} did not answer within {} s: {e}",
+                        "{peer} at {root} did not answer within {} s: {e}",
                         timeout.as_secs()
                     )))
                 }
@@ -196,14 +196,14 @@ impl TcpExchange {
         hello.extend_from_slice(&me.to_le_bytes());
         hello.extend_from_slice(&nodes.to_le_bytes());
         hello.extend_from_slice(token.as_bytes());
-        write_frame(&mut s, &hello).map_err(|e| err(format!("node 0 at {root}: {e}")))?;
-        let reply = read_frame(&mut s).map_err(|e| err(format!("node 0 at {root}: {e}")))?;
+        write_frame(&mut s, &hello).map_err(|e| err(format!("{peer} at {root}: {e}")))?;
+        let reply = read_frame(&mut s).map_err(|e| err(format!("{peer} at {root}: {e}")))?;
         match reply.split_first() {
             Some((&ACCEPTED, _)) => Ok(Role::Member { root: s, inbox: Vec::new(), hub: None }),
             Some((&REFUSED, why)) => {
-                Err(err(format!("node 0 refused node {me}: {}", String::from_utf8_lossy(why))))
+                Err(err(format!("{peer} refused node {me}: {}", String::from_utf8_lossy(why))))
             }
-            _ => Err(err(format!("node 0 at {root} answered something else than a bootstrap"))),
+            _ => Err(err(format!("{peer} at {root} answered something else than a bootstrap"))),
         }
     }
 
@@ -232,7 +232,10 @@ impl TcpExchange {
         } else {
             e.to_string()
         };
-        err(format!("node {who} {what}"))
+        match self.role {
+            Role::Member { hub: Some(_), .. } => err(format!("the hub {what}")),
+            _ => err(format!("node {who} {what}")),
+        }
     }
 }
 
