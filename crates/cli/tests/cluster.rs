@@ -367,7 +367,8 @@ mod with_ucx {
     }
 
     /// Four nodes started by hand (`hytra node --id`, as on four hosts) meet through
-    /// `hytra hub`, their configurations in etcd (started here on 127.0.0.1). Node 0, the
+    /// `hytra hub`, started after them, their configurations in etcd (started here on
+    /// 127.0.0.1); a second hub for the same file is refused without harm. Node 0, the
     /// first configuration manager, dies by SIGKILL mid-run: the others remove it, go on,
     /// and node 1, the lowest survivor, reports the whole history checked, node 0's part
     /// read from the file's journal directory; the hub says who died and leaves no keys.
@@ -394,9 +395,9 @@ mod with_ucx {
         ) + &format!("[[nodes]]\nhost = \"127.0.0.1\"\nport = {}\n", free_port());
         std::fs::write(&file, text).unwrap();
         let json = file.with_extension("json");
-        let (hub, rx, said) = start_hub(&file);
-        // Killed and reaped, and the journals removed, however the test ends.
-        let mut started = Started { procs: vec![hub], dir: Some(journal) };
+        // Killed and reaped, and the journals removed, however the test ends. The nodes
+        // start first and wait for the hub.
+        let mut started = Started { procs: Vec::new(), dir: Some(journal) };
         for id in 0..4u16 {
             started.procs.push(
                 hytra()
@@ -410,6 +411,9 @@ mod with_ucx {
                     .unwrap(),
             );
         }
+        std::thread::sleep(Duration::from_millis(500));
+        let (hub, rx, said) = start_hub(&file);
+        started.procs.insert(0, hub);
         let deadline = Instant::now() + Duration::from_secs(90);
         while !rx
             .recv_timeout(deadline.saturating_duration_since(Instant::now()))
