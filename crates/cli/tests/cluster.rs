@@ -458,6 +458,36 @@ mod with_ucx {
         assert_eq!(etcd.keys_under("/hytra/"), Ok(0), "the hub left its keys in etcd");
     }
 
+    /// Every bad `--kill` is refused before any node starts, in one line with exit 2: a
+    /// node the file lacks, a time outside the run, no time, and a benchmark that could
+    /// not outlive the death (no `--check`, or two copies).
+    #[test]
+    fn bad_kills_are_refused_before_anything_starts() {
+        let file = cluster_file("kill-bad.toml", "k", "tcp", 2.0, 5);
+        let text = std::fs::read_to_string(&file).unwrap();
+        let unchecked = dir().join("kill-unchecked.toml");
+        std::fs::write(&unchecked, text.replace(", \"--check\"", "")).unwrap();
+        let two = dir().join("kill-two.toml");
+        std::fs::write(&two, text.replace("replication = 3", "replication = 2")).unwrap();
+        for (kill, file, says) in [
+            ("5@1s", &file, "there is no node 5"),
+            ("1@3s", &file, "the time must lie in the run"),
+            ("1@0", &file, "the time must lie in the run"),
+            ("1", &file, "expected NODE@WHEN"),
+            ("1@1s", &unchecked, "add \"--check\""),
+            ("1@1s", &two, "recovery needs two"),
+        ] {
+            let started = Instant::now();
+            let out =
+                hytra().args(["cluster", "--kill", kill, "--config"]).arg(file).output().unwrap();
+            let msg = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "--kill {kill}: {msg}");
+            assert!(msg.contains(says), "--kill {kill}: {msg}");
+            assert_eq!(msg.lines().count(), 1, "one line: {msg}");
+            assert!(started.elapsed() < Duration::from_secs(5), "--kill {kill} waited");
+        }
+    }
+
     /// What a hub needs is checked before anything waits: a file without `hub` for
     /// `hytra hub`, a file with one for `hytra cluster` (which runs its own), and a
     /// benchmark that could not outlive a node (no `--check`) are refused at once,
