@@ -182,6 +182,12 @@ pub fn run_node(a: NodeArgs) -> Result<(), CliError> {
             );
         }
     }
+    if f.store.is_some() && placement.launcher.is_none() && placement.me == 0 {
+        // Said, not refused: the same file may serve `hytra cluster`, which uses it.
+        eprintln!(
+            "warning: the file's store is not used: nodes that meet through node 0 or a PMIx launcher do not outlive a dead one; add hub = \"HOST:PORT\" and run hytra hub (docs/CLUSTERS.md)"
+        );
+    }
     // Node 0 reports, or with a hub whichever node survives first.
     let json =
         if placement.me == 0 || placement.launcher.is_some() { a.json.as_deref() } else { None };
