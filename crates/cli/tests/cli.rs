@@ -1,18 +1,16 @@
 //! The `hytra` command end to end: bad input gets a one-line error and a non-zero exit
 //! (never a panic), and `--json` writes what it promises.
 
-use std::path::PathBuf;
+mod common;
+
+use common::scratch;
+use std::path::Path;
 use std::process::{Command, Output};
 
 fn hytra(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_hytra")).args(args).output().expect("hytra runs")
 }
 
-fn temp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("hytra-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
-}
 
 /// Each command line must fail with exit code 2 and one line on standard error.
 fn assert_usage_errors(cases: &[&[&str]]) {
@@ -75,7 +73,7 @@ fn bad_input_gets_one_line_and_exit_2() {
 
 #[test]
 fn json_has_the_promised_fields_and_a_seed_replays() {
-    let (a, b) = (temp("a.json"), temp("b.json"));
+    let (a, b) = (scratch("a.json"), scratch("b.json"));
     for path in [&a, &b] {
         let mut args = SMALL.to_vec();
         args.extend(["--seed", "7", "--json", path.to_str().unwrap()]);
@@ -83,7 +81,7 @@ fn json_has_the_promised_fields_and_a_seed_replays() {
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         assert!(String::from_utf8_lossy(&out.stdout).contains("read"), "table printed");
     }
-    let parse = |p: &PathBuf| -> serde_json::Value {
+    let parse = |p: &Path| -> serde_json::Value {
         serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
     };
     let (ja, jb) = (parse(&a), parse(&b));
@@ -213,7 +211,7 @@ fn bench_bad_input_gets_one_line_and_exit_2() {
 
 /// The standard output and JSON report (at `path`) of a `bench --crash --check` run,
 /// which must have succeeded, serializable and with its invariants holding.
-fn checked_crash_run(out: &std::process::Output, path: &PathBuf) -> (String, serde_json::Value) {
+fn checked_crash_run(out: &std::process::Output, path: &Path) -> (String, serde_json::Value) {
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
     let j: serde_json::Value =
@@ -225,7 +223,7 @@ fn checked_crash_run(out: &std::process::Output, path: &PathBuf) -> (String, ser
 
 #[test]
 fn bench_crash_reports_how_long_recovery_took() {
-    let path = temp("crash.json");
+    let path = scratch("crash.json");
     let out = hytra(&[
         "bench",
         "--nodes",
@@ -264,7 +262,7 @@ fn bench_crash_reports_how_long_recovery_took() {
 
 #[test]
 fn bench_crash_on_threads_recovers_and_loses_nothing() {
-    let path = temp("crash-local.json");
+    let path = scratch("crash-local.json");
     let out = hytra(&[
         "bench",
         "--backend",
@@ -303,7 +301,7 @@ fn bench_crash_on_threads_recovers_and_loses_nothing() {
 
 #[test]
 fn bench_json_reports_a_checked_serializable_run_that_replays() {
-    let (a, b) = (temp("bench-a.json"), temp("bench-b.json"));
+    let (a, b) = (scratch("bench-a.json"), scratch("bench-b.json"));
     for path in [&a, &b] {
         let mut args = BENCH_SMALL.to_vec();
         args.extend(["--check", "--seed", "3", "--json", path.to_str().unwrap()]);
@@ -312,7 +310,7 @@ fn bench_json_reports_a_checked_serializable_run_that_replays() {
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(stdout.contains("serializable"), "checker verdict printed: {stdout}");
     }
-    let parse = |p: &PathBuf| -> serde_json::Value {
+    let parse = |p: &Path| -> serde_json::Value {
         serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
     };
     let (ja, jb) = (parse(&a), parse(&b));
@@ -347,7 +345,7 @@ fn bench_json_reports_a_checked_serializable_run_that_replays() {
 /// refused before any work.
 #[test]
 fn design_auto_runs_every_candidate_and_keeps_the_fastest() {
-    let json = temp("bench-auto.json");
+    let json = scratch("bench-auto.json");
     let mut args = BENCH_SMALL.to_vec();
     args.extend(["--design", "auto", "--check", "--json", json.to_str().unwrap()]);
     let out = hytra(&args);
@@ -377,7 +375,7 @@ fn design_auto_runs_every_candidate_and_keeps_the_fastest() {
 
 #[test]
 fn bench_runs_tpcc_and_reports_its_consistency_checks() {
-    let path = temp("tpcc.json");
+    let path = scratch("tpcc.json");
     let out = hytra(&[
         "bench",
         "--workload",
@@ -412,7 +410,7 @@ fn bench_runs_tpcc_and_reports_its_consistency_checks() {
 /// Runs `hytra reproduce --quick --only ONLY` into a directory of its own and returns the
 /// page and the JSON it wrote.
 fn quick_report(only: &str) -> (String, serde_json::Value) {
-    let dir = temp(&format!("reproduce-{only}"));
+    let dir = scratch(&format!("reproduce-{only}"));
     let out = hytra(&["reproduce", "--quick", "--only", only, "--out", dir.to_str().unwrap()]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let html = std::fs::read_to_string(dir.join("index.html")).unwrap();
@@ -535,20 +533,20 @@ fn reproduce_bad_input_gets_one_line_and_exit_2() {
 
 #[test]
 fn cluster_files_are_checked_before_anything_starts() {
-    let bad_workload = temp("bad-workload.toml");
+    let bad_workload = scratch("bad-workload.toml");
     std::fs::write(
         &bad_workload,
         "token = \"t\"\nworkload = \"tpcc-ish\"\n[[nodes]]\nhost = \"127.0.0.1\"\nport = 1\n",
     )
     .unwrap();
-    let no_nodes = temp("no-nodes.toml");
+    let no_nodes = scratch("no-nodes.toml");
     std::fs::write(&no_nodes, "token = \"t\"\nnodes = []\n").unwrap();
-    let typo = temp("typo.toml");
+    let typo = scratch("typo.toml");
     std::fs::write(&typo, "tokn = \"t\"\n").unwrap();
-    let remote = temp("remote.toml");
+    let remote = scratch("remote.toml");
     std::fs::write(&remote, "token = \"t\"\n[[nodes]]\nhost = \"192.0.2.1\"\nport = 7000\n")
         .unwrap();
-    let path = |p: &PathBuf| p.to_str().unwrap().to_string();
+    let path = |p: &Path| p.to_str().unwrap().to_string();
     let (a, b, c, d) = (path(&bad_workload), path(&no_nodes), path(&typo), path(&remote));
     assert_usage_errors(&[
         &["cluster", "--config", "/nonexistent/cluster.toml"],
@@ -558,7 +556,7 @@ fn cluster_files_are_checked_before_anything_starts() {
         &["cluster", "--config", &d],
         &["node", "--config", &a, "--id", "0"],
     ]);
-    let no_workers = temp("no-workers.toml");
+    let no_workers = scratch("no-workers.toml");
     std::fs::write(
         &no_workers,
         "token = \"t\"\nworkers = 0\n[[nodes]]\nhost = \"127.0.0.1\"\nport = 1\n",
@@ -571,7 +569,7 @@ fn cluster_files_are_checked_before_anything_starts() {
     let out = hytra(&["cluster", "--config", &c]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("line 1"), "a TOML error says where: {stderr}");
-    let ok = temp("ok.toml");
+    let ok = scratch("ok.toml");
     std::fs::write(&ok, "token = \"t\"\n[[nodes]]\nhost = \"127.0.0.1\"\nport = 7000\n").unwrap();
     assert_usage_errors(&[&["node", "--config", ok.to_str().unwrap(), "--id", "5"]]);
 }
@@ -580,9 +578,9 @@ fn cluster_files_are_checked_before_anything_starts() {
 /// hosts; with neither it says both ways in one line.
 #[test]
 fn a_node_without_a_launcher_or_hosts_names_both_ways_to_start_it() {
-    let counted = temp("counted.toml");
+    let counted = scratch("counted.toml");
     std::fs::write(&counted, "token = \"t\"\nnode_count = 3\n").unwrap();
-    let hosts = temp("hosts.toml");
+    let hosts = scratch("hosts.toml");
     std::fs::write(&hosts, "token = \"t\"\n[[nodes]]\nhost = \"127.0.0.1\"\nport = 7000\n")
         .unwrap();
     let (counted, hosts) = (counted.to_str().unwrap(), hosts.to_str().unwrap());
@@ -641,7 +639,7 @@ fn io_bad_input_gets_one_line_and_exit_2() {
 
 #[test]
 fn io_json_has_every_mode_ratios_and_replays() {
-    let json = temp("io.json");
+    let json = scratch("io.json");
     let out = hytra(&[
         "io",
         "--backend",
@@ -705,7 +703,7 @@ fn io_json_has_every_mode_ratios_and_replays() {
 /// refused, never printed as a rate.
 #[test]
 fn io_lengthens_a_window_too_short_for_its_reads_or_refuses_it() {
-    let json = temp("io-short.json");
+    let json = scratch("io-short.json");
     let base = ["io", "--backend", "sim", "--file-mib", "4", "--sizes", "512", "--modes"];
     let mut args: Vec<&str> = base.to_vec();
     args.extend(["remote", "--engines", "pool", "--no-trace", "--duration", "200us"]);
@@ -772,7 +770,7 @@ fn offload_json_has_every_scenario_checked_and_replays() {
         .collect()
     };
     let read = |name: &str| -> serde_json::Value {
-        let json = temp(name);
+        let json = scratch(name);
         let a = args(json.to_str().unwrap());
         let a: Vec<&str> = a.iter().map(String::as_str).collect();
         let out = hytra(&a);
@@ -843,7 +841,7 @@ fn swarm_bad_input_gets_one_line_and_exit_2() {
 
 #[test]
 fn swarm_passes_its_seeds_and_a_planted_bug_fails_with_its_replay() {
-    let json = temp("swarm.json");
+    let json = scratch("swarm.json");
     let out = hytra(&["swarm", "--seeds", "4", "--from", "11", "--json", json.to_str().unwrap()]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
@@ -891,7 +889,7 @@ fn a_closed_pipe_ends_the_command_quietly() {
 /// reported as a rate near zero.
 #[test]
 fn a_window_too_short_for_its_latency_is_extended() {
-    let json = temp("micro-short.json");
+    let json = scratch("micro-short.json");
     let json_arg = json.to_str().unwrap();
     #[rustfmt::skip]
     let args = [
@@ -914,7 +912,7 @@ fn a_window_too_short_for_its_latency_is_extended() {
 /// profile for the runtime's work; the run names both.
 #[test]
 fn micro_runs_the_local_profile_with_a_cpu_profile() {
-    let json = temp("micro-local-profile.json");
+    let json = scratch("micro-local-profile.json");
     let json_arg = json.to_str().unwrap();
     #[rustfmt::skip]
     let args = [
@@ -935,7 +933,7 @@ fn micro_runs_the_local_profile_with_a_cpu_profile() {
 /// Ctrl-C or SIGTERM while `hytra io` runs on its generated file removes the file.
 #[test]
 fn a_stopped_io_run_removes_its_temporary_file() {
-    let dir = temp("io-signal");
+    let dir = scratch("io-signal");
     std::fs::create_dir_all(&dir).unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_hytra"))
         .args(["io", "--backend", "sim", "--file-mib", "16", "--duration", "1s", "--no-trace"])
@@ -964,7 +962,7 @@ fn a_stopped_io_run_removes_its_temporary_file() {
 
 #[test]
 fn calibrate_writes_a_profile_that_bench_takes() {
-    let (profile, fit) = (temp("cpu.toml"), temp("cpu-fit.json"));
+    let (profile, fit) = (scratch("cpu.toml"), scratch("cpu-fit.json"));
     let out = hytra(&[
         "calibrate",
         "--quick",
@@ -987,7 +985,7 @@ fn calibrate_writes_a_profile_that_bench_takes() {
     assert!(step["ns"].as_f64().unwrap() > 0.0, "{step}");
     assert!(j["profile"]["fit"]["steps"].as_u64().unwrap() > 0, "{j}");
     // The simulator runs with it, and says so.
-    let json = temp("cpu-bench.json");
+    let json = scratch("cpu-bench.json");
     let mut args = BENCH_SMALL.to_vec();
     args.extend(["--cpu-profile", profile.to_str().unwrap(), "--json", json.to_str().unwrap()]);
     let out = hytra(&args);
@@ -1002,7 +1000,7 @@ fn calibrate_writes_a_profile_that_bench_takes() {
 #[test]
 fn the_cpu_profile_sets_what_the_engine_costs() {
     let rate = |profile: &str| {
-        let json = temp(&format!("cpu-{profile}.json"));
+        let json = scratch(&format!("cpu-{profile}.json"));
         let mut args = BENCH_SMALL.to_vec();
         args.extend(["--cpu-profile", profile, "--json", json.to_str().unwrap()]);
         let out = hytra(&args);
@@ -1020,9 +1018,9 @@ fn the_cpu_profile_sets_what_the_engine_costs() {
 
 #[test]
 fn bad_cpu_profiles_get_one_line_and_exit_2() {
-    let bad = temp("bad-cpu.toml");
+    let bad = scratch("bad-cpu.toml");
     std::fs::write(&bad, "name = \"x\"\nsource = \"y\"\n[terms]\n\"rt.step\" = -3.0\n").unwrap();
-    let garbage = temp("garbage-cpu.toml");
+    let garbage = scratch("garbage-cpu.toml");
     std::fs::write(&garbage, "this is not toml = = =\n").unwrap();
     let (bad, garbage) = (bad.to_str().unwrap(), garbage.to_str().unwrap());
     assert_usage_errors(&[
@@ -1039,7 +1037,7 @@ fn bad_cpu_profiles_get_one_line_and_exit_2() {
         &["calibrate", "--out", "x.toml", "--json", "x.toml"],
     ]);
     // A calibration refused before it ran leaves a profile already there as it was.
-    let kept = temp("kept-cpu.toml");
+    let kept = scratch("kept-cpu.toml");
     std::fs::write(&kept, "old").unwrap();
     let kept = kept.to_str().unwrap();
     assert_usage_errors(&[&["calibrate", "--out", kept, "--json", "/nonexistent-dir/x.json"]]);
@@ -1055,7 +1053,7 @@ fn bad_cpu_profiles_get_one_line_and_exit_2() {
 
 #[test]
 fn reproduce_maps_the_fastest_design_by_cpu_cost_and_nic() {
-    let dir = temp("reproduce-design-map");
+    let dir = scratch("reproduce-design-map");
     let out = hytra(&[
         "reproduce",
         "--quick",

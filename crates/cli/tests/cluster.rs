@@ -5,7 +5,11 @@
 //! killed mid-run. Built only with the `ucx` feature.
 
 #[cfg(feature = "ucx")]
+mod common;
+
+#[cfg(feature = "ucx")]
 mod with_ucx {
+    use super::common::{scratch, Scratch};
     use hytra_txn::config_store::etcd::LocalEtcd;
     use std::net::TcpListener;
     use std::path::{Path, PathBuf};
@@ -20,11 +24,6 @@ mod with_ucx {
         TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
     }
 
-    fn dir() -> PathBuf {
-        let d = std::env::temp_dir().join(format!("hytra-cluster-test-{}", std::process::id()));
-        std::fs::create_dir_all(&d).unwrap();
-        d
-    }
 
     /// A three-node SmallBank cluster file.
     fn cluster_file(
@@ -33,7 +32,7 @@ mod with_ucx {
         transports: &str,
         seconds: f64,
         timeout_s: u64,
-    ) -> PathBuf {
+    ) -> Scratch {
         let smallbank = ("smallbank", &["--accounts-per-worker", "2000", "--check"][..]);
         workload_file(name, token, transports, seconds, timeout_s, smallbank)
     }
@@ -46,7 +45,7 @@ mod with_ucx {
         seconds: f64,
         timeout_s: u64,
         (workload, bench_args): (&str, &[&str]),
-    ) -> PathBuf {
+    ) -> Scratch {
         let port = free_port();
         let bench_args: Vec<String> = bench_args.iter().map(|a| format!("{a:?}")).collect();
         let mut text = format!(
@@ -58,7 +57,7 @@ mod with_ucx {
         for i in 0..3 {
             text += &format!("[[nodes]]\nhost = \"127.0.0.1\"\nport = {}\n", port + i);
         }
-        let path = dir().join(name);
+        let path = scratch(name);
         std::fs::write(&path, text).unwrap();
         path
     }
@@ -186,7 +185,7 @@ mod with_ucx {
     fn a_node_with_a_wrong_token_is_refused() {
         let good = cluster_file("token-good.toml", "right", "sm", 0.2, 4);
         let text = std::fs::read_to_string(&good).unwrap().replace("\"right\"", "\"wrong\"");
-        let bad = dir().join("token-bad.toml");
+        let bad = scratch("token-bad.toml");
         std::fs::write(&bad, text).unwrap();
         let root = node(&good, 0);
         let intruder = node(&bad, 1);
@@ -386,7 +385,7 @@ mod with_ucx {
         let smallbank =
             ("smallbank", &["--accounts-per-worker", "2000", "--check", "--lease-ms", "1000"][..]);
         let file = workload_file("hub.toml", "h", "tcp", 4.0, 30, smallbank);
-        let journal = dir().join("hub-journal");
+        let journal = scratch("hub-journal");
         let text = std::fs::read_to_string(&file).unwrap().replace(
             "workers = 1\n",
             &format!(
@@ -401,7 +400,7 @@ mod with_ucx {
         let json = file.with_extension("json");
         // Killed and reaped, and the journals removed, however the test ends. The nodes
         // start first and wait for the hub.
-        let mut started = Started { procs: Vec::new(), dir: Some(journal) };
+        let mut started = Started { procs: Vec::new(), dir: Some(journal.to_path_buf()) };
         for id in 0..4u16 {
             started.procs.push(
                 hytra()
@@ -469,9 +468,9 @@ mod with_ucx {
     fn bad_kills_are_refused_before_anything_starts() {
         let file = cluster_file("kill-bad.toml", "k", "tcp", 2.0, 5);
         let text = std::fs::read_to_string(&file).unwrap();
-        let unchecked = dir().join("kill-unchecked.toml");
+        let unchecked = scratch("kill-unchecked.toml");
         std::fs::write(&unchecked, text.replace(", \"--check\"", "")).unwrap();
-        let two = dir().join("kill-two.toml");
+        let two = scratch("kill-two.toml");
         std::fs::write(&two, text.replace("replication = 3", "replication = 2")).unwrap();
         for (kill, file, says) in [
             ("5@1s", &file, "there is no node 5"),
@@ -505,11 +504,11 @@ mod with_ucx {
                 &format!(
                     "workers = 1\nhub = \"127.0.0.1:{}\"\nstore = \"etcd://127.0.0.1:1\"\njournal = \"{}\"\n",
                     free_port(),
-                    dir().join("never").display()
+                    scratch("never").display()
                 ),
             );
             let text = if check { text } else { text.replace(", \"--check\"", "") };
-            let path = dir().join(name);
+            let path = scratch(name);
             std::fs::write(&path, text).unwrap();
             path
         };
@@ -536,13 +535,13 @@ mod with_ucx {
             assert_eq!(msg.lines().count(), 1, "one line: {msg}");
             assert!(started.elapsed() < Duration::from_secs(5), "{args:?} waited");
         }
-        assert!(!dir().join("never").exists(), "nothing was set up");
+        assert!(!scratch("never").exists(), "nothing was set up");
     }
 
     /// A two-node `hytra io` cluster file: node 0 reads node 1's file (a 4 MiB file of the
     /// test's, so that a killed process leaves no generated file behind).
-    fn io_file(name: &str, transports: &str, seconds: f64) -> (PathBuf, PathBuf) {
-        let data = dir().join(format!("{name}.dat"));
+    fn io_file(name: &str, transports: &str, seconds: f64) -> (Scratch, Scratch) {
+        let data = scratch(&format!("{name}.dat"));
         std::fs::write(&data, (0..4u32 << 20).map(|i| (i % 251) as u8).collect::<Vec<u8>>())
             .unwrap();
         let port = free_port();
@@ -556,7 +555,7 @@ mod with_ucx {
         for i in 0..2 {
             text += &format!("[[nodes]]\nhost = \"127.0.0.1\"\nport = {}\n", port + i);
         }
-        let path = dir().join(name);
+        let path = scratch(name);
         std::fs::write(&path, text).unwrap();
         (path, data)
     }
@@ -564,7 +563,7 @@ mod with_ucx {
     #[test]
     fn two_processes_read_a_file_over_shared_memory() {
         let (file, data) = io_file("io.toml", "sm", 0.5);
-        let json = dir().join("io.json");
+        let json = scratch("io.json");
         let out = run_cluster(&file, &json, Duration::from_secs(60));
         let msg = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "{msg}");

@@ -280,19 +280,28 @@ mod tests {
     use super::*;
     use std::io::Write;
 
-    fn file_with(bytes: &[u8]) -> (std::path::PathBuf, Arc<DiskFile>) {
+    /// A test's scratch directory, removed when the test ends (passed or not).
+    struct Scratch(std::path::PathBuf);
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn file_with(bytes: &[u8]) -> (Scratch, Arc<DiskFile>) {
         let dir = std::env::temp_dir().join(format!("hytra-disk-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join(format!("f{}", bytes.len()));
         std::fs::File::create(&path).unwrap().write_all(bytes).unwrap();
         let f = Arc::new(DiskFile::open(&path, true).unwrap());
-        (path, f)
+        (Scratch(dir), f)
     }
 
     #[test]
     fn unaligned_reads_return_exact_bytes_direct_or_not() {
         let data: Vec<u8> = (0..20_000u32).map(|i| (i * 7 + i / 251) as u8).collect();
-        let (path, f) = file_with(&data);
+        let (_scratch, f) = file_with(&data);
         let mut scratch = AlignedBuf::new(8192 + 2 * DIRECT_ALIGN);
         for (off, len) in [(0, 512), (1, 17), (4095, 2), (12_345, 7_000), (19_999, 1)] {
             let got = f.read_at(off, len, &mut scratch).unwrap();
@@ -314,7 +323,6 @@ mod tests {
             });
         }
         assert_eq!(ring.in_flight(), 0);
-        std::fs::remove_file(path).unwrap();
     }
 
     #[test]
