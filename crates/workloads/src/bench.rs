@@ -769,6 +769,16 @@ pub fn run_partial_in<B: Backend, W: Workload>(
     if let Some(why) = engine.nodes.iter().find_map(|n| n.recovery.fatal()) {
         return Err(BenchError::Recovery(why));
     }
+    // Nodes that stop themselves (cut off from the others past their leases) leave their
+    // transactions in doubt to a reconfiguration by the rest. If none is left, nothing
+    // decided them, and neither the history nor the database can be judged.
+    if everywhere && (0..shape.nodes).map(NodeId).all(gone) {
+        let crashed = run.crashed.len();
+        return Err(BenchError::Recovery(format!(
+            "no node is left ({} stopped themselves, cut off from the others for longer than a reconfiguration takes, as when most datagrams are lost; {crashed} crashed): nothing decided the transactions they left in doubt",
+            usize::from(shape.nodes) - crashed
+        )));
+    }
     if parts.iter().any(|p| !p.all_done) {
         return Err(BenchError::Hung(params.drain_ns));
     }
