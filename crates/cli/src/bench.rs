@@ -20,6 +20,7 @@ use hytra_lab::bench::{
 use hytra_lab::cluster_file::Wait;
 use hytra_lab::{unknown_workload, CpuProfile, CPU_PROFILE_DEFAULT, CRASH_TIMELINE_NS, WORKLOADS};
 use hytra_lab::{BackendSpec, RunSpec, UcxSpec, WorkloadSpec};
+use hytra_rt::constants::COROUTINES_MAX;
 use hytra_rt::RtConfig;
 use hytra_txn::{
     AbortClass, AbortReason, Design, ExecStrategy, LockStrategy, Phase, Primitive, RecoveryParams,
@@ -475,6 +476,12 @@ fn check_cluster_options(a: &BenchArgs, sim: bool) -> Result<(), CliError> {
     if a.nodes == 0 || a.workers == 0 || a.coroutines == 0 {
         return usage("--nodes, --workers and --coroutines must be at least 1");
     }
+    if a.coroutines > COROUTINES_MAX {
+        return usage(format!(
+            "--coroutines {}: at most {COROUTINES_MAX} per worker (the engine's own tasks share it)",
+            a.coroutines
+        ));
+    }
     if a.replication == 0 {
         return usage("--replication 0: every partition needs at least one copy");
     }
@@ -719,6 +726,10 @@ pub fn run_bench(a: BenchArgs) -> Result<(), CliError> {
     if crashes.is_empty() && !result.recovery.crashed.is_empty() {
         report = report.with_lost(result.recovery.crashed.iter().map(|n| n.0).collect(), result);
     }
+    let checked = !a.check || report.checker.serializable == Some(true);
+    if checked && report.invariant_ok {
+        check_settled(&report, spec.params.measure_ns)?;
+    }
     print_report(&report, setup.types, lease_of(&spec.txn, sim).lease_ns);
     if let (Some(file), Some(path)) = (out, a.json.as_deref()) {
         write_json(file, path, &report)?;
@@ -727,6 +738,24 @@ pub fn run_bench(a: BenchArgs) -> Result<(), CliError> {
         return Err(CliError::Run(anyhow::anyhow!("correctness check failed (see above)")));
     }
     Ok(())
+}
+
+/// Refuses to report a rate from a window that held no commit, or was shorter than twice
+/// the p99 latency: its slowest transactions were cut off, and the rate with them. (A
+/// floor on the commits, as `micro` keeps, would refuse the default TPC-C runs on slow
+/// NICs; their rates are noisy, not biased.) A failed correctness check is reported
+/// before this: it stands whatever the window.
+fn check_settled(r: &BenchReport, measure_ns: u64) -> Result<(), CliError> {
+    let p99_ns = (r.latency_us.p99 * 1e3).round() as u64;
+    if r.committed > 0 && measure_ns >= p99_ns.saturating_mul(2) {
+        return Ok(());
+    }
+    let p99 = if r.committed == 0 { "none".to_string() } else { Span::from_ns(p99_ns).to_string() };
+    usage(format!(
+        "the window is too short to measure a rate: {} transactions committed in {} (at least one is needed, and a window of twice the p99 latency, {p99}); give a longer --duration",
+        r.committed,
+        Span::from_ns(measure_ns),
+    ))
 }
 
 /// `--cpu-profile` that measures every step instead of costing it from a profile.

@@ -71,7 +71,8 @@ pub fn run(a: CalibrateArgs) -> Result<(), CliError> {
     c.profile.validate().map_err(|e| {
         fail(CliError::Run(anyhow::anyhow!("the fitted profile is not usable: {e}")))
     })?;
-    out.write_all(header(&c).as_bytes())
+    out.set_len(0)
+        .and_then(|()| out.write_all(header(&c).as_bytes()))
         .and_then(|()| out.write_all(c.profile.to_toml().as_bytes()))
         .and_then(|()| out.sync_all())
         .and_then(|()| std::fs::rename(&staged, &a.out))

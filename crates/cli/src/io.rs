@@ -90,7 +90,7 @@ pub struct IoArgs {
     #[arg(long)]
     gen_trace: Option<PathBuf>,
     /// Reads up to this size come back inside the completion message instead of by
-    /// WRITE.
+    /// WRITE (at most what one datagram holds, about 4 KB).
     #[arg(long, default_value_t = 0)]
     inline_max: u32,
     /// Seed of offsets and the generated trace.
@@ -151,15 +151,7 @@ fn plan(a: &IoArgs) -> Result<Plan, CliError> {
             None => return usage(format!("unknown engine '{e}' (expected pool, thread, uring)")),
         }
     }
-    if a.sizes.iter().any(|&s| s == 0 || s > 1 << 20) {
-        return usage("read sizes must be 1 B ..= 1 MiB");
-    }
-    if a.connections.iter().chain(&a.depths).chain(&a.io_threads).any(|&n| n == 0) {
-        return usage("connections, depths and io-threads must be positive");
-    }
-    if a.connections.iter().any(|&c| c > 64) || a.depths.iter().any(|&d| d > 200) {
-        return usage("at most 64 connections and 200 reads in flight per connection");
-    }
+    check_counts(a)?;
     let default = if backend == BackendKind::Sim { 20_000_000 } else { 1_000_000_000 };
     let duration = a.duration.unwrap_or(Span::from_ns(default));
     let max = Span::from_ns(backend.window_max_ns());
@@ -209,6 +201,27 @@ fn plan(a: &IoArgs) -> Result<Plan, CliError> {
         window_max_ns: backend.window_max_ns(),
     };
     Ok(Plan { io, trace })
+}
+
+/// Checks the sizes and counts of the matrix, and what may ride inline.
+fn check_counts(a: &IoArgs) -> Result<(), CliError> {
+    if a.sizes.iter().any(|&s| s == 0 || s > 1 << 20) {
+        return usage("read sizes must be 1 B ..= 1 MiB");
+    }
+    if a.connections.iter().chain(&a.depths).chain(&a.io_threads).any(|&n| n == 0) {
+        return usage("connections, depths and io-threads must be positive");
+    }
+    if a.connections.iter().any(|&c| c > 64) || a.depths.iter().any(|&d| d > 200) {
+        return usage("at most 64 connections and 200 reads in flight per connection");
+    }
+    if a.inline_max > hytra_io::wire::INLINE_MAX {
+        return usage(format!(
+            "--inline-max {}: at most {} B (a read's data must fit in its completion datagram)",
+            a.inline_max,
+            hytra_io::wire::INLINE_MAX
+        ));
+    }
+    Ok(())
 }
 
 /// Refuses a matrix of more than one point for a run spread over processes (which join

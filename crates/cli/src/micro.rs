@@ -132,11 +132,12 @@ fn plan(a: &MicroArgs) -> Result<MicroPlan, CliError> {
     if workers == 0 {
         return usage("--workers must be at least 1");
     }
-    if a.coroutines == 0 || a.batch == 0 || usize::from(a.batch) > hytra_rt::constants::BATCH_MAX {
-        return usage(format!(
-            "--coroutines must be positive and --batch in 1..={}",
-            hytra_rt::constants::BATCH_MAX
-        ));
+    use hytra_rt::constants::{BATCH_MAX, COROUTINES_MAX};
+    if a.coroutines == 0 || a.coroutines > COROUTINES_MAX {
+        return usage(format!("--coroutines {}: expected 1..={COROUTINES_MAX}", a.coroutines));
+    }
+    if a.batch == 0 || usize::from(a.batch) > BATCH_MAX {
+        return usage(format!("--batch {}: expected 1..={BATCH_MAX}", a.batch));
     }
     if a.threads == Some(0) {
         return usage("--threads must be at least 1");

@@ -12,8 +12,8 @@ use crate::span::Span;
 use crate::table::{open_output, write_json, Table};
 use crate::{usage, BackendKind, CliError};
 
-/// The largest value: one READ or WRITE moves it.
-const VALUE_MAX: u32 = hytra_fabric::constants::TRANSFER_MAX as u32;
+/// The largest value: one READ fetches it with its item header.
+const VALUE_MAX: u32 = hytra_offload::bench::VALUE_MAX;
 /// The most `if` chains: each registers its own code region and two work queues.
 const IF_CHAINS_MAX: u32 = 1024;
 
@@ -73,7 +73,7 @@ fn row(t: &mut Table, what: &str, s: &Scenario, o: &Outcome) {
 fn check(a: &OffloadArgs) -> Result<(), CliError> {
     if let Some(s) = a.sizes.iter().find(|&&s| s == 0 || s % 8 != 0 || s > VALUE_MAX) {
         return usage(format!(
-            "--sizes {s}: values are positive multiples of 8 up to {VALUE_MAX} B (one READ or WRITE)"
+            "--sizes {s}: values are positive multiples of 8 up to {VALUE_MAX} B (an item with its 16-byte header is one READ)"
         ));
     }
     if let Some(c) = a.if_chains.iter().find(|&&c| c == 0 || c > IF_CHAINS_MAX) {

@@ -11,7 +11,13 @@ pub use hytra_lab::table::Table;
 /// Opens `path` for the JSON report before any work starts, so that a bad path fails
 /// at once rather than after a long run.
 pub fn open_output(path: &Path) -> Result<File, CliError> {
-    File::create(path)
+    // Opened without truncating: what the file held stays until the report replaces it,
+    // so a run that is interrupted or fails never erases earlier results.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
         .map_err(|e| CliError::Usage(format!("cannot write '{}': {e}", path.display())))
 }
 
@@ -22,7 +28,8 @@ pub fn write_json(
     value: &impl serde::Serialize,
 ) -> Result<(), CliError> {
     let text = serde_json::to_string_pretty(value).expect("reports serialize");
-    file.write_all(text.as_bytes())
+    file.set_len(0)
+        .and_then(|()| file.write_all(text.as_bytes()))
         .and_then(|()| file.write_all(b"\n"))
         .map_err(|e| CliError::Run(anyhow::anyhow!("writing '{}': {e}", path.display())))
 }

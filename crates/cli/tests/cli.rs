@@ -11,7 +11,6 @@ fn hytra(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_hytra")).args(args).output().expect("hytra runs")
 }
 
-
 /// Each command line must fail with exit code 2 and one line on standard error.
 fn assert_usage_errors(cases: &[&[&str]]) {
     for args in cases {
@@ -134,6 +133,8 @@ fn bench_bad_input_gets_one_line_and_exit_2() {
         &["bench", "--lanes", "17", "--design", "auto"],
         &["bench", "--accounts-per-worker", "0"],
         &["bench", "--coroutines", "0"],
+        &["bench", "--coroutines", "129"],
+        &["bench", "--coroutines", "253"],
         &["bench", "--seconds", "-1"],
         &["bench", "--seconds", "abc"],
         &["bench", "--warmup=-0.5"],
@@ -207,6 +208,35 @@ fn bench_bad_input_gets_one_line_and_exit_2() {
         &["bench", "--exec", "offload"],
     ];
     assert_usage_errors(cases);
+}
+
+/// A window that holds no commit, or is shorter than twice the p99 latency (its slowest
+/// transactions cut off, and the rate with them), is refused after the run with exit 2:
+/// no rate is printed. A network that loses every datagram ends the run with recovery's
+/// error (no node is left to decide what was in doubt), exit 1, not with a table.
+#[test]
+fn bench_refuses_a_window_too_short_for_a_rate_and_a_run_nothing_survived() {
+    let small = ["bench", "--nodes", "3", "--workers", "2", "--duration"];
+    for (window, says) in [("1ns", "0 transactions committed in 1ns"), ("20us", "p99 latency")] {
+        let out = hytra(&[&small[..], &[window]].concat());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{window}: {stderr}");
+        let last = stderr.trim_end().lines().last().unwrap_or_default();
+        assert!(last.starts_with("error: the window is too short"), "{window}: {stderr}");
+        assert!(last.contains(says), "{window}: {stderr}");
+        assert!(!String::from_utf8_lossy(&out.stdout).contains("txn/s"), "{window}: a rate");
+    }
+    // The --json file, opened before the run, keeps what it held when no report comes.
+    let kept = scratch("kept.json");
+    std::fs::write(&kept, "{\"earlier\": 1}\n").unwrap();
+    let out = hytra(&[&small[..], &["1ns", "--json", kept.to_str().unwrap()]].concat());
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(std::fs::read_to_string(&kept).unwrap(), "{\"earlier\": 1}\n", "erased");
+    let out = hytra(&[&small[..], &["20ms", "--faults-ppm", "1000000"]].concat());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("recovery could not go on: no node is left"), "{stderr}");
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("invariant"), "a result table");
 }
 
 /// The standard output and JSON report (at `path`) of a `bench --crash --check` run,
@@ -622,6 +652,8 @@ fn io_bad_input_gets_one_line_and_exit_2() {
         &["io", "--engines", "aio"],
         &["io", "--modes", "nearby"],
         &["io", "--sizes", "0"],
+        // Reads inline that no completion datagram holds (none would ever complete).
+        &["io", "--inline-max", "8192", "--sizes", "8192"],
         &["io", "--depths", "0"],
         &["io", "--device", "floppy"],
         &["io", "--backend", "rdma"],
@@ -733,6 +765,8 @@ fn offload_bad_input_gets_one_line_and_exit_2() {
     assert_usage_errors(&[
         &["offload", "--sizes", "12"],
         &["offload", "--sizes", "0"],
+        // The item's header makes it one READ past the largest transfer.
+        &["offload", "--sizes", "1048576"],
         &["offload", "--duration", "0"],
         &["offload", "--micros", "2000"],
         &["offload", "--if-chains", "0"],

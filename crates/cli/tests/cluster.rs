@@ -24,7 +24,6 @@ mod with_ucx {
         TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
     }
 
-
     /// A three-node SmallBank cluster file.
     fn cluster_file(
         name: &str,

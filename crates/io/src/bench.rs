@@ -259,6 +259,13 @@ fn check_shape<B: Backend>(b: &B, p: &IoParams) -> Result<(), BenchError> {
     if p.depth == 0 || p.size == 0 {
         return Err(BenchError::Params("depth and size must be positive".into()));
     }
+    if p.inline_max > crate::wire::INLINE_MAX {
+        return Err(BenchError::Params(format!(
+            "reads inline up to {} B: at most {} B fit in a completion datagram",
+            p.inline_max,
+            crate::wire::INLINE_MAX
+        )));
+    }
     Ok(())
 }
 

@@ -102,6 +102,10 @@ impl ReadReq {
 /// Header size of a `DONE` message (the data of an inline read follows it).
 pub const DONE_HEADER_LEN: usize = 13;
 
+/// The largest read whose data fits inside its `DONE` datagram: what `inline_max` may
+/// be. A larger setting would put reads in datagrams no worker can send.
+pub const INLINE_MAX: u32 = (hytra_rt::constants::RPC_PAYLOAD_MAX - DONE_HEADER_LEN) as u32;
+
 /// Appends a `DONE` message to `out`.
 pub fn encode_done(out: &mut Vec<u8>, req_id: u64, status: ReadStatus, len: u32, data: &[u8]) {
     out.extend_from_slice(&req_id.to_le_bytes());

@@ -7,6 +7,11 @@ use hytra_fabric::constants::DATAGRAM_MTU;
 /// ready set is a fixed bitmap of this many bits.
 pub const TASKS_MAX: usize = 256;
 
+/// Client coroutines a benchmark may run per worker: half of `TASKS_MAX`, so that the
+/// engine's own tasks on a worker (recovery, passive acknowledgements, re-replication,
+/// the NIC's lookup programs) always have room beside them.
+pub const COROUTINES_MAX: u16 = (TASKS_MAX / 2) as u16;
+
 /// Work requests in one doorbell batch. Real NICs take a few dozen WQEs per doorbell
 /// before the gain flattens; the bound also keeps a batch well inside the send queue.
 pub const BATCH_MAX: usize = 64;

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use hytra_check::{History, Report};
 use hytra_fabric::rng::Rng;
 use hytra_fabric::{Backend, BackendError, ClusterShape, Endpoint, NodeId, RunLimits, RunStats};
+use hytra_rt::constants::COROUTINES_MAX;
 use hytra_rt::{run_workers_with, RtConfig, Worker, WorkerStats};
 use hytra_store::{
     layout::version_number, take_word, BackupState, Catalog, CatalogError, ImageDecodeError,
@@ -626,6 +627,12 @@ pub fn run_partial_in<B: Backend, W: Workload>(
         return Err(BenchError::Params(
             "coroutines and the measurement window must be positive".into(),
         ));
+    }
+    if params.coroutines > COROUTINES_MAX {
+        return Err(BenchError::Params(format!(
+            "{} coroutines per worker: at most {COROUTINES_MAX} (the engine's own tasks share the worker)",
+            params.coroutines
+        )));
     }
     workload.validate(shape).map_err(BenchError::Params)?;
     let catalog = Catalog::new(workload.tables(shape), shape.nodes, cfg.replication)?;

@@ -22,7 +22,7 @@ use hytra_fabric::{
     Backend, BackendError, Endpoint, LocalAddr, NodeId, OpFlags, PostError, Qp, RegionSpec,
     RemoteAddr, Rkey, RunLimits, RunStats, WorkRequest, WorkerId, WriteSrc,
 };
-use hytra_rt::constants::{BATCH_MAX, RPC_PAYLOAD_MAX};
+use hytra_rt::constants::{BATCH_MAX, COROUTINES_MAX, RPC_PAYLOAD_MAX};
 use hytra_rt::hist::Histogram;
 use hytra_rt::{run_workers_with, Co, OpError, OpTicket, RpcError, RpcType, RtConfig, Worker};
 use thiserror::Error;
@@ -294,9 +294,13 @@ pub fn run_point<B: Backend>(
     if shape.nodes < 2 {
         return Err(MicroError::Params("the benchmark needs at least 2 nodes".into()));
     }
-    if params.coroutines == 0 || params.batch == 0 || usize::from(params.batch) > BATCH_MAX {
+    if params.coroutines == 0
+        || params.coroutines > COROUTINES_MAX
+        || params.batch == 0
+        || usize::from(params.batch) > BATCH_MAX
+    {
         return Err(MicroError::Params(format!(
-            "coroutines must be positive and batch in 1..={BATCH_MAX}"
+            "coroutines in 1..={COROUTINES_MAX} and batch in 1..={BATCH_MAX}"
         )));
     }
     let payload = effective_payload(primitive, payload);

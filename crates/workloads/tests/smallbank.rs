@@ -7,7 +7,7 @@ use hytra_fabric::sim::{SimCluster, SimConfig};
 use hytra_fabric::{Backend, ClusterShape};
 use hytra_rt::RtConfig;
 use hytra_txn::{Design, PlantedFault, Primitive, TxnConfig};
-use hytra_workloads::bench::{run, BenchParams, BenchResult};
+use hytra_workloads::bench::{run, BenchError, BenchParams, BenchResult};
 use hytra_workloads::smallbank::{SmallBank, SmallBankReport};
 
 fn shape() -> ClusterShape {
@@ -188,4 +188,32 @@ fn bad_configurations_are_refused() {
         "no accounts"
     );
     let _ = b.shape();
+}
+
+/// A network that loses (nearly) every datagram: the leases cannot be renewed, every
+/// node stops itself, and nothing is left to decide the transactions in doubt. The run
+/// must end with that error, never with a result whose money and replicas cannot be
+/// judged (before, it reported a broken invariant: in-doubt transactions' write-backs
+/// were in the primaries, but their outcome in no tally).
+#[test]
+fn a_network_that_loses_every_datagram_ends_the_run_with_an_error() {
+    for (loss_ppm, seed) in [(1_000_000, 1), (950_000, 4)] {
+        let shape = ClusterShape { nodes: 3, workers_per_node: 2, lanes_per_peer: 1 };
+        let mut c = SimConfig::new(shape, seed);
+        c.faults = FaultConfig { loss_ppm, ..FaultConfig::none() };
+        // Long enough for leases (5 ms) to lapse and cut-off nodes to stop.
+        let params = BenchParams { measure_ns: 20_000_000, ..sim_params(seed) };
+        let cfg = TxnConfig { replication: 3, ..TxnConfig::preset(Design::DrtmH) };
+        let bank = SmallBank { accounts_per_worker: 1_000 };
+        match run(&mut SimCluster::new(c).unwrap(), &bank, cfg, params) {
+            // With every datagram lost nobody hears anyone; with a few getting through,
+            // a manager may still start removing the others before it stops too.
+            Err(BenchError::Recovery(why)) => assert!(
+                loss_ppm < 1_000_000 || why.starts_with("no node is left"),
+                "{loss_ppm} ppm: {why}"
+            ),
+            Err(e) => panic!("{loss_ppm} ppm: {e}"),
+            Ok(r) => panic!("{loss_ppm} ppm: a result: {:?}", r.invariant.details),
+        }
+    }
 }
