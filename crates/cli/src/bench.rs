@@ -497,6 +497,17 @@ fn check_cluster_options(a: &BenchArgs, sim: bool) -> Result<(), CliError> {
     if a.faults_ppm > 1_000_000 {
         return usage(format!("--faults-ppm {}: parts per million, at most 1000000", a.faults_ppm));
     }
+    // Options of one backend given to another would be ignored, and believed applied.
+    let d = BenchArgs::default_run();
+    if a.transports != d.transports && a.backend != "ucx" {
+        return usage("--transports applies to the ucx backend");
+    }
+    if a.profile != d.profile && !sim {
+        return usage(format!(
+            "--profile is the simulator's NIC model: the {} backend runs on this machine's own",
+            a.backend
+        ));
+    }
     if a.wait.is_some() && a.backend != "ucx" {
         return usage(
             "--wait applies to the ucx backend (sim runs in virtual time, local threads poll)",
@@ -838,8 +849,8 @@ fn crashes(a: &BenchArgs, cfg: &TxnConfig, seconds: f64) -> Result<Vec<Crash>, C
         let (at_ns, at) = (at.ns(), at.secs());
         if node >= a.nodes {
             return usage(format!(
-                "--crash '{c}': there is no node {node} (nodes are 0..{})",
-                a.nodes
+                "--crash '{c}': there is no node {node} (nodes are 0 to {})",
+                a.nodes - 1
             ));
         }
         if !(at >= from && at < to) {

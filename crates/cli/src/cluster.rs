@@ -268,7 +268,8 @@ fn parse_kill(spec: &str, f: &ClusterFile, args: &BenchArgs) -> Result<Kill, Cli
             Ok(n) if usize::from(n) < nodes => n,
             _ => {
                 return usage(format!(
-                    "--kill '{spec}': there is no node {n} (nodes are 0..{nodes})"
+                    "--kill '{spec}': there is no node {n} (nodes are 0 to {})",
+                    nodes - 1
                 ))
             }
         },

@@ -155,6 +155,9 @@ pub fn run(a: SwarmArgs) -> Result<(), CliError> {
     if a.jobs == Some(0) {
         return usage("--jobs must be at least 1");
     }
+    if a.from.checked_add(seeds.unwrap_or(SEEDS_DEFAULT)).is_none() {
+        return usage(format!("--from {}: the seeds would run past {}", a.from, u64::MAX));
+    }
     let out = a.json.as_deref().map(open_output).transpose()?;
     if let Some(seed) = a.seed {
         return run_one(seed, backend, planted, out.zip(a.json.as_deref()));

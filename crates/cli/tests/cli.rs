@@ -159,6 +159,7 @@ fn bench_bad_input_gets_one_line_and_exit_2() {
         &["bench", "--workload", "tatp", "--subscribers-per-worker", "0"],
         &["bench", "--workload", "tpce-cp", "--market-feed-pct", "101"],
         &["bench", "--crash", "9@0.05"],
+        &["bench", "--crash", "4@20ms"],
         &["bench", "--crash", "3"],
         &["bench", "--crash", "3@soon"],
         &["bench", "--crash", "3@0.5"],
@@ -194,6 +195,8 @@ fn bench_bad_input_gets_one_line_and_exit_2() {
         &["bench", "--backend", "local", "--wait", "poll"],
         &["bench", "--backend", "ucx", "--wait", "spin"],
         &["bench", "--tpcc-only", "payment"],
+        &["bench", "--transports", "tcp"],
+        &["bench", "--backend", "local", "--profile", "cx5"],
         &["bench", "--workload", "tpcc-no", "--tpcc-only", "payment"],
         &["bench", "--tatp-uniform"],
         &["bench", "--workload", "tatp", "--ycsb-mix", "b"],
@@ -861,6 +864,7 @@ fn offload_json_has_every_scenario_checked_and_replays() {
 fn swarm_bad_input_gets_one_line_and_exit_2() {
     assert_usage_errors(&[
         &["swarm", "--seeds", "0"],
+        &["swarm", "--from", "18446744073709551615", "--seeds", "2"],
         &["swarm", "--seeds", "-3"],
         &["swarm", "--backend", "ucx"],
         &["swarm", "--backend", "nope"],
