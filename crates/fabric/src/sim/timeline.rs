@@ -11,17 +11,10 @@
 //!
 //! The ring of buckets grows (doubling) when a booking reaches past it, up to
 //! `MAX_SLOTS`. Beyond that, bookings are kept exactly, as disjoint intervals of time
-//! (`far`), and handed to the buckets as they are first used: even an overload of many
+//! (`far`), and handed to the buckets as they enter the ring: even an overload of many
 //! milliseconds never delivers more than the resource's capacity, and one job booked
 //! far ahead (a response behind a long queue elsewhere) takes only its own time, not
 //! all the time up to it.
-//!
-//! A slot is recycled lazily: it remembers which bucket it holds, and a bucket is set up
-//! (empty, or holding the far time that falls in it) the first time a booking looks at
-//! it. Recycling every slot as time passed cost a pass over all the buckets between two
-//! bookings of a resource, and at the paper's cluster size most resources are idle most
-//! of the time. A bucket's state is one 16-byte record, so a first look is one cache
-//! miss, not one per array.
 
 use std::collections::BTreeMap;
 
@@ -33,52 +26,35 @@ const GRAIN: Ps = 8_000;
 /// Initial ring: 4096 x 8 ns = 33 us of backlog.
 const MIN_SLOTS: u64 = 1 << 12;
 
-/// Largest ring: 2^20 x 8 ns = 8.4 ms of backlog (16 MiB of buckets), far beyond any
+/// Largest ring: 2^20 x 8 ns = 8.4 ms of backlog (12 MiB of buckets), far beyond any
 /// queue a benchmark in steady state builds.
 const MAX_SLOTS: u64 = 1 << 20;
-
-/// No bucket: what a slot holds before its first use.
-const NONE: u64 = u64::MAX;
-
-/// One slot of the ring: the bucket it holds and that bucket's state.
-#[derive(Copy, Clone)]
-struct Slot {
-    /// The bucket number held; any other (an older bucket, or `NONE`) means the slot is
-    /// free for the bucket a booking asks of it, which is then set up fresh.
-    bucket: u64,
-    /// Capacity used, in ps (at most `GRAIN`).
-    used: u32,
-    /// How far ahead a bucket that may have capacity left lies: 0 while this one has
-    /// some; full buckets point onwards, so a long backlog is skipped in near-constant
-    /// time (union-find with path compression; pointers only ever point forward, and
-    /// never past the ring's horizon, so less than `MAX_SLOTS` ahead).
-    ahead: u32,
-}
-
-const FREE: Slot = Slot { bucket: NONE, used: 0, ahead: 0 };
 
 /// Capacity used per bucket, in a ring indexed by bucket number.
 pub(crate) struct Timeline {
     /// Buckets in the ring (a power of two).
     slots: u64,
-    ring: Vec<Slot>,
+    used: Vec<u32>,
+    /// Per bucket, a bucket number at or after it that may have capacity left: full
+    /// buckets point onwards, so a long backlog is skipped in near-constant time
+    /// (union-find with path compression; pointers only ever point forward).
+    next: Vec<u64>,
     /// Bucket number of the oldest live bucket.
     base: u64,
-    /// Time booked beyond the ring's horizon when it was booked, not yet handed to its
-    /// bucket: start -> end, disjoint, none touching another. None of it lies in a
-    /// bucket that is set up (a bucket takes its part when set up), and parts behind
-    /// `base` are dropped as time passes; so bounded by the jobs in flight.
+    /// Time booked beyond the ring's horizon: start -> end, disjoint, none touching
+    /// another, all at or after the horizon. One interval per job booked out there at
+    /// most, so bounded by the jobs in flight.
     far: BTreeMap<Ps, Ps>,
 }
 
 const _: () = assert!(GRAIN <= u32::MAX as Ps);
-const _: () = assert!(MAX_SLOTS <= u32::MAX as u64);
 
 impl Default for Timeline {
     fn default() -> Self {
         Timeline {
             slots: MIN_SLOTS,
-            ring: vec![FREE; MIN_SLOTS as usize],
+            used: vec![0; MIN_SLOTS as usize],
+            next: (0..MIN_SLOTS).collect(),
             base: 0,
             far: BTreeMap::new(),
         }
@@ -93,88 +69,67 @@ impl Timeline {
         (b & (self.slots - 1)) as usize
     }
 
-    /// Moves the oldest live bucket up to `now`'s, and drops far time behind it.
     fn advance(&mut self, now: Ps) {
         let bucket = now / GRAIN;
         if bucket <= self.base {
             return;
         }
+        // Each recycled slot becomes bucket `b + slots`. Capacity booked beyond the
+        // horizon in it is taken, or a bucket entering the horizon would offer the same
+        // time twice and the resource would exceed its capacity.
+        let slots = self.slots;
+        let from = self.base.max(bucket.saturating_sub(slots));
+        for b in from..bucket {
+            let slot = self.slot(b);
+            let nb = b + slots;
+            let taken = self.enter(nb);
+            self.used[slot] = taken as u32;
+            self.next[slot] = if taken == GRAIN { nb + 1 } else { nb };
+        }
         self.base = bucket;
-        let from = bucket * GRAIN;
-        // Bounded by the far intervals, each removed or cut once.
-        while let Some((&start, &end)) = self.far.first_key_value() {
-            if start >= from {
-                break;
-            }
-            self.far.remove(&start);
-            if end > from {
-                self.far.insert(from, end);
-                break;
-            }
-        }
     }
 
-    /// The state of live bucket `b`, set up from the far bookings if its slot holds
-    /// another bucket.
-    fn bucket(&mut self, b: u64) -> Slot {
-        debug_assert!(b >= self.base && b < self.base + self.slots, "bucket {b} is not live");
-        let index = self.slot(b);
-        let s = self.ring[index];
-        if s.bucket == b {
-            return s;
-        }
-        // A slot holds only live buckets or ones behind `base`: never a later bucket.
-        debug_assert!(s.bucket == NONE || s.bucket < b);
-        let taken = self.take_far(b);
-        let fresh = Slot { bucket: b, used: taken as u32, ahead: u32::from(taken == GRAIN) };
-        self.ring[index] = fresh;
-        fresh
-    }
-
-    /// Takes out of the far bookings the time they hold in bucket `b`, and returns it.
-    fn take_far(&mut self, b: u64) -> Ps {
-        let (lo, hi) = (b * GRAIN, (b + 1) * GRAIN);
-        let mut taken = 0;
-        // The interval that starts at or before `lo` and may reach into the bucket,
-        // then those starting inside it. Bounded: each pass removes an interval.
-        let first = self.far.range(..=lo).next_back().map(|(&s, _)| s);
-        let mut at = first.unwrap_or(lo);
-        while let Some((&start, &end)) = self.far.range(at..).next() {
-            if start >= hi {
-                break;
-            }
-            at = end;
-            if end <= lo {
-                continue;
-            }
-            self.far.remove(&start);
-            if start < lo {
-                self.far.insert(start, lo);
-            }
-            if end > hi {
-                self.far.insert(hi, end);
-            }
-            taken += end.min(hi) - start.max(lo);
-        }
-        debug_assert!(taken <= GRAIN);
-        taken
-    }
-
-    /// Doubles the ring. Bucket numbers are absolute, so each live bucket that is set up
-    /// only moves to its slot in the larger ring.
+    /// Doubles the ring. Bucket numbers (and so `next` pointers) are absolute, so each
+    /// live bucket only moves to its slot in the larger ring.
     fn grow(&mut self) {
         let (old, new) = (self.slots, self.slots * 2);
         debug_assert!(new <= MAX_SLOTS);
-        let mut ring = vec![FREE; new as usize];
+        let mut used = vec![0; new as usize];
+        let mut next = vec![0; new as usize];
         let (old_mask, new_mask) = (old - 1, new - 1);
         for b in self.base..self.base + old {
-            let s = self.ring[(b & old_mask) as usize];
-            if s.bucket == b {
-                ring[(b & new_mask) as usize] = s;
-            }
+            used[(b & new_mask) as usize] = self.used[(b & old_mask) as usize];
+            next[(b & new_mask) as usize] = self.next[(b & old_mask) as usize];
+        }
+        for b in self.base + old..self.base + new {
+            let taken = self.enter(b);
+            used[(b & new_mask) as usize] = taken as u32;
+            next[(b & new_mask) as usize] = if taken == GRAIN { b + 1 } else { b };
         }
         self.slots = new;
-        self.ring = ring;
+        self.used = used;
+        self.next = next;
+    }
+
+    /// Bucket `b` enters the ring: returns the time booked in it beyond the horizon,
+    /// and forgets every far booking before its end (buckets enter in order, and those
+    /// skipped by a jump of time are past).
+    fn enter(&mut self, b: u64) -> Ps {
+        let (lo, hi) = (b * GRAIN, (b + 1) * GRAIN);
+        let mut taken = 0;
+        while let Some((&start, &end)) = self.far.first_key_value() {
+            if start >= hi {
+                break;
+            }
+            taken += end.min(hi) - start.max(lo).min(end.min(hi));
+            self.far.remove(&start);
+            if end > hi {
+                self.far.insert(hi, end);
+                break;
+            }
+        }
+        debug_assert!(taken <= GRAIN);
+        taken
     }
 
     /// Books `dur` beyond the horizon, from `at` on, in the first free time (in pieces
@@ -217,24 +172,22 @@ impl Timeline {
 
     /// First bucket at or after `b` with capacity left (or past the horizon).
     fn first_open(&mut self, b: u64) -> u64 {
-        let horizon = self.base + self.slots;
+        let slots = self.slots;
+        let horizon = self.base + slots;
         let mut root = b;
         while root < horizon {
-            let ahead = self.bucket(root).ahead;
-            if ahead == 0 {
+            let n = self.next[self.slot(root)];
+            if n == root {
                 break;
             }
-            root += u64::from(ahead);
+            root = n;
         }
-        // Every bucket on the path is set up: point each straight at the root.
         let mut x = b;
         while x < root {
-            let index = self.slot(x);
-            let s = &mut self.ring[index];
-            debug_assert_eq!(s.bucket, x);
-            let next = x + u64::from(s.ahead);
-            s.ahead = (root - x) as u32;
-            x = next;
+            let slot = self.slot(x);
+            let n = self.next[slot];
+            self.next[slot] = root;
+            x = n;
         }
         root
     }
@@ -260,14 +213,12 @@ impl Timeline {
                 return end.max(at + dur);
             }
             let index = self.slot(b);
-            let slot = &mut self.ring[index];
-            debug_assert_eq!(slot.bucket, b, "first_open sets up what it returns");
-            let used = Ps::from(slot.used);
+            let used = Ps::from(self.used[index]);
             let take = (GRAIN - used).min(remaining);
-            slot.used += take as u32;
+            self.used[index] += take as u32;
             remaining -= take;
             if used + take == GRAIN {
-                slot.ahead = 1;
+                self.next[index] = b + 1;
             }
             if remaining == 0 {
                 return (b * GRAIN + used + take).max(at + dur);
