@@ -80,7 +80,8 @@ pub struct IoArgs {
     /// generated TPC-H Q3-like trace at 16 KiB].
     #[arg(long)]
     trace: Option<PathBuf>,
-    /// Reads of the generated trace.
+    /// Reads of the generated trace, at most (the query may end sooner on a small
+    /// file).
     #[arg(long, default_value_t = 20_000)]
     trace_ops: usize,
     /// Skip trace replay.
@@ -213,6 +214,9 @@ fn check_counts(a: &IoArgs) -> Result<(), CliError> {
     }
     if a.connections.iter().any(|&c| c > 64) || a.depths.iter().any(|&d| d > 200) {
         return usage("at most 64 connections and 200 reads in flight per connection");
+    }
+    if a.uring_depth == 0 || a.trace_ops == 0 {
+        return usage("--uring-depth and --trace-ops must be at least 1");
     }
     if a.inline_max > hytra_io::wire::INLINE_MAX {
         return usage(format!(
@@ -352,7 +356,9 @@ fn gen_trace(a: &IoArgs, data: &Path, path: &Path) -> Result<(), CliError> {
     let ops = trace::tpch_q3(len, 16384, a.trace_ops, a.seed);
     std::fs::write(path, trace::format(&ops))
         .with_context(|| format!("writing {}", path.display()))?;
-    println!("wrote {} reads to {}", ops.len(), path.display());
+    // The query ends with the ORDERS scan: a small file holds fewer reads than asked.
+    let whole = if ops.len() < a.trace_ops { " (the whole query on this file)" } else { "" };
+    println!("wrote {} reads to {}{whole}", ops.len(), path.display());
     Ok(())
 }
 

@@ -142,6 +142,9 @@ fn plan(a: &MicroArgs) -> Result<MicroPlan, CliError> {
     if a.threads == Some(0) {
         return usage("--threads must be at least 1");
     }
+    if a.threads.is_some() && BackendKind::parse(&a.backend)? == BackendKind::Sim {
+        return usage("--threads applies to the local and ucx backends (sim runs in virtual time)");
+    }
     let primitives = a.primitives.clone().unwrap_or_else(|| Primitive::FIG5.to_vec());
     let default_payloads: &[u32] = if a.quick {
         &[8, 64, 512, 4096]

@@ -30,7 +30,7 @@ pub struct OffloadArgs {
     #[arg(long, default_value_t = 8)]
     list_len: u32,
     /// Ranges of the list-traversal runs: a get's key sits at a uniform position below
-    /// the range (each at most --list-len; empty: no list runs).
+    /// the range (each at most --list-len).
     #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
     list_ranges: Vec<u32>,
     /// Independent chains for the `if`-construct rate (each runs 200 unrolled `if`s).

@@ -125,21 +125,19 @@ fn print_summary(summary: &SwarmSummary) -> Vec<u64> {
     failures
 }
 
+/// `--plant NAME`: the planted fault it names.
+fn planted(name: Option<&str>) -> Result<Option<PlantedFault>, CliError> {
+    let Some(name) = name else { return Ok(None) };
+    match PlantedFault::parse(name) {
+        Some(f) => Ok(Some(f)),
+        None => usage(format!("--plant '{name}': expected one of {}", PlantedFault::names())),
+    }
+}
+
 /// Runs `hytra swarm`.
 pub fn run(a: SwarmArgs) -> Result<(), CliError> {
     let backend = backend(&a.backend)?;
-    let planted = match a.plant.as_deref() {
-        None => None,
-        Some(name) => match PlantedFault::parse(name) {
-            Some(f) => Some(f),
-            None => {
-                return usage(format!(
-                    "--plant '{name}': expected one of {}",
-                    PlantedFault::names()
-                ))
-            }
-        },
-    };
+    let planted = planted(a.plant.as_deref())?;
     let seeds = match a.seeds {
         Some(n) if n < 1 => return usage(format!("--seeds {n}: at least one seed")),
         Some(n) => Some(n as u64),

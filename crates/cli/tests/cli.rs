@@ -43,6 +43,7 @@ fn bad_input_gets_one_line_and_exit_2() {
     let cases: &[&[&str]] = &[
         &["micro", "--backend", "nope"],
         &["micro", "--profile", "cx9"],
+        &["micro", "--threads", "2"],
         &["micro", "--payloads", "8192"],
         &["micro", "--payloads", "12"],
         &["micro", "--workers", "0"],
@@ -655,6 +656,8 @@ fn io_bad_input_gets_one_line_and_exit_2() {
         &["io", "--engines", "aio"],
         &["io", "--modes", "nearby"],
         &["io", "--sizes", "0"],
+        &["io", "--uring-depth", "0"],
+        &["io", "--trace-ops", "0"],
         // Reads inline that no completion datagram holds (none would ever complete).
         &["io", "--inline-max", "8192", "--sizes", "8192"],
         &["io", "--depths", "0"],
