@@ -21,6 +21,7 @@ use hytra_lab::cluster_file::Wait;
 use hytra_lab::{unknown_workload, CpuProfile, CPU_PROFILE_DEFAULT, CRASH_TIMELINE_NS, WORKLOADS};
 use hytra_lab::{BackendSpec, RunSpec, UcxSpec, WorkloadSpec};
 use hytra_rt::constants::COROUTINES_MAX;
+use hytra_rt::window::span_p99;
 use hytra_rt::RtConfig;
 use hytra_txn::{
     AbortClass, AbortReason, Design, ExecStrategy, LockStrategy, Phase, Primitive, RecoveryParams,
@@ -478,7 +479,7 @@ fn check_cluster_options(a: &BenchArgs, sim: bool) -> Result<(), CliError> {
     }
     if a.coroutines > COROUTINES_MAX {
         return usage(format!(
-            "--coroutines {}: at most {COROUTINES_MAX} per worker (the engine's own tasks share it)",
+            "--coroutines {}: at most {COROUTINES_MAX} per worker (the engine's own tasks share the worker)",
             a.coroutines
         ));
     }
@@ -754,19 +755,28 @@ pub fn run_bench(a: BenchArgs) -> Result<(), CliError> {
 /// Refuses to report a rate from a window that held no commit, or was shorter than twice
 /// the p99 latency: its slowest transactions were cut off, and the rate with them. (A
 /// floor on the commits, as `micro` keeps, would refuse the default TPC-C runs on slow
-/// NICs; their rates are noisy, not biased.) A failed correctness check is reported
-/// before this: it stands whatever the window.
+/// NICs; their rates are noisy, not biased.) Exit 1, as `micro`, `io` and `offload`
+/// refuse theirs: the arguments passed their checks, the run did not measure. A failed
+/// correctness check is reported before this: it stands whatever the window.
 fn check_settled(r: &BenchReport, measure_ns: u64) -> Result<(), CliError> {
+    let aborts: u64 = r.aborts.values().sum();
     let p99_ns = (r.latency_us.p99 * 1e3).round() as u64;
-    if r.committed > 0 && measure_ns >= p99_ns.saturating_mul(2) {
+    let window = Span::from_ns(measure_ns);
+    if r.committed == 0 && aborts > 0 {
+        // Not the window's length: every attempt that ended, aborted.
+        return Err(CliError::Run(anyhow::anyhow!(
+            "no transaction committed in {window}: all {aborts} attempts that ended aborted ({})",
+            r.aborts.iter().map(|(why, n)| format!("{why} {n}")).collect::<Vec<_>>().join(", ")
+        )));
+    }
+    if r.committed > 0 && span_p99(measure_ns, p99_ns) {
         return Ok(());
     }
     let p99 = if r.committed == 0 { "none".to_string() } else { Span::from_ns(p99_ns).to_string() };
-    usage(format!(
-        "the window is too short to measure a rate: {} transactions committed in {} (at least one is needed, and a window of twice the p99 latency, {p99}); give a longer --duration",
+    Err(CliError::Run(anyhow::anyhow!(
+        "the window is too short to measure a rate: {} transactions committed in {window} (at least one is needed, and a window of twice the p99 latency, {p99}); give a longer --duration",
         r.committed,
-        Span::from_ns(measure_ns),
-    ))
+    )))
 }
 
 /// `--cpu-profile` that measures every step instead of costing it from a profile.

@@ -2,13 +2,13 @@
 //! the simulator's CPU profile.
 
 use std::io::{IsTerminal, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use clap::Args;
 use hytra_lab::calibrate::{calibrate, plan, Calibration, Extent};
 use serde_json::json;
 
-use crate::table::{open_output, write_json};
+use crate::table::{open_output, sibling, write_json};
 use crate::{signals, usage, CliError};
 
 /// Options of `hytra calibrate`.
@@ -89,12 +89,6 @@ pub fn run(a: CalibrateArgs) -> Result<(), CliError> {
         write_json(file, path, &json!({"schema": 1, "profile": profile, "terms": terms}))?;
     }
     Ok(())
-}
-
-/// A hidden file beside `path`, for this process.
-fn sibling(path: &Path, what: &str) -> PathBuf {
-    let name = path.file_name().map_or_else(|| "out".into(), |n| n.to_string_lossy().into_owned());
-    path.with_file_name(format!(".{name}.{what}-{}", std::process::id()))
 }
 
 fn header(c: &Calibration) -> String {

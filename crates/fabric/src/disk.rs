@@ -280,7 +280,8 @@ mod tests {
     use super::*;
     use std::io::Write;
 
-    /// A test's scratch directory, removed when the test ends (passed or not).
+    /// A scratch directory of its own for each file a test makes, removed when the
+    /// test ends (passed or not).
     struct Scratch(std::path::PathBuf);
 
     impl Drop for Scratch {
@@ -290,7 +291,9 @@ mod tests {
     }
 
     fn file_with(bytes: &[u8]) -> (Scratch, Arc<DiskFile>) {
-        let dir = std::env::temp_dir().join(format!("hytra-disk-{}", std::process::id()));
+        static MADE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("hytra-disk-{}-{n}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join(format!("f{}", bytes.len()));
         std::fs::File::create(&path).unwrap().write_all(bytes).unwrap();

@@ -5,6 +5,8 @@
 //! near zero and percentiles that are too low; a window with a handful of completions
 //! reports noise. Every benchmark that turns a window into a rate (`micro`, `io`,
 //! `offload`) judges it by the same rule, and lengthens it or refuses it, never prints it.
+//! `bench` refuses a window that does not [`span_p99`] or held no commit; it keeps no
+//! floor on the commits (TPC-C on a slow NIC holds a few hundred in its default window).
 
 /// Completions a window must hold (all nodes) before its rate and percentiles are
 /// reported.
@@ -18,7 +20,13 @@ pub const RERUNS_MAX: u32 = 6;
 /// latency of `p99_ns` settled: enough completions, and a window at least twice that
 /// latency.
 pub fn settled(ops: u64, window_ns: u64, p99_ns: u64) -> bool {
-    ops >= SETTLED_OPS_MIN && window_ns >= p99_ns.saturating_mul(2)
+    ops >= SETTLED_OPS_MIN && span_p99(window_ns, p99_ns)
+}
+
+/// Whether a window of `window_ns` is at least twice the 99th-percentile latency
+/// `p99_ns`: shorter, its slowest requests were cut off, and the rate with them.
+pub fn span_p99(window_ns: u64, p99_ns: u64) -> bool {
+    window_ns >= p99_ns.saturating_mul(2)
 }
 
 /// The window to measure again over after `reruns` windows that did not settle, the last

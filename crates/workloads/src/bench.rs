@@ -781,10 +781,19 @@ pub fn run_partial_in<B: Backend, W: Workload>(
     // decided them, and neither the history nor the database can be judged.
     if everywhere && (0..shape.nodes).map(NodeId).all(gone) {
         let crashed = run.crashed.len();
-        return Err(BenchError::Recovery(format!(
-            "no node is left ({} stopped themselves, cut off from the others for longer than a reconfiguration takes, as when most datagrams are lost; {crashed} crashed): nothing decided the transactions they left in doubt",
-            usize::from(shape.nodes) - crashed
-        )));
+        let stopped = usize::from(shape.nodes) - crashed;
+        let mut why = format!(
+            "no node is left: {stopped} stopped themselves, cut off from the others for longer than a reconfiguration takes"
+        );
+        if crashed > 0 {
+            why += &format!(", and {crashed} crashed");
+        }
+        if run.datagrams_dropped > 0 {
+            why += &format!(" ({} datagrams were lost)", run.datagrams_dropped);
+        }
+        return Err(BenchError::Recovery(
+            why + "; nothing decided the transactions they left in doubt",
+        ));
     }
     if parts.iter().any(|p| !p.all_done) {
         return Err(BenchError::Hung(params.drain_ns));

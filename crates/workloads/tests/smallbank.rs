@@ -193,8 +193,8 @@ fn bad_configurations_are_refused() {
 /// A network that loses (nearly) every datagram: the leases cannot be renewed, every
 /// node stops itself, and nothing is left to decide the transactions in doubt. The run
 /// must end with that error, never with a result whose money and replicas cannot be
-/// judged (before, it reported a broken invariant: in-doubt transactions' write-backs
-/// were in the primaries, but their outcome in no tally).
+/// judged (the write-backs of transactions in doubt are in the primaries, but their
+/// outcome is in no tally, so the money would be off by them).
 #[test]
 fn a_network_that_loses_every_datagram_ends_the_run_with_an_error() {
     for (loss_ppm, seed) in [(1_000_000, 1), (950_000, 4)] {
