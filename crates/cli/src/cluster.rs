@@ -18,7 +18,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use clap::{Args, Parser};
+use clap::{Args, CommandFactory, FromArgMatches, Parser};
 use hytra_lab::cluster_file::{self, ClusterFile};
 use hytra_lab::launch::{Job as LaunchJob, Kill};
 use hytra_lab::place::{self, PlaceError};
@@ -52,7 +52,7 @@ fn job(f: &ClusterFile, json: Option<&Path>) -> Result<Job, CliError> {
 /// The `hytra io` arguments of a cluster file whose workload is `io`.
 fn io_args(f: &ClusterFile, json: Option<&Path>) -> Result<IoArgs, CliError> {
     let connections = ("connections", f.workers.to_string());
-    parse_args("io", f, json, vec![connections])
+    parse_args("io", f, json, vec![connections]).map(|(a, _)| a)
 }
 
 /// The `hytra bench` arguments a cluster file stands for.
@@ -66,7 +66,7 @@ fn bench_args(f: &ClusterFile, json: Option<&Path>) -> Result<BenchArgs, CliErro
     own.extend(f.wait.map(|w| ("wait", w.name().to_string())));
     own.extend(f.coroutines.map(|c| ("coroutines", c.to_string())));
     own.extend(f.replication.map(|r| ("replication", r.to_string())));
-    parse_args("bench", f, json, own)
+    parse_args("bench", f, json, own).map(|(a, m)| BenchArgs::given_in(a, &m))
 }
 
 /// Parses the options of `hytra <command>` that a cluster file stands for: the backend
@@ -77,7 +77,7 @@ fn parse_args<T: clap::Args + clap::FromArgMatches>(
     f: &ClusterFile,
     json: Option<&Path>,
     own: Vec<(&str, String)>,
-) -> Result<T, CliError> {
+) -> Result<(T, clap::ArgMatches), CliError> {
     let mut argv: Vec<String> = vec![command.into()];
     let mut push = |k: &str, v: String| {
         argv.push(format!("--{k}"));
@@ -101,9 +101,10 @@ fn parse_args<T: clap::Args + clap::FromArgMatches>(
         #[command(flatten)]
         args: A,
     }
-    Wrapper::<T>::try_parse_from(&argv)
-        .map(|w| w.args)
-        .map_err(|e| CliError::Usage(format!("cluster file: {}", crate::one_line(&e))))
+    let bad = |e: clap::Error| CliError::Usage(format!("cluster file: {}", crate::one_line(&e)));
+    let m = Wrapper::<T>::command().try_get_matches_from(&argv).map_err(bad)?;
+    let w = Wrapper::<T>::from_arg_matches(&m).map_err(bad)?;
+    Ok((w.args, m))
 }
 
 /// Options of `hytra node`.
@@ -156,6 +157,8 @@ pub fn run_node(a: NodeArgs) -> Result<(), CliError> {
         Some(id) if f.hub.is_some() => placed(&a.config, place::hub(&f, id, timeout))?,
         Some(id) => {
             let p = placed(&a.config, place::tcp(&f, id, timeout))?;
+            // Every node runs over UCX: say so before meeting anyone.
+            crate::BackendKind::parse("ucx")?;
             if let (false, Bootstrap::Tcp { root, .. }) = (a.launched, &p.bootstrap) {
                 eprintln!(
                     "node {id} of {}: meeting the others through node 0 at {root} (for up to {} s)",
@@ -173,6 +176,7 @@ pub fn run_node(a: NodeArgs) -> Result<(), CliError> {
             ))
         }
     };
+    crate::BackendKind::parse("ucx")?;
     if let (Bootstrap::Hub { addr, .. }, false) = (&placement.bootstrap, a.launched) {
         let (me, nodes) = (placement.me, f.node_count());
         eprintln!("node {me} of {nodes}: joining the hub at {addr} (for up to {} s)", f.timeout_s);

@@ -16,7 +16,7 @@ use hytra_lab::io::{
     IO_SCHEMA,
 };
 
-use crate::span::{check_warmup, warmup_ns, Span};
+use crate::span::{check_warmup, check_window, warmup_ns, Span};
 use crate::table::{open_output, write_json, Table};
 use crate::{usage, BackendKind, CliError};
 
@@ -31,12 +31,13 @@ pub struct IoArgs {
     #[arg(long, default_value = "sm")]
     transports: String,
     /// NIC profile on sim, as in hytra bench and micro: cx3, cx4, cx5, roce or local (cx3 is the
-    /// remote-I/O paper's 56 Gb/s FDR).
-    #[arg(long, default_value = "cx4")]
-    profile: String,
-    /// Storage device model on sim: p3700x10 (the paper's ten NVMe drives) or p3700.
-    #[arg(long, default_value = "p3700x10")]
-    device: String,
+    /// remote-I/O paper's 56 Gb/s FDR) [default: cx4].
+    #[arg(long)]
+    profile: Option<String>,
+    /// Storage device model on sim: p3700x10 (the paper's ten NVMe drives) or p3700
+    /// [default: p3700x10].
+    #[arg(long)]
+    device: Option<String>,
     /// Modes: local, fabric, remote.
     #[arg(long, value_delimiter = ',', default_value = "local,fabric,remote")]
     modes: Vec<String>,
@@ -124,16 +125,7 @@ pub(crate) fn check(a: &IoArgs) -> Result<(), CliError> {
 
 fn plan(a: &IoArgs) -> Result<Plan, CliError> {
     let backend = BackendKind::parse(&a.backend)?;
-    let Some(profile) = NicProfile::by_name(&a.profile) else {
-        return usage(format!(
-            "unknown NIC profile '{}' (expected one of: {})",
-            a.profile,
-            NicProfile::NAMES.join(", ")
-        ));
-    };
-    let Some(device) = DeviceModel::by_name(&a.device) else {
-        return usage(format!("unknown device '{}' (expected p3700x10 or p3700)", a.device));
-    };
+    let (profile, device) = sim_models(a, backend)?;
     let mut modes = Vec::new();
     for m in &a.modes {
         modes.push(match m.as_str() {
@@ -156,9 +148,7 @@ fn plan(a: &IoArgs) -> Result<Plan, CliError> {
     let default = if backend == BackendKind::Sim { 20_000_000 } else { 1_000_000_000 };
     let duration = a.duration.unwrap_or(Span::from_ns(default));
     let max = Span::from_ns(backend.window_max_ns());
-    if duration > max {
-        return usage(format!("--duration {duration}: expected at most {max} on {}", a.backend));
-    }
+    check_window(duration, max, &format!(" on {}", a.backend))?;
     check_warmup(a.warmup)?;
     if let Some(path) = &a.gen_trace {
         let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
@@ -178,6 +168,12 @@ fn plan(a: &IoArgs) -> Result<Plan, CliError> {
         (None, _) => None,
     };
     check_spread(a, backend, &modes)?;
+    if modes.iter().all(|&m| m == Mode::Local) && engines.iter().all(|&e| e == IoEngine::Thread) {
+        return usage(
+            "nothing to measure: local mode reads with the pool and uring engines (a thread \
+             per request is a remote-mode engine); add one of them to --engines",
+        );
+    }
     let io_backend = match backend {
         BackendKind::Sim => IoBackend::Sim { profile: Box::new(profile), device },
         BackendKind::Local => IoBackend::Local,
@@ -202,6 +198,33 @@ fn plan(a: &IoArgs) -> Result<Plan, CliError> {
         window_max_ns: backend.window_max_ns(),
     };
     Ok(Plan { io, trace })
+}
+
+/// The simulator's NIC and storage models; refused on a real backend, which has its own.
+fn sim_models(a: &IoArgs, backend: BackendKind) -> Result<(NicProfile, DeviceModel), CliError> {
+    if backend != BackendKind::Sim {
+        if let Some(flag) = [("--profile", &a.profile), ("--device", &a.device)]
+            .iter()
+            .find_map(|(flag, v)| v.is_some().then_some(flag))
+        {
+            return usage(format!(
+                "{flag} is a model of the simulator: the {} backend runs on this machine's own NIC and storage",
+                a.backend
+            ));
+        }
+    }
+    let name = a.profile.as_deref().unwrap_or("cx4");
+    let Some(profile) = NicProfile::by_name(name) else {
+        return usage(format!(
+            "unknown NIC profile '{name}' (expected one of: {})",
+            NicProfile::NAMES.join(", ")
+        ));
+    };
+    let name = a.device.as_deref().unwrap_or("p3700x10");
+    let Some(device) = DeviceModel::by_name(name) else {
+        return usage(format!("unknown device '{name}' (expected p3700x10 or p3700)"));
+    };
+    Ok((profile, device))
 }
 
 /// Checks the sizes and counts of the matrix, and what may ride inline.

@@ -82,6 +82,9 @@ pub enum CliError {
     Usage(String),
     /// The run failed.
     Run(anyhow::Error),
+    /// A stop signal ended the run early, after it said what it had done; the process
+    /// exits 128 + the signal, as a process the signal killed.
+    Stopped(i32),
 }
 
 impl From<anyhow::Error> for CliError {
@@ -150,8 +153,9 @@ fn main() -> ExitCode {
     signals::default_sigpipe();
     // `--nodes -1` should read as a bad number, not as an unknown flag `-1`.
     let command = Cli::command().mut_subcommands(|c| c.allow_negative_numbers(true));
-    let cli = match command.try_get_matches().and_then(|m| Cli::from_arg_matches(&m)) {
-        Ok(cli) => cli,
+    let parsed = command.try_get_matches().and_then(|m| Ok((Cli::from_arg_matches(&m)?, m)));
+    let (cli, matches) = match parsed {
+        Ok(parsed) => parsed,
         Err(e)
             if matches!(
                 e.kind(),
@@ -167,7 +171,10 @@ fn main() -> ExitCode {
         }
     };
     let result = match cli.command {
-        Some(Command::Bench(args)) => bench::run_bench(args),
+        Some(Command::Bench(args)) => {
+            let m = matches.subcommand_matches("bench").expect("the bench command's matches");
+            bench::run_bench(bench::BenchArgs::given_in(args, m))
+        }
         Some(Command::Micro(args)) => micro::run(args),
         Some(Command::Io(args)) => io::run(args),
         Some(Command::Offload(args)) => offload::run(args),
@@ -190,5 +197,6 @@ fn main() -> ExitCode {
             eprintln!("error: {e:#}");
             ExitCode::from(EXIT_RUN)
         }
+        Err(CliError::Stopped(sig)) => ExitCode::from(u8::try_from(128 + sig).unwrap_or(EXIT_RUN)),
     }
 }

@@ -16,10 +16,12 @@ use hytra_lab::micro::{
     MicroBackend, MicroPlan, MULTI_COLUMNS, NO_BASELINE,
 };
 use hytra_lab::CpuProfile;
-use hytra_workloads::micro::{check_payload, MicroError, MicroParams, Primitive, SETTLED_OPS_MIN};
+use hytra_workloads::micro::{
+    check_payload, effective_payload, MicroError, MicroParams, Primitive, SETTLED_OPS_MIN,
+};
 
 use crate::choice::{named, on_or, Switch};
-use crate::span::{check_warmup, warmup_ns, Span};
+use crate::span::{check_warmup, check_window, warmup_ns, Span};
 use crate::table::{mops, open_output, us, write_json, Table};
 use crate::{usage, BackendKind, CliError};
 
@@ -99,9 +101,9 @@ pub struct MicroArgs {
     #[arg(long)]
     json: Option<PathBuf>,
     /// Instead of the primitive matrix, the multi-object benchmark of Fig. 6: each
-    /// transaction reads or writes this many 64-byte objects on random remote nodes,
-    /// one-sided and two-sided, with the optimisations added one by one (+CO, +OR, +DB,
-    /// +PA). Typical: 10.
+    /// transaction reads or writes this many objects (64 B, or the one --payloads size)
+    /// on random remote nodes, one-sided and two-sided, with the optimisations added one
+    /// by one (+CO, +OR, +DB, +PA). Typical: 10.
     #[arg(long)]
     multi_object: Option<u16>,
     /// With --backend ucx and --nodes 2: after each point, run a minimal UCP program
@@ -145,41 +147,16 @@ fn plan(a: &MicroArgs) -> Result<MicroPlan, CliError> {
     if a.threads.is_some() && BackendKind::parse(&a.backend)? == BackendKind::Sim {
         return usage("--threads applies to the local and ucx backends (sim runs in virtual time)");
     }
-    let primitives = a.primitives.clone().unwrap_or_else(|| Primitive::FIG5.to_vec());
-    let default_payloads: &[u32] = if a.quick {
-        &[8, 64, 512, 4096]
-    } else {
-        &[8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
+    let (primitives, payloads, lanes) = match a.multi_object {
+        Some(_) => multi_shape(a)?,
+        None => matrix_shape(a, sim)?,
     };
-    let payloads = a.payloads.clone().unwrap_or_else(|| default_payloads.to_vec());
-    for &p in &payloads {
-        if let Err(MicroError::Payload { payload, reason }) =
-            check_payload(Primitive::Read, p, DATAGRAM_MTU)
-        {
-            return usage(format!("payload {payload} B {reason}"));
-        }
-    }
-    let lanes = a.lanes.clone().unwrap_or_else(|| if sim { vec![1, 5] } else { vec![1] });
-    if let Some(l) = lanes.iter().find(|&&l| l == 0 || l > hytra_fabric::constants::LANES_MAX) {
-        return usage(format!(
-            "--lanes {l}: must be in 1..={}",
-            hytra_fabric::constants::LANES_MAX
-        ));
-    }
     let (measure, warmup) = window(a, backend)?;
     let params = MicroParams {
         rpc_timeout_ns: if sim { 1_000_000 } else { 1_000_000_000 },
         rpc_coalescing: on_or(a.rpc_coalescing, false),
         ..MicroParams::fig5(a.coroutines, a.batch, warmup_ns(measure, warmup), measure, a.seed)
     };
-    if let Some(n) = a.multi_object {
-        if n == 0 || usize::from(n) > hytra_rt::constants::BATCH_MAX {
-            return usage(format!(
-                "--multi-object {n}: objects per transaction must be in 1..={}",
-                hytra_rt::constants::BATCH_MAX
-            ));
-        }
-    }
     let shape = ClusterShape { nodes, workers_per_node: workers, lanes_per_peer: 1 };
     if let Err(e) = hytra_fabric::validate_shape(shape) {
         return usage(e.to_string());
@@ -203,6 +180,95 @@ fn plan(a: &MicroArgs) -> Result<MicroPlan, CliError> {
         params,
         ucp_baseline: a.ucp_baseline,
     })
+}
+
+/// What a micro run measures: its primitives, payloads and lane counts.
+type Shape = (Vec<Primitive>, Vec<u32>, Vec<u16>);
+
+/// The primitive matrix's rows, payloads and lanes. Where both --primitives and
+/// --payloads were given, each primitive but the atomics (always 8 B, which [`run`]
+/// notes) must run at one of the payloads as given: an RPC carries at most its reply's
+/// size, a `wrpc` mailbox its own.
+fn matrix_shape(a: &MicroArgs, sim: bool) -> Result<Shape, CliError> {
+    let primitives = a.primitives.clone().unwrap_or_else(|| Primitive::FIG5.to_vec());
+    let default_payloads: &[u32] = if a.quick {
+        &[8, 64, 512, 4096]
+    } else {
+        &[8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
+    };
+    let payloads = a.payloads.clone().unwrap_or_else(|| default_payloads.to_vec());
+    for &p in &payloads {
+        if let Err(MicroError::Payload { payload, reason }) =
+            check_payload(Primitive::Read, p, DATAGRAM_MTU)
+        {
+            return usage(format!("--payloads {payload}: {reason}"));
+        }
+    }
+    if a.primitives.is_some() && a.payloads.is_some() {
+        let as_given = |&p: &Primitive, size: u32| {
+            effective_payload(p, size) == size && check_payload(p, size, DATAGRAM_MTU).is_ok()
+        };
+        let unmet = |p: &&Primitive| !p.is_atomic() && !payloads.iter().any(|&s| as_given(p, s));
+        if let Some(p) = primitives.iter().find(unmet) {
+            let why = match check_payload(*p, payloads[0], DATAGRAM_MTU) {
+                Err(MicroError::Payload { reason, .. }) => reason,
+                _ => format!("it carries at most {} B", effective_payload(*p, payloads[0])),
+            };
+            return usage(format!(
+                "--primitives {} runs at none of --payloads {}: {why}",
+                p.name(),
+                payloads.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
+            ));
+        }
+    }
+    let lanes = a.lanes.clone().unwrap_or_else(|| if sim { vec![1, 5] } else { vec![1] });
+    check_lanes(&lanes)?;
+    Ok((primitives, payloads, lanes))
+}
+
+/// `--multi-object`: its own four columns, one object size (64 B unless given) and one
+/// lane count.
+fn multi_shape(a: &MicroArgs) -> Result<Shape, CliError> {
+    let n = a.multi_object.unwrap_or(0);
+    if n == 0 || usize::from(n) > hytra_rt::constants::BATCH_MAX {
+        return usage(format!(
+            "--multi-object {n}: objects per transaction must be in 1..={}",
+            hytra_rt::constants::BATCH_MAX
+        ));
+    }
+    if a.primitives.is_some() {
+        return usage(
+            "--primitives chooses the primitive matrix's rows; --multi-object measures its own \
+             columns (reads and writes, one- and two-sided)",
+        );
+    }
+    let payloads = a.payloads.clone().unwrap_or_else(|| vec![64]);
+    let lanes = a.lanes.clone().unwrap_or_else(|| vec![1]);
+    if payloads.len() != 1 || lanes.len() != 1 {
+        return usage(
+            "--multi-object measures one object size and one lane count: give --payloads and \
+             --lanes one value each (64 and 1 unless given)",
+        );
+    }
+    for &p in &payloads {
+        if let Err(MicroError::Payload { payload, reason }) =
+            check_payload(Primitive::RpcWrite, p, DATAGRAM_MTU)
+        {
+            return usage(format!("--payloads {payload}: {reason}"));
+        }
+    }
+    check_lanes(&lanes)?;
+    Ok((MULTI_COLUMNS.iter().map(|&(_, p)| p).collect(), payloads, lanes))
+}
+
+fn check_lanes(lanes: &[u16]) -> Result<(), CliError> {
+    if let Some(l) = lanes.iter().find(|&&l| l == 0 || l > hytra_fabric::constants::LANES_MAX) {
+        return usage(format!(
+            "--lanes {l}: must be in 1..={}",
+            hytra_fabric::constants::LANES_MAX
+        ));
+    }
+    Ok(())
 }
 
 /// How the simulator costs CPU work (`--cpu`, `--cpu-profile`), checked against the
@@ -234,8 +300,8 @@ fn cpu_costs(a: &MicroArgs, sim: bool) -> Result<(CpuMode, CpuTable), CliError> 
 fn window(a: &MicroArgs, backend: BackendKind) -> Result<(u64, f64), CliError> {
     let sim = backend == BackendKind::Sim;
     let max = Span::from_ns(backend.window_max_ns());
-    if let Some(d) = a.duration.filter(|&d| d > max) {
-        return usage(format!("--duration {d}: expected at most {max} on {}", a.backend));
+    if let Some(d) = a.duration {
+        check_window(d, max, &format!(" on {}", a.backend))?;
     }
     let measure = a.duration.map_or(
         match (sim, a.quick) {
@@ -325,7 +391,7 @@ fn extension_note(m: &Measured) -> String {
 /// `hytra micro --multi-object N`: transactions per second per machine at each step.
 fn run_multi(args: &MicroArgs, plan: &MicroPlan, objects: u16) -> Result<(), CliError> {
     let out = args.json.as_deref().map(open_output).transpose()?;
-    let payload = plan.payloads.first().copied().unwrap_or(64);
+    let payload = plan.payloads[0];
     let cells = hytra_lab::micro::run_multi(plan, objects, &mut |c| {
         if let Some(m) = &c.measured {
             eprintln!(
@@ -368,6 +434,13 @@ pub fn run(args: MicroArgs) -> Result<(), CliError> {
         return run_multi(&args, &plan, objects);
     }
     let out = args.json.as_deref().map(open_output).transpose()?;
+    let atomics: Vec<&str> =
+        plan.primitives.iter().filter(|p| p.is_atomic()).map(|p| p.name()).collect();
+    if args.payloads.is_some() && !atomics.is_empty() && !plan.payloads.contains(&8) {
+        let verb =
+            if atomics.len() == 1 { "operates on 8 B and is" } else { "operate on 8 B and are" };
+        eprintln!("note: {} {verb} measured at 8 B only", atomics.join(" and "));
+    }
     let sim = plan.backend.is_sim();
     if let Some(cfg) = plan.backend.sim_config(plan.shape, plan.params.seed) {
         eprintln!("{}", cfg.describe());

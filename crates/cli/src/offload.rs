@@ -8,7 +8,7 @@ use hytra_lab::offload::{scenarios, OffloadPlan, OffloadReport, OffloadRun, OFFL
 use hytra_offload::bench::{self, Outcome, Scenario};
 use hytra_offload::service::LIST_LEN_MAX;
 
-use crate::span::Span;
+use crate::span::{check_window, Span};
 use crate::table::{open_output, write_json, Table};
 use crate::{usage, BackendKind, CliError};
 
@@ -80,9 +80,7 @@ fn check(a: &OffloadArgs) -> Result<(), CliError> {
         return usage(format!("--if-chains {c}: expected 1..={IF_CHAINS_MAX}"));
     }
     let max = Span::from_ns(BackendKind::Sim.window_max_ns());
-    if a.duration > max {
-        return usage(format!("--duration {}: expected at most {max}", a.duration));
-    }
+    check_window(a.duration, max, "")?;
     // Each writer is a worker of its own: the shape must hold them.
     if let Some(w) = a.writers.iter().find(|&&w| w > hytra_fabric::constants::WORKERS_PER_NODE_MAX)
     {

@@ -4,7 +4,7 @@
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicPtr, Ordering};
 
 /// Restores the default action of SIGPIPE, which the Rust runtime ignores: `hytra ... |
 /// head` then ends quietly when `head` exits, instead of panicking in `println!`.
@@ -15,14 +15,15 @@ pub fn default_sigpipe() {
     }
 }
 
-static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+/// The stop signal that arrived (0: none yet).
+static INTERRUPTED: AtomicI32 = AtomicI32::new(0);
 
 /// The NUL-terminated path the handler removes (null: none). Leaked on purpose: the
 /// handler may read it at any moment until the process ends.
 static TEMP_FILE: AtomicPtr<libc::c_char> = AtomicPtr::new(std::ptr::null_mut());
 
 extern "C" fn on_signal(sig: libc::c_int) {
-    INTERRUPTED.store(true, Ordering::SeqCst);
+    let again = INTERRUPTED.swap(sig, Ordering::SeqCst) != 0;
     let path = TEMP_FILE.load(Ordering::SeqCst);
     if !path.is_null() {
         // SAFETY: `path` came from `CString::into_raw` and is never freed; unlink(2) and
@@ -32,11 +33,16 @@ extern "C" fn on_signal(sig: libc::c_int) {
             libc::_exit(128 + sig);
         }
     }
+    if again {
+        // SAFETY: _exit(2) is async-signal-safe.
+        unsafe { libc::_exit(128 + sig) }
+    }
 }
 
 /// Catches SIGINT and SIGTERM: [`interrupted`] turns true, and if a temporary file is
 /// registered ([`remove_on_signal`]) it is removed and the process exits at once (128 +
-/// the signal), since the run it feeds cannot be stopped sooner.
+/// the signal), since the run it feeds cannot be stopped sooner. A second signal ends
+/// the process at once whatever it was doing.
 pub fn catch_stop_signals() {
     // SAFETY: `on_signal` only stores to atomics and makes async-signal-safe calls, and
     // has the signature signal(2) expects.
@@ -47,9 +53,13 @@ pub fn catch_stop_signals() {
 }
 
 /// Whether SIGINT or SIGTERM arrived since [`catch_stop_signals`].
-#[cfg_attr(not(feature = "ucx"), allow(dead_code))]
 pub fn interrupted() -> bool {
-    INTERRUPTED.load(Ordering::SeqCst)
+    stop_signal().is_some()
+}
+
+/// The stop signal that arrived since [`catch_stop_signals`], if one did.
+pub fn stop_signal() -> Option<i32> {
+    Some(INTERRUPTED.load(Ordering::SeqCst)).filter(|&s| s != 0)
 }
 
 /// Registers the one temporary file a signal removes (before the file is created, so

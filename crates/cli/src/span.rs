@@ -31,6 +31,21 @@ pub fn check_warmup(fraction: f64) -> Result<(), CliError> {
     Ok(())
 }
 
+/// The shortest window a benchmark that lengthens its window measures from: shorter than
+/// any request's latency, a window holds nothing to judge by.
+const WINDOW_MIN_NS: u64 = 1_000;
+
+/// A measured window (`--duration` of micro, io and offload), at least a microsecond and
+/// at most `max` (the backend's, [`crate::BackendKind::window_max_ns`]); `on` names the
+/// backend where the limit is its own.
+pub fn check_window(d: Span, max: Span, on: &str) -> Result<(), CliError> {
+    let min = Span::from_ns(WINDOW_MIN_NS);
+    if d < min || d > max {
+        return usage(format!("--duration {d}: expected {min} to {max}{on}"));
+    }
+    Ok(())
+}
+
 /// A length of time as given on the command line, whole nanoseconds, more than zero.
 #[derive(Copy, Clone, PartialEq, Eq, PartialOrd, Ord, Debug)]
 pub struct Span(u64);
@@ -109,10 +124,17 @@ impl fmt::Display for Span {
     }
 }
 
-/// `NODE@WHEN` (`--crash`, `--kill`): a node and a span from the start of the run.
-pub fn node_at(spec: &str) -> Option<(u16, Span)> {
-    let (n, t) = spec.split_once('@')?;
-    Some((n.trim().parse().ok()?, t.parse().ok()?))
+/// `NODE@WHEN` (`--crash`, `--kill`): a node and a span from the start of the run; the
+/// error says which half is wrong.
+pub fn node_at(spec: &str) -> Result<(u16, Span), String> {
+    let Some((n, t)) = spec.split_once('@') else {
+        return Err("expected NODE@WHEN, such as 3@20ms".into());
+    };
+    let node = n.trim().parse().map_err(|_| format!("'{n}' is not a node number"))?;
+    if t.trim().parse::<f64>().is_ok_and(|x| x == 0.0) {
+        return Err("WHEN is counted from the start and must come after it".into());
+    }
+    Ok((node, t.parse()?))
 }
 
 #[cfg(test)]
@@ -155,9 +177,11 @@ mod tests {
 
     #[test]
     fn node_at_takes_units_or_seconds() {
-        assert_eq!(node_at("3@20ms"), Some((3, Span::from_ns(20_000_000))));
-        assert_eq!(node_at("0@0.02"), Some((0, Span::from_ns(20_000_000))));
-        assert_eq!(node_at("x@1s"), None);
-        assert_eq!(node_at("3"), None);
+        assert_eq!(node_at("3@20ms"), Ok((3, Span::from_ns(20_000_000))));
+        assert_eq!(node_at("0@0.02"), Ok((0, Span::from_ns(20_000_000))));
+        assert!(node_at("x@1s").unwrap_err().contains("'x' is not a node"));
+        assert!(node_at("3").unwrap_err().contains("NODE@WHEN"));
+        assert!(node_at("1@0").unwrap_err().contains("after"));
+        assert!(node_at("1@soon").unwrap_err().contains("not a length of time"));
     }
 }

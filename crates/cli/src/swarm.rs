@@ -171,6 +171,7 @@ pub fn run(a: SwarmArgs) -> Result<(), CliError> {
         jobs,
         planted,
         stop_at_failure: !a.keep_going,
+        stop_early: crate::signals::interrupted,
     };
     let bound = match (seeds, a.minutes) {
         (Some(n), Some(m)) => format!("seeds {}..{} or {m} minutes", a.from, a.from + n - 1),
@@ -183,6 +184,8 @@ pub fn run(a: SwarmArgs) -> Result<(), CliError> {
         SwarmBackend::Local => "one at a time".to_string(),
     };
     eprintln!("swarm on {}: {bound}, {at_once}", backend.name());
+    // Ctrl-C stops starting seeds; the running ones finish and the summary says what ran.
+    crate::signals::catch_stop_signals();
     let terminal = std::io::stderr().is_terminal();
     let (mut done, mut failed) = (0u64, 0u64);
     let started = std::time::Instant::now();
@@ -210,6 +213,24 @@ pub fn run(a: SwarmArgs) -> Result<(), CliError> {
     let failures = print_summary(&summary);
     if let (Some(file), Some(path)) = (out, a.json.as_deref()) {
         write_json(file, path, &summary.report(&opts))?;
+    }
+    verdict(&summary, &failures)
+}
+
+/// How a swarm ends: stopped by a signal (after the summary of what ran), failed, or
+/// passed.
+fn verdict(summary: &SwarmSummary, failures: &[u64]) -> Result<(), CliError> {
+    if let Some(sig) = crate::signals::stop_signal().filter(|_| summary.stopped_early) {
+        eprintln!(
+            "swarm stopped by a signal before its bound: {} seeds ran{}",
+            summary.seeds.len(),
+            if failures.is_empty() {
+                String::new()
+            } else {
+                format!(", {} failed", failures.len())
+            }
+        );
+        return Err(CliError::Stopped(sig));
     }
     if failures.is_empty() {
         Ok(())

@@ -410,3 +410,36 @@ fn a_requester_that_crashes_mid_run_leaks_nothing_on_the_owner() {
     }
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+/// A window too short for its reads is measured again over a longer one; where no
+/// longer window is allowed it is refused, never reported as a rate.
+#[test]
+fn a_window_too_short_is_lengthened_or_refused() {
+    use hytra_io::bench::{run_settled, BenchError, IoParams, Mode, Target};
+    let dir = temp_dir("settled");
+    let (path, _) = data_file(&dir, 1 << 20);
+    let mut ex = Exports::new();
+    ex.add_file("data", &path, false).unwrap();
+    let target = Target { exports: Arc::new(ex), file: FileId(0) };
+    let shape = ClusterShape { nodes: 2, workers_per_node: 1, lanes_per_peer: 1 };
+    let fresh = || SimCluster::new(hytra_fabric::sim::SimConfig::new(shape, 5));
+    let p = IoParams {
+        mode: Mode::Remote,
+        engine: EngineKind::Pool { threads: 2 },
+        size: 4096,
+        connections: 1,
+        depth: 8,
+        duration_ns: 10_000,
+        warmup_ns: 0,
+        seed: 5,
+        inline_max: 0,
+        timeout_ns: 1_000_000_000,
+    };
+    let t = timings::<SimCluster>();
+    let r = run_settled(fresh, &target, &p, t, 1_000_000_000).unwrap();
+    assert_eq!(r.extended_from_s, Some(1e-5), "{r:?}");
+    assert!(r.reads >= 1000 && r.seconds * 1e6 >= 2.0 * r.p99_us, "{r:?}");
+    let refused = run_settled(fresh, &target, &p, t, 4 * p.duration_ns);
+    assert!(matches!(refused, Err(BenchError::Unsettled { .. })), "{refused:?}");
+    std::fs::remove_dir_all(dir).unwrap();
+}

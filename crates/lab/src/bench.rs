@@ -299,6 +299,10 @@ pub struct BenchReport {
     pub replication: u16,
     /// The measured window, in seconds of the backend's clock.
     pub seconds: f64,
+    /// The default window asked for, in seconds, when it held less than twice the p99
+    /// latency and `seconds` is the longer one measured instead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window_extended_from_s: Option<f64>,
     /// The seed.
     pub seed: u64,
     /// The engine's configuration.
@@ -500,6 +504,7 @@ impl BenchReport {
             sim,
             crashes: None,
             design_auto: None,
+            window_extended_from_s: None,
             lost_nodes: None,
             replicated: None,
             still_copying: None,

@@ -735,7 +735,7 @@ pub fn multi_report(plan: &MicroPlan, objects: u16, cells: &[MultiCell]) -> Mult
         nodes: plan.shape.nodes,
         workers: plan.shape.workers_per_node,
         objects,
-        payload: plan.payloads.first().copied().unwrap_or(64),
+        payload: plan.payloads[0],
         seed: plan.params.seed,
         results: cells.iter().filter_map(MultiCell::row).collect(),
     }
@@ -803,15 +803,19 @@ impl MultiCell {
 }
 
 /// The multi-object benchmark: every step of [`LADDER`] for every column of
-/// [`MULTI_COLUMNS`], the first payload and lanes of `plan`; `on_cell` gets each cell
+/// [`MULTI_COLUMNS`] at the one payload and lane count of `plan`; `on_cell` gets each cell
 /// as it is done.
 pub fn run_multi(
     plan: &MicroPlan,
     objects: u16,
     on_cell: &mut dyn FnMut(&MultiCell),
 ) -> Result<Vec<MultiCell>, PointError> {
-    let payload = plan.payloads.first().copied().unwrap_or(64);
-    let lanes = plan.lanes.first().copied().unwrap_or(1);
+    let (&[payload], &[lanes]) = (plan.payloads.as_slice(), plan.lanes.as_slice()) else {
+        panic!(
+            "a multi-object plan has one payload and one lane count, not {:?} and {:?}",
+            plan.payloads, plan.lanes
+        );
+    };
     let mut cells = Vec::new();
     for (step, name) in LADDER.iter().enumerate() {
         for &(op, primitive) in &MULTI_COLUMNS {

@@ -1238,6 +1238,9 @@ pub struct SwarmOptions {
     pub planted: Option<PlantedFault>,
     /// Stop at the first failing seed.
     pub stop_at_failure: bool,
+    /// Asked before each seed starts: true stops the swarm there (the command line's
+    /// Ctrl-C); the seeds already running finish and are reported.
+    pub stop_early: fn() -> bool,
 }
 
 /// What a swarm found.
@@ -1249,6 +1252,8 @@ pub struct SwarmSummary {
     pub wall: Duration,
     /// (dimension, value) -> seeds that had it.
     pub coverage: BTreeMap<&'static str, BTreeMap<String, u64>>,
+    /// Whether [`SwarmOptions::stop_early`] ended it before its bound.
+    pub stopped_early: bool,
 }
 
 impl SwarmSummary {
@@ -1321,6 +1326,9 @@ pub struct SwarmReport {
     pub seeds_run: usize,
     /// The seeds that failed.
     pub failed: Vec<u64>,
+    /// Whether a stop signal ended the swarm before its bound (`seeds_run` then counts
+    /// the seeds that finished).
+    pub stopped_early: bool,
     /// Wall time.
     pub wall_s: f64,
     /// Seeds per minute of wall time.
@@ -1342,6 +1350,7 @@ impl SwarmSummary {
             planted: opts.planted.map(|p| p.name().to_string()),
             seeds_run: self.seeds.len(),
             failed: self.failures().map(|r| r.seed).collect(),
+            stopped_early: self.stopped_early,
             wall_s: self.wall.as_secs_f64(),
             seeds_per_minute: self.seeds_per_minute(),
             coverage: self.coverage.iter().map(|(d, v)| (d.to_string(), v.clone())).collect(),
@@ -1360,17 +1369,21 @@ pub fn run_swarm(opts: &SwarmOptions, mut on_seed: impl FnMut(&SeedReport)) -> S
         SwarmBackend::Local => 1,
     };
     let next = AtomicU64::new(0);
-    let stop = AtomicBool::new(false);
+    let (stop, stopped_early) = (AtomicBool::new(false), AtomicBool::new(false));
     let (tx, rx) = mpsc::channel::<SeedReport>();
     let mut summary = SwarmSummary::default();
     std::thread::scope(|s| {
         for _ in 0..jobs {
             let tx = tx.clone();
-            let (next, stop) = (&next, &stop);
+            let (next, stop, stopped_early) = (&next, &stop, &stopped_early);
             s.spawn(move || loop {
                 if stop.load(Ordering::Relaxed)
                     || opts.time_limit.is_some_and(|t| started.elapsed() >= t)
                 {
+                    return;
+                }
+                if (opts.stop_early)() {
+                    stopped_early.store(true, Ordering::Relaxed);
                     return;
                 }
                 let i = next.fetch_add(1, Ordering::Relaxed);
@@ -1399,6 +1412,7 @@ pub fn run_swarm(opts: &SwarmOptions, mut on_seed: impl FnMut(&SeedReport)) -> S
         }
     }
     summary.wall = started.elapsed();
+    summary.stopped_early = stopped_early.into_inner();
     summary
 }
 

@@ -17,6 +17,7 @@ fn first_caught(planted: PlantedFault) -> Option<u64> {
         jobs: 2,
         planted: Some(planted),
         stop_at_failure: true,
+        stop_early: || false,
     };
     run_swarm(&opts, |_| {}).failures().map(|r| r.seed).min()
 }

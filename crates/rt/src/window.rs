@@ -32,7 +32,9 @@ pub fn span_p99(window_ns: u64, p99_ns: u64) -> bool {
 /// The window to measure again over after `reruns` windows that did not settle, the last
 /// of `window_ns` with `ops` completions and a p99 latency of `p99_ns`: the window times
 /// the smallest power of two (at least 2) that should settle it, judging by what this one
-/// held (completions grow with the window), capped at `window_max_ns`. `None`: refuse
+/// held (completions grow with the window), capped at `window_max_ns`; a window that held
+/// nothing says nothing of what would settle, so it grows sixteen-fold, enough that
+/// [`RERUNS_MAX`] reruns reach from 1 ns to a window that held requests. `None`: refuse
 /// the point (after [`RERUNS_MAX`] reruns, or when the window already was the longest).
 pub fn extend(
     window_ns: u64,
@@ -50,7 +52,7 @@ pub fn extend(
     };
     let need = for_ops.max(p99_ns.saturating_mul(2));
     // From at least 1 ns, so that an empty window grows too.
-    let mut next = window_ns.max(1).saturating_mul(2);
+    let mut next = window_ns.max(1).saturating_mul(if ops == 0 { 16 } else { 2 });
     // Bounded: each turn doubles, and a u64 holds 64 doublings.
     while next < need && next < window_max_ns {
         next = next.saturating_mul(2);
@@ -121,8 +123,8 @@ mod tests {
 
     #[test]
     fn extension_jumps_to_a_window_that_should_settle_within_the_bounds() {
-        // Nothing completed: double.
-        assert_eq!(extend(10, 0, 0, 0, 1000), Some(20));
+        // Nothing completed: sixteen-fold.
+        assert_eq!(extend(10, 0, 0, 0, 1000), Some(160));
         // 100 completions of the 1000 needed: 10x, rounded up to a power of two.
         assert_eq!(extend(10, 100, 0, 0, 1000), Some(160));
         // The latency asks for more than the completions do.

@@ -237,6 +237,14 @@ pub enum ConfigError {
     /// A combination that cannot work.
     #[error("{0}")]
     Invalid(String),
+    /// An execution strategy that finds remote records through the location cache, with
+    /// no memory for one.
+    #[error("execution {} finds remote records through the location cache, which has no memory", .0.name())]
+    NoCache(ExecStrategy),
+    /// Locking at execution with an execution strategy other than the two-sided read RPC
+    /// it rides on.
+    #[error("locking at execution rides on the two-sided read RPC, and execution is {}", .0.name())]
+    LockAtExecution(ExecStrategy),
 }
 
 /// Location cache size of the presets that use one: "a 300MB index cache on each
@@ -307,10 +315,7 @@ impl TxnConfig {
         if matches!(self.exec, ExecStrategy::OneSidedCached | ExecStrategy::Hybrid)
             && self.cache_bytes == 0
         {
-            return bad(format!(
-                "execution strategy {:?} needs a location cache (cache_bytes > 0)",
-                self.exec
-            ));
+            return Err(ConfigError::NoCache(self.exec));
         }
         if self.commit == Primitive::TwoSided && self.lock == LockStrategy::OneSided {
             // A NIC lock word must not be released by a CPU (the commit RPC's handler)
@@ -319,7 +324,7 @@ impl TxnConfig {
             return bad("one-sided (NIC) locks need a one-sided commit to release them".into());
         }
         if self.lock == LockStrategy::AtExecution && self.exec != ExecStrategy::TwoSided {
-            return bad("locking at execution rides on the two-sided read RPC".into());
+            return Err(ConfigError::LockAtExecution(self.exec));
         }
         if let Some(c) = self.crash_point.filter(|c| c.node.0 >= nodes) {
             return bad(format!("crash point on {}, which is not a node (0..{nodes})", c.node));

@@ -60,8 +60,8 @@ mod validate;
 pub mod wire;
 
 pub use config::{
-    CrashPoint, Design, ExecStrategy, LockStrategy, PlantedFault, Primitive, ProtocolPoint,
-    TxnConfig,
+    ConfigError, CrashPoint, Design, ExecStrategy, LockStrategy, PlantedFault, Primitive,
+    ProtocolPoint, TxnConfig, CACHE_BYTES_DEFAULT,
 };
 pub use engine::{Engine, EngineError, NodeEngine, OffloadError, WorkerTxn, SCRATCH_CO_BYTES};
 pub use membership::{Config, Membership};

@@ -240,7 +240,9 @@ pub fn check_payload(p: Primitive, payload: u32, mtu: usize) -> Result<(), Micro
         return bad("must be a positive multiple of 8".into());
     }
     if payload as usize > mtu {
-        return bad(format!("exceeds the datagram MTU of {mtu} B"));
+        return bad(format!(
+            "more than {mtu} B, the datagram MTU, which bounds every payload measured"
+        ));
     }
     if matches!(p, Primitive::Rpc | Primitive::RpcWrite) && payload as usize > RPC_PAYLOAD_MAX {
         return bad(format!("an RPC reply carries at most {RPC_PAYLOAD_MAX} B"));
