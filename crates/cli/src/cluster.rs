@@ -143,6 +143,13 @@ pub fn run_node(a: NodeArgs) -> Result<(), CliError> {
             survivable("hub", &args)?;
         }
     }
+    // Every node runs over UCX: say so before meeting anyone or touching a journal
+    // (a place in the cluster wrongly given is still told first, where it is checked
+    // without acting).
+    let ucx = || crate::BackendKind::parse("ucx");
+    if a.id.is_some() && (a.hub.is_some() || f.hub.is_some()) {
+        ucx()?;
+    }
     let placement = match a.id {
         Some(id) if a.hub.is_some() => {
             let mut p = placed(&a.config, place::tcp(&f, id, timeout))?;
@@ -157,8 +164,7 @@ pub fn run_node(a: NodeArgs) -> Result<(), CliError> {
         Some(id) if f.hub.is_some() => placed(&a.config, place::hub(&f, id, timeout))?,
         Some(id) => {
             let p = placed(&a.config, place::tcp(&f, id, timeout))?;
-            // Every node runs over UCX: say so before meeting anyone.
-            crate::BackendKind::parse("ucx")?;
+            ucx()?;
             if let (false, Bootstrap::Tcp { root, .. }) = (a.launched, &p.bootstrap) {
                 eprintln!(
                     "node {id} of {}: meeting the others through node 0 at {root} (for up to {} s)",
@@ -176,7 +182,7 @@ pub fn run_node(a: NodeArgs) -> Result<(), CliError> {
             ))
         }
     };
-    crate::BackendKind::parse("ucx")?;
+    ucx()?;
     if let (Bootstrap::Hub { addr, .. }, false) = (&placement.bootstrap, a.launched) {
         let (me, nodes) = (placement.me, f.node_count());
         eprintln!("node {me} of {nodes}: joining the hub at {addr} (for up to {} s)", f.timeout_s);

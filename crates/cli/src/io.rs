@@ -168,10 +168,16 @@ fn plan(a: &IoArgs) -> Result<Plan, CliError> {
         (None, _) => None,
     };
     check_spread(a, backend, &modes)?;
-    if modes.iter().all(|&m| m == Mode::Local) && engines.iter().all(|&e| e == IoEngine::Thread) {
+    // Only the random reads: a replay (local and remote, with a pool) or a trace written
+    // still has work.
+    let matrix_only = a.no_trace && a.gen_trace.is_none();
+    let empty =
+        modes.iter().all(|&m| m == Mode::Local) && engines.iter().all(|&e| e == IoEngine::Thread);
+    if matrix_only && empty {
         return usage(
             "nothing to measure: local mode reads with the pool and uring engines (a thread \
-             per request is a remote-mode engine); add one of them to --engines",
+             per request is a remote-mode engine); add one of them to --engines, or replay a \
+             trace",
         );
     }
     let io_backend = match backend {
@@ -469,7 +475,9 @@ pub fn run(a: IoArgs) -> Result<(), CliError> {
     if !io.reports() {
         return Ok(());
     }
-    println!("{}", table.render());
+    if !reports.is_empty() {
+        println!("{}", table.render());
+    }
     let ratios = summarise(&reports);
     for (k, v) in &ratios {
         println!("{k}: {v:.2}");

@@ -4,7 +4,7 @@
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::sync::atomic::{AtomicI32, AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, Ordering};
 
 /// Restores the default action of SIGPIPE, which the Rust runtime ignores: `hytra ... |
 /// head` then ends quietly when `head` exits, instead of panicking in `println!`.
@@ -17,6 +17,9 @@ pub fn default_sigpipe() {
 
 /// The stop signal that arrived (0: none yet).
 static INTERRUPTED: AtomicI32 = AtomicI32::new(0);
+
+/// Whether a second stop signal ends the process at once ([`exit_on_second_signal`]).
+static EXIT_ON_SECOND: AtomicBool = AtomicBool::new(false);
 
 /// The NUL-terminated path the handler removes (null: none). Leaked on purpose: the
 /// handler may read it at any moment until the process ends.
@@ -33,7 +36,7 @@ extern "C" fn on_signal(sig: libc::c_int) {
             libc::_exit(128 + sig);
         }
     }
-    if again {
+    if again && EXIT_ON_SECOND.load(Ordering::SeqCst) {
         // SAFETY: _exit(2) is async-signal-safe.
         unsafe { libc::_exit(128 + sig) }
     }
@@ -41,8 +44,7 @@ extern "C" fn on_signal(sig: libc::c_int) {
 
 /// Catches SIGINT and SIGTERM: [`interrupted`] turns true, and if a temporary file is
 /// registered ([`remove_on_signal`]) it is removed and the process exits at once (128 +
-/// the signal), since the run it feeds cannot be stopped sooner. A second signal ends
-/// the process at once whatever it was doing.
+/// the signal), since the run it feeds cannot be stopped sooner.
 pub fn catch_stop_signals() {
     // SAFETY: `on_signal` only stores to atomics and makes async-signal-safe calls, and
     // has the signature signal(2) expects.
@@ -50,6 +52,15 @@ pub fn catch_stop_signals() {
         libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
         libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
     }
+}
+
+/// As [`catch_stop_signals`], and a second signal ends the process at once (128 + the
+/// signal): for a command whose first signal only stops it starting work (`hytra
+/// swarm`), not for one that must clean up what it started (`hytra cluster` stops its
+/// nodes).
+pub fn exit_on_second_signal() {
+    EXIT_ON_SECOND.store(true, Ordering::SeqCst);
+    catch_stop_signals();
 }
 
 /// Whether SIGINT or SIGTERM arrived since [`catch_stop_signals`].

@@ -131,7 +131,8 @@ pub fn node_at(spec: &str) -> Result<(u16, Span), String> {
         return Err("expected NODE@WHEN, such as 3@20ms".into());
     };
     let node = n.trim().parse().map_err(|_| format!("'{n}' is not a node number"))?;
-    if t.trim().parse::<f64>().is_ok_and(|x| x == 0.0) {
+    let number = t.trim().trim_end_matches(|c: char| c.is_alphabetic() || c == 'µ');
+    if number.trim().parse::<f64>().is_ok_and(|x| x == 0.0) {
         return Err("WHEN is counted from the start and must come after it".into());
     }
     Ok((node, t.parse()?))
@@ -181,7 +182,9 @@ mod tests {
         assert_eq!(node_at("0@0.02"), Ok((0, Span::from_ns(20_000_000))));
         assert!(node_at("x@1s").unwrap_err().contains("'x' is not a node"));
         assert!(node_at("3").unwrap_err().contains("NODE@WHEN"));
-        assert!(node_at("1@0").unwrap_err().contains("after"));
+        for zero in ["1@0", "1@0ms", "1@0 s", "1@0.0us"] {
+            assert!(node_at(zero).unwrap_err().contains("after"), "{zero}");
+        }
         assert!(node_at("1@soon").unwrap_err().contains("not a length of time"));
     }
 }

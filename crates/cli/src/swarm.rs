@@ -185,12 +185,20 @@ pub fn run(a: SwarmArgs) -> Result<(), CliError> {
     };
     eprintln!("swarm on {}: {bound}, {at_once}", backend.name());
     // Ctrl-C stops starting seeds; the running ones finish and the summary says what ran.
-    crate::signals::catch_stop_signals();
+    // A second one ends the process at once.
+    crate::signals::exit_on_second_signal();
     let terminal = std::io::stderr().is_terminal();
     let (mut done, mut failed) = (0u64, 0u64);
     let started = std::time::Instant::now();
+    let mut told = false;
     let summary = run_swarm(&opts, |r| {
         done += 1;
+        if !told && crate::signals::interrupted() {
+            told = true;
+            eprintln!(
+                "\nstopping: no new seeds; the running ones finish (Ctrl-C again ends at once)"
+            );
+        }
         if !r.passed() {
             failed += 1;
             if terminal {
@@ -217,8 +225,8 @@ pub fn run(a: SwarmArgs) -> Result<(), CliError> {
     verdict(&summary, &failures)
 }
 
-/// How a swarm ends: stopped by a signal (after the summary of what ran), failed, or
-/// passed.
+/// How a swarm ends: failed (whether or not a signal stopped it), stopped by a signal
+/// (after the summary of what ran), or passed.
 fn verdict(summary: &SwarmSummary, failures: &[u64]) -> Result<(), CliError> {
     if let Some(sig) = crate::signals::stop_signal().filter(|_| summary.stopped_early) {
         eprintln!(
@@ -230,7 +238,9 @@ fn verdict(summary: &SwarmSummary, failures: &[u64]) -> Result<(), CliError> {
                 format!(", {} failed", failures.len())
             }
         );
-        return Err(CliError::Stopped(sig));
+        if failures.is_empty() {
+            return Err(CliError::Stopped(sig));
+        }
     }
     if failures.is_empty() {
         Ok(())

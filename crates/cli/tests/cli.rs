@@ -27,14 +27,20 @@ fn assert_usage_errors(cases: &[&[&str]]) {
 fn errors_name_the_flag_that_caused_them_and_what_to_do() {
     let cases: &[(&[&str], &[&str])] = &[
         (&["bench", "--cache-mib", "0"], &["--cache-mib 0", "--exec two-sided"]),
-        (&["bench", "--design", "fasst", "--exec", "one-sided"], &["--exec one-sided", "--lock"]),
+        (
+            &["bench", "--design", "fasst", "--exec", "one-sided"],
+            &["--exec one-sided", "--lock two-sided"],
+        ),
+        (&["bench", "--lock", "at-execution"], &["--lock at-execution", "--exec two-sided"]),
+        (&["bench", "--backend", "local", "--profile", "cx4"], &["--profile"]),
+        (&["bench", "--crash", "1@0ms"], &["must come after"]),
         (&["bench", "--design", "fasst", "--exec", "hybrid"], &["--exec hybrid", "--cache-mib"]),
         (&["bench", "--crash", "1@0"], &["must come after"]),
         (&["bench", "--crash", "x@1ms"], &["'x' is not a node"]),
         (&["micro", "--primitives", "wrpc", "--payloads", "2048"], &["wrpc", "1024 B"]),
         (&["micro", "--payloads", "8192"], &["--payloads 8192", "MTU"]),
         (&["io", "--device", "p3700"], &["--device", "simulator"]),
-        (&["io", "--modes", "local", "--engines", "thread"], &["nothing to measure"]),
+        (&["io", "--modes", "local", "--engines", "thread", "--no-trace"], &["nothing to measure"]),
     ];
     for (args, words) in cases {
         assert_usage_errors(&[args]);
@@ -274,7 +280,7 @@ fn bench_lengthens_a_default_window_shorter_than_twice_its_p99() {
     ]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
-    assert!(stderr.contains("the default window of 10ms held less than twice"), "{stderr}");
+    assert!(stderr.contains("the window of 10ms held less than twice"), "{stderr}");
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(v["window_extended_from_s"].as_f64(), Some(0.01), "{v}");
@@ -764,7 +770,7 @@ fn io_bad_input_gets_one_line_and_exit_2() {
         &["io", "--device", "p3700"],
         &["io", "--profile", "cx3"],
         // A matrix with no point in it.
-        &["io", "--modes", "local", "--engines", "thread"],
+        &["io", "--modes", "local", "--engines", "thread", "--no-trace"],
         &["io", "--backend", "rdma"],
         &["io", "--file", "/nonexistent/hytra-io-file"],
         &["io", "--seconds", "0"],

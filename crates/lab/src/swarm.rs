@@ -1328,6 +1328,7 @@ pub struct SwarmReport {
     pub failed: Vec<u64>,
     /// Whether a stop signal ended the swarm before its bound (`seeds_run` then counts
     /// the seeds that finished).
+    #[serde(default)]
     pub stopped_early: bool,
     /// Wall time.
     pub wall_s: f64,
@@ -1380,6 +1381,10 @@ pub fn run_swarm(opts: &SwarmOptions, mut on_seed: impl FnMut(&SeedReport)) -> S
                 if stop.load(Ordering::Relaxed)
                     || opts.time_limit.is_some_and(|t| started.elapsed() >= t)
                 {
+                    return;
+                }
+                // Every seed started: the swarm ends at its bound, whatever the signal.
+                if opts.seeds.is_some_and(|n| next.load(Ordering::Relaxed) >= n) {
                     return;
                 }
                 if (opts.stop_early)() {
