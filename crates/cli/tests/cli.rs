@@ -23,6 +23,7 @@ fn assert_usage_errors(cases: &[&[&str]]) {
     }
 }
 
+/// A refused combination names the flag the user gave and what to give instead.
 #[test]
 fn errors_name_the_flag_that_caused_them_and_what_to_do() {
     let cases: &[(&[&str], &[&str])] = &[
@@ -253,31 +254,15 @@ fn bench_bad_input_gets_one_line_and_exit_2() {
     assert_usage_errors(cases);
 }
 
-/// A window that holds no commit, or is shorter than twice the p99 latency (its slowest
-/// transactions cut off, and the rate with them), is refused after the run with exit 1,
-/// as micro, io and offload refuse theirs: no rate is printed, and a `--json` file keeps
-/// what it held. A report goes to `/dev/null` as to any file. A network that loses
-/// every datagram ends the run with recovery's error (no node is left to decide what
-/// was in doubt), exit 1, not with a table.
 /// TPC-C on a slow NIC retries its New-Orders for milliseconds: its p99 is more than half
 /// the default window, which is then measured again over a longer one, and the report
-/// says so. The same window given with --duration is refused (above).
+/// says so. The same window given with --duration is refused, as the next test says.
 #[test]
 fn bench_lengthens_a_default_window_shorter_than_twice_its_p99() {
     let json = scratch("tpcc-lengthened.json");
-    let out = hytra(&[
-        "bench",
-        "--workload",
-        "tpcc",
-        "--profile",
-        "cx3",
-        "--nodes",
-        "3",
-        "--workers",
-        "1",
-        "--json",
-        json.to_str().unwrap(),
-    ]);
+    let tpcc =
+        ["bench", "--workload", "tpcc", "--profile", "cx3", "--nodes", "3", "--workers", "1"];
+    let out = hytra(&[&tpcc[..], &["--json", json.to_str().unwrap()]].concat());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(stderr.contains("the window of 10ms held less than twice"), "{stderr}");
@@ -287,22 +272,16 @@ fn bench_lengthens_a_default_window_shorter_than_twice_its_p99() {
     let (seconds, p99_us) =
         (v["seconds"].as_f64().unwrap(), v["latency_us"]["p99"].as_f64().unwrap());
     assert!(seconds > 0.01 && seconds * 1e6 >= 2.0 * p99_us, "{seconds} s, p99 {p99_us} µs");
-    let out = hytra(&[
-        "bench",
-        "--workload",
-        "tpcc",
-        "--profile",
-        "cx3",
-        "--nodes",
-        "3",
-        "--workers",
-        "1",
-        "--duration",
-        "10ms",
-    ]);
+    let out = hytra(&[&tpcc[..], &["--duration", "10ms"]].concat());
     assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
+/// A window that holds no commit, or is shorter than twice the p99 latency (its slowest
+/// transactions cut off, and the rate with them), is refused after the run with exit 1,
+/// as micro, io and offload refuse theirs: no rate is printed, and a `--json` file keeps
+/// what it held. A report goes to `/dev/null` as to any file. A network that loses
+/// every datagram ends the run with recovery's error (no node is left to decide what
+/// was in doubt), exit 1, not with a table.
 #[test]
 fn bench_refuses_a_window_too_short_for_a_rate_and_a_run_nothing_survived() {
     let small = ["bench", "--nodes", "3", "--workers", "2", "--duration"];
@@ -1108,6 +1087,8 @@ fn a_stopped_io_run_removes_its_temporary_file() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// Ctrl-C stops a swarm from starting seeds; it still prints and writes what ran, and
+/// ends as SIGINT ends a process.
 #[test]
 fn a_stopped_swarm_reports_the_seeds_that_ran() {
     let json = scratch("swarm-stopped.json");
