@@ -743,10 +743,9 @@ pub fn run_bench(a: BenchArgs) -> Result<(), CliError> {
         }
         let held = match report.committed {
             0 => "held no commit".to_string(),
-            _ => format!(
-                "held less than twice the p99 latency ({})",
-                Span::from_ns((report.latency_us.p99 * 1e3).round() as u64)
-            ),
+            _ => {
+                format!("held less than twice the p99 latency ({})", Span::from_ns(p99_ns(&report)))
+            }
         };
         eprintln!(
             "the window of {} {held}: measuring again over {}",
@@ -759,18 +758,24 @@ pub fn run_bench(a: BenchArgs) -> Result<(), CliError> {
     if spec.params.measure_ns != asked_ns {
         report.window_extended_from_s = Some(asked_ns as f64 / 1e9);
     }
-    let checked = !a.check || report.checker.serializable == Some(true);
-    if checked && report.invariant_ok {
+    let correct = correct(&a, &report);
+    if correct {
         check_settled(&report, spec.params.measure_ns)?;
     }
     print_report(&report, types, lease_of(&spec.txn, spec.backend.is_sim()).lease_ns);
     if let (Some(file), Some(path)) = (out, a.json.as_deref()) {
         write_json(file, path, &report)?;
     }
-    if a.check && report.checker.serializable != Some(true) || !report.invariant_ok {
+    if !correct {
         return Err(CliError::Run(anyhow::anyhow!("correctness check failed (see above)")));
     }
     Ok(())
+}
+
+/// Whether a run passed its correctness checks: the checker (with `--check`) and the
+/// workload's invariant. A failed one is reported whatever the window.
+fn correct(a: &BenchArgs, r: &BenchReport) -> bool {
+    (!a.check || r.checker.serializable == Some(true)) && r.invariant_ok
 }
 
 /// One run of `spec` and its report (without `--design auto`'s trials), or `None` on a
@@ -851,19 +856,14 @@ fn lengthened(
     r: &BenchReport,
     reruns: u32,
 ) -> Option<u64> {
-    let p99_ns = (r.latency_us.p99 * 1e3).round() as u64;
     let measure_ns = spec.params.measure_ns;
-    let judged = !a.check || r.checker.serializable == Some(true);
-    if a.duration.is_some() || !spec.backend.is_sim() || !crashes.is_empty() {
+    if a.duration.is_some() || !spec.backend.is_sim() || !crashes.is_empty() || !correct(a, r) {
         return None;
     }
-    let aborts: u64 = r.aborts.values().sum();
-    if !judged || !r.invariant_ok || (r.committed == 0 && aborts > 0) {
+    if held(r, measure_ns) != Held::TooShort {
         return None;
     }
-    if r.committed > 0 && span_p99(measure_ns, p99_ns) {
-        return None;
-    }
+    let p99_ns = p99_ns(r);
     let default_ns = (SIM_DEFAULT_SECONDS * 1e9) as u64;
     // A bench window needs one commit, not micro's thousand: ask for what p99 asks (or
     // grow as an empty window does).
@@ -884,24 +884,51 @@ const LENGTHENED_MAX: u64 = 16;
 /// refuse theirs: the arguments passed their checks, the run did not measure. A failed
 /// correctness check is reported before this: it stands whatever the window.
 fn check_settled(r: &BenchReport, measure_ns: u64) -> Result<(), CliError> {
-    let aborts: u64 = r.aborts.values().sum();
-    let p99_ns = (r.latency_us.p99 * 1e3).round() as u64;
     let window = Span::from_ns(measure_ns);
-    if r.committed == 0 && aborts > 0 {
+    match held(r, measure_ns) {
+        Held::Rate => Ok(()),
         // Not the window's length: every attempt that ended, aborted.
-        return Err(CliError::Run(anyhow::anyhow!(
+        Held::AllAborted(aborts) => Err(CliError::Run(anyhow::anyhow!(
             "no transaction committed in {window}: all {aborts} attempts that ended aborted ({})",
             r.aborts.iter().map(|(why, n)| format!("{why} {n}")).collect::<Vec<_>>().join(", ")
-        )));
+        ))),
+        Held::TooShort => {
+            let p99 = match r.committed {
+                0 => "none".to_string(),
+                _ => Span::from_ns(p99_ns(r)).to_string(),
+            };
+            Err(CliError::Run(anyhow::anyhow!(
+                "the window is too short to measure a rate: {} transactions committed in {window} (at least one is needed, and a window of twice the p99 latency, {p99}); give a longer --duration",
+                r.committed,
+            )))
+        }
     }
-    if r.committed > 0 && span_p99(measure_ns, p99_ns) {
-        return Ok(());
+}
+
+/// What a bench window held, judged for a rate.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+enum Held {
+    /// A commit, and at least twice the p99 latency.
+    Rate,
+    /// No commit, and this many attempts that ended, all aborted.
+    AllAborted(u64),
+    /// No attempt ended, or the window was shorter than twice the p99 latency.
+    TooShort,
+}
+
+fn held(r: &BenchReport, measure_ns: u64) -> Held {
+    let aborts: u64 = r.aborts.values().sum();
+    match r.committed {
+        0 if aborts > 0 => Held::AllAborted(aborts),
+        0 => Held::TooShort,
+        _ if span_p99(measure_ns, p99_ns(r)) => Held::Rate,
+        _ => Held::TooShort,
     }
-    let p99 = if r.committed == 0 { "none".to_string() } else { Span::from_ns(p99_ns).to_string() };
-    Err(CliError::Run(anyhow::anyhow!(
-        "the window is too short to measure a rate: {} transactions committed in {window} (at least one is needed, and a window of twice the p99 latency, {p99}); give a longer --duration",
-        r.committed,
-    )))
+}
+
+/// The report's p99 latency, ns.
+fn p99_ns(r: &BenchReport) -> u64 {
+    (r.latency_us.p99 * 1e3).round() as u64
 }
 
 /// `--cpu-profile` that measures every step instead of costing it from a profile.

@@ -143,12 +143,11 @@ pub fn run_node(a: NodeArgs) -> Result<(), CliError> {
             survivable("hub", &args)?;
         }
     }
-    // Every node runs over UCX: say so before meeting anyone or touching a journal
-    // (a place in the cluster wrongly given is still told first, where it is checked
-    // without acting).
-    let ucx = || crate::BackendKind::parse("ucx");
+    // Every node runs over UCX: say so before meeting anyone or touching a journal (a
+    // hub's placement does); a place in the cluster wrongly given is told first where
+    // finding it touches nothing.
     if a.id.is_some() && (a.hub.is_some() || f.hub.is_some()) {
-        ucx()?;
+        crate::BackendKind::parse("ucx")?;
     }
     let placement = match a.id {
         Some(id) if a.hub.is_some() => {
@@ -162,18 +161,7 @@ pub fn run_node(a: NodeArgs) -> Result<(), CliError> {
             p
         }
         Some(id) if f.hub.is_some() => placed(&a.config, place::hub(&f, id, timeout))?,
-        Some(id) => {
-            let p = placed(&a.config, place::tcp(&f, id, timeout))?;
-            ucx()?;
-            if let (false, Bootstrap::Tcp { root, .. }) = (a.launched, &p.bootstrap) {
-                eprintln!(
-                    "node {id} of {}: meeting the others through node 0 at {root} (for up to {} s)",
-                    f.nodes.len(),
-                    timeout.as_secs()
-                );
-            }
-            p
-        }
+        Some(id) => placed(&a.config, place::tcp(&f, id, timeout))?,
         None if place::launched_by_pmix() => placed(&a.config, pmix_placement(&f, timeout))?,
         None => {
             return usage(format!(
@@ -182,7 +170,15 @@ pub fn run_node(a: NodeArgs) -> Result<(), CliError> {
             ))
         }
     };
-    ucx()?;
+    crate::BackendKind::parse("ucx")?;
+    if let (Bootstrap::Tcp { root, .. }, false) = (&placement.bootstrap, a.launched) {
+        eprintln!(
+            "node {} of {}: meeting the others through node 0 at {root} (for up to {} s)",
+            placement.me,
+            f.nodes.len(),
+            timeout.as_secs()
+        );
+    }
     if let (Bootstrap::Hub { addr, .. }, false) = (&placement.bootstrap, a.launched) {
         let (me, nodes) = (placement.me, f.node_count());
         eprintln!("node {me} of {nodes}: joining the hub at {addr} (for up to {} s)", f.timeout_s);

@@ -228,23 +228,17 @@ pub fn run(a: SwarmArgs) -> Result<(), CliError> {
 /// How a swarm ends: failed (whether or not a signal stopped it), stopped by a signal
 /// (after the summary of what ran), or passed.
 fn verdict(summary: &SwarmSummary, failures: &[u64]) -> Result<(), CliError> {
-    if let Some(sig) = crate::signals::stop_signal().filter(|_| summary.stopped_early) {
+    let stopped = crate::signals::stop_signal().filter(|_| summary.stopped_early);
+    if stopped.is_some() {
         eprintln!(
-            "swarm stopped by a signal before its bound: {} seeds ran{}",
+            "swarm stopped by a signal before its bound: {} seeds ran, {} failed",
             summary.seeds.len(),
-            if failures.is_empty() {
-                String::new()
-            } else {
-                format!(", {} failed", failures.len())
-            }
+            failures.len()
         );
-        if failures.is_empty() {
-            return Err(CliError::Stopped(sig));
-        }
     }
-    if failures.is_empty() {
-        Ok(())
-    } else {
-        Err(CliError::Run(anyhow::anyhow!("{} seeds failed (see above)", failures.len())))
+    match (failures.len(), stopped) {
+        (0, None) => Ok(()),
+        (0, Some(sig)) => Err(CliError::Stopped(sig)),
+        (n, _) => Err(CliError::Run(anyhow::anyhow!("{n} seeds failed (see above)"))),
     }
 }

@@ -5,8 +5,9 @@
 //! near zero and percentiles that are too low; a window with a handful of completions
 //! reports noise. Every benchmark that turns a window into a rate (`micro`, `io`,
 //! `offload`) judges it by the same rule, and lengthens it or refuses it, never prints it.
-//! `bench` refuses a window that does not [`span_p99`] or held no commit; it keeps no
-//! floor on the commits (TPC-C on a slow NIC holds a few hundred in its default window).
+//! `bench` judges by [`span_p99`] and at least one commit, with no floor on the commits
+//! (TPC-C on a slow NIC holds a few hundred in its default window): it lengthens its
+//! default window on sim, and refuses any other that falls short.
 
 /// Completions a window must hold (all nodes) before its rate and percentiles are
 /// reported.
