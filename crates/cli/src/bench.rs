@@ -18,10 +18,10 @@ use hytra_lab::bench::{
     recovery_times, BenchReport, BenchSetup, Crash, CrashesReport, TrialReport, TypeCounts,
 };
 use hytra_lab::cluster_file::Wait;
+use hytra_lab::judge::SIM_DEFAULT_WINDOW_NS;
 use hytra_lab::{unknown_workload, CpuProfile, CPU_PROFILE_DEFAULT, CRASH_TIMELINE_NS, WORKLOADS};
 use hytra_lab::{BackendSpec, RunSpec, UcxSpec, WorkloadSpec};
 use hytra_rt::constants::COROUTINES_MAX;
-use hytra_rt::window::span_p99;
 use hytra_rt::RtConfig;
 use hytra_txn::{
     AbortClass, AbortReason, ConfigError, Design, ExecStrategy, LockStrategy, Phase, Primitive,
@@ -32,9 +32,9 @@ use hytra_workloads::tpcc::{TpccMix, TYPES as TPCC_TYPES};
 use hytra_workloads::ycsb::{KeyDist, Mix as YcsbMix};
 
 use crate::choice::{named, on_or, Switch};
-use crate::span::{check_warmup, warmup_ns, Span};
 use crate::table::{open_output, rate, write_json, Table};
 use crate::{usage, BackendKind, CliError};
+use hytra_lab::span::{check_warmup, warmup_ns, Span};
 
 /// Options of `hytra bench`.
 #[derive(Args, Debug, Clone)]
@@ -433,14 +433,6 @@ fn build_config(a: &BenchArgs, design: Design) -> Result<TxnConfig, CliError> {
     Ok(c)
 }
 
-/// Memory this machine has available (`MemAvailable`), in bytes, if it says.
-fn available_memory() -> Option<u64> {
-    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
-}
-
 /// Checks the options of a benchmark to be spread over processes without running
 /// anything (for `hytra cluster`, before it starts the nodes).
 pub(crate) fn check(a: &BenchArgs) -> Result<(), CliError> {
@@ -488,7 +480,7 @@ fn prepare(a: &BenchArgs) -> Result<Plan, CliError> {
     let (cfg, candidates) = designs(a)?;
     let default_s = match (sim, a.crash.is_empty()) {
         (false, true) => 5.0,
-        (true, true) => SIM_DEFAULT_SECONDS,
+        (true, true) => SIM_DEFAULT_WINDOW_NS as f64 / 1e9,
         // Twenty leases: room to detect, reconfigure and run on.
         (_, false) => 20.0 * lease_of(&cfg, sim).lease_ns as f64 / 1e9,
     };
@@ -502,7 +494,7 @@ fn prepare(a: &BenchArgs) -> Result<Plan, CliError> {
             a.backend
         ));
     }
-    check_warmup(a.warmup)?;
+    check_warmup(a.warmup).map_err(CliError::Usage)?;
     let crashes = crashes(a, &cfg, seconds)?;
     let shape =
         ClusterShape { nodes: a.nodes, workers_per_node: a.workers, lanes_per_peer: a.lanes };
@@ -511,7 +503,7 @@ fn prepare(a: &BenchArgs) -> Result<Plan, CliError> {
     let backend = backend_spec(a, profile, cpu, shape, &workload, &crashes)?;
     let spec = RunSpec { backend, workload, txn: cfg, params };
     spec.validate().map_err(CliError::Usage)?;
-    check_memory(&spec)?;
+    spec.check_memory().map_err(|e| CliError::Usage(e.to_string()))?;
     Ok(Plan { spec, candidates, crashes })
 }
 
@@ -612,21 +604,6 @@ fn backend_spec(
     })
 }
 
-/// Refuses a run that would take more than four fifths of the memory available.
-fn check_memory(spec: &RunSpec) -> Result<(), CliError> {
-    let need = spec.memory_bytes();
-    if let Some(avail) = available_memory() {
-        if need > avail / 10 * 8 {
-            return usage(format!(
-                "the run needs about {} MiB of memory and {} MiB are available; use a smaller database, or fewer nodes or workers",
-                need >> 20,
-                avail >> 20
-            ));
-        }
-    }
-    Ok(())
-}
-
 /// The workload `a` names, sized.
 fn workload_spec(a: &BenchArgs) -> Result<WorkloadSpec, CliError> {
     Ok(match a.workload.as_str() {
@@ -724,43 +701,34 @@ pub fn run_bench(a: BenchArgs) -> Result<(), CliError> {
         spec.txn = txn;
         Some(report)
     };
-    let (mut reruns, asked_ns) = (0, spec.params.measure_ns);
+    let (mut reruns, asked_ns, started) = (0, spec.params.measure_ns, Instant::now());
+    // Only a default window on sim is lengthened: one the user gave, a real backend's and
+    // one with crashes timed in it are judged as they are.
+    let lengthens = a.duration.is_none() && spec.backend.is_sim() && crashes.is_empty();
     let (mut report, types) = loop {
-        let Some((mut report, types)) = run_once(&a, &spec, &crashes)? else {
+        let Some((mut report, types)) = run_once(&a, &spec, &crashes, reruns == 0)? else {
             return Ok(());
         };
         report.design_auto = auto.clone();
-        let Some(longer) = lengthened(&a, &spec, &crashes, &report, reruns) else {
+        let Some(next) = lengthens.then(|| spec.lengthened(&report, reruns)).flatten() else {
             break (report, types);
-        };
-        let (measure_ns, warmup_ns) = (spec.params.measure_ns, spec.params.warmup_ns);
-        let warmup_ns = hytra_rt::window::scaled(warmup_ns, measure_ns, longer);
-        let mut next = spec.clone();
-        next.params = BenchParams { measure_ns: longer, warmup_ns, ..spec.params };
-        // Tables sized by the run's length (TPC-C's orders, YCSB's inserts) grow with it.
-        if next.validate().is_err() || check_memory(&next).is_err() {
-            break (report, types);
-        }
-        let held = match report.committed {
-            0 => "held no commit".to_string(),
-            _ => {
-                format!("held less than twice the p99 latency ({})", Span::from_ns(p99_ns(&report)))
-            }
         };
         eprintln!(
-            "the window of {} {held}: measuring again over {}",
-            Span::from_ns(measure_ns),
-            Span::from_ns(longer)
+            "the window of {} {}: measuring again over {}",
+            Span::from_ns(spec.params.measure_ns),
+            report.shortfall(),
+            Span::from_ns(next.params.measure_ns)
         );
         spec = next;
         reruns += 1;
     };
     if spec.params.measure_ns != asked_ns {
         report.window_extended_from_s = Some(asked_ns as f64 / 1e9);
+        report.wall_s = started.elapsed().as_secs_f64();
     }
-    let correct = correct(&a, &report);
+    let correct = report.correct();
     if correct {
-        check_settled(&report, spec.params.measure_ns)?;
+        report.settled().map_err(|e| CliError::Run(e.into()))?;
     }
     print_report(&report, types, lease_of(&spec.txn, spec.backend.is_sim()).lease_ns);
     if let (Some(file), Some(path)) = (out, a.json.as_deref()) {
@@ -772,24 +740,23 @@ pub fn run_bench(a: BenchArgs) -> Result<(), CliError> {
     Ok(())
 }
 
-/// Whether a run passed its correctness checks: the checker (with `--check`) and the
-/// workload's invariant. A failed one is reported whatever the window.
-fn correct(a: &BenchArgs, r: &BenchReport) -> bool {
-    (!a.check || r.checker.serializable == Some(true)) && r.invariant_ok
-}
-
 /// One run of `spec` and its report (without `--design auto`'s trials), or `None` on a
-/// node of a cluster spread over processes that does not report.
+/// node of a cluster spread over processes that does not report. The simulator's
+/// description is printed on the `first` run only (a lengthened window changes nothing
+/// of it).
 fn run_once(
     a: &BenchArgs,
     spec: &RunSpec,
     crashes: &[Crash],
+    first: bool,
 ) -> Result<Option<(BenchReport, &'static [&'static str])>, CliError> {
     // The run's own wall time, after any trials.
     let started = Instant::now();
     let total_ns = spec.params.warmup_ns + spec.params.measure_ns;
     let result = if let BackendSpec::Sim(sc) = &spec.backend {
-        eprintln!("{}", sc.describe());
+        if first {
+            eprintln!("{}", sc.describe());
+        }
         let mut bar = ProgressBar::new(started, total_ns, "virtual");
         hytra_lab::run(spec, Some(Box::new(move |now| bar.show(now))))
     } else {
@@ -843,92 +810,6 @@ fn run_once(
         report = report.with_lost(result.recovery.crashed.iter().map(|n| n.0).collect(), result);
     }
     Ok(Some((report, outcome.txn_types)))
-}
-
-/// The window to measure again over when the default one on sim held no commit (and no
-/// abort) or less than twice the p99 latency (TPC-C's retried New-Orders on a slow NIC),
-/// up to [`LENGTHENED_MAX`] times the default: a window the user gave, a real backend's,
-/// and a run with crashes timed in it are judged as they are.
-fn lengthened(
-    a: &BenchArgs,
-    spec: &RunSpec,
-    crashes: &[Crash],
-    r: &BenchReport,
-    reruns: u32,
-) -> Option<u64> {
-    let measure_ns = spec.params.measure_ns;
-    if a.duration.is_some() || !spec.backend.is_sim() || !crashes.is_empty() || !correct(a, r) {
-        return None;
-    }
-    if held(r, measure_ns) != Held::TooShort {
-        return None;
-    }
-    let p99_ns = p99_ns(r);
-    let default_ns = (SIM_DEFAULT_SECONDS * 1e9) as u64;
-    // A bench window needs one commit, not micro's thousand: ask for what p99 asks (or
-    // grow as an empty window does).
-    let ops = if r.committed == 0 { 0 } else { u64::MAX };
-    hytra_rt::window::extend(measure_ns, ops, p99_ns, reruns, default_ns * LENGTHENED_MAX)
-}
-
-/// The default window on sim, in virtual seconds.
-const SIM_DEFAULT_SECONDS: f64 = 0.01;
-/// How many times the default window on sim a run lengthens it at most (a TPC-C run on
-/// cx3 needs 2 to 4); past that, the run is unstable, and refused.
-const LENGTHENED_MAX: u64 = 16;
-
-/// Refuses to report a rate from a window that held no commit, or was shorter than twice
-/// the p99 latency: its slowest transactions were cut off, and the rate with them. (A
-/// floor on the commits, as `micro` keeps, would refuse the default TPC-C runs on slow
-/// NICs; their rates are noisy, not biased.) Exit 1, as `micro`, `io` and `offload`
-/// refuse theirs: the arguments passed their checks, the run did not measure. A failed
-/// correctness check is reported before this: it stands whatever the window.
-fn check_settled(r: &BenchReport, measure_ns: u64) -> Result<(), CliError> {
-    let window = Span::from_ns(measure_ns);
-    match held(r, measure_ns) {
-        Held::Rate => Ok(()),
-        // Not the window's length: every attempt that ended, aborted.
-        Held::AllAborted(aborts) => Err(CliError::Run(anyhow::anyhow!(
-            "no transaction committed in {window}: all {aborts} attempts that ended aborted ({})",
-            r.aborts.iter().map(|(why, n)| format!("{why} {n}")).collect::<Vec<_>>().join(", ")
-        ))),
-        Held::TooShort => {
-            let p99 = match r.committed {
-                0 => "none".to_string(),
-                _ => Span::from_ns(p99_ns(r)).to_string(),
-            };
-            Err(CliError::Run(anyhow::anyhow!(
-                "the window is too short to measure a rate: {} transactions committed in {window} (at least one is needed, and a window of twice the p99 latency, {p99}); give a longer --duration",
-                r.committed,
-            )))
-        }
-    }
-}
-
-/// What a bench window held, judged for a rate.
-#[derive(Copy, Clone, PartialEq, Eq, Debug)]
-enum Held {
-    /// A commit, and at least twice the p99 latency.
-    Rate,
-    /// No commit, and this many attempts that ended, all aborted.
-    AllAborted(u64),
-    /// No attempt ended, or the window was shorter than twice the p99 latency.
-    TooShort,
-}
-
-fn held(r: &BenchReport, measure_ns: u64) -> Held {
-    let aborts: u64 = r.aborts.values().sum();
-    match r.committed {
-        0 if aborts > 0 => Held::AllAborted(aborts),
-        0 => Held::TooShort,
-        _ if span_p99(measure_ns, p99_ns(r)) => Held::Rate,
-        _ => Held::TooShort,
-    }
-}
-
-/// The report's p99 latency, ns.
-fn p99_ns(r: &BenchReport) -> u64 {
-    (r.latency_us.p99 * 1e3).round() as u64
 }
 
 /// `--cpu-profile` that measures every step instead of costing it from a profile.
@@ -1009,7 +890,7 @@ fn crashes(a: &BenchArgs, cfg: &TxnConfig, seconds: f64) -> Result<Vec<Crash>, C
     let mut out: Vec<Crash> = Vec::new();
     for c in &a.crash {
         let (node, at) =
-            crate::span::node_at(c).or_else(|e| usage(format!("--crash '{c}': {e}")))?;
+            hytra_lab::span::node_at(c).or_else(|e| usage(format!("--crash '{c}': {e}")))?;
         let (at_ns, at) = (at.ns(), at.secs());
         if node >= a.nodes {
             return usage(format!(

@@ -26,8 +26,8 @@ use hytra_lab::{Bootstrap, Launcher, Placement, StoreAt};
 
 use crate::bench::{run_bench, BenchArgs};
 use crate::io::IoArgs;
-use crate::span::Span;
 use crate::{usage, CliError};
+use hytra_lab::span::Span;
 
 /// Reads and checks a cluster file; every message names the file.
 fn read_file(path: &Path) -> Result<ClusterFile, CliError> {

@@ -4,21 +4,21 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use anyhow::Context;
 use clap::Args;
 use hytra_fabric::sim::profile::NicProfile;
 use hytra_io::bench::IoReport;
 use hytra_io::bench::{Mode, Target};
-use hytra_io::trace::{self, TraceOp};
+use hytra_io::trace::TraceOp;
 use hytra_io::{DeviceModel, Exports, FileId};
 use hytra_lab::io::{
     measure, summarise, FileReport, IoBackend, IoEngine, IoPlan, IoRunReport, TraceReport,
     IO_SCHEMA,
 };
+use hytra_lab::io_files::{q3_trace, read_trace, write_q3_trace, DataFile, IoFileError};
 
-use crate::span::{check_warmup, check_window, warmup_ns, Span};
 use crate::table::{open_output, write_json, Table};
 use crate::{usage, BackendKind, CliError};
+use hytra_lab::span::{check_warmup, check_window, warmup_ns, Span};
 
 /// Options of `hytra io`.
 #[derive(Args, Debug, Clone)]
@@ -148,8 +148,8 @@ fn plan(a: &IoArgs) -> Result<Plan, CliError> {
     let default = if backend == BackendKind::Sim { 20_000_000 } else { 1_000_000_000 };
     let duration = a.duration.unwrap_or(Span::from_ns(default));
     let max = Span::from_ns(backend.window_max_ns());
-    check_window(duration, max, &format!(" on {}", a.backend))?;
-    check_warmup(a.warmup)?;
+    check_window(duration, max, &format!(" on {}", a.backend)).map_err(CliError::Usage)?;
+    check_warmup(a.warmup).map_err(CliError::Usage)?;
     if let Some(path) = &a.gen_trace {
         let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
         if dir.is_some_and(|d| !d.is_dir()) {
@@ -164,7 +164,7 @@ fn plan(a: &IoArgs) -> Result<Plan, CliError> {
         (Some(_), true) => {
             return usage("--trace replays a trace, and --no-trace or --gen-trace says not to")
         }
-        (Some(p), false) => Some(read_trace(p)?),
+        (Some(p), false) => Some(read_trace(p).map_err(file_error)?),
         (None, _) => None,
     };
     check_spread(a, backend, &modes)?;
@@ -277,74 +277,24 @@ fn check_spread(a: &IoArgs, backend: BackendKind, modes: &[Mode]) -> Result<(), 
     Ok(())
 }
 
-/// The largest trace file read (about 20 M reads).
-const TRACE_BYTES_MAX: u64 = 256 << 20;
-
-/// Reads and parses `--trace` (a missing, unreadable, binary or empty file is the
-/// user's to fix).
-fn read_trace(p: &std::path::Path) -> Result<Vec<TraceOp>, CliError> {
-    let bad = |e: std::io::Error| CliError::Usage(format!("--trace {}: {e}", p.display()));
-    let len = std::fs::metadata(p).map_err(bad)?.len();
-    if len > TRACE_BYTES_MAX {
-        return usage(format!(
-            "--trace {}: {len} bytes; traces of at most {TRACE_BYTES_MAX} bytes are read",
-            p.display()
-        ));
-    }
-    let bytes = std::fs::read(p).map_err(bad)?;
-    let text = String::from_utf8(bytes).map_err(|_| {
-        CliError::Usage(format!("--trace {}: not a text file of offset,length lines", p.display()))
-    })?;
-    let ops = trace::parse(&text)
-        .map_err(|e| CliError::Usage(format!("--trace {}: {e}", p.display())))?;
-    if ops.is_empty() {
-        return usage(format!("--trace {}: the trace has no reads", p.display()));
-    }
-    Ok(ops)
-}
-
-/// The file the runs read: given, or generated (and removed when dropped).
-struct DataFile {
-    path: PathBuf,
-    generated: bool,
-}
-
-impl Drop for DataFile {
-    fn drop(&mut self) {
-        if self.generated {
-            let _ = std::fs::remove_file(&self.path);
-        }
-    }
-}
-
+/// The file the runs read: given, or generated (removed on a signal, and when dropped).
 fn data_file(a: &IoArgs) -> Result<DataFile, CliError> {
-    if let Some(p) = &a.file {
-        if !p.is_file() {
-            return usage(format!("--file '{}' is not a readable regular file", p.display()));
+    match &a.file {
+        Some(p) => DataFile::given(p),
+        None => {
+            let path = std::env::temp_dir().join(format!("hytra-io-{}.dat", std::process::id()));
+            DataFile::generate(path, a.file_mib, a.seed, crate::signals::remove_on_signal)
         }
-        return Ok(DataFile { path: p.clone(), generated: false });
     }
-    if a.file_mib == 0 || a.file_mib > 64 << 10 {
-        return usage("--file-mib must be 1 ..= 65536");
+    .map_err(file_error)
+}
+
+/// A file's error: the user's arguments at fault (exit 2), or the machine's files (1).
+fn file_error(e: IoFileError) -> CliError {
+    match e.is_usage() {
+        true => CliError::Usage(e.to_string()),
+        false => CliError::Run(e.into()),
     }
-    let path = std::env::temp_dir().join(format!("hytra-io-{}.dat", std::process::id()));
-    // Before the file exists, so that no instant of a Ctrl-C leaves it behind.
-    crate::signals::remove_on_signal(&path);
-    let f = DataFile { path: path.clone(), generated: true };
-    let mut rng = hytra_fabric::rng::Rng::new(a.seed);
-    let mut out = std::io::BufWriter::new(
-        std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?,
-    );
-    let mut chunk = vec![0u8; 1 << 20];
-    for _ in 0..a.file_mib {
-        for w in chunk.chunks_exact_mut(8) {
-            w.copy_from_slice(&rng.next_u64().to_le_bytes());
-        }
-        std::io::Write::write_all(&mut out, &chunk).context("writing the data file")?;
-    }
-    std::io::Write::flush(&mut out).context("writing the data file")?;
-    drop(out);
-    Ok(f)
 }
 
 /// What to add to a progress line when a point's window had to be lengthened.
@@ -378,21 +328,11 @@ fn row(t: &mut Table, r: &IoReport, what: &str) {
 
 /// `--gen-trace PATH`: writes a Q3-like trace of the file at `data` and says so.
 fn gen_trace(a: &IoArgs, data: &Path, path: &Path) -> Result<(), CliError> {
-    let len = std::fs::metadata(data).context("reading the file size")?.len();
-    if len < Q3_BYTES_MIN {
-        return usage("the file is too small for a Q3-like trace (40 pages of 16 KiB)");
-    }
-    let ops = trace::tpch_q3(len, 16384, a.trace_ops, a.seed);
-    std::fs::write(path, trace::format(&ops))
-        .with_context(|| format!("writing {}", path.display()))?;
-    // The query ends with the ORDERS scan: a small file holds fewer reads than asked.
-    let whole = if ops.len() < a.trace_ops { " (the whole query on this file)" } else { "" };
-    println!("wrote {} reads to {}{whole}", ops.len(), path.display());
+    let n = write_q3_trace(data, path, a.trace_ops, a.seed).map_err(file_error)?;
+    let whole = if n < a.trace_ops { " (the whole query on this file)" } else { "" };
+    println!("wrote {n} reads to {}{whole}", path.display());
     Ok(())
 }
-
-/// The smallest file a Q3-like trace reads: 40 pages of 16 KiB.
-const Q3_BYTES_MIN: u64 = 40 * 16384;
 
 /// Replays `trace` (or a generated Q3-like one) locally and remotely and prints the
 /// table; the reports and the trace's reads.
@@ -403,10 +343,9 @@ fn replay(
     target: &Target,
     file_len: u64,
 ) -> Result<(Vec<IoReport>, usize), CliError> {
-    let ops: Vec<TraceOp> = match trace {
+    let ops = match trace {
         Some(ops) => ops,
-        None if file_len >= Q3_BYTES_MIN => trace::tpch_q3(file_len, 16384, a.trace_ops, a.seed),
-        None => return usage("the file is too small for a Q3-like trace (40 pages of 16 KiB)"),
+        None => q3_trace(file_len, a.trace_ops, a.seed).map_err(file_error)?,
     };
     let ops = Arc::new(ops);
     let mut t = Table::new(&[
@@ -439,10 +378,10 @@ pub fn run(a: IoArgs) -> Result<(), CliError> {
     let out = a.json.as_deref().map(open_output).transpose()?;
     let file = data_file(&a)?;
     if let Some(path) = &a.gen_trace {
-        return gen_trace(&a, &file.path, path);
+        return gen_trace(&a, file.path(), path);
     }
     let mut ex = Exports::new();
-    ex.add_file("data", &file.path, !a.buffered)
+    ex.add_file("data", file.path(), !a.buffered)
         .map_err(|e| CliError::Run(anyhow::anyhow!("{e}")))?;
     let direct = ex.get(FileId(0)).is_some_and(|f| f.file.direct());
     let file_len = ex.get(FileId(0)).map_or(0, |f| f.file.len());
@@ -450,7 +389,7 @@ pub fn run(a: IoArgs) -> Result<(), CliError> {
     eprintln!(
         "hytra io: backend {}, file {} ({} MiB, {})",
         a.backend,
-        file.path.display(),
+        file.path().display(),
         file_len >> 20,
         if direct { "O_DIRECT" } else { "page cache: O_DIRECT refused or --buffered" }
     );
@@ -492,7 +431,7 @@ pub fn run(a: IoArgs) -> Result<(), CliError> {
             schema: IO_SCHEMA,
             backend: a.backend.clone(),
             processes: if io.spread() { 2 } else { 1 },
-            file: FileReport { path: file.path.display().to_string(), bytes: file_len, direct },
+            file: FileReport { path: file.path().display().to_string(), bytes: file_len, direct },
             device: match &io.backend {
                 IoBackend::Sim { device, .. } => Some(*device),
                 _ => None,

@@ -23,7 +23,6 @@ mod micro;
 mod offload;
 mod reproduce;
 mod signals;
-mod span;
 mod swarm;
 mod table;
 

@@ -21,9 +21,9 @@ use hytra_workloads::micro::{
 };
 
 use crate::choice::{named, on_or, Switch};
-use crate::span::{check_warmup, check_window, warmup_ns, Span};
 use crate::table::{mops, open_output, us, write_json, Table};
 use crate::{usage, BackendKind, CliError};
+use hytra_lab::span::{check_warmup, check_window, warmup_ns, Span};
 
 /// Options of `hytra micro`.
 #[derive(Args, Debug, Clone)]
@@ -301,7 +301,7 @@ fn window(a: &MicroArgs, backend: BackendKind) -> Result<(u64, f64), CliError> {
     let sim = backend == BackendKind::Sim;
     let max = Span::from_ns(backend.window_max_ns());
     if let Some(d) = a.duration {
-        check_window(d, max, &format!(" on {}", a.backend))?;
+        check_window(d, max, &format!(" on {}", a.backend)).map_err(CliError::Usage)?;
     }
     let measure = a.duration.map_or(
         match (sim, a.quick) {
@@ -316,7 +316,7 @@ fn window(a: &MicroArgs, backend: BackendKind) -> Result<(u64, f64), CliError> {
         (false, false) => 0.25,
         (false, true) => 0.2,
     });
-    check_warmup(warmup)?;
+    check_warmup(warmup).map_err(CliError::Usage)?;
     Ok((measure, warmup))
 }
 

@@ -8,9 +8,9 @@ use hytra_lab::offload::{scenarios, OffloadPlan, OffloadReport, OffloadRun, OFFL
 use hytra_offload::bench::{self, Outcome, Scenario};
 use hytra_offload::service::LIST_LEN_MAX;
 
-use crate::span::{check_window, Span};
 use crate::table::{open_output, write_json, Table};
 use crate::{usage, BackendKind, CliError};
+use hytra_lab::span::{check_window, Span};
 
 /// The largest value: one READ fetches it with its item header.
 const VALUE_MAX: u32 = hytra_offload::bench::VALUE_MAX;
@@ -80,7 +80,7 @@ fn check(a: &OffloadArgs) -> Result<(), CliError> {
         return usage(format!("--if-chains {c}: expected 1..={IF_CHAINS_MAX}"));
     }
     let max = Span::from_ns(BackendKind::Sim.window_max_ns());
-    check_window(a.duration, max, "")?;
+    check_window(a.duration, max, "").map_err(CliError::Usage)?;
     // Each writer is a worker of its own: the shape must hold them.
     if let Some(w) = a.writers.iter().find(|&&w| w > hytra_fabric::constants::WORKERS_PER_NODE_MAX)
     {

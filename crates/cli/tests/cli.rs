@@ -752,6 +752,8 @@ fn io_bad_input_gets_one_line_and_exit_2() {
         &["io", "--modes", "local", "--engines", "thread", "--no-trace"],
         &["io", "--backend", "rdma"],
         &["io", "--file", "/nonexistent/hytra-io-file"],
+        &["io", "--file-mib", "0"],
+        &["io", "--file-mib", "65537"],
         &["io", "--seconds", "0"],
         &["io", "--backend", "sim", "--duration", "2s"],
         &["io", "--warmup", "10"],

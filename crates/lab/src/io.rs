@@ -1,8 +1,8 @@
 //! `hytra io`'s experiment, the remote-I/O paper's: a matrix of random-read points
 //! (local, fabric-only and remote reads; each engine, read size, connection count, depth
 //! and pool size) and trace replays, each on a backend by name over a window long enough
-//! for it; the ratios the paper discusses; the typed report. Not for: the file read
-//! (the caller's) or printing.
+//! for it; the ratios the paper discusses; the typed report. Not for: the files read
+//! (see `io_files.rs`) or printing.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

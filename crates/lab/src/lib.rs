@@ -7,6 +7,9 @@
 //! - `run`: one run of a workload on a backend, measured and judged ([`run()`])
 //! - `bench`: what a `hytra bench` run reports, typed ([`bench::BenchReport`]), and the
 //!   recovery times of its crashes
+//! - `io_files`: the files `hytra io` reads: its data file, given or generated, and traces
+//! - `judge`: whether a bench window can report a rate, the longer window a default one
+//!   is measured again over, and whether a run fits in memory
 //! - `micro`: the raw-primitive benchmark (and the multi-object one), measured point by
 //!   point
 //! - `io`: the remote-I/O benchmark's matrix of points and trace replays, measured
@@ -20,6 +23,7 @@
 //! - `cluster_file`: the cluster file (TOML) of a benchmark spread over processes
 //! - `reproduce`: the paper's figures and claims as a matrix of simulated runs, and its
 //!   report (HTML with SVG charts, JSON)
+//! - `span`: lengths of time as every command takes and prints them ([`span::Span`])
 //! - `table`: tables printed with aligned columns
 
 pub mod auto;
@@ -29,12 +33,15 @@ pub mod calibrate;
 pub mod cluster_file;
 pub mod cpu_profile;
 pub mod io;
+pub mod io_files;
+pub mod judge;
 pub mod launch;
 pub mod micro;
 pub mod offload;
 pub mod place;
 pub mod reproduce;
 pub mod run;
+pub mod span;
 pub mod swarm;
 pub mod table;
 pub mod workload;

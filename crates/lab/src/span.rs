@@ -4,12 +4,10 @@
 //! older spelling of `--duration 2ms`, means what it always did).
 //!
 //! Not for: which lengths a command accepts (each command checks its own range, where it
-//! knows its backend).
+//! knows its backend); the checks here return the message a command prints.
 
 use std::fmt;
 use std::str::FromStr;
-
-use crate::{usage, CliError};
 
 /// The largest warm-up, as a fraction of the measured window.
 const WARMUP_MAX: f64 = 10.0;
@@ -22,9 +20,9 @@ pub fn warmup_ns(measure_ns: u64, fraction: f64) -> u64 {
 
 /// `--warmup`, the same everywhere: a fraction of `--duration`, run before it and not
 /// measured.
-pub fn check_warmup(fraction: f64) -> Result<(), CliError> {
+pub fn check_warmup(fraction: f64) -> Result<(), String> {
     if !(0.0..WARMUP_MAX).contains(&fraction) {
-        return usage(format!(
+        return Err(format!(
             "--warmup {fraction}: a fraction of --duration, at least 0 and below {WARMUP_MAX}"
         ));
     }
@@ -36,12 +34,11 @@ pub fn check_warmup(fraction: f64) -> Result<(), CliError> {
 const WINDOW_MIN_NS: u64 = 1_000;
 
 /// A measured window (`--duration` of micro, io and offload), at least a microsecond and
-/// at most `max` (the backend's, [`crate::BackendKind::window_max_ns`]); `on` names the
-/// backend where the limit is its own.
-pub fn check_window(d: Span, max: Span, on: &str) -> Result<(), CliError> {
+/// at most `max` (the backend's); `on` names the backend where the limit is its own.
+pub fn check_window(d: Span, max: Span, on: &str) -> Result<(), String> {
     let min = Span::from_ns(WINDOW_MIN_NS);
     if d < min || d > max {
-        return usage(format!("--duration {d}: expected {min} to {max}{on}"));
+        return Err(format!("--duration {d}: expected {min} to {max}{on}"));
     }
     Ok(())
 }
