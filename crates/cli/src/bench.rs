@@ -14,9 +14,7 @@ use hytra_fabric::sim::profile::NicProfile;
 use hytra_fabric::sim::{CpuMode, SimConfig};
 use hytra_fabric::{ClusterShape, NodeId};
 use hytra_lab::auto::{pick_design, AutoError};
-use hytra_lab::bench::{
-    recovery_times, BenchReport, BenchSetup, Crash, CrashesReport, TrialReport, TypeCounts,
-};
+use hytra_lab::bench::{recovery_times, BenchReport, BenchSetup, Crash, TrialReport};
 use hytra_lab::cluster_file::Wait;
 use hytra_lab::judge::SIM_DEFAULT_WINDOW_NS;
 use hytra_lab::{unknown_workload, CpuProfile, CPU_PROFILE_DEFAULT, CRASH_TIMELINE_NS, WORKLOADS};
@@ -24,15 +22,15 @@ use hytra_lab::{BackendSpec, RunSpec, UcxSpec, WorkloadSpec};
 use hytra_rt::constants::COROUTINES_MAX;
 use hytra_rt::RtConfig;
 use hytra_txn::{
-    AbortClass, AbortReason, ConfigError, Design, ExecStrategy, LockStrategy, Phase, Primitive,
-    RecoveryParams, Rereplication, TxnConfig,
+    ConfigError, Design, ExecStrategy, LockStrategy, Primitive, RecoveryParams, Rereplication,
+    TxnConfig,
 };
 use hytra_workloads::bench::{BenchError, BenchParams};
 use hytra_workloads::tpcc::{TpccMix, TYPES as TPCC_TYPES};
 use hytra_workloads::ycsb::{KeyDist, Mix as YcsbMix};
 
 use crate::choice::{named, on_or, Switch};
-use crate::table::{open_output, rate, write_json, Table};
+use crate::table::{open_output, rate, write_json};
 use crate::{usage, BackendKind, CliError};
 use hytra_lab::span::{check_warmup, warmup_ns, Span};
 
@@ -730,7 +728,7 @@ pub fn run_bench(a: BenchArgs) -> Result<(), CliError> {
     if correct {
         report.settled().map_err(|e| CliError::Run(e.into()))?;
     }
-    print_report(&report, types, lease_of(&spec.txn, spec.backend.is_sim()).lease_ns);
+    print!("{}", report.text(types, lease_of(&spec.txn, spec.backend.is_sim()).lease_ns));
     if let (Some(file), Some(path)) = (out, a.json.as_deref()) {
         write_json(file, path, &report)?;
     }
@@ -984,193 +982,4 @@ fn wall_progress(
             bar.show(started.elapsed().as_nanos() as u64);
         }
     })
-}
-
-/// The checker's and the invariant's verdicts.
-fn print_verdicts(r: &BenchReport) {
-    let c = &r.checker;
-    match c.serializable {
-        Some(true) => println!(
-            "checker      serializable ({} transactions, {} dependencies)",
-            c.transactions.unwrap_or(0),
-            c.dependencies.unwrap_or(0)
-        ),
-        Some(false) => {
-            println!("checker      NOT serializable: [{}]", c.first_violations.join(", "))
-        }
-        None => println!("checker      not run (use --check)"),
-    }
-    println!(
-        "invariant    {} ({})",
-        if r.invariant_ok { "ok" } else { "VIOLATED" },
-        r.invariant.join("; ")
-    );
-}
-
-/// What the report's first line says the fabric was.
-fn fabric_label(r: &BenchReport) -> String {
-    match (&r.sim, &r.ucx) {
-        (Some(sim), _) => sim.profile.clone(),
-        (None, Some(ucx)) => format!("{}, wait {}", ucx.transports, ucx.wait),
-        (None, None) => "threads".into(),
-    }
-}
-
-/// The report as `hytra bench` prints it; `types` in the workload's order.
-fn print_report(r: &BenchReport, types: &[&str], lease_ns: u64) {
-    let clock = if r.sim.is_some() { "virtual" } else { "wall" };
-    println!(
-        "\n{} on {} ({}): {} nodes x {} workers x {} coroutines, design {}, replication {}, {} measured ({clock})",
-        r.workload, r.backend, fabric_label(r), r.nodes, r.workers, r.coroutines, r.design, r.replication,
-        Span::from_ns((r.seconds * 1e9).round() as u64)
-    );
-    let on = |b: bool| if b { "on" } else { "off" };
-    let c = &r.config;
-    println!(
-        "phases use   execution {}, lock {}, validation {}, log {}, commit {}; passive ACK {}, outstanding requests {}\n",
-        c.exec, c.lock, c.validate, c.log, c.commit, on(c.passive_ack), on(c.outstanding)
-    );
-    let workers = f64::from(r.nodes) * f64::from(r.workers);
-    println!(
-        "throughput   {} txn/s ({} txn/s per worker)",
-        rate(r.throughput_tps),
-        rate(r.throughput_tps / workers)
-    );
-    let class_rate = |c: AbortClass| r.abort_rate_by_class.get(c.key()).copied().unwrap_or(0.0);
-    let classes: Vec<String> = AbortClass::ALL
-        .iter()
-        .filter(|c| class_rate(**c) > 0.0)
-        .map(|c| format!("{:.2}% {}", class_rate(*c) * 100.0, c.name()))
-        .collect();
-    println!(
-        "abort rate   {:.2}% of attempts{}{}; {} gave up after {} attempts",
-        r.abort_rate * 100.0,
-        if classes.is_empty() { "" } else { ": " },
-        classes.join(", "),
-        r.gave_up,
-        c.retries_max
-    );
-    let l = &r.latency_us;
-    println!("latency      p50 {:.1} µs   p90 {:.1} µs   p99 {:.1} µs", l.p50, l.p90, l.p99);
-    let ph = &r.phases_us;
-    let means = [ph.execution, ph.validation, ph.logging, ph.commit];
-    println!(
-        "phases       {} (mean per committed transaction, µs)",
-        Phase::ALL
-            .iter()
-            .zip(means)
-            .map(|(p, v)| format!("{} {v:.2}", p.name()))
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
-    let reasons: Vec<String> = AbortReason::ALL
-        .iter()
-        .filter_map(|a| {
-            r.aborts.get(a.name()).filter(|&&n| n > 0).map(|n| format!("{} {n}", a.name()))
-        })
-        .collect();
-    if !reasons.is_empty() {
-        println!("aborts       {}", reasons.join(", "));
-    }
-    if r.workload == "smallbank" && class_rate(AbortClass::Workload) > 0.0 {
-        println!("             {}", hytra_workloads::smallbank::WORKLOAD_ABORTS);
-    }
-    let n = &r.nic_lookups;
-    if n.sent + n.slot_busy > 0 {
-        println!(
-            "nic lookups  {} sent: {} found the record, {} fell back to RPC, {} timed out; {} cache misses went by RPC (slot busy)",
-            n.sent, n.found, n.fell_back, n.timed_out, n.slot_busy
-        );
-    }
-    let mut t = Table::new(&["type", "commits", "aborts"]);
-    for name in types {
-        let k = r.per_type.get(*name).copied().unwrap_or(TypeCounts { commits: 0, aborts: 0 });
-        t.row(vec![name.to_string(), k.commits.to_string(), k.aborts.to_string()]);
-    }
-    println!("\n{}\n", t.render());
-    print_verdicts(r);
-    print_after(r, lease_ns);
-}
-
-/// The report's lines after the verdicts: the simulation's speed, `--design auto`'s
-/// trials, and what recovery did.
-fn print_after(r: &BenchReport, lease_ns: u64) {
-    if let (Some(sim), Some(hash)) = (&r.sim, &r.trace_hash) {
-        println!(
-            "simulation   {:.2} s of wall time: {:.0} transactions and {:.2} M events per wall-second; trace hash {hash}",
-            sim.run_wall_s,
-            sim.txn_per_wall_s,
-            sim.events_per_wall_s / 1e6,
-        );
-    }
-    if let Some(auto) = &r.design_auto {
-        let each: Vec<String> = auto
-            .trials
-            .iter()
-            .map(|t| format!("{} {}", t.candidate, rate(t.throughput_tps)))
-            .collect();
-        println!("design auto  chose {} (trials, txn/s: {})", auto.chose, each.join(", "));
-    }
-    if let Some(crashes) = &r.crashes {
-        print_recovery(crashes, lease_ns);
-    }
-    if let Some(lost) = &r.lost_nodes {
-        println!(
-            "lost nodes   {lost:?} died during the run: the survivors removed them, went on, and checked their part from their journals"
-        );
-        let copying = r.still_copying.as_deref().unwrap_or(&[]);
-        match (r.replicated == Some(true), copying.is_empty()) {
-            (true, true) => {
-                println!("             re-replicated: every partition's copies whole again")
-            }
-            (_, false) => print_still_copying(copying.iter().map(|&[p, n]| (p, n))),
-            (false, true) => {}
-        }
-    }
-}
-
-/// Each crash and how long recovery took.
-fn print_recovery(crashes: &CrashesReport, lease_ns: u64) {
-    let ms = |t: Option<f64>| match t {
-        Some(ms) => format!("+{ms:.2} ms"),
-        None => "not within the run".to_string(),
-    };
-    for c in &crashes.each {
-        println!(
-            "crash        node {} at {:.3} ms (lease {} ms): detected {}, new configuration {}, every partition active {}",
-            c.node,
-            c.at_s * 1e3,
-            lease_ns as f64 / 1e6,
-            ms(c.detected_ms),
-            ms(c.configured_ms),
-            ms(c.active_ms)
-        );
-        println!(
-            "             survivors back to {:.0}% of their {:.0} txn/s before the crash: {}{}",
-            c.recovered_share * 100.0,
-            c.survivors_tps_before,
-            ms(c.recovered_ms),
-            if c.recovered_ms.is_some() {
-                format!(" ({:.0} txn/s from then on)", c.survivors_tps_after)
-            } else {
-                String::new()
-            }
-        );
-        if c.replicated_ms.is_some() {
-            println!(
-                "             re-replicated: every partition's copies whole again {}",
-                ms(c.replicated_ms)
-            );
-        }
-    }
-    if !crashes.still_copying.is_empty() {
-        print_still_copying(crashes.still_copying.iter().map(|c| (c.partition, c.node)));
-    }
-}
-
-/// The backups still copying their partitions when the run ended: (partition, node).
-fn print_still_copying(still_copying: impl Iterator<Item = (u16, u16)>) {
-    let list: Vec<String> =
-        still_copying.map(|(p, n)| format!("partition {p} on {}", NodeId(n))).collect();
-    println!("             still copying at the end of the run: {}", list.join(", "));
 }

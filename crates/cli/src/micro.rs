@@ -12,8 +12,8 @@ use hytra_fabric::sim::profile::NicProfile;
 use hytra_fabric::sim::CpuMode;
 use hytra_fabric::ClusterShape;
 use hytra_lab::micro::{
-    baseline_outstanding, baseline_outstanding_max, multi_report, run_matrix, Measured,
-    MicroBackend, MicroPlan, MULTI_COLUMNS, NO_BASELINE,
+    baseline_outstanding, baseline_outstanding_max, matrix_text, multi_report, ratio_text,
+    run_matrix, Measured, MicroBackend, MicroPlan, MULTI_COLUMNS,
 };
 use hytra_lab::CpuProfile;
 use hytra_workloads::micro::{
@@ -470,7 +470,7 @@ pub fn run(args: MicroArgs) -> Result<(), CliError> {
         let argv: Vec<String> = std::env::args().skip(1).collect();
         CliError::Run(anyhow::anyhow!("{e}: {} (replay: hytra {})", e.cause, argv.join(" ")))
     })?;
-    print_table(&plan, &run.results);
+    print!("{}", matrix_text(&plan, &run.results));
     let threads = LocalConfig { threads: plan.backend.threads(), ..LocalConfig::new(plan.shape) }
         .thread_count();
     let cores = if sim {
@@ -500,69 +500,4 @@ pub fn run(args: MicroArgs) -> Result<(), CliError> {
         write_json(file, path, &report)?;
     }
     Ok(())
-}
-
-fn ratio_text(r: Option<f64>) -> String {
-    r.map_or_else(|| "-".into(), |r| format!("{r:.2}x"))
-}
-
-fn print_table(plan: &MicroPlan, results: &[Measured]) {
-    let mut header = vec!["primitive".to_string(), "payload".to_string()];
-    for &l in &plan.lanes {
-        let tag = if l == 1 { String::new() } else { format!(" x{l}") };
-        header.push(format!("Mops/s{tag}"));
-        header.push(format!("p50 µs{tag}"));
-        header.push(format!("p99 µs{tag}"));
-    }
-    if plan.ucp_baseline {
-        header.push("UCP Mops/s".into());
-        header.push("UCP/hytra".into());
-    }
-    let titles: Vec<&str> = header.iter().map(String::as_str).collect();
-    let mut t = Table::new(&titles);
-    let mut keys: Vec<(Primitive, u32)> = Vec::new();
-    for m in results {
-        let k = (m.point.primitive, m.point.payload);
-        if !keys.contains(&k) {
-            keys.push(k);
-        }
-    }
-    for (p, payload) in keys {
-        let mut row = vec![p.name().to_string(), format!("{payload} B")];
-        for &l in &plan.lanes {
-            match results.iter().find(|m| {
-                m.point.primitive == p && m.point.payload == payload && m.point.lanes == l
-            }) {
-                Some(m) => {
-                    row.extend([mops(m.point.ops_per_sec), us(m.point.p50_ns), us(m.point.p99_ns)])
-                }
-                None => row.extend(["-".into(), "-".into(), "-".into()]),
-            }
-        }
-        if plan.ucp_baseline {
-            let m = results.iter().find(|m| m.point.primitive == p && m.point.payload == payload);
-            match m.and_then(|m| m.baseline.as_ref().map(|b| (b, m.point.ops_per_sec))) {
-                Some((b, hytra)) => row.extend([mops(b.ops_per_sec), ratio_text(b.ratio(hytra))]),
-                None => row.extend(["n/a".into(), "n/a".into()]),
-            }
-        }
-        t.row(row);
-    }
-    let who = match &plan.backend {
-        MicroBackend::Sim { profile, .. } => format!("per node, profile {}", profile.name),
-        _ => "per node".into(),
-    };
-    println!(
-        "\nraw primitives: {} nodes x {} workers, {} coroutines x batch {} ({who}; x5 = 5 connections per peer, the 80-node setting)\n",
-        plan.shape.nodes, plan.shape.workers_per_node, plan.params.coroutines, plan.params.batch
-    );
-    println!("{}", t.render());
-    if let (true, MicroBackend::Ucx { transports, .. }) = (plan.ucp_baseline, &plan.backend) {
-        println!(
-            "\nUCP = a minimal UCP program (crates/fabric/src/ucx/minimal.c) on the same {} transports, payload and windows: one worker per node, {} operations in flight each (coroutines x batch x workers), a WRITE flushed every {} puts as hytra's signaled WRITE is; UCP/hytra is how many times faster plain UCP is (goal: <= 1.5). n/a: {NO_BASELINE}.",
-            transports,
-            baseline_outstanding(plan.shape, &plan.params),
-            if plan.params.passive_ack { plan.params.batch } else { 1 },
-        );
-    }
 }

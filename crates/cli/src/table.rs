@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use crate::CliError;
 
-pub use hytra_lab::table::Table;
+pub use hytra_lab::table::{mops, rate, us, Table};
 
 /// Opens `path` for the JSON report before any work starts, so that a bad path fails
 /// at once rather than after a long run. Nothing it holds is truncated here: see
@@ -48,25 +48,4 @@ pub fn write_json(
 pub fn sibling(path: &Path, what: &str) -> PathBuf {
     let name = path.file_name().map_or_else(|| "out".into(), |n| n.to_string_lossy().into_owned());
     path.with_file_name(format!(".{name}.{what}-{}", std::process::id()))
-}
-
-/// Formats a rate in millions per second with three significant digits.
-pub fn mops(rate: f64) -> String {
-    format!("{:.2}", rate / 1e6)
-}
-
-/// A rate with a unit prefix a reader takes in at a glance: `13.38 M`, `152.3 K`, `870`.
-pub fn rate(x: f64) -> String {
-    if x >= 1e6 {
-        format!("{:.2} M", x / 1e6)
-    } else if x >= 1e3 {
-        format!("{:.1} K", x / 1e3)
-    } else {
-        format!("{x:.0}")
-    }
-}
-
-/// Formats nanoseconds as microseconds.
-pub fn us(ns: u64) -> String {
-    format!("{:.2}", ns as f64 / 1e3)
 }

@@ -190,7 +190,7 @@ fn available_memory() -> Option<u64> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::time::Duration;
 
     use hytra_fabric::sim::SimConfig;
@@ -202,7 +202,8 @@ mod tests {
     use crate::bench::BenchSetup;
     use crate::workload::WorkloadSpec;
 
-    fn spec(measure_ns: u64) -> RunSpec {
+    /// SmallBank on a simulated 3 x 1 cluster, checked, measured over `measure_ns`.
+    pub(crate) fn spec(measure_ns: u64) -> RunSpec {
         let shape = ClusterShape { nodes: 3, workers_per_node: 1, lanes_per_peer: 1 };
         RunSpec {
             backend: BackendSpec::Sim(Box::new(SimConfig::new(shape, 7))),
@@ -222,7 +223,8 @@ mod tests {
         }
     }
 
-    fn report(spec: &RunSpec) -> BenchReport {
+    /// The report of a run of `spec`.
+    pub(crate) fn report(spec: &RunSpec) -> BenchReport {
         let o = crate::run(spec, None).unwrap().unwrap();
         let setup = BenchSetup {
             workload: o.workload,

@@ -10,6 +10,7 @@
 //! - `io_files`: the files `hytra io` reads: its data file, given or generated, and traces
 //! - `judge`: whether a bench window can report a rate, the longer window a default one
 //!   is measured again over, and whether a run fits in memory
+//! - `bench_text`: that report as the text `hytra bench` prints
 //! - `micro`: the raw-primitive benchmark (and the multi-object one), measured point by
 //!   point
 //! - `io`: the remote-I/O benchmark's matrix of points and trace replays, measured
@@ -24,11 +25,12 @@
 //! - `reproduce`: the paper's figures and claims as a matrix of simulated runs, and its
 //!   report (HTML with SVG charts, JSON)
 //! - `span`: lengths of time as every command takes and prints them ([`span::Span`])
-//! - `table`: tables printed with aligned columns
+//! - `table`: tables printed with aligned columns, and the numbers in them
 
 pub mod auto;
 pub mod backend;
 pub mod bench;
+pub mod bench_text;
 pub mod calibrate;
 pub mod cluster_file;
 pub mod cpu_profile;

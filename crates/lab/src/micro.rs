@@ -1,7 +1,8 @@
 //! The raw-primitive benchmark as a library (DrTM+H §4.2, Fig. 5, and the multi-object
 //! benchmark of Fig. 6): a checked [`MicroPlan`] in, measured points out, each on a
 //! fresh cluster of its backend; on UCX, optionally next to a minimal UCP program doing
-//! the same operation. Not for: choosing the plan from flags, or printing.
+//! the same operation; the matrix as the text `hytra micro` prints. Not for: choosing the
+//! plan from flags, or printing.
 
 use std::time::Instant;
 
@@ -15,6 +16,8 @@ use hytra_workloads::micro::{
     check_payload, effective_payload, run_point_settled, MicroError, MicroParams, Point, Primitive,
 };
 use serde::{Deserialize, Serialize};
+
+use crate::table::{mops, us, Table};
 
 /// Where a micro benchmark runs, with what only that backend takes.
 #[derive(Clone, Debug)]
@@ -835,4 +838,75 @@ pub fn run_multi(
         }
     }
     Ok(cells)
+}
+
+/// A ratio as the tables print it (`-` where there is none).
+pub fn ratio_text(r: Option<f64>) -> String {
+    r.map_or_else(|| "-".into(), |r| format!("{r:.2}x"))
+}
+
+/// The primitive matrix as `hytra micro` prints it: a blank line, its title, the table of
+/// every primitive and payload by lane count (with the minimal UCP program's rate where
+/// it ran), and what UCP means there.
+pub fn matrix_text(plan: &MicroPlan, results: &[Measured]) -> String {
+    let mut header = vec!["primitive".to_string(), "payload".to_string()];
+    for &l in &plan.lanes {
+        let tag = if l == 1 { String::new() } else { format!(" x{l}") };
+        header.push(format!("Mops/s{tag}"));
+        header.push(format!("p50 µs{tag}"));
+        header.push(format!("p99 µs{tag}"));
+    }
+    if plan.ucp_baseline {
+        header.push("UCP Mops/s".into());
+        header.push("UCP/hytra".into());
+    }
+    let titles: Vec<&str> = header.iter().map(String::as_str).collect();
+    let mut t = Table::new(&titles);
+    let mut keys: Vec<(Primitive, u32)> = Vec::new();
+    for m in results {
+        let k = (m.point.primitive, m.point.payload);
+        if !keys.contains(&k) {
+            keys.push(k);
+        }
+    }
+    for (p, payload) in keys {
+        let mut row = vec![p.name().to_string(), format!("{payload} B")];
+        for &l in &plan.lanes {
+            match results.iter().find(|m| {
+                m.point.primitive == p && m.point.payload == payload && m.point.lanes == l
+            }) {
+                Some(m) => {
+                    row.extend([mops(m.point.ops_per_sec), us(m.point.p50_ns), us(m.point.p99_ns)])
+                }
+                None => row.extend(["-".into(), "-".into(), "-".into()]),
+            }
+        }
+        if plan.ucp_baseline {
+            let m = results.iter().find(|m| m.point.primitive == p && m.point.payload == payload);
+            match m.and_then(|m| m.baseline.as_ref().map(|b| (b, m.point.ops_per_sec))) {
+                Some((b, hytra)) => row.extend([mops(b.ops_per_sec), ratio_text(b.ratio(hytra))]),
+                None => row.extend(["n/a".into(), "n/a".into()]),
+            }
+        }
+        t.row(row);
+    }
+    let who = match &plan.backend {
+        MicroBackend::Sim { profile, .. } => format!("per node, profile {}", profile.name),
+        _ => "per node".into(),
+    };
+    let mut o = format!(
+        "\nraw primitives: {} nodes x {} workers, {} coroutines x batch {} ({who}; x5 = 5 connections per peer, the 80-node setting)\n\n",
+        plan.shape.nodes, plan.shape.workers_per_node, plan.params.coroutines, plan.params.batch
+    );
+    o += &t.render();
+    o += "\n";
+    if let (true, MicroBackend::Ucx { transports, .. }) = (plan.ucp_baseline, &plan.backend) {
+        o += &format!(
+            "\nUCP = a minimal UCP program (crates/fabric/src/ucx/minimal.c) on the same {} transports, payload and windows: one worker per node, {} operations in flight each (coroutines x batch x workers), a WRITE flushed every {} puts as hytra's signaled WRITE is; UCP/hytra is how many times faster plain UCP is (goal: <= 1.5). n/a: {NO_BASELINE}.\n",
+            transports,
+            baseline_outstanding(plan.shape, &plan.params),
+            if plan.params.passive_ack { plan.params.batch } else { 1 },
+        );
+    }
+    o
 }

@@ -1,4 +1,4 @@
-//! Tables printed with aligned columns.
+//! Tables printed with aligned columns, and the numbers in them.
 
 /// A table printed with aligned columns.
 pub struct Table {
@@ -53,4 +53,25 @@ impl Table {
         }
         out
     }
+}
+
+/// Formats a rate in millions per second with three significant digits.
+pub fn mops(rate: f64) -> String {
+    format!("{:.2}", rate / 1e6)
+}
+
+/// A rate with a unit prefix a reader takes in at a glance: `13.38 M`, `152.3 K`, `870`.
+pub fn rate(x: f64) -> String {
+    if x >= 1e6 {
+        format!("{:.2} M", x / 1e6)
+    } else if x >= 1e3 {
+        format!("{:.1} K", x / 1e3)
+    } else {
+        format!("{x:.0}")
+    }
+}
+
+/// Formats nanoseconds as microseconds.
+pub fn us(ns: u64) -> String {
+    format!("{:.2}", ns as f64 / 1e3)
 }
