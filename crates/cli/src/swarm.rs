@@ -20,8 +20,10 @@ const MINUTES_MAX: f64 = 7.0 * 24.0 * 60.0;
 /// Options of `hytra swarm`.
 #[derive(Args, Debug)]
 pub struct SwarmArgs {
-    /// Backend: sim (deterministic, with faults) or local (threads in real time).
-    #[arg(long, default_value = "sim")]
+    /// Backend: sim (deterministic, with faults), local (threads in real time, with node
+    /// losses) or ucx (every node in this process over UCX shared memory or TCP, drawn per
+    /// seed, without faults; a build with --features ucx).
+    #[arg(long, default_value = "sim", value_parser = ["sim", "local", "ucx"])]
     backend: String,
     /// Seeds to run [default: 100, or as many as fit in --minutes].
     #[arg(long, allow_negative_numbers = true)]
@@ -55,15 +57,19 @@ fn backend(name: &str) -> Result<SwarmBackend, CliError> {
     match name {
         "sim" => Ok(SwarmBackend::Sim),
         "local" => Ok(SwarmBackend::Local),
-        other => usage(format!("unknown swarm backend '{other}' (expected sim or local)")),
+        "ucx" if !SwarmBackend::Ucx.available() => usage(
+            "the ucx backend is not in this build: install libucx-dev and build with --features ucx",
+        ),
+        "ucx" => Ok(SwarmBackend::Ucx),
+        other => usage(format!("unknown swarm backend '{other}' (expected sim, local or ucx)")),
     }
 }
 
 /// The command that replays one seed.
 fn replay(seed: u64, backend: SwarmBackend, planted: Option<PlantedFault>) -> String {
     let mut cmd = format!("hytra swarm --seed {seed}");
-    if backend == SwarmBackend::Local {
-        cmd.push_str(" --backend local");
+    if backend != SwarmBackend::Sim {
+        cmd.push_str(&format!(" --backend {}", backend.name()));
     }
     if let Some(p) = planted {
         cmd.push_str(&format!(" --plant {}", p.name()));
@@ -181,7 +187,7 @@ pub fn run(a: SwarmArgs) -> Result<(), CliError> {
     };
     let at_once = match backend {
         SwarmBackend::Sim => format!("{jobs} at once"),
-        SwarmBackend::Local => "one at a time".to_string(),
+        SwarmBackend::Local | SwarmBackend::Ucx => "one at a time".to_string(),
     };
     eprintln!("swarm on {}: {bound}, {at_once}", backend.name());
     // Ctrl-C stops starting seeds; the running ones finish and the summary says what ran.

@@ -38,7 +38,8 @@ use hytra_workloads::ycsb::{KeyDist, Mix as YcsbMix};
 
 use serde::{Deserialize, Serialize};
 
-use crate::backend::BackendSpec;
+use crate::backend::{BackendSpec, UcxSpec};
+use crate::cluster_file::Wait;
 use crate::cpu_profile::CpuProfile;
 use crate::run::{run, Outcome, RunSpec};
 use crate::workload::{partition_bytes, WorkloadSpec};
@@ -50,6 +51,11 @@ pub enum SwarmBackend {
     Sim,
     /// Threads in real time: real races, no injected faults, one seed at a time.
     Local,
+    /// UCX with every node in this process, over shared memory or TCP and polling or
+    /// waiting on events (drawn per seed): the real transports' ordering and emulated
+    /// one-sided operations, no injected faults or node losses (it cannot stop one node
+    /// of a process), one seed at a time. Only in a build with the `ucx` feature.
+    Ucx,
 }
 
 impl SwarmBackend {
@@ -58,9 +64,21 @@ impl SwarmBackend {
         match self {
             SwarmBackend::Sim => "sim",
             SwarmBackend::Local => "local",
+            SwarmBackend::Ucx => "ucx",
         }
     }
+
+    /// Whether this build can run seeds on it.
+    pub fn available(self) -> bool {
+        self != SwarmBackend::Ucx || cfg!(feature = "ucx")
+    }
 }
+
+/// Stream of a UCX seed's transports and waiting, apart from the rest of its draw.
+const UCX_STREAM: u64 = 0x5_3A4E;
+
+/// What a UCX seed runs over (`UCX_TLS` syntax, with its name in the summary).
+const UCX_TRANSPORTS: [&str; 2] = ["sm", "tcp"];
 
 /// Stream of the seed the drawing uses (runs use the seed itself, with their own streams).
 const DRAW_STREAM: u64 = 0x5_3A4D;
@@ -174,7 +192,8 @@ impl Draw {
             s.backend.name(),
             match &s.backend {
                 BackendSpec::Sim(c) => format!("/{} cpu {}", self.profile, c.cpu_profile.name()),
-                _ => String::new(),
+                BackendSpec::Ucx(u) => format!("/{} {}", self.profile, u.wait.name()),
+                BackendSpec::Local(_) => String::new(),
             },
             shape.nodes,
             shape.workers_per_node,
@@ -260,13 +279,8 @@ impl Draw {
             ("cache", format!("{:?}", self.cache).split('(').next().unwrap_or("").to_string()),
             ("warm cache", s.params.warm_cache.to_string()),
             ("profile", self.profile.to_string()),
-            (
-                "cpu profile",
-                match &s.backend {
-                    BackendSpec::Sim(c) => c.cpu_profile.name().to_string(),
-                    _ => "threads".to_string(),
-                },
-            ),
+            ("cpu profile", cpu_label(&s.backend)),
+            ("wait", wait_label(&s.backend)),
             ("coherent atomics", self.coherent.to_string()),
         ];
         let none = FaultConfig::none();
@@ -386,15 +400,8 @@ pub fn draw(seed: u64, backend: SwarmBackend, planted: Option<PlantedFault>) -> 
     let lanes = if chance(&mut rng, 1, 6) { 2 } else { 1 };
     let shape = ClusterShape { nodes, workers_per_node: workers, lanes_per_peer: lanes };
     let workload = draw_workload(&mut rng, nodes);
-    let profile = match sim {
-        true => pick(&mut rng, NicProfile::RNICS),
-        false => "threads",
-    };
-    let mut nic = NicProfile::by_name(if sim { profile } else { "cx4" }).expect("a known profile");
-    // The local backend's atomics are the CPU's: coherent by construction.
-    let coherent = !sim || chance(&mut rng, 1, 2);
-    nic.atomics_coherent = coherent;
-    let offload_ok = !sim || nic.offload.is_some();
+    let (profile, nic, offload_ok) = draw_nic(&mut rng, seed, backend);
+    let coherent = nic.atomics_coherent;
     let (mut txn, cache) = draw_txn(&mut rng, nodes, offload_ok, planted);
     let mut rt = RtConfig {
         doorbell_batching: !chance(&mut rng, 1, 4),
@@ -411,7 +418,10 @@ pub fn draw(seed: u64, backend: SwarmBackend, planted: Option<PlantedFault>) -> 
         (FaultConfig::none(), 0)
     };
     let span_ns = warmup_ns + measure_ns;
-    let crashes = draw_node_losses(seed, sim, nodes, span_ns, &mut txn);
+    let crashes = match backend {
+        SwarmBackend::Ucx => None,
+        _ => draw_node_losses(seed, sim, nodes, span_ns, &mut txn),
+    };
     let (mut local_faults, mut fencing) = (Vec::new(), Fencing::Nic);
     let mut replicated_by_ns = None;
     if let Some((mut crashes, lease_ns, point_heal_ns, cut)) = crashes {
@@ -460,9 +470,10 @@ pub fn draw(seed: u64, backend: SwarmBackend, planted: Option<PlantedFault>) -> 
         warm_cache,
         timeline_ns: if sim { TIMELINE_SIM_NS } else { TIMELINE_LOCAL_NS },
     };
-    let backend = match sim {
-        true => sim_backend(shape, seed, nic, faults, fencing, &workload),
-        false => local_backend(shape, local_faults),
+    let backend = match backend {
+        SwarmBackend::Sim => sim_backend(shape, seed, nic, faults, fencing, &workload),
+        SwarmBackend::Local => local_backend(shape, local_faults),
+        SwarmBackend::Ucx => ucx_backend(shape, seed, profile),
     };
     Draw {
         seed,
@@ -472,6 +483,46 @@ pub fn draw(seed: u64, backend: SwarmBackend, planted: Option<PlantedFault>) -> 
         cache,
         heal_ns,
         replicated_by_ns,
+    }
+}
+
+/// What costs CPU time in a draw: a simulated profile, or the real one.
+fn cpu_label(b: &BackendSpec) -> String {
+    match b {
+        BackendSpec::Sim(c) => c.cpu_profile.name().to_string(),
+        BackendSpec::Local(_) => "threads".to_string(),
+        BackendSpec::Ucx(_) => "ucx".to_string(),
+    }
+}
+
+/// How a draw's idle threads wait (UCX only).
+fn wait_label(b: &BackendSpec) -> String {
+    match b {
+        BackendSpec::Ucx(u) => u.wait.name().to_string(),
+        _ => "-".to_string(),
+    }
+}
+
+/// The draw's NIC: its name in the summary, the model (the simulator's; elsewhere only
+/// its atomics' coherence counts), and whether it runs verb programs. On the simulator, a
+/// profile, its atomics coherent with the CPU's or not; on threads atomics are the CPU's
+/// and verb programs run; over UCX (shared memory or TCP, drawn from a stream of the
+/// seed's own) atomics are coherent and no verb program runs.
+fn draw_nic(rng: &mut Rng, seed: u64, backend: SwarmBackend) -> (&'static str, NicProfile, bool) {
+    let mut nic = NicProfile::by_name("cx4").expect("a known profile");
+    nic.atomics_coherent = true;
+    match backend {
+        SwarmBackend::Sim => {
+            let profile = pick(rng, NicProfile::RNICS);
+            let mut nic = NicProfile::by_name(profile).expect("a known profile");
+            nic.atomics_coherent = chance(rng, 1, 2);
+            let offload = nic.offload.is_some();
+            (profile, nic, offload)
+        }
+        SwarmBackend::Local => ("threads", nic, true),
+        SwarmBackend::Ucx => {
+            (pick(&mut Rng::derive(seed, UCX_STREAM), &UCX_TRANSPORTS), nic, false)
+        }
     }
 }
 
@@ -507,6 +558,19 @@ fn draw_cpu(seed: u64, workload: &WorkloadSpec) -> CpuTable {
 /// The threads of a draw, two at a time so that the host's other core stays free.
 fn local_backend(shape: ClusterShape, node_faults: Vec<NodeFault>) -> BackendSpec {
     BackendSpec::Local(LocalConfig { threads: Some(2), node_faults, ..LocalConfig::new(shape) })
+}
+
+/// The UCX cluster of a draw over `transports`, its waiting drawn from the seed.
+fn ucx_backend(shape: ClusterShape, seed: u64, transports: &str) -> BackendSpec {
+    let mut rng = Rng::derive(seed, UCX_STREAM);
+    let _ = pick(&mut rng, &UCX_TRANSPORTS);
+    BackendSpec::Ucx(UcxSpec {
+        shape,
+        transports: Some(transports.to_string()),
+        threads: Some(2),
+        wait: if chance(&mut rng, 1, 2) { Wait::Event } else { Wait::Poll },
+        placement: None,
+    })
 }
 
 /// What the re-replication draws need to know of a seed that loses nodes.
@@ -1367,7 +1431,7 @@ pub fn run_swarm(opts: &SwarmOptions, mut on_seed: impl FnMut(&SeedReport)) -> S
     let started = Instant::now();
     let jobs = match opts.backend {
         SwarmBackend::Sim => opts.jobs.max(1),
-        SwarmBackend::Local => 1,
+        SwarmBackend::Local | SwarmBackend::Ucx => 1,
     };
     let next = AtomicU64::new(0);
     let (stop, stopped_early) = (AtomicBool::new(false), AtomicBool::new(false));
