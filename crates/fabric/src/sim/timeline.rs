@@ -31,16 +31,25 @@ const MIN_SLOTS: u64 = 1 << 12;
 const MAX_SLOTS: u64 = 1 << 20;
 
 /// Capacity used per bucket, in a ring indexed by bucket number.
+///
+/// A slot is clean when its capacity is unused and it points at itself (`used` 0, `skip`
+/// 0): then it stands for any bucket number as well as for another, so recycling it costs
+/// nothing. Only the slots of buckets in `[base, dirty_end)` may be otherwise, and only
+/// they are reset when time passes them: a resource idle for most of a run (most of a
+/// small cluster's links and engines) is not swept bucket by bucket.
 pub(crate) struct Timeline {
     /// Buckets in the ring (a power of two).
     slots: u64,
     used: Vec<u32>,
-    /// Per bucket, a bucket number at or after it that may have capacity left: full
-    /// buckets point onwards, so a long backlog is skipped in near-constant time
-    /// (union-find with path compression; pointers only ever point forward).
-    next: Vec<u64>,
+    /// Per bucket, how many buckets onwards one may have capacity left (0: this one):
+    /// full buckets point onwards, so a long backlog is skipped in near-constant time
+    /// (union-find with path compression; pointers only ever point forward). Relative,
+    /// so that a clean slot stays right for whichever bucket it stands for next.
+    skip: Vec<u32>,
     /// Bucket number of the oldest live bucket.
     base: u64,
+    /// One past the last bucket whose slot may not be clean (at most the horizon).
+    dirty_end: u64,
     /// Time booked beyond the ring's horizon: start -> end, disjoint, none touching
     /// another, all at or after the horizon. One interval per job booked out there at
     /// most, so bounded by the jobs in flight.
@@ -48,14 +57,17 @@ pub(crate) struct Timeline {
 }
 
 const _: () = assert!(GRAIN <= u32::MAX as Ps);
+// A skip reaches at most twice the largest ring (one past a full horizon, then onwards).
+const _: () = assert!(2 * MAX_SLOTS <= u32::MAX as u64);
 
 impl Default for Timeline {
     fn default() -> Self {
         Timeline {
             slots: MIN_SLOTS,
             used: vec![0; MIN_SLOTS as usize],
-            next: (0..MIN_SLOTS).collect(),
+            skip: vec![0; MIN_SLOTS as usize],
             base: 0,
+            dirty_end: 0,
             far: BTreeMap::new(),
         }
     }
@@ -74,41 +86,57 @@ impl Timeline {
         if bucket <= self.base {
             return;
         }
+        let slots = self.slots;
+        if self.far.is_empty() {
+            // Nothing beyond the horizon enters with the recycled slots: only those not
+            // clean need resetting (they lie within one ring, so each once).
+            for b in self.base..bucket.min(self.dirty_end) {
+                let slot = self.slot(b);
+                self.used[slot] = 0;
+                self.skip[slot] = 0;
+            }
+            self.base = bucket;
+            return;
+        }
         // Each recycled slot becomes bucket `b + slots`. Capacity booked beyond the
         // horizon in it is taken, or a bucket entering the horizon would offer the same
         // time twice and the resource would exceed its capacity.
-        let slots = self.slots;
         let from = self.base.max(bucket.saturating_sub(slots));
         for b in from..bucket {
             let slot = self.slot(b);
-            let nb = b + slots;
-            let taken = self.enter(nb);
+            let taken = self.enter(b + slots);
             self.used[slot] = taken as u32;
-            self.next[slot] = if taken == GRAIN { nb + 1 } else { nb };
+            self.skip[slot] = u32::from(taken == GRAIN);
         }
         self.base = bucket;
+        // Every slot may have taken far time (a rare overload): all count as not clean.
+        self.dirty_end = bucket + slots;
     }
 
-    /// Doubles the ring. Bucket numbers (and so `next` pointers) are absolute, so each
-    /// live bucket only moves to its slot in the larger ring.
+    /// Doubles the ring. Skips are relative to their bucket, whose number is absolute, so
+    /// each bucket that is not clean only moves to its slot in the larger ring; the new
+    /// slots start clean, but for time booked beyond the old horizon.
     fn grow(&mut self) {
         let (old, new) = (self.slots, self.slots * 2);
         debug_assert!(new <= MAX_SLOTS);
         let mut used = vec![0; new as usize];
-        let mut next = vec![0; new as usize];
+        let mut skip = vec![0; new as usize];
         let (old_mask, new_mask) = (old - 1, new - 1);
-        for b in self.base..self.base + old {
+        for b in self.base..self.dirty_end {
             used[(b & new_mask) as usize] = self.used[(b & old_mask) as usize];
-            next[(b & new_mask) as usize] = self.next[(b & old_mask) as usize];
+            skip[(b & new_mask) as usize] = self.skip[(b & old_mask) as usize];
         }
         for b in self.base + old..self.base + new {
             let taken = self.enter(b);
-            used[(b & new_mask) as usize] = taken as u32;
-            next[(b & new_mask) as usize] = if taken == GRAIN { b + 1 } else { b };
+            if taken > 0 {
+                used[(b & new_mask) as usize] = taken as u32;
+                skip[(b & new_mask) as usize] = u32::from(taken == GRAIN);
+                self.dirty_end = b + 1;
+            }
         }
         self.slots = new;
         self.used = used;
-        self.next = next;
+        self.skip = skip;
     }
 
     /// Bucket `b` enters the ring: returns the time booked in it beyond the horizon,
@@ -176,18 +204,19 @@ impl Timeline {
         let horizon = self.base + slots;
         let mut root = b;
         while root < horizon {
-            let n = self.next[self.slot(root)];
-            if n == root {
+            let s = self.skip[self.slot(root)];
+            if s == 0 {
                 break;
             }
-            root = n;
+            root += u64::from(s);
         }
         let mut x = b;
         while x < root {
             let slot = self.slot(x);
-            let n = self.next[slot];
-            self.next[slot] = root;
-            x = n;
+            let s = self.skip[slot];
+            debug_assert!(s > 0, "the chain to the root is the one just walked");
+            self.skip[slot] = (root - x) as u32;
+            x += u64::from(s);
         }
         root
     }
@@ -216,9 +245,10 @@ impl Timeline {
             let used = Ps::from(self.used[index]);
             let take = (GRAIN - used).min(remaining);
             self.used[index] += take as u32;
+            self.dirty_end = self.dirty_end.max(b + 1);
             remaining -= take;
             if used + take == GRAIN {
-                self.next[index] = b + 1;
+                self.skip[index] = 1;
             }
             if remaining == 0 {
                 return (b * GRAIN + used + take).max(at + dur);
