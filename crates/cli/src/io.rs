@@ -347,6 +347,15 @@ fn replay(
         Some(ops) => ops,
         None => q3_trace(file_len, a.trace_ops, a.seed).map_err(file_error)?,
     };
+    // A replay times the whole trace, however short: not a window to lengthen, but a
+    // rate from few reads is noise, and the reader should know it.
+    if ops.len() < hytra_rt::window::SETTLED_OPS_MIN as usize {
+        eprintln!(
+            "note: the trace holds {} reads, fewer than the {} a measured window needs: its replay's IOPS and percentiles vary from run to run",
+            ops.len(),
+            hytra_rt::window::SETTLED_OPS_MIN
+        );
+    }
     let ops = Arc::new(ops);
     let mut t = Table::new(&[
         "replay", "engine", "threads", "max size", "conn", "depth", "IOPS", "MiB/s", "p50 µs",

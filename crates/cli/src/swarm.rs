@@ -61,7 +61,7 @@ fn backend(name: &str) -> Result<SwarmBackend, CliError> {
             "the ucx backend is not in this build: install libucx-dev and build with --features ucx",
         ),
         "ucx" => Ok(SwarmBackend::Ucx),
-        other => usage(format!("unknown swarm backend '{other}' (expected sim, local or ucx)")),
+        other => unreachable!("clap refused --backend {other}"),
     }
 }
 

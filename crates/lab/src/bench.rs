@@ -337,7 +337,8 @@ pub struct BenchReport {
     pub location_cache: CacheReport,
     /// Lookups sent to NICs.
     pub nic_lookups: NicLookupReport,
-    /// Wall time of the run, setup and checks included.
+    /// Wall time of the run, setup and checks included (of every run, when a window was
+    /// lengthened: see `window_extended_from_s`).
     pub wall_s: f64,
     /// On UCX: transports and waiting.
     #[serde(default, skip_serializing_if = "Option::is_none")]

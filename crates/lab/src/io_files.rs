@@ -39,13 +39,13 @@ pub enum IoFileError {
     #[error("--file '{0}' is not a readable regular file")]
     NotAFile(String),
     /// The generated data file's size is out of range.
-    #[error("--file-mib {0}: expected 1 ..= {FILE_MIB_MAX}")]
+    #[error("--file-mib must be 1 ..= {FILE_MIB_MAX}")]
     FileMib(u64),
     /// The data file holds too few pages for a Q3-like trace.
     #[error("the file is too small for a Q3-like trace (40 pages of 16 KiB)")]
     TooSmall,
     /// Reading or writing a file failed.
-    #[error("{what} {path}: {source}")]
+    #[error("{what} {path}")]
     Io {
         /// What was being done.
         what: &'static str,

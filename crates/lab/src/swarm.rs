@@ -280,9 +280,11 @@ impl Draw {
             ("warm cache", s.params.warm_cache.to_string()),
             ("profile", self.profile.to_string()),
             ("cpu profile", cpu_label(&s.backend)),
-            ("wait", wait_label(&s.backend)),
             ("coherent atomics", self.coherent.to_string()),
         ];
+        if let BackendSpec::Ucx(u) = &s.backend {
+            d.push(("wait", u.wait.name().to_string()));
+        }
         let none = FaultConfig::none();
         let (net, fencing) = match &s.backend {
             BackendSpec::Sim(c) => (&c.faults, c.fencing),
@@ -473,7 +475,7 @@ pub fn draw(seed: u64, backend: SwarmBackend, planted: Option<PlantedFault>) -> 
     let backend = match backend {
         SwarmBackend::Sim => sim_backend(shape, seed, nic, faults, fencing, &workload),
         SwarmBackend::Local => local_backend(shape, local_faults),
-        SwarmBackend::Ucx => ucx_backend(shape, seed, profile),
+        SwarmBackend::Ucx => ucx_backend(shape, seed),
     };
     Draw {
         seed,
@@ -495,14 +497,6 @@ fn cpu_label(b: &BackendSpec) -> String {
     }
 }
 
-/// How a draw's idle threads wait (UCX only).
-fn wait_label(b: &BackendSpec) -> String {
-    match b {
-        BackendSpec::Ucx(u) => u.wait.name().to_string(),
-        _ => "-".to_string(),
-    }
-}
-
 /// The draw's NIC: its name in the summary, the model (the simulator's; elsewhere only
 /// its atomics' coherence counts), and whether it runs verb programs. On the simulator, a
 /// profile, its atomics coherent with the CPU's or not; on threads atomics are the CPU's
@@ -520,9 +514,7 @@ fn draw_nic(rng: &mut Rng, seed: u64, backend: SwarmBackend) -> (&'static str, N
             (profile, nic, offload)
         }
         SwarmBackend::Local => ("threads", nic, true),
-        SwarmBackend::Ucx => {
-            (pick(&mut Rng::derive(seed, UCX_STREAM), &UCX_TRANSPORTS), nic, false)
-        }
+        SwarmBackend::Ucx => (draw_ucx(seed).0, nic, false),
     }
 }
 
@@ -560,17 +552,24 @@ fn local_backend(shape: ClusterShape, node_faults: Vec<NodeFault>) -> BackendSpe
     BackendSpec::Local(LocalConfig { threads: Some(2), node_faults, ..LocalConfig::new(shape) })
 }
 
-/// The UCX cluster of a draw over `transports`, its waiting drawn from the seed.
-fn ucx_backend(shape: ClusterShape, seed: u64, transports: &str) -> BackendSpec {
-    let mut rng = Rng::derive(seed, UCX_STREAM);
-    let _ = pick(&mut rng, &UCX_TRANSPORTS);
+/// The UCX cluster of a draw, its transports and waiting drawn from the seed.
+fn ucx_backend(shape: ClusterShape, seed: u64) -> BackendSpec {
+    let (transports, wait) = draw_ucx(seed);
     BackendSpec::Ucx(UcxSpec {
         shape,
         transports: Some(transports.to_string()),
         threads: Some(2),
-        wait: if chance(&mut rng, 1, 2) { Wait::Event } else { Wait::Poll },
+        wait,
         placement: None,
     })
+}
+
+/// A UCX seed's transports and waiting, from a stream of their own (so that the rest of
+/// the draw is the one the seed makes on threads).
+fn draw_ucx(seed: u64) -> (&'static str, Wait) {
+    let mut rng = Rng::derive(seed, UCX_STREAM);
+    let transports = pick(&mut rng, &UCX_TRANSPORTS);
+    (transports, if chance(&mut rng, 1, 2) { Wait::Event } else { Wait::Poll })
 }
 
 /// What the re-replication draws need to know of a seed that loses nodes.
@@ -1295,8 +1294,8 @@ pub struct SwarmOptions {
     pub seeds: Option<u64>,
     /// Stop starting seeds after this long (`None`: no limit).
     pub time_limit: Option<Duration>,
-    /// Seeds run at once (the simulator is one thread per seed; `local` runs one at a
-    /// time whatever this says).
+    /// Seeds run at once (the simulator is one thread per seed; `local` and `ucx` run one
+    /// at a time whatever this says).
     pub jobs: usize,
     /// A bug planted in every seed (to prove that the oracles catch it).
     pub planted: Option<PlantedFault>,

@@ -57,8 +57,8 @@ pub(crate) struct Timeline {
 }
 
 const _: () = assert!(GRAIN <= u32::MAX as Ps);
-// A skip reaches at most twice the largest ring (one past a full horizon, then onwards).
-const _: () = assert!(2 * MAX_SLOTS <= u32::MAX as u64);
+// A skip points at most to the horizon, so it spans at most one ring.
+const _: () = assert!(MAX_SLOTS <= u32::MAX as u64);
 
 impl Default for Timeline {
     fn default() -> Self {
@@ -202,6 +202,7 @@ impl Timeline {
     fn first_open(&mut self, b: u64) -> u64 {
         let slots = self.slots;
         let horizon = self.base + slots;
+        debug_assert!(b >= self.base, "bucket {b} is behind the ring's oldest, {}", self.base);
         let mut root = b;
         while root < horizon {
             let s = self.skip[self.slot(root)];
@@ -411,6 +412,28 @@ mod tests {
             }
             assert!(t.far.is_empty(), "nothing past the largest ring");
         }
+    }
+
+    /// Far bookings that enter the ring (the slow path of `advance`) leave every slot
+    /// counted as not clean; once they are past, the fast path resets those slots, and
+    /// the time after them is whole again.
+    #[test]
+    fn slots_that_took_far_time_are_clean_again_once_passed() {
+        let mut t = Timeline::default();
+        let horizon = MAX_SLOTS * GRAIN;
+        // Past the largest ring: booked far, then taken by the buckets as they enter.
+        assert_eq!(t.book(0, 2 * horizon, 0), 2 * horizon);
+        assert!(!t.far.is_empty());
+        let now = horizon + horizon / 2;
+        assert_eq!(t.book(now, GRAIN, now), 2 * horizon + GRAIN, "behind the long job");
+        assert!(t.far.is_empty(), "every far booking has entered the ring");
+        // Long after: every slot free, on the fast path, whatever it held.
+        let later = 5 * horizon;
+        for k in 0..4 * MIN_SLOTS {
+            let at = later + k * GRAIN;
+            assert_eq!(t.book(at, GRAIN, at), at + GRAIN, "bucket {k} after the jump");
+        }
+        assert!(t.used.iter().all(|&u| u == 0 || u == GRAIN as u32));
     }
 
     #[test]
