@@ -86,32 +86,13 @@ pub fn pick_design(
 
 #[cfg(test)]
 mod tests {
-    use hytra_fabric::sim::SimConfig;
-    use hytra_fabric::ClusterShape;
     use hytra_txn::{Design, TxnConfig};
 
     use super::*;
-    use crate::backend::BackendSpec;
-    use crate::workload::WorkloadSpec;
 
+    /// SmallBank on a simulated 3 x 1 cluster over 300 µs.
     fn spec() -> RunSpec {
-        let shape = ClusterShape { nodes: 3, workers_per_node: 1, lanes_per_peer: 1 };
-        RunSpec {
-            backend: BackendSpec::Sim(Box::new(SimConfig::new(shape, 7))),
-            workload: WorkloadSpec::SmallBank { accounts_per_worker: 1_000 },
-            txn: TxnConfig::preset(Design::DrtmH),
-            params: BenchParams {
-                coroutines: 4,
-                measure_ns: 300_000,
-                warmup_ns: 30_000,
-                seed: 7,
-                check: true,
-                rt: hytra_rt::RtConfig::default(),
-                drain_ns: 1_000_000_000,
-                warm_cache: true,
-                timeline_ns: 0,
-            },
-        }
+        crate::judge::tests::spec(300_000)
     }
 
     #[test]
