@@ -1,41 +1,17 @@
 //! `hytra calibrate`: measures what hytra's own code costs on this machine and writes
 //! the simulator's CPU profile.
 
-use std::io::{IsTerminal, Write};
-use std::path::PathBuf;
-
-use clap::Args;
-use hytra_lab::calibrate::{calibrate, plan, Calibration, Extent};
+use hytra_lab::calibrate::{calibrate, plan, Calibration};
+use hytra_lab::cmd::calibrate::CalibrateArgs;
 use serde_json::json;
+use std::io::{IsTerminal, Write};
 
 use crate::table::{open_output, sibling, write_json};
-use crate::{signals, usage, CliError};
-
-/// Options of `hytra calibrate`.
-#[derive(Args, Debug)]
-pub struct CalibrateArgs {
-    /// Write the profile (TOML) here; `--cpu-profile FILE` then uses it.
-    #[arg(long, default_value = "hytra-cpu-host.toml")]
-    out: PathBuf,
-    /// Also write the fit, term by term, as JSON.
-    #[arg(long)]
-    json: Option<PathBuf>,
-    /// A few short runs (seconds; a rough fit, for trying the command).
-    #[arg(long)]
-    quick: bool,
-    /// Seed of the runs' workloads.
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
-}
+use crate::{signals, CliError};
 
 /// Runs `hytra calibrate`.
 pub fn run(a: CalibrateArgs) -> Result<(), CliError> {
-    if a.seed > u64::MAX / 2 {
-        return usage(format!("--seed {} must be at most {}", a.seed, u64::MAX / 2));
-    }
-    if a.json.as_ref() == Some(&a.out) {
-        return usage(format!("--json and --out both name '{}'", a.out.display()));
-    }
+    a.check()?;
     // The outputs' places are tried before the runs, without touching a file that is
     // already there: the profile goes to a file beside it, renamed over it at the end.
     let staged = sibling(&a.out, "hytra-tmp");
@@ -50,7 +26,7 @@ pub fn run(a: CalibrateArgs) -> Result<(), CliError> {
         open_output(&probe).map_err(fail)?;
         let _ = std::fs::remove_file(&probe);
     }
-    let extent = if a.quick { Extent::Tiny } else { Extent::Full };
+    let extent = a.extent();
     let runs = plan(extent).len();
     eprintln!(
         "calibrate: {runs} runs of the engine in the simulator with measured CPU (the machine should be otherwise idle)"

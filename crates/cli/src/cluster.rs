@@ -18,94 +18,17 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use clap::{Args, CommandFactory, FromArgMatches, Parser};
-use hytra_lab::cluster_file::{self, ClusterFile};
-use hytra_lab::launch::{Job as LaunchJob, Kill};
+use clap::Args;
+use hytra_lab::cluster_file::ClusterFile;
+use hytra_lab::cmd::cluster::{job, parse_kill, read_file, survivable, Job};
+use hytra_lab::cmd::BackendKind;
+use hytra_lab::launch::Job as LaunchJob;
 use hytra_lab::place::{self, PlaceError};
+use hytra_lab::span::Span;
 use hytra_lab::{Bootstrap, Launcher, Placement, StoreAt};
 
-use crate::bench::{run_bench, BenchArgs};
-use crate::io::IoArgs;
+use crate::bench::run_bench;
 use crate::{usage, CliError};
-use hytra_lab::span::Span;
-
-/// Reads and checks a cluster file; every message names the file.
-fn read_file(path: &Path) -> Result<ClusterFile, CliError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| CliError::Usage(format!("cannot read {}: {e}", path.display())))?;
-    cluster_file::parse(&text).map_err(|e| CliError::Usage(format!("{}: {e}", path.display())))
-}
-
-/// What a cluster file runs.
-enum Job {
-    Bench(Box<BenchArgs>),
-    Io(Box<IoArgs>),
-}
-
-fn job(f: &ClusterFile, json: Option<&Path>) -> Result<Job, CliError> {
-    match f.workload.as_str() {
-        "io" => io_args(f, json).map(|a| Job::Io(Box::new(a))),
-        _ => bench_args(f, json).map(|a| Job::Bench(Box::new(a))),
-    }
-}
-
-/// The `hytra io` arguments of a cluster file whose workload is `io`.
-fn io_args(f: &ClusterFile, json: Option<&Path>) -> Result<IoArgs, CliError> {
-    let connections = ("connections", f.workers.to_string());
-    parse_args("io", f, json, vec![connections]).map(|(a, _)| a)
-}
-
-/// The `hytra bench` arguments a cluster file stands for.
-fn bench_args(f: &ClusterFile, json: Option<&Path>) -> Result<BenchArgs, CliError> {
-    let mut own = vec![
-        ("workload", f.workload.clone()),
-        ("design", f.design()),
-        ("nodes", f.node_count().to_string()),
-        ("workers", f.workers.to_string()),
-    ];
-    own.extend(f.wait.map(|w| ("wait", w.name().to_string())));
-    own.extend(f.coroutines.map(|c| ("coroutines", c.to_string())));
-    own.extend(f.replication.map(|r| ("replication", r.to_string())));
-    parse_args("bench", f, json, own).map(|(a, m)| BenchArgs::given_in(a, &m))
-}
-
-/// Parses the options of `hytra <command>` that a cluster file stands for: the backend
-/// and transports, `own` (the command's own settings from the file), the measured
-/// seconds, the JSON output, then the file's further options.
-fn parse_args<T: clap::Args + clap::FromArgMatches>(
-    command: &str,
-    f: &ClusterFile,
-    json: Option<&Path>,
-    own: Vec<(&str, String)>,
-) -> Result<(T, clap::ArgMatches), CliError> {
-    let mut argv: Vec<String> = vec![command.into()];
-    let mut push = |k: &str, v: String| {
-        argv.push(format!("--{k}"));
-        argv.push(v);
-    };
-    push("backend", "ucx".into());
-    push("transports", f.transports.clone());
-    for (k, v) in own {
-        push(k, v);
-    }
-    if let Some(s) = f.seconds {
-        // Bare seconds, which --duration reads as such.
-        push("duration", s.to_string());
-    }
-    if let Some(j) = json {
-        push("json", j.display().to_string());
-    }
-    argv.extend(f.bench_args.iter().cloned());
-    #[derive(Parser)]
-    struct Wrapper<A: clap::Args> {
-        #[command(flatten)]
-        args: A,
-    }
-    let bad = |e: clap::Error| CliError::Usage(format!("cluster file: {}", crate::one_line(&e)));
-    let m = Wrapper::<T>::command().try_get_matches_from(&argv).map_err(bad)?;
-    let w = Wrapper::<T>::from_arg_matches(&m).map_err(bad)?;
-    Ok((w.args, m))
-}
 
 /// Options of `hytra node`.
 #[derive(Args, Debug)]
@@ -147,7 +70,7 @@ pub fn run_node(a: NodeArgs) -> Result<(), CliError> {
     // hub's placement does); a place in the cluster wrongly given is told first where
     // finding it touches nothing.
     if a.id.is_some() && (a.hub.is_some() || f.hub.is_some()) {
-        crate::BackendKind::parse("ucx")?;
+        BackendKind::parse("ucx")?;
     }
     let placement = match a.id {
         Some(id) if a.hub.is_some() => {
@@ -170,7 +93,7 @@ pub fn run_node(a: NodeArgs) -> Result<(), CliError> {
             ))
         }
     };
-    crate::BackendKind::parse("ucx")?;
+    BackendKind::parse("ucx")?;
     if let (Bootstrap::Tcp { root, .. }, false) = (&placement.bootstrap, a.launched) {
         eprintln!(
             "node {} of {}: meeting the others through node 0 at {root} (for up to {} s)",
@@ -246,76 +169,6 @@ pub struct ClusterArgs {
     kill: Option<String>,
 }
 
-/// Stream of `--kill random`'s draw from the benchmark's seed.
-const KILL_STREAM: u64 = 0x4B_1110;
-
-/// `--kill NODE@WHEN` or `--kill random[@WHEN]`, checked against the file and its
-/// benchmark.
-fn parse_kill(spec: &str, f: &ClusterFile, args: &BenchArgs) -> Result<Kill, CliError> {
-    let nodes = f.nodes.len();
-    let seconds = args.duration.map_or(5.0, Span::secs);
-    // The draw is made whatever the spec, so that `random` and `random@S` pick the
-    // same node.
-    let mut rng = hytra_fabric::rng::Rng::derive(args.seed, KILL_STREAM);
-    let drawn_at = seconds * (0.25 + 0.35 * rng.below(1_000) as f64 / 1_000.0);
-    let drawn_node = rng.below(nodes as u64) as u16;
-    let (node, at) = match spec.split_once('@') {
-        Some((node, at)) => (node, at.to_string()),
-        None if spec == "random" => (spec, format!("{drawn_at:.3}")),
-        None => {
-            return usage(format!(
-                "--kill '{spec}': expected NODE@WHEN, such as 2@1.5s, or random[@WHEN]"
-            ))
-        }
-    };
-    let node: u16 = match node {
-        "random" => drawn_node,
-        n => match n.parse() {
-            Ok(n) if usize::from(n) < nodes => n,
-            _ => {
-                return usage(format!(
-                    "--kill '{spec}': there is no node {n} (nodes are 0 to {})",
-                    nodes - 1
-                ))
-            }
-        },
-    };
-    let after = match at.parse::<Span>().map(Span::secs) {
-        Ok(t) if t < seconds => Duration::from_secs_f64(t),
-        _ => {
-            return usage(format!(
-                "--kill '{spec}': the time must lie in the run, after 0 and before its {seconds} s"
-            ))
-        }
-    };
-    survivable("--kill", args)?;
-    if spec.starts_with("random") {
-        eprintln!(
-            "hytra cluster: --kill {spec} (seed {}) picked node {node} at {:.3} s",
-            args.seed,
-            after.as_secs_f64()
-        );
-    }
-    Ok(Kill { node, after })
-}
-
-/// Whether a benchmark can outlive a dead node (`what` asks it to).
-fn survivable(what: &str, args: &BenchArgs) -> Result<(), CliError> {
-    if !args.check {
-        return usage(format!(
-            "{what}: the survivors check the dead node's part from its journal, which is kept with --check only: add \"--check\" to bench_args"
-        ));
-    }
-    if args.replication < 3 {
-        return usage(format!(
-            "{what}: with replication {} a partition would keep {} copy; recovery needs two (a backup's log decides the transactions in doubt)",
-            args.replication,
-            args.replication.saturating_sub(1)
-        ));
-    }
-    Ok(())
-}
-
 /// Runs `hytra cluster`.
 pub fn run_cluster(a: ClusterArgs) -> Result<(), CliError> {
     let f = read_file(&a.config)?;
@@ -326,7 +179,7 @@ pub fn run_cluster(a: ClusterArgs) -> Result<(), CliError> {
         ));
     }
     // Every node runs over UCX: say so once here, not once per child.
-    crate::BackendKind::parse("ucx")?;
+    BackendKind::parse("ucx")?;
     // Check the benchmark options here once, not in every child.
     // The measured window the nodes were asked for (the file's `seconds`, which goes on
     // as `--duration`, or one given in `bench_args`): 5 s, `hytra bench`'s default over
@@ -337,7 +190,7 @@ pub fn run_cluster(a: ClusterArgs) -> Result<(), CliError> {
             run_s = args.duration.map_or(run_s, Span::secs);
             let timeout = Duration::from_secs(f.timeout_s);
             args.placement = Some(placed(&a.config, place::tcp(&f, 0, timeout))?);
-            crate::io::check(&args)?;
+            hytra_lab::cmd::io::check(&args)?;
             if a.kill.is_some() {
                 return usage("--kill applies to benchmarks (the io workload has no recovery)");
             }
@@ -345,8 +198,17 @@ pub fn run_cluster(a: ClusterArgs) -> Result<(), CliError> {
         }
         Job::Bench(args) => {
             run_s = args.duration.map_or(run_s, Span::secs);
-            crate::bench::check(&args)?;
+            hytra_lab::cmd::bench::check(&args)?;
             let kill = a.kill.as_deref().map(|k| parse_kill(k, &f, &args)).transpose()?;
+            if let (Some(spec), Some(k)) = (a.kill.as_deref(), &kill) {
+                if spec.starts_with("random") {
+                    let (seed, at) = (args.seed, k.after.as_secs_f64());
+                    eprintln!(
+                        "hytra cluster: --kill {spec} (seed {seed}) picked node {} at {at:.3} s",
+                        k.node
+                    );
+                }
+            }
             LaunchJob::Bench { kill }
         }
     };
@@ -398,7 +260,7 @@ pub struct HubArgs {
 /// node --id`, or by `mpirun --enable-recovery`), and says which died.
 pub fn run_hub(a: HubArgs) -> Result<(), CliError> {
     let f = read_file(&a.config)?;
-    crate::BackendKind::parse("ucx")?;
+    BackendKind::parse("ucx")?;
     if f.hub.is_none() {
         return usage(format!(
             "{} names no hub: add hub = \"HOST:PORT\" (with store = \"etcd://...\" and journal = \"DIR\"), or start the nodes with hytra cluster",
@@ -412,7 +274,7 @@ pub fn run_hub(a: HubArgs) -> Result<(), CliError> {
     // The nodes would each refuse a bad benchmark; say it here, once, before any waits.
     match job(&f, None)? {
         Job::Bench(args) => {
-            crate::bench::check(&args)?;
+            hytra_lab::cmd::bench::check(&args)?;
             survivable("hub", &args)?;
         }
         Job::Io(_) => unreachable!("the file's parser refuses io with a hub"),

@@ -1,22 +1,21 @@
 //! `hytra`: the command users run. Everything environmental (bad arguments, unwritable
 //! files, a cluster that cannot start) becomes a one-line message and a distinct exit
-//! code here, at the edge; the libraries below report typed errors.
+//! code here, at the edge; the libraries below report typed errors. Each command's
+//! options and their checks are `hytra_lab::cmd`'s; its module here runs and prints.
 //!
 //! - `bench.rs`: `hytra bench`, transactional workloads
 //! - `calibrate.rs`: `hytra calibrate`, the simulator's CPU profile of this machine
-//! - `choice.rs`: options whose value is one of a fixed set (`on`/`off`, a design)
 //! - `cluster.rs`: `hytra node` and `hytra cluster`, a benchmark on processes over UCX
 //! - `io.rs`: `hytra io`, remote storage I/O
 //! - `micro.rs`: `hytra micro`, the raw-primitive benchmarks
+//! - `offload.rs`: `hytra offload`, NIC-offloaded gets against one- and two-sided ones
 //! - `reproduce`: `hytra reproduce` (the matrix and its report are `hytra_lab::reproduce`)
 //! - `signals.rs`: a closed pipe, Ctrl-C and SIGTERM
-//! - `span.rs`: lengths of time and warm-up on the command line
 //! - `swarm.rs`: `hytra swarm`, configurations drawn from seeds and judged by every oracle
 //! - `table.rs`: terminal tables and JSON output helpers
 
 mod bench;
 mod calibrate;
-mod choice;
 mod cluster;
 mod io;
 mod micro;
@@ -47,13 +46,13 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// A transactional workload: throughput, aborts, latency, per-phase time, checker.
-    Bench(bench::BenchArgs),
+    Bench(hytra_lab::cmd::bench::BenchArgs),
     /// Raw-primitive throughput and latency (DrTM+H §4.2, Fig. 5), or the multi-object
     /// benchmark (Fig. 6).
-    Micro(micro::MicroArgs),
+    Micro(hytra_lab::cmd::micro::MicroArgs),
     /// The experiment matrix behind DrTM+H's figures 5-21 and RedN's offloaded gets on
     /// the simulator, written as an HTML report with SVG charts and a JSON file.
-    Reproduce(reproduce::ReproduceArgs),
+    Reproduce(hytra_lab::cmd::reproduce::ReproduceArgs),
     /// One node of a cluster of processes over UCX (see `hytra cluster`).
     Node(cluster::NodeArgs),
     /// Every node of a one-machine cluster file as child processes over UCX; prints
@@ -64,15 +63,15 @@ enum Command {
     /// death of any node.
     Hub(cluster::HubArgs),
     /// Remote storage I/O: local, fabric-only and remote random reads, trace replay.
-    Io(io::IoArgs),
+    Io(hytra_lab::cmd::io::IoArgs),
     /// NIC-offloaded gets (verb programs) vs one-sided and two-sided gets, on sim/cx5.
-    Offload(offload::OffloadArgs),
+    Offload(hytra_lab::cmd::offload::OffloadArgs),
     /// Measures what hytra's own code costs on this machine (the engine in the simulator
     /// with measured CPU) and writes the CPU profile that `--cpu-profile` takes.
-    Calibrate(calibrate::CalibrateArgs),
+    Calibrate(hytra_lab::cmd::calibrate::CalibrateArgs),
     /// Whole configurations (workload, design, knobs, NIC, faults) drawn from seeds, each
     /// run and judged by every oracle; a failure prints the command that replays it.
-    Swarm(swarm::SwarmArgs),
+    Swarm(hytra_lab::cmd::swarm::SwarmArgs),
 }
 
 /// An error that is the user's to fix (exit 2) or a failure of the run (exit 1).
@@ -97,55 +96,10 @@ pub fn usage<T>(msg: impl Into<String>) -> Result<T, CliError> {
     Err(CliError::Usage(msg.into()))
 }
 
-/// A backend named by `--backend`.
-#[derive(Copy, Clone, PartialEq, Eq, Debug)]
-pub enum BackendKind {
-    /// The simulator (virtual time).
-    Sim,
-    /// Threads of this process (real time).
-    Local,
-    /// UCX (only in a build with the `ucx` feature).
-    #[cfg_attr(not(feature = "ucx"), allow(dead_code))]
-    Ucx,
-}
-
-impl BackendKind {
-    /// Parses `--backend`; `ucx` is refused with the way to get it in a build without it.
-    pub fn parse(name: &str) -> Result<BackendKind, CliError> {
-        match name {
-            "sim" => Ok(BackendKind::Sim),
-            "local" => Ok(BackendKind::Local),
-            "ucx" if cfg!(feature = "ucx") => Ok(BackendKind::Ucx),
-            "ucx" => usage(
-                "backend 'ucx' is not in this build: install libucx-dev and build with --features ucx",
-            ),
-            other => usage(format!("unknown backend '{other}' (expected sim, local or ucx)")),
-        }
+impl From<hytra_lab::cmd::Usage> for CliError {
+    fn from(e: hytra_lab::cmd::Usage) -> Self {
+        CliError::Usage(e.0)
     }
-
-    /// The longest window a point of `micro` or `io` may be measured over (asked for, or
-    /// lengthened to when it was too short for its latency; `hytra_rt::window`): a
-    /// virtual second on sim, where a 16 x 24 point simulates about a million events per
-    /// wall-second; ten minutes in real time.
-    pub fn window_max_ns(self) -> u64 {
-        match self {
-            BackendKind::Sim => 1_000_000_000,
-            BackendKind::Local | BackendKind::Ucx => 600_000_000_000,
-        }
-    }
-}
-
-/// Collapses clap's multi-line message into one line.
-fn one_line(e: &clap::Error) -> String {
-    let text = e.to_string();
-    let lines: Vec<&str> = text
-        .lines()
-        .map(str::trim)
-        .filter(|l| {
-            !l.is_empty() && !l.starts_with("For more information") && !l.starts_with("Usage:")
-        })
-        .collect();
-    lines.join(" ").trim_start_matches("error: ").to_string()
 }
 
 fn main() -> ExitCode {
@@ -165,14 +119,14 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
         Err(e) => {
-            eprintln!("error: {}", one_line(&e));
+            eprintln!("error: {}", hytra_lab::cmd::one_line(&e));
             return ExitCode::from(EXIT_USAGE);
         }
     };
     let result = match cli.command {
         Some(Command::Bench(args)) => {
             let m = matches.subcommand_matches("bench").expect("the bench command's matches");
-            bench::run_bench(bench::BenchArgs::given_in(args, m))
+            bench::run_bench(hytra_lab::cmd::bench::BenchArgs::given_in(args, m))
         }
         Some(Command::Micro(args)) => micro::run(args),
         Some(Command::Io(args)) => io::run(args),
@@ -184,7 +138,7 @@ fn main() -> ExitCode {
         Some(Command::Cluster(args)) => cluster::run_cluster(args),
         Some(Command::Hub(args)) => cluster::run_hub(args),
         // With no command, run the default benchmark.
-        None => bench::run_bench(bench::BenchArgs::default_run()),
+        None => bench::run_bench(hytra_lab::cmd::bench::BenchArgs::default_run()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -2,68 +2,13 @@
 //! oracle; a failure prints its seed, its configuration and the command that replays it.
 
 use std::io::{IsTerminal, Write};
-use std::path::PathBuf;
-use std::time::Duration;
 
-use clap::Args;
-use hytra_lab::swarm::{run_seed, run_swarm, SeedReport, SwarmBackend, SwarmOptions, SwarmSummary};
+use hytra_lab::cmd::swarm::{options, SwarmArgs};
+use hytra_lab::swarm::{run_seed, run_swarm, SeedReport, SwarmBackend, SwarmSummary};
 use hytra_txn::PlantedFault;
 
 use crate::table::{open_output, write_json};
-use crate::{usage, CliError};
-
-/// Seeds a swarm runs when neither --seeds nor --minutes says.
-const SEEDS_DEFAULT: u64 = 100;
-/// Longest swarm by time: a week.
-const MINUTES_MAX: f64 = 7.0 * 24.0 * 60.0;
-
-/// Options of `hytra swarm`.
-#[derive(Args, Debug)]
-pub struct SwarmArgs {
-    /// Backend: sim (deterministic, with faults), local (threads in real time, with node
-    /// losses) or ucx (every node in this process over UCX shared memory or TCP, drawn per
-    /// seed, without faults; a build with --features ucx).
-    #[arg(long, default_value = "sim", value_parser = ["sim", "local", "ucx"])]
-    backend: String,
-    /// Seeds to run [default: 100, or as many as fit in --minutes].
-    #[arg(long, allow_negative_numbers = true)]
-    seeds: Option<i64>,
-    /// The first seed.
-    #[arg(long, default_value_t = 1)]
-    from: u64,
-    /// Run this one seed: print its configuration, its result and its trace hash.
-    #[arg(long, conflicts_with_all = ["seeds", "from", "minutes"])]
-    seed: Option<u64>,
-    /// Stop starting seeds after this many minutes.
-    #[arg(long, allow_negative_numbers = true)]
-    minutes: Option<f64>,
-    /// Seeds run at once on sim [default: one per core].
-    #[arg(long)]
-    jobs: Option<usize>,
-    /// Keep going after a failing seed (the default stops at the first).
-    #[arg(long)]
-    keep_going: bool,
-    /// Write every seed's result and the summary to this file as JSON.
-    #[arg(long)]
-    json: Option<PathBuf>,
-    /// Plant a bug in every seed to see the oracles catch it: skip-read-validation,
-    /// skip-version-bump, unlock-before-write-back, accept-torn-read,
-    /// commit-before-logged, skip-insert-lock.
-    #[arg(long, hide = true)]
-    plant: Option<String>,
-}
-
-fn backend(name: &str) -> Result<SwarmBackend, CliError> {
-    match name {
-        "sim" => Ok(SwarmBackend::Sim),
-        "local" => Ok(SwarmBackend::Local),
-        "ucx" if !SwarmBackend::Ucx.available() => usage(
-            "the ucx backend is not in this build: install libucx-dev and build with --features ucx",
-        ),
-        "ucx" => Ok(SwarmBackend::Ucx),
-        other => unreachable!("clap refused --backend {other}"),
-    }
-}
+use crate::CliError;
 
 /// The command that replays one seed.
 fn replay(seed: u64, backend: SwarmBackend, planted: Option<PlantedFault>) -> String {
@@ -131,54 +76,14 @@ fn print_summary(summary: &SwarmSummary) -> Vec<u64> {
     failures
 }
 
-/// `--plant NAME`: the planted fault it names.
-fn planted(name: Option<&str>) -> Result<Option<PlantedFault>, CliError> {
-    let Some(name) = name else { return Ok(None) };
-    match PlantedFault::parse(name) {
-        Some(f) => Ok(Some(f)),
-        None => usage(format!("--plant '{name}': expected one of {}", PlantedFault::names())),
-    }
-}
-
 /// Runs `hytra swarm`.
 pub fn run(a: SwarmArgs) -> Result<(), CliError> {
-    let backend = backend(&a.backend)?;
-    let planted = planted(a.plant.as_deref())?;
-    let seeds = match a.seeds {
-        Some(n) if n < 1 => return usage(format!("--seeds {n}: at least one seed")),
-        Some(n) => Some(n as u64),
-        None => None,
-    };
-    let time_limit = match a.minutes {
-        Some(m) if !(m.is_finite() && m > 0.0 && m <= MINUTES_MAX) => {
-            return usage(format!("--minutes {m}: expected a positive number up to {MINUTES_MAX}"))
-        }
-        Some(m) => Some(Duration::from_secs_f64(m * 60.0)),
-        None => None,
-    };
-    if a.jobs == Some(0) {
-        return usage("--jobs must be at least 1");
-    }
-    if a.from.checked_add(seeds.unwrap_or(SEEDS_DEFAULT)).is_none() {
-        return usage(format!("--from {}: the seeds would run past {}", a.from, u64::MAX));
-    }
+    let opts = options(&a, crate::signals::interrupted)?;
+    let (backend, planted, seeds) = (opts.backend, opts.planted, opts.seeds);
     let out = a.json.as_deref().map(open_output).transpose()?;
     if let Some(seed) = a.seed {
         return run_one(seed, backend, planted, out.zip(a.json.as_deref()));
     }
-    let seeds = if seeds.is_none() && time_limit.is_none() { Some(SEEDS_DEFAULT) } else { seeds };
-    let jobs =
-        a.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let opts = SwarmOptions {
-        backend,
-        first_seed: a.from,
-        seeds,
-        time_limit,
-        jobs,
-        planted,
-        stop_at_failure: !a.keep_going,
-        stop_early: crate::signals::interrupted,
-    };
     let bound = match (seeds, a.minutes) {
         (Some(n), Some(m)) => format!("seeds {}..{} or {m} minutes", a.from, a.from + n - 1),
         (Some(n), None) => format!("seeds {}..{}", a.from, a.from + n - 1),
@@ -186,7 +91,7 @@ pub fn run(a: SwarmArgs) -> Result<(), CliError> {
         (None, None) => unreachable!("a bound was set above"),
     };
     let at_once = match backend {
-        SwarmBackend::Sim => format!("{jobs} at once"),
+        SwarmBackend::Sim => format!("{} at once", opts.jobs),
         SwarmBackend::Local | SwarmBackend::Ucx => "one at a time".to_string(),
     };
     eprintln!("swarm on {}: {bound}, {at_once}", backend.name());

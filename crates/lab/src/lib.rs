@@ -1,6 +1,8 @@
 //! hytra's experiment layer: what the `hytra` binary and Rust programs call to run
 //! experiments, between the workloads and the command line.
 //!
+//! - `cmd`: every command's options, declared for clap and checked into the plan of a run
+//!   before any work ([`cmd::Usage`] on refusal)
 //! - `workload`: workloads by name, with their sizing ([`WorkloadSpec`])
 //! - `backend`: backends by name ([`BackendSpec`])
 //! - `auto`: `--design auto`'s choice by trial runs ([`auto::pick_design`])
@@ -33,6 +35,7 @@ pub mod bench;
 pub mod bench_text;
 pub mod calibrate;
 pub mod cluster_file;
+pub mod cmd;
 pub mod cpu_profile;
 pub mod io;
 pub mod io_files;
