@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hytra_lab::auto::{pick_design, AutoError};
+use hytra_lab::auto::{pick_design, AutoError, Refine};
 use hytra_lab::bench::{BenchReport, Crash, TrialReport};
 use hytra_lab::cmd::bench::{lease_of, plan, report, BenchArgs, BenchPlan};
 use hytra_lab::span::Span;
@@ -28,8 +28,8 @@ pub fn run_bench(a: BenchArgs) -> Result<(), CliError> {
             let (label, tps) = (&t.candidate, t.throughput_tps);
             eprintln!("design auto: {label}: {} txn/s over {}", rate(tps), Span::from_ns(ns));
         };
-        let (txn, report) =
-            pick_design(&spec, candidates, a.warmup, told).map_err(|e| match e {
+        let (txn, report) = pick_design(&spec, candidates, Refine::Phases, a.warmup, told)
+            .map_err(|e| match e {
                 AutoError::Params(m) => CliError::Usage(m),
                 e => CliError::Run(e.into()),
             })?;

@@ -1,8 +1,12 @@
 //! `--design auto` by trial: each candidate configuration runs the workload briefly on a
-//! fresh cluster of the same backend, and the fastest is chosen. Not for: which
-//! candidates there are (the caller's options decide) or the run that follows.
+//! fresh cluster of the same backend, and the fastest is chosen; then, phase by phase,
+//! the primitives the fastest did not use are tried in its place, and a change that runs
+//! clearly faster is kept. Trials time the engine itself, so whatever the fabric
+//! emulates is in them (a choice from bare primitive latencies picks wrongly over TCP:
+//! docs/PERFORMANCE.md §26). Not for: which candidates there are (the caller's options
+//! decide) or the run that follows.
 
-use hytra_txn::TxnConfig;
+use hytra_txn::{ExecStrategy, LockStrategy, Primitive, TxnConfig};
 use hytra_workloads::bench::{BenchError, BenchParams};
 
 use crate::bench::{AutoReport, TrialReport};
@@ -13,6 +17,30 @@ use crate::run::{run, RunSpec};
 pub const AUTO_TRIAL_SIM_NS: u64 = 2_000_000;
 /// A trial's measured window in real time: a few round trips of every coroutine over TCP.
 pub const AUTO_TRIAL_REAL_NS: u64 = 500_000_000;
+
+/// How much faster than the best so far a one-phase change must run in its trial to be
+/// kept: on the simulator trials replay exactly, but a short trial ranks configurations
+/// within a few percent of a longer run; real-time trials on a shared host vary by about
+/// 10% from run to run (PERFORMANCE §27), and a change within that is noise.
+pub fn refine_margin(sim: bool) -> f64 {
+    if sim {
+        1.02
+    } else {
+        1.10
+    }
+}
+
+/// Passes over the phases at most: a pass that keeps no change ends the search.
+const REFINE_PASSES_MAX: usize = 2;
+
+/// Whether `--design auto` also tries each phase's other primitives.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub enum Refine {
+    /// Only the candidates given.
+    Off,
+    /// The candidates, then one phase at a time from the fastest.
+    Phases,
+}
 
 /// A trial that did not finish.
 #[derive(Debug, thiserror::Error)]
@@ -33,21 +61,26 @@ pub enum AutoError {
 }
 
 /// Runs each of `candidates` (labelled) for a short trial of `spec`'s workload on a fresh
-/// cluster of its backend, without its crashes, history checks or timeline, and returns
-/// the fastest (the first of them on a tie, so that a tie keeps the earlier candidate)
-/// with every trial. `warmup` is the fraction of the window warmed up before it; `told`
-/// hears of each trial as it ends, with its window in ns. On the simulator the trials
-/// replay from the seed like the run itself. `spec` must not be spread over processes
-/// (each would choose on its own).
+/// cluster of its backend, without its crashes, history checks or timeline, and takes the
+/// fastest (the first of them on a tie, so that a tie keeps the earlier candidate). With
+/// [`Refine::Phases`] it then tries, one phase at a time, each primitive the fastest does
+/// not use (execution, locking, validation, logging, commit; offloaded execution is left
+/// to those who ask for it), and keeps a change that beats the best so far by
+/// [`refine_margin`]. Returns the configuration chosen with every trial. `warmup` is the
+/// fraction of the window warmed up before it; `told` hears of each trial as it ends,
+/// with its window in ns. On the simulator the trials replay from the seed like the run
+/// itself. `spec` must not be spread over processes (each would choose on its own).
 pub fn pick_design(
     spec: &RunSpec,
     candidates: Vec<(String, TxnConfig)>,
+    refine: Refine,
     warmup: f64,
     mut told: impl FnMut(&TrialReport, u64),
 ) -> Result<(TxnConfig, AutoReport), AutoError> {
     assert!(!candidates.is_empty(), "--design auto needs a candidate");
     assert!(!spec.backend.spread(), "--design auto runs its trials within one process");
-    let asked = if spec.backend.is_sim() { AUTO_TRIAL_SIM_NS } else { AUTO_TRIAL_REAL_NS };
+    let sim = spec.backend.is_sim();
+    let asked = if sim { AUTO_TRIAL_SIM_NS } else { AUTO_TRIAL_REAL_NS };
     let measure_ns = asked.min(spec.params.measure_ns);
     let params = BenchParams {
         measure_ns,
@@ -57,8 +90,8 @@ pub fn pick_design(
         ..spec.params
     };
     let backend = spec.backend.without_node_faults();
-    let mut trials = Vec::with_capacity(candidates.len());
-    for (label, txn) in candidates {
+    let mut trials: Vec<TrialReport> = Vec::new();
+    let mut trial = |label: String, txn: TxnConfig| -> Result<f64, AutoError> {
         let trial =
             RunSpec { backend: backend.clone(), workload: spec.workload.clone(), txn, params };
         let outcome = run(&trial, None).map_err(|e| match e {
@@ -71,17 +104,69 @@ pub fn pick_design(
         let tps = o.result.stats.commits as f64 / (measure_ns as f64 / 1e9);
         let t = TrialReport { candidate: label, throughput_tps: tps };
         told(&t, measure_ns);
-        trials.push((t, txn));
+        trials.push(t);
+        Ok(tps)
+    };
+    // The cache a cached execution gets where the best candidate keeps none: the
+    // largest any candidate has (the caller's, or the default).
+    let cache_bytes = candidates.iter().map(|c| c.1.cache_bytes).max().unwrap_or(0);
+    let mut best: Option<(String, TxnConfig, f64)> = None;
+    for (label, txn) in candidates {
+        let tps = trial(label.clone(), txn)?;
+        if best.as_ref().is_none_or(|b| tps > b.2) {
+            best = Some((label, txn, tps));
+        }
     }
-    let best = trials
-        .iter()
-        .enumerate()
-        .max_by(|(i, x), (j, y)| x.0.throughput_tps.total_cmp(&y.0.throughput_tps).then(j.cmp(i)))
-        .map(|(i, _)| i)
-        .expect("at least one candidate");
-    let txn = trials[best].1;
-    let chose = trials[best].0.candidate.clone();
-    Ok((txn, AutoReport { chose, trials: trials.into_iter().map(|t| t.0).collect() }))
+    let (mut label, mut txn, mut tps) = best.expect("at least one candidate");
+    if refine == Refine::Phases {
+        let nodes = spec.backend.shape().nodes;
+        for _ in 0..REFINE_PASSES_MAX {
+            let mut kept = false;
+            for (change, alt) in one_phase_changes(&txn, cache_bytes) {
+                if alt.check(nodes).is_err() {
+                    continue;
+                }
+                let alt_label = format!("{label}, {change}");
+                let alt_tps = trial(alt_label.clone(), alt)?;
+                if alt_tps > tps * refine_margin(sim) {
+                    (label, txn, tps, kept) = (alt_label, alt, alt_tps, true);
+                }
+            }
+            if !kept {
+                break;
+            }
+        }
+    }
+    Ok((txn, AutoReport { chose: label, trials }))
+}
+
+/// Every configuration that differs from `c` in one phase's primitive, labelled with the
+/// change (`lock two-sided`). A cached execution gets `cache_bytes` of cache where `c`
+/// keeps none.
+fn one_phase_changes(c: &TxnConfig, cache_bytes: u64) -> Vec<(String, TxnConfig)> {
+    let mut out = Vec::new();
+    for &exec in ExecStrategy::ALL.iter().filter(|&&e| e != ExecStrategy::Offload) {
+        if exec != c.exec {
+            let cached = matches!(exec, ExecStrategy::OneSidedCached | ExecStrategy::Hybrid);
+            let cache = if cached && c.cache_bytes == 0 { cache_bytes } else { c.cache_bytes };
+            out.push((
+                format!("exec {}", exec.name()),
+                TxnConfig { exec, cache_bytes: cache, ..*c },
+            ));
+        }
+    }
+    for &lock in LockStrategy::ALL.iter().filter(|&&l| l != c.lock) {
+        out.push((format!("lock {}", lock.name()), TxnConfig { lock, ..*c }));
+    }
+    let other = |p: Primitive| match p {
+        Primitive::OneSided => Primitive::TwoSided,
+        Primitive::TwoSided => Primitive::OneSided,
+    };
+    let (validate, log, commit) = (other(c.validate), other(c.log), other(c.commit));
+    out.push((format!("validate {}", validate.name()), TxnConfig { validate, ..*c }));
+    out.push((format!("log {}", log.name()), TxnConfig { log, ..*c }));
+    out.push((format!("commit {}", commit.name()), TxnConfig { commit, ..*c }));
+    out
 }
 
 #[cfg(test)]
@@ -102,7 +187,7 @@ mod tests {
             .map(|&d| (d.name().to_string(), TxnConfig::preset(d)))
             .collect();
         let mut heard = Vec::new();
-        let (txn, report) = pick_design(&spec(), candidates.clone(), 0.1, |t, ns| {
+        let (txn, report) = pick_design(&spec(), candidates.clone(), Refine::Off, 0.1, |t, ns| {
             heard.push((t.candidate.clone(), ns));
         })
         .unwrap();
@@ -119,7 +204,7 @@ mod tests {
         let chosen = candidates.iter().find(|(l, _)| *l == report.chose).unwrap().1;
         assert_eq!(txn, chosen);
         // Trials on the simulator replay from the seed.
-        let (_, again) = pick_design(&spec(), candidates, 0.1, |_, _| {}).unwrap();
+        let (_, again) = pick_design(&spec(), candidates, Refine::Off, 0.1, |_, _| {}).unwrap();
         assert_eq!(again, report);
     }
 
@@ -127,8 +212,57 @@ mod tests {
     fn a_tie_keeps_the_earlier_candidate() {
         let same = TxnConfig::preset(Design::Fasst);
         let candidates = vec![("first".to_string(), same), ("second".to_string(), same)];
-        let (_, report) = pick_design(&spec(), candidates, 0.1, |_, _| {}).unwrap();
+        let (_, report) = pick_design(&spec(), candidates, Refine::Off, 0.1, |_, _| {}).unwrap();
         assert_eq!(report.trials[0].throughput_tps, report.trials[1].throughput_tps);
         assert_eq!(report.chose, "first");
+    }
+
+    /// TPC-C New-Order on cx4, whose NIC atomics are not coherent with the CPU's: a
+    /// one-sided lock takes even a local record's lock through the NIC, and New-Order
+    /// writes mostly its own warehouse (PERFORMANCE §26). From drtmh alone, the search
+    /// keeps two-sided locks, and every trial differs from the best in one phase.
+    #[test]
+    fn the_phase_search_keeps_what_runs_clearly_faster() {
+        let mut spec = spec();
+        spec.workload = crate::WorkloadSpec::Tpcc {
+            mix: hytra_workloads::tpcc::TpccMix::NewOrderOnly,
+            warehouses_per_worker: 1,
+            customers: 60,
+            items: 2_000,
+            remote_item_pct: 1,
+        };
+        spec.params.measure_ns = AUTO_TRIAL_SIM_NS;
+        let drtmh = TxnConfig::preset(Design::DrtmH);
+        let candidates = vec![("drtmh".to_string(), drtmh)];
+        let mut heard = Vec::new();
+        let (txn, report) =
+            pick_design(&spec, candidates, Refine::Phases, 0.1, |t, _| heard.push(t.clone()))
+                .unwrap();
+        assert_eq!(txn, TxnConfig { lock: LockStrategy::TwoSided, ..drtmh }, "{report:?}");
+        assert_eq!(report.chose, "drtmh, lock two-sided");
+        assert_eq!(heard, report.trials);
+        let rate = |label: &str| {
+            report.trials.iter().find(|t| t.candidate == label).unwrap().throughput_tps
+        };
+        assert!(rate("drtmh, lock two-sided") > rate("drtmh") * refine_margin(true));
+        // A second pass starts from the change kept, and keeps no other.
+        let kept = rate("drtmh, lock two-sided");
+        let second: Vec<&TrialReport> = report
+            .trials
+            .iter()
+            .filter(|t| t.candidate.starts_with("drtmh, lock two-sided, "))
+            .collect();
+        assert!(second.len() >= 5, "{report:?}");
+        assert!(second.iter().all(|t| t.throughput_tps <= kept * refine_margin(true)));
+        for (change, alt) in one_phase_changes(&drtmh, drtmh.cache_bytes) {
+            let differs = [
+                alt.exec != drtmh.exec,
+                alt.lock != drtmh.lock,
+                alt.validate != drtmh.validate,
+                alt.log != drtmh.log,
+                alt.commit != drtmh.commit,
+            ];
+            assert_eq!(differs.iter().filter(|&&d| d).count(), 1, "{change}");
+        }
     }
 }

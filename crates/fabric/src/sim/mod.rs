@@ -318,12 +318,12 @@ impl Backend for SimCluster {
         let mut progress = self.progress.take();
         let mut finished_at = 0;
         let outcome = catch_unwind(AssertUnwindSafe(|| {
-            self.event_loop(&mut programs, &mut done, &mut remaining, limit_ps, &mut progress);
+            let (p, d) = (&mut programs, &mut done);
+            self.event_loop(p, d, &mut remaining, Until::AllDone, limit_ps, &mut progress);
             finished_at = self.core.borrow().now;
             if remaining == 0 {
                 let until = finished_at.saturating_add(DRAIN_PS).min(limit_ps);
-                let mut never = usize::MAX;
-                self.event_loop(&mut programs, &mut done, &mut never, until, &mut progress);
+                self.event_loop(p, d, &mut remaining, Until::Drained, until, &mut progress);
             }
         }));
         if let Err(panic) = outcome {
@@ -356,19 +356,30 @@ impl Backend for SimCluster {
     }
 }
 
+/// When an event loop stops, short of its time limit.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+enum Until {
+    /// Every program is done.
+    AllDone,
+    /// No event is left before the limit (the drain after every program is done: what
+    /// is in flight lands).
+    Drained,
+}
+
 impl SimCluster {
-    /// Processes events until every program is done or the next event is past the limit
-    /// (with `remaining` at `usize::MAX`: until no event is left before the limit).
+    /// Processes events until `until` or the next event is past the limit; `remaining`
+    /// counts the programs not done.
     fn event_loop<P: Program>(
         &self,
         programs: &mut [P],
         done: &mut [bool],
         remaining: &mut usize,
+        until: Until,
         limit_ps: u64,
         progress: &mut Option<Box<dyn FnMut(u64)>>,
     ) {
         let mut countdown = PROGRESS_EVERY_EVENTS;
-        while *remaining > 0 {
+        while *remaining > 0 || until == Until::Drained {
             countdown -= 1;
             if countdown == 0 {
                 countdown = PROGRESS_EVERY_EVENTS;
