@@ -232,7 +232,8 @@ pub fn run_cluster(a: ClusterArgs) -> Result<(), CliError> {
 
 #[cfg(not(feature = "ucx"))]
 fn launch(_: &ClusterArgs, _: &ClusterFile, _: LaunchJob, _: f64) -> Result<(), CliError> {
-    unreachable!("refused by run_cluster without the ucx feature")
+    // Reached only in a build whose library has UCX and whose binary has not.
+    usage("this hytra binary was built without --features ucx: hytra cluster is not in it")
 }
 
 /// Starts every node of `f` (and what a benchmark's nodes share) and waits for them.
@@ -284,7 +285,8 @@ pub fn run_hub(a: HubArgs) -> Result<(), CliError> {
 
 #[cfg(not(feature = "ucx"))]
 fn serve_hub(_: &ClusterFile) -> Result<(), CliError> {
-    unreachable!("refused by run_hub without the ucx feature")
+    // Reached only in a build whose library has UCX and whose binary has not.
+    usage("this hytra binary was built without --features ucx: hytra hub is not in it")
 }
 
 #[cfg(feature = "ucx")]

@@ -38,7 +38,7 @@ pub struct BenchArgs {
     /// Design preset: every phase's primitive as in that system; `auto` runs a short
     /// trial of each preset (and of drtmh with two-sided locks) on this backend first,
     /// then from the fastest tries each phase's other primitives one at a time, and keeps
-    /// what runs clearly faster (about 15-25 trials: tens of seconds before the run).
+    /// what runs clearly faster (9 to 21 trials: seconds to a minute before the run).
     #[arg(long, default_value = "drtmh", value_parser = design_parser())]
     pub design: DesignPick,
     /// Backend: sim (virtual time), local (threads, real time) or ucx (UCX, every node
@@ -265,7 +265,8 @@ impl BenchArgs {
 pub enum DesignPick {
     /// Every phase as in this preset (and the overrides given).
     Preset(Design),
-    /// The fastest of [`auto_candidates`] in a trial of this workload on this backend.
+    /// The fastest of [`auto_candidates`] in a trial of this workload on this backend,
+    /// with the one-phase changes of it that run clearly faster (`hytra_lab::auto`).
     Auto,
 }
 

@@ -162,7 +162,11 @@ pub fn plan(a: &IoArgs) -> Result<IoCommand, Usage> {
         (Some(_), true) => {
             return usage("--trace replays a trace, and --no-trace or --gen-trace says not to")
         }
-        (Some(p), false) => Some(read_trace(p).map_err(|e| Usage(e.to_string()))?),
+        (Some(p), false) => Some(read_trace(p).map_err(|e| {
+            // A trace the user named is the user's to fix, however it fails.
+            debug_assert!(e.is_usage(), "{e}");
+            Usage(e.to_string())
+        })?),
         (None, _) => None,
     };
     check_spread(a, backend, &modes)?;

@@ -183,7 +183,7 @@ pub fn plan(a: &MicroArgs) -> Result<MicroPlan, Usage> {
 type Shape = (Vec<Primitive>, Vec<u32>, Vec<u16>);
 
 /// The primitive matrix's rows, payloads and lanes. Where both --primitives and
-/// --payloads were given, each primitive but the atomics (always 8 B, which [`run`]
+/// --payloads were given, each primitive but the atomics (always 8 B, which `hytra micro`
 /// notes) must run at one of the payloads as given: an RPC carries at most its reply's
 /// size, a `wrpc` mailbox its own.
 fn matrix_shape(a: &MicroArgs, sim: bool) -> Result<Shape, Usage> {
