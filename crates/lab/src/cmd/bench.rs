@@ -250,13 +250,7 @@ impl BenchArgs {
 
     /// What `hytra` with no arguments runs.
     pub fn default_run() -> BenchArgs {
-        use clap::Parser;
-        #[derive(clap::Parser)]
-        struct Wrap {
-            #[command(flatten)]
-            args: BenchArgs,
-        }
-        Wrap::parse_from(["hytra"]).args
+        crate::cmd::parse::<BenchArgs>(&["hytra"]).expect("the defaults parse").0
     }
 }
 

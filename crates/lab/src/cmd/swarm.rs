@@ -51,7 +51,7 @@ pub struct SwarmArgs {
 }
 
 /// `--backend`, refused where this build lacks it.
-pub fn backend(name: &str) -> Result<SwarmBackend, Usage> {
+fn backend(name: &str) -> Result<SwarmBackend, Usage> {
     match name {
         "sim" => Ok(SwarmBackend::Sim),
         "local" => Ok(SwarmBackend::Local),
@@ -64,7 +64,7 @@ pub fn backend(name: &str) -> Result<SwarmBackend, Usage> {
 }
 
 /// `--plant NAME`: the planted fault it names.
-pub fn planted(name: Option<&str>) -> Result<Option<PlantedFault>, Usage> {
+fn planted(name: Option<&str>) -> Result<Option<PlantedFault>, Usage> {
     let Some(name) = name else { return Ok(None) };
     match PlantedFault::parse(name) {
         Some(f) => Ok(Some(f)),
