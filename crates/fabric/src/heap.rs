@@ -18,22 +18,6 @@ pub fn map_large_allocations() {
     }
 }
 
-/// Backs this process's memory with 4 KiB pages only. The fabric asks for huge pages
-/// on large regions (fewer TLB misses), but a TPC-C index is sized for every order id
-/// a district may reach and holds few of them, and one touched bucket then makes its
-/// whole 2 MiB resident: about 0.5 GB more per TPC-C run of the full matrix at 8 x 8,
-/// two of them at a time, and 1 GB at 16 x 8. Results are the same (virtual time;
-/// same trace hashes). The matrix's runs were not measurably slower; the fabric's
-/// largest runs (16 x 24, see docs/PERFORMANCE.md) gain about 15% from huge pages.
-pub fn no_huge_pages() {
-    #[cfg(target_os = "linux")]
-    // SAFETY: PR_SET_THP_DISABLE only sets a flag of this process; a failure (an old
-    // kernel) leaves huge pages in use, which is harmless.
-    unsafe {
-        libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0);
-    }
-}
-
 /// Returns the heap's free pages to the system after a run (what the run's smaller
 /// allocations left), so that the next run starts from the live memory only.
 pub fn give_back() {
