@@ -275,15 +275,22 @@ impl Region {
 /// allocations are advised to use huge pages (see [`zeroed_words_small_pages`] for
 /// sparse ones).
 pub fn zeroed_words(n: usize) -> Box<[AtomicU64]> {
-    let words = zeroed_words_small_pages(n);
-    advise_huge_pages(words.as_ptr().cast(), words.len() * 8);
+    let words = zeroed_atomics(n);
+    advise_pages(words.as_ptr().cast(), words.len() * 8, Backing::Huge);
     words
 }
 
-/// As [`zeroed_words`] without the huge-page advice: for memory that stays sparse (a
+/// As [`zeroed_words`], advised against huge pages: for memory that stays sparse (a
 /// cache sized for every key of the cluster), where one 2 MiB page per touched entry
-/// would make most of it resident.
+/// would make most of it resident. The advice matters where the host backs all memory
+/// with transparent huge pages unless told otherwise (`enabled` set to `always`).
 pub fn zeroed_words_small_pages(n: usize) -> Box<[AtomicU64]> {
+    let words = zeroed_atomics(n);
+    advise_pages(words.as_ptr().cast(), words.len() * 8, Backing::Base);
+    words
+}
+
+fn zeroed_atomics(n: usize) -> Box<[AtomicU64]> {
     let words: Box<[u64]> = vec![0u64; n].into_boxed_slice();
     let len = words.len();
     let raw = Box::into_raw(words).cast::<AtomicU64>();
@@ -308,7 +315,16 @@ pub fn zeroed_u32s(n: usize) -> Box<[AtomicU32]> {
 /// indexes and caches of millions of records are read at random, and with 4 KiB pages
 /// nearly every access misses the TLB (and the first touch of every page faults).
 /// Small allocations are left alone (a huge page would cost 2 MiB where 4 KiB do).
-fn advise_huge_pages(start: *const u8, len: usize) {
+/// How the kernel should back a large allocation.
+#[derive(Copy, Clone)]
+enum Backing {
+    /// Transparent huge pages (fewer TLB misses where the memory is touched densely).
+    Huge,
+    /// Base pages only (each touched spot makes 4 KiB resident, not 2 MiB).
+    Base,
+}
+
+fn advise_pages(start: *const u8, len: usize, backing: Backing) {
     const HUGE: usize = 2 << 20;
     #[cfg(target_os = "linux")]
     {
@@ -317,18 +333,22 @@ fn advise_huge_pages(start: *const u8, len: usize) {
         }
         let first = (start as usize).next_multiple_of(HUGE);
         let end = (start as usize + len) / HUGE * HUGE;
+        let advice = match backing {
+            Backing::Huge => libc::MADV_HUGEPAGE,
+            Backing::Base => libc::MADV_NOHUGEPAGE,
+        };
         if end > first {
             // SAFETY: [first, end) lies inside the live allocation [start, start + len)
-            // that the caller owns; MADV_HUGEPAGE only changes how the kernel backs the
-            // pages (contents are preserved, zero pages stay zero), and a failure (no
-            // transparent huge pages) is harmless, so the result is ignored.
+            // that the caller owns; MADV_HUGEPAGE and MADV_NOHUGEPAGE only change how the
+            // kernel backs the pages (contents are preserved, zero pages stay zero), and a
+            // failure (no transparent huge pages) is harmless, so the result is ignored.
             unsafe {
-                libc::madvise(first as *mut libc::c_void, end - first, libc::MADV_HUGEPAGE);
+                libc::madvise(first as *mut libc::c_void, end - first, advice);
             }
         }
     }
     #[cfg(not(target_os = "linux"))]
-    let _ = (start, len, HUGE);
+    let _ = (start, len, HUGE, backing);
 }
 
 /// Stores `values` into `dst` in address order, the last one with release ordering after
