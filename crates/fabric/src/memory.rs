@@ -311,10 +311,6 @@ pub fn zeroed_u32s(n: usize) -> Box<[AtomicU32]> {
     unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(raw, len)) }
 }
 
-/// Asks the kernel to back a large allocation with huge pages where it can: tables,
-/// indexes and caches of millions of records are read at random, and with 4 KiB pages
-/// nearly every access misses the TLB (and the first touch of every page faults).
-/// Small allocations are left alone (a huge page would cost 2 MiB where 4 KiB do).
 /// How the kernel should back a large allocation.
 #[derive(Copy, Clone)]
 enum Backing {
@@ -324,6 +320,12 @@ enum Backing {
     Base,
 }
 
+/// Asks the kernel to back a large allocation as `backing` says. Huge pages where the
+/// memory is dense: tables, indexes and caches of millions of records are read at
+/// random, and with 4 KiB pages nearly every access misses the TLB (and the first touch
+/// of every page faults). Base pages where it is sparse, even on a host that would
+/// otherwise use huge pages everywhere. Small allocations are left alone (a huge page
+/// would cost 2 MiB where 4 KiB do).
 fn advise_pages(start: *const u8, len: usize, backing: Backing) {
     const HUGE: usize = 2 << 20;
     #[cfg(target_os = "linux")]

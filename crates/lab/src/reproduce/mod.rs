@@ -1408,6 +1408,7 @@ fn workload_of(j: &BenchJob, s: &Scale, seed: u64) -> JobWorkload {
 /// Bytes a transactional job touches (`run::memory_needed`, all nodes).
 fn job_bytes(j: &BenchJob, s: &Scale) -> u64 {
     let (shape, cfg, co) = (j.shape, &j.cfg, j.coroutines);
+    // Any seed: it draws the data, not the tables' sizes.
     match workload_of(j, s, 1) {
         JobWorkload::SmallBank(w) => crate::run::memory_needed(&w, shape, cfg, co),
         JobWorkload::TpccNo(w) => crate::run::memory_needed(&w, shape, cfg, co),
