@@ -105,6 +105,22 @@ pub trait Endpoint {
         false
     }
 
+    /// Lets `node` in again after [`Endpoint::fence`] (or, on a node that restarted,
+    /// after the restart, which fences every other node off): its one-sided requests and
+    /// datagrams reach this node from now on, over new connections. Returns whether the
+    /// fabric can; only the simulator, the one backend that restarts nodes, does. `node`
+    /// is never the caller's own node.
+    fn admit(&mut self, node: NodeId) -> bool {
+        let _ = node;
+        false
+    }
+
+    /// Which life of its node this worker belongs to: 0 from the start of the run, one
+    /// more after each restart of the node (`NodeFaultKind::Restart`, simulator only).
+    fn incarnation(&self) -> u32 {
+        0
+    }
+
     /// Crashes this worker's node now, as a fault injector would at a chosen point of a
     /// protocol: its CPUs and NIC stop; nothing its workers post, send or ring from now on
     /// takes effect and they learn of nothing more (requests whose doorbell rang are in
@@ -348,7 +364,10 @@ pub trait Backend {
 
     /// Builds one program per worker with `make` (on the thread that will run it), runs
     /// them until all are done or the time limit passes, and returns `finish` of each
-    /// program in worker-index order (of the hosted nodes' workers only).
+    /// program in worker-index order (of the hosted nodes' workers only). A node that
+    /// restarts (simulator only) gets new programs from `make`, whose endpoints give
+    /// their incarnation; the programs of its earlier lives are finished too, after all
+    /// the others, in the order they were replaced.
     fn run<P, R, F, G>(
         &mut self,
         make: F,

@@ -1,6 +1,7 @@
 //! Faults of whole nodes at a time of the run: what the simulator and the threads
-//! backend can do to a node (crash it, pause its CPUs). Not for: faults of the network
-//! (the simulator's `FaultConfig` draws those).
+//! backend can do to a node (crash it, pause its CPUs; the simulator also restarts a
+//! crashed one). Not for: faults of the network (the simulator's `FaultConfig` draws
+//! those).
 
 use std::fmt;
 
@@ -19,6 +20,14 @@ pub enum NodeFaultKind {
     /// The node stops for good: CPUs and NIC. Requests to it complete `Unreachable` (on
     /// the simulator after the transport timeout); datagrams to and from it vanish.
     Crash,
+    /// A node that crashed comes back, as a host that rebooted: its memory is wiped, it
+    /// has new connections, and its workers' programs are built again (their endpoints
+    /// say which incarnation they are). Its NIC refuses every other node until its new
+    /// workers admit them (`Endpoint::admit`). Strikes at `at_ns` or a transport timeout
+    /// after the crash, whichever is later, so that nothing of the old incarnation is
+    /// still in flight; does nothing if the node has not crashed by then, or once every
+    /// program is done. Simulator only.
+    Restart,
 }
 
 /// A fault on one node.
@@ -39,13 +48,14 @@ impl NodeFault {
     pub fn ends_at_ns(&self) -> u64 {
         match self.kind {
             NodeFaultKind::Pause { for_ns } => self.at_ns.saturating_add(for_ns),
-            NodeFaultKind::Crash => self.at_ns,
+            NodeFaultKind::Crash | NodeFaultKind::Restart => self.at_ns,
         }
     }
 }
 
 impl fmt::Display for NodeFault {
-    /// The swarm's compact form: `crash n2 at 800 us`, `pause n1 at 20 us for 500 us`.
+    /// The swarm's compact form: `crash n2 at 800 us`, `pause n1 at 20 us for 500 us`,
+    /// `restart n2 at 3000 us`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let at = self.at_ns / 1000;
         match self.kind {
@@ -53,6 +63,7 @@ impl fmt::Display for NodeFault {
                 write!(f, "pause {} at {at} us for {} us", self.node, for_ns / 1000)
             }
             NodeFaultKind::Crash => write!(f, "crash {} at {at} us", self.node),
+            NodeFaultKind::Restart => write!(f, "restart {} at {at} us", self.node),
         }
     }
 }

@@ -254,6 +254,12 @@ impl LocalCluster {
             if f.kind == (NodeFaultKind::Pause { for_ns: 0 }) {
                 return Err(BackendError::Config(format!("a pause of node {} for 0 ns", f.node.0)));
             }
+            if f.kind == NodeFaultKind::Restart {
+                return Err(BackendError::Config(format!(
+                    "a restart of node {}: only the simulator restarts nodes (threads cannot wipe a node's memory under the others)",
+                    f.node.0
+                )));
+            }
         }
         let regions = vec![Vec::new(); usize::from(config.shape.nodes)];
         let nic = Arc::new(LocalNic::new(config.shape.nodes));
@@ -277,6 +283,7 @@ impl LocalCluster {
                 NodeFaultKind::Pause { for_ns } => {
                     pauses[n].push((f.at_ns, f.at_ns.saturating_add(for_ns)));
                 }
+                NodeFaultKind::Restart => unreachable!("refused by LocalCluster::new"),
             }
         }
         let pools = (0..workers)

@@ -187,6 +187,51 @@ pub(super) struct WorkerState {
     pub(super) ud_in_flight: std::collections::VecDeque<Ps>,
     /// Datagrams posted behind `MORE`, not yet handed to the NIC.
     pub(super) ud_queued: u32,
+    /// The node's incarnation: 0, then one more per restart.
+    pub(super) life: u32,
+}
+
+impl WorkerState {
+    fn new(qps: usize) -> WorkerState {
+        WorkerState {
+            clock: 0,
+            running: false,
+            step_at: None,
+            step_token: 0,
+            halted: false,
+            cq: TimeQueue::new(),
+            rx: TimeQueue::new(),
+            signaled_in_flight: 0,
+            qps: vec![QpState::default(); qps],
+            batch: Vec::new(),
+            ud_in_flight: std::collections::VecDeque::new(),
+            ud_queued: 0,
+            life: 0,
+        }
+    }
+}
+
+/// How a node's NIC takes what one other node sends it.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub(super) enum Link {
+    /// Everything is served.
+    Open,
+    /// Fenced off (`Endpoint::fence`): nothing is.
+    Fenced,
+    /// One of the two restarted since they last connected: datagrams pass, one-sided
+    /// requests fail until the target admits the source (`Endpoint::admit`).
+    Unconnected,
+}
+
+/// What a node fault did.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub(crate) enum Struck {
+    /// Nothing the programs must learn of (a pause, or a fault that found nothing to do).
+    Quietly,
+    /// The node crashed: its workers never run again in this life.
+    Crashed(NodeId),
+    /// The node came back: its workers need new programs, of incarnation `life`.
+    Restarted(NodeId, u32),
 }
 
 /// Counters of a simulation run.
@@ -245,10 +290,12 @@ pub(super) struct Core {
     pub(super) offload: Option<OffloadModel>,
     /// Where atomics of verb programs that discard the old value put it.
     pub(super) wq_scratch: Region,
-    /// Per target node, the source nodes it fenced off.
-    pub(super) fenced: Vec<Vec<bool>>,
+    /// Per target node, how it takes what each source node sends it.
+    pub(super) links: Vec<Vec<Link>>,
     /// Per node, the parts per million its clock gains on true time.
     pub(super) drift_ppm: Vec<i32>,
+    /// Per node, when it last crashed.
+    pub(super) crashed_at: Vec<Option<Ps>>,
 }
 
 impl Core {
@@ -264,22 +311,8 @@ impl Core {
         for d in &faults.clock_drift {
             drift_ppm[usize::from(d.node.0)] = d.ppm;
         }
-        let workers = (0..shape.workers_total())
-            .map(|_| WorkerState {
-                clock: 0,
-                running: false,
-                step_at: None,
-                step_token: 0,
-                halted: false,
-                cq: TimeQueue::new(),
-                rx: TimeQueue::new(),
-                signaled_in_flight: 0,
-                qps: vec![QpState::default(); qps_per_worker],
-                batch: Vec::new(),
-                ud_in_flight: std::collections::VecDeque::new(),
-                ud_queued: 0,
-            })
-            .collect();
+        let workers =
+            (0..shape.workers_total()).map(|_| WorkerState::new(qps_per_worker)).collect();
         let nics = (0..shape.nodes)
             .map(|_| Nic {
                 engine: Timeline::default(),
@@ -314,8 +347,9 @@ impl Core {
             wqs: (0..shape.nodes).map(|_| Vec::new()).collect(),
             offload: profile.offload.as_ref().map(OffloadModel::new),
             wq_scratch: Region::zeroed(8),
-            fenced: vec![vec![false; usize::from(shape.nodes)]; usize::from(shape.nodes)],
+            links: vec![vec![Link::Open; usize::from(shape.nodes)]; usize::from(shape.nodes)],
             drift_ppm,
+            crashed_at: vec![None; usize::from(shape.nodes)],
         }
     }
 
@@ -346,13 +380,33 @@ impl Core {
 
     /// `target`'s NIC refuses everything from `source` from now on.
     pub(crate) fn fence(&mut self, target: NodeId, source: NodeId) {
-        self.fenced[usize::from(target.0)][usize::from(source.0)] = true;
+        self.links[usize::from(target.0)][usize::from(source.0)] = Link::Fenced;
         self.trace.add(0xFE << 56 | u64::from(target.0) << 16 | u64::from(source.0));
     }
 
-    /// Whether `target` fenced `source` off.
+    /// `target`'s NIC serves `source` again (over new connections: the ones of
+    /// `target`'s workers to `source` are whole again).
+    pub(crate) fn admit(&mut self, target: NodeId, source: NodeId) {
+        self.links[usize::from(target.0)][usize::from(source.0)] = Link::Open;
+        let lanes = u32::from(self.shape.lanes_per_peer);
+        let first = u32::from(source.0) * lanes;
+        for w in self.node_workers(target) {
+            for q in &mut self.workers[w as usize].qps[first as usize..(first + lanes) as usize] {
+                q.broken = false;
+            }
+        }
+        self.trace.add(0xAD << 56 | u64::from(target.0) << 16 | u64::from(source.0));
+    }
+
+    /// Whether `target` fenced `source` off: it takes nothing from it.
     pub(crate) fn is_fenced(&self, target: NodeId, source: NodeId) -> bool {
-        self.fenced[usize::from(target.0)][usize::from(source.0)]
+        self.links[usize::from(target.0)][usize::from(source.0)] == Link::Fenced
+    }
+
+    /// Whether `target` refuses `source`'s one-sided requests: fenced off, or not
+    /// connected since one of them restarted.
+    pub(crate) fn refuses_one_sided(&self, target: NodeId, source: NodeId) -> bool {
+        self.links[usize::from(target.0)][usize::from(source.0)] != Link::Open
     }
 
     pub(crate) fn add_region(
@@ -547,13 +601,16 @@ impl Core {
         u32::from(node.0) * per..(u32::from(node.0) + 1) * per
     }
 
-    /// Strikes the `index`-th configured node fault; returns the node if it crashed
-    /// (its workers will never run again).
-    pub(crate) fn node_fault(&mut self, index: usize) -> Option<NodeId> {
+    /// Strikes the `index`-th configured node fault.
+    pub(crate) fn node_fault(&mut self, index: usize) -> Struck {
         let f = self.faults.node_faults[index];
-        let nic = &mut self.nics[usize::from(f.node.0)];
+        let n = usize::from(f.node.0);
+        if f.kind == NodeFaultKind::Restart {
+            return self.restart(index, f.node);
+        }
+        let nic = &mut self.nics[n];
         if nic.state == NodeState::Crashed {
-            return None;
+            return Struck::Quietly;
         }
         self.trace.add(0xFA << 56 | u64::from(f.node.0));
         match f.kind {
@@ -562,12 +619,69 @@ impl Core {
                 let until = self.now + ps(for_ns as f64);
                 self.schedule(until, Event::Resume { node: f.node });
             }
-            NodeFaultKind::Crash => nic.state = NodeState::Crashed,
+            NodeFaultKind::Crash => {
+                nic.state = NodeState::Crashed;
+                self.crashed_at[n] = Some(self.now);
+            }
+            NodeFaultKind::Restart => unreachable!("handled above"),
         }
         for w in self.node_workers(f.node) {
             self.workers[w as usize].halted = true;
         }
-        (f.kind == NodeFaultKind::Crash).then_some(f.node)
+        match f.kind {
+            NodeFaultKind::Crash => Struck::Crashed(f.node),
+            _ => Struck::Quietly,
+        }
+    }
+
+    /// Brings crashed `node` back (the `index`-th fault), a transport timeout after its
+    /// crash at the earliest: by then every request of its old life completed, and none
+    /// of theirs can touch the new one. Its memory is wiped, its NIC refuses every other
+    /// node until its workers admit them, and its workers start afresh, one life on.
+    fn restart(&mut self, index: usize, node: NodeId) -> Struck {
+        let n = usize::from(node.0);
+        let Some(crashed_at) = self.crashed_at[n].filter(|_| self.node_crashed(node)) else {
+            self.trace.add(0xF0 << 56 | u64::from(node.0));
+            return Struck::Quietly;
+        };
+        let earliest = crashed_at + self.model.rc_timeout;
+        if self.now < earliest {
+            self.schedule(earliest, Event::NodeFault { index });
+            return Struck::Quietly;
+        }
+        self.trace.add(0xF1 << 56 | u64::from(node.0));
+        for r in &self.regions[n] {
+            r.zero(0, r.len_bytes());
+        }
+        // Connections die with a life, both ways: one-sided requests find no queue pair
+        // until each side admits the other. Datagrams need none: they pass both ways,
+        // from the old life's fence on too (the life it fenced off is gone).
+        for other in (0..self.shape.nodes).map(usize::from).filter(|&o| o != n) {
+            self.links[n][other] = Link::Unconnected;
+            self.links[other][n] = Link::Unconnected;
+        }
+        self.nics[n].state = NodeState::Up;
+        let life = self.workers[self.node_workers(node).start as usize].life + 1;
+        let qps = usize::from(self.shape.nodes) * usize::from(self.shape.lanes_per_peer);
+        for w in self.node_workers(node) {
+            let old = std::mem::replace(&mut self.workers[w as usize], WorkerState::new(qps));
+            for rx in old.rx.items {
+                self.msg_pool.release(rx.item.buf);
+            }
+            let ws = &mut self.workers[w as usize];
+            ws.life = life;
+            // Stale Step events of the old life carry older tokens.
+            ws.step_token = old.step_token.wrapping_add(1);
+            ws.clock = self.now;
+        }
+        Struck::Restarted(node, life)
+    }
+
+    /// Wakes the workers of `node`, which just got new programs.
+    pub(crate) fn start_node(&mut self, node: NodeId) {
+        for w in self.node_workers(node) {
+            self.wake(w, self.now);
+        }
     }
 
     /// Crashes `node` now, from inside one of its workers' steps (`Endpoint::crash_here`).
@@ -578,6 +692,7 @@ impl Core {
             return;
         }
         nic.state = NodeState::Crashed;
+        self.crashed_at[usize::from(node.0)] = Some(self.now);
         self.trace.add(0xFB << 56 | u64::from(node.0));
         for w in self.node_workers(node) {
             self.workers[w as usize].halted = true;

@@ -31,6 +31,8 @@ pub struct SimEndpoint {
     /// Whether steps are measured: the simulator's own time is then read around every
     /// call into it, to be taken off the step's.
     pub(super) measured: bool,
+    /// The node's incarnation this endpoint belongs to.
+    pub(super) life: u32,
 }
 
 impl Endpoint for SimEndpoint {
@@ -102,6 +104,17 @@ impl Endpoint for SimEndpoint {
     fn crash_here(&mut self) -> bool {
         self.core.borrow_mut().crash_here(self.me.node);
         true
+    }
+
+    fn admit(&mut self, node: NodeId) -> bool {
+        assert_ne!(node, self.me.node, "a node admits others, never itself");
+        // New connections, whatever `fencing` says: it concerns cutting connections off.
+        self.core.borrow_mut().admit(self.me.node, node);
+        true
+    }
+
+    fn incarnation(&self) -> u32 {
+        self.life
     }
 
     fn fence(&mut self, node: NodeId) -> bool {

@@ -32,7 +32,7 @@ use std::rc::Rc;
 use std::time::Instant;
 
 pub use self::core::SimStats;
-use self::core::{Core, Event};
+use self::core::{Core, Event, Struck};
 pub use self::endpoint::SimEndpoint;
 use self::faults::FaultConfig;
 use self::measure::{MeasuredCpu, ProgramCpu};
@@ -287,23 +287,26 @@ impl Backend for SimCluster {
         self.ran = true;
         let shape = self.config.shape;
         let caps = self.caps();
-        let mut programs: Vec<P> = shape
-            .workers()
-            .enumerate()
-            .map(|(i, me)| {
-                let regions = self.core.borrow().regions[usize::from(me.node.0)].clone();
-                make(SimEndpoint {
-                    core: self.core.clone(),
-                    me,
-                    index: i as u32,
-                    shape,
-                    caps,
-                    regions,
-                    fencing: self.config.fencing,
-                    measured: matches!(self.config.cpu, CpuMode::Measured { .. }),
-                })
-            })
-            .collect();
+        let endpoint = |i: usize, life: u32| {
+            let me = shape.worker_at(i);
+            let regions = self.core.borrow().regions[usize::from(me.node.0)].clone();
+            SimEndpoint {
+                core: self.core.clone(),
+                me,
+                index: i as u32,
+                shape,
+                caps,
+                regions,
+                fencing: self.config.fencing,
+                measured: matches!(self.config.cpu, CpuMode::Measured { .. }),
+                life,
+            }
+        };
+        let mut programs: Vec<P> =
+            (0..shape.workers_total()).map(|i| make(endpoint(i, 0))).collect();
+        let remake = |i: usize, life: u32| make(endpoint(i, life));
+        // Programs of nodes' earlier lives, finished after the others.
+        let mut retired: Vec<P> = Vec::new();
         let wall = Instant::now();
         let limit_ps = limits.time_limit_ns.saturating_mul(1000);
         {
@@ -318,12 +321,18 @@ impl Backend for SimCluster {
         let mut progress = self.progress.take();
         let mut finished_at = 0;
         let outcome = catch_unwind(AssertUnwindSafe(|| {
-            let (p, d) = (&mut programs, &mut done);
-            self.event_loop(p, d, &mut remaining, Until::AllDone, limit_ps, &mut progress);
+            let mut run = Running {
+                programs: &mut programs,
+                done: &mut done,
+                remaining: &mut remaining,
+                remake: &remake,
+                retired: &mut retired,
+            };
+            self.event_loop(&mut run, Until::AllDone, limit_ps, &mut progress);
             finished_at = self.core.borrow().now;
-            if remaining == 0 {
+            if *run.remaining == 0 {
                 let until = finished_at.saturating_add(DRAIN_PS).min(limit_ps);
-                self.event_loop(p, d, &mut remaining, Until::Drained, until, &mut progress);
+                self.event_loop(&mut run, Until::Drained, until, &mut progress);
             }
         }));
         if let Err(panic) = outcome {
@@ -351,7 +360,7 @@ impl Backend for SimCluster {
             event_wakeups: 0,
         };
         drop(core);
-        let results = programs.into_iter().map(finish).collect();
+        let results = programs.into_iter().chain(retired).map(finish).collect();
         Ok((results, stats))
     }
 }
@@ -366,20 +375,30 @@ enum Until {
     Drained,
 }
 
+/// The programs of a run under way.
+struct Running<'a, P> {
+    /// Per worker, the program of its node's current life.
+    programs: &'a mut [P],
+    done: &'a mut [bool],
+    /// Programs not done.
+    remaining: &'a mut usize,
+    /// Builds worker `i`'s program of life `life` (after its node restarted).
+    remake: &'a dyn Fn(usize, u32) -> P,
+    /// Programs of earlier lives.
+    retired: &'a mut Vec<P>,
+}
+
 impl SimCluster {
-    /// Processes events until `until` or the next event is past the limit; `remaining`
-    /// counts the programs not done.
+    /// Processes events until `until` or the next event is past the limit.
     fn event_loop<P: Program>(
         &self,
-        programs: &mut [P],
-        done: &mut [bool],
-        remaining: &mut usize,
+        run: &mut Running<'_, P>,
         until: Until,
         limit_ps: u64,
         progress: &mut Option<Box<dyn FnMut(u64)>>,
     ) {
         let mut countdown = PROGRESS_EVERY_EVENTS;
-        while *remaining > 0 || until == Until::Drained {
+        while *run.remaining > 0 || until == Until::Drained {
             countdown -= 1;
             if countdown == 0 {
                 countdown = PROGRESS_EVERY_EVENTS;
@@ -389,17 +408,12 @@ impl SimCluster {
                 }
             }
             let Some(event) = self.core.borrow_mut().pop(limit_ps) else { break };
-            self.dispatch(event, programs, done, remaining);
+            self.dispatch(event, run);
         }
     }
 
-    fn dispatch<P: Program>(
-        &self,
-        event: Event,
-        programs: &mut [P],
-        done: &mut [bool],
-        remaining: &mut usize,
-    ) {
+    fn dispatch<P: Program>(&self, event: Event, run: &mut Running<'_, P>) {
+        let Running { programs, done, remaining, .. } = run;
         match event {
             Event::Arrive(op) => self.core.borrow_mut().arrive(op),
             Event::Line { op, from, cqe_at, answer } => {
@@ -407,9 +421,17 @@ impl SimCluster {
             }
             Event::Deliver(dg) => self.core.borrow_mut().deliver(dg),
             Event::NodeFault { index } => {
-                let crashed = self.core.borrow_mut().node_fault(index);
-                if let Some(node) = crashed {
-                    self.count_crashed_done(node, done, remaining);
+                // Once every program is done, the run is over: nobody restarts.
+                let over = **remaining == 0;
+                let f = self.config.faults.node_faults[index];
+                if over && f.kind == crate::NodeFaultKind::Restart {
+                    return;
+                }
+                let struck = self.core.borrow_mut().node_fault(index);
+                match struck {
+                    Struck::Quietly => {}
+                    Struck::Crashed(node) => self.count_crashed_done(node, done, remaining),
+                    Struck::Restarted(node, life) => self.restart(node, life, run),
                 }
             }
             Event::Resume { node } => self.core.borrow_mut().resume(node),
@@ -425,7 +447,7 @@ impl SimCluster {
                 let outcome = self.step_one(&mut programs[w], worker);
                 if !done[w] && programs[w].is_done() {
                     done[w] = true;
-                    *remaining -= 1;
+                    **remaining -= 1;
                 }
                 let node = self.config.shape.worker_at(w).node;
                 if self.core.borrow().node_crashed(node) {
@@ -435,6 +457,23 @@ impl SimCluster {
                 self.schedule_next(worker, outcome);
             }
         }
+    }
+
+    /// Gives restarted `node`'s workers new programs of life `life`, and starts them.
+    fn restart<P: Program>(&self, node: NodeId, life: u32, run: &mut Running<'_, P>) {
+        let per = usize::from(self.config.shape.workers_per_node);
+        let first = usize::from(node.0) * per;
+        for w in first..first + per {
+            let fresh = (run.remake)(w, life);
+            let old = std::mem::replace(&mut run.programs[w], fresh);
+            run.retired.push(old);
+            assert!(run.done[w], "a crashed node's programs count as done");
+            if !run.programs[w].is_done() {
+                run.done[w] = false;
+                *run.remaining += 1;
+            }
+        }
+        self.core.borrow_mut().start_node(node);
     }
 
     /// A crashed node's programs will never run again: they count as done.

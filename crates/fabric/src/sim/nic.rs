@@ -38,6 +38,9 @@ pub(super) struct OneSided {
     /// Index of the payload in the inline pool, for WRITEs copied at post time.
     pub(super) inline: Option<u32>,
     pub(super) signaled: bool,
+    /// The poster's incarnation: a request of a node's earlier life (posted before it
+    /// crashed and restarted) tells its new workers nothing.
+    pub(super) life: u32,
 }
 
 /// A datagram in flight.
@@ -261,14 +264,15 @@ impl Core {
         };
         let inline = payload.map(|b| self.inline_pool.put(b));
         let ws = &mut self.workers[w as usize];
+        let life = ws.life;
         let q = &mut ws.qps[slot as usize];
         q.posted += 1;
         let qp_seq = q.posted;
         if signaled {
             ws.signaled_in_flight += 1;
         }
-        let op =
-            OneSided { src: w, qp_slot: slot, qp_seq, wr_id, flat: Flat::of(wr), inline, signaled };
+        let flat = Flat::of(wr);
+        let op = OneSided { src: w, qp_slot: slot, qp_seq, wr_id, flat, inline, signaled, life };
         self.charge(w, self.model.wqe_cpu + copy_cost);
         if flags.has(OpFlags::MORE) {
             self.workers[w as usize].batch.push(Queued::OneSided(op));
@@ -470,6 +474,9 @@ impl Core {
     // ---- events at the target ------------------------------------------------------
 
     fn push_cqe(&mut self, op: &OneSided, at: Ps, status: Status, value: u64) {
+        if self.of_earlier_life(op) {
+            return;
+        }
         let ws = &mut self.workers[op.src as usize];
         let q = &mut ws.qps[op.qp_slot as usize];
         // Completions of one connection appear in post order.
@@ -486,9 +493,18 @@ impl Core {
         self.wake(op.src, at);
     }
 
+    /// Whether `op` was posted by an earlier life of its worker's node: its completion
+    /// and what it says of its connection concern connections that are gone.
+    fn of_earlier_life(&self, op: &OneSided) -> bool {
+        self.workers[op.src as usize].life != op.life
+    }
+
     /// Records that `op`, unsignaled, would have completed at `at`: the connection's
     /// later completions appear no earlier.
     fn behind(&mut self, op: &OneSided, at: Ps) {
+        if self.of_earlier_life(op) {
+            return;
+        }
         let q = &mut self.workers[op.src as usize].qps[op.qp_slot as usize];
         q.last_complete = q.last_complete.max(at);
     }
@@ -497,7 +513,7 @@ impl Core {
     /// transport's retries, or on a broken connection) fails after those retries, and
     /// its connection breaks for good (to a crashed or fenced-off target it is moot).
     fn unreachable(&mut self, op: OneSided, crashed: bool) {
-        if !crashed {
+        if !crashed && !self.of_earlier_life(&op) {
             self.workers[op.src as usize].qps[op.qp_slot as usize].broken = true;
         }
         self.stats.unreachable += 1;
@@ -520,7 +536,7 @@ impl Core {
             return;
         }
         let crashed = self.nics[usize::from(target.0)].state == NodeState::Crashed
-            || self.is_fenced(target, src_node);
+            || self.refuses_one_sided(target, src_node);
         let broken = self.workers[op.src as usize].qps[op.qp_slot as usize].broken;
         let now_ns = now / 1000;
         let request_cut = self.faults.cuts(src_node, target, now_ns);
