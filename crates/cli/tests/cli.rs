@@ -257,6 +257,31 @@ fn bench_bad_input_gets_one_line_and_exit_2() {
 /// TPC-C on a slow NIC retries its New-Orders for milliseconds: its p99 is more than half
 /// the default window, which is then measured again over a longer one, and the report
 /// says so. The same window given with --duration is refused, as the next test says.
+/// `--restart` needs a crash of the same node before it, within the window, once, on the
+/// simulator, and a strategy whose NIC programs it can do without.
+#[test]
+fn bench_restart_bad_input_gets_one_line_and_exit_2() {
+    assert_usage_errors(&[
+        &["bench", "--restart", "1@0.05"],
+        &["bench", "--crash", "1@0.05", "--restart", "2@0.06"],
+        &["bench", "--crash", "1@0.05", "--restart", "1@0.04"],
+        &["bench", "--crash", "1@0.05", "--restart", "1@9"],
+        &["bench", "--crash", "1@0.05", "--restart", "1@0.06", "--restart", "1@0.07"],
+        &[
+            "bench",
+            "--crash",
+            "1@0.05",
+            "--restart",
+            "1@0.06",
+            "--exec",
+            "offload",
+            "--profile",
+            "cx5",
+        ],
+        &["bench", "--backend", "local", "--crash", "1@5", "--restart", "1@6"],
+    ]);
+}
+
 #[test]
 fn bench_lengthens_a_default_window_shorter_than_twice_its_p99() {
     let json = scratch("tpcc-lengthened.json");
@@ -370,6 +395,41 @@ fn bench_crash_reports_how_long_recovery_took() {
         steps.iter().any(|s| s["step"].as_str().unwrap().starts_with("ActiveEverywhere")),
         "{j}"
     );
+}
+
+#[test]
+fn bench_restart_reports_when_the_node_was_a_member_again() {
+    let path = scratch("restart.json");
+    let out = hytra(&[
+        "bench",
+        "--nodes",
+        "3",
+        "--workers",
+        "2",
+        "--coroutines",
+        "4",
+        "--accounts-per-worker",
+        "1000",
+        "--seconds",
+        "0.04",
+        "--crash",
+        "1@0.01",
+        "--restart",
+        "1@0.012",
+        "--check",
+        "--json",
+        path.to_str().unwrap(),
+    ]);
+    let (stdout, j) = checked_crash_run(&out, &path);
+    assert!(stdout.contains("restarted at 12.000 ms, wiped: a member again +"), "{stdout}");
+    let c = &j["crashes"]["each"][0];
+    let ms = |f: &str| c[f].as_f64().unwrap_or_else(|| panic!("{f} missing: {c}"));
+    // Its earlier life is removed a lease (5 ms) after the crash; it joins after that.
+    assert!(ms("rejoined_ms") > ms("active_ms"), "{c}");
+    assert!(ms("rejoined_ms") < 30.0, "{c}");
+    let steps = j["crashes"]["steps"].as_array().unwrap();
+    assert!(steps.iter().any(|s| s["step"].as_str().unwrap().starts_with("Joining")), "{j}");
+    let _ = std::fs::remove_file(&path);
 }
 
 #[test]

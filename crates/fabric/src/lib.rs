@@ -49,7 +49,7 @@ pub use endpoint::{
 };
 pub use ids::{ClusterShape, LocalAddr, NodeId, Qp, RemoteAddr, Rkey, WorkerId, WrId};
 pub use memory::{witness_atomics, zeroed_u32s, zeroed_words, zeroed_words_small_pages, Region};
-pub use node_fault::{NodeFault, NodeFaultKind};
+pub use node_fault::{NodeFault, NodeFaultKind, LIVES_MAX};
 pub use verbs::{
     AccessError, BatchPost, BatchRefused, Completion, OpFlags, OpKind, PostError, Status,
     WorkRequest, WriteSrc,

@@ -7,6 +7,10 @@ use std::fmt;
 
 use crate::ids::NodeId;
 
+/// Lives a node may have in one run: its first, and at most `LIVES_MAX - 1` restarts
+/// (the runtime keeps each life's call numbers apart, and the engine each life's state).
+pub const LIVES_MAX: u32 = 8;
+
 /// What happens to a node at a time.
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]
 pub enum NodeFaultKind {

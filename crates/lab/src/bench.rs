@@ -15,19 +15,42 @@ use serde::{Deserialize, Serialize};
 /// goes away (new fields keep it).
 pub const BENCH_SCHEMA: u32 = 1;
 
-/// A node to crash, and when.
+/// A node to crash, when, and when it restarts (if it does).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Crash {
     /// The node.
     pub node: u16,
     /// When, in ns from the start of the run (warm-up included).
     pub at_ns: u64,
+    /// When the node restarts, wiped, to join again (simulator only), if it does.
+    pub restart_ns: Option<u64>,
 }
 
 impl Crash {
-    /// The fault a backend injects.
-    pub fn fault(&self) -> NodeFault {
-        NodeFault { node: NodeId(self.node), at_ns: self.at_ns, kind: NodeFaultKind::Crash }
+    /// The faults a backend injects: the crash, and the restart if there is one.
+    pub fn faults(&self) -> impl Iterator<Item = NodeFault> {
+        let node = NodeId(self.node);
+        let crash = NodeFault { node, at_ns: self.at_ns, kind: NodeFaultKind::Crash };
+        let restart =
+            self.restart_ns.map(|at_ns| NodeFault { node, at_ns, kind: NodeFaultKind::Restart });
+        std::iter::once(crash).chain(restart)
+    }
+
+    /// Time from the crash until the restarted node was a member again, active
+    /// everywhere (the first configuration active everywhere after the one that took it
+    /// in), in `r`'s recovery steps; `None` without a restart or a join.
+    pub fn rejoined_ns<R>(&self, r: &BenchResult<R>) -> Option<u64> {
+        let restart = self.restart_ns?;
+        let node = NodeId(self.node);
+        let events = &r.recovery.events;
+        let joining = events.iter().find(|(_, e)| {
+            e.at_ns >= restart
+                && matches!(&e.step, RecoveryStep::Joining { joined, .. } if joined.contains(&node))
+        })?;
+        let active = events.iter().find(|(_, e)| {
+            e.at_ns >= joining.1.at_ns && matches!(e.step, RecoveryStep::ActiveEverywhere { .. })
+        })?;
+        Some(active.1.at_ns - self.at_ns)
     }
 }
 
@@ -217,6 +240,12 @@ pub struct CrashReport {
     pub replicated_ms: Option<f64>,
     /// To the survivors back to `recovered_share` of their throughput before.
     pub recovered_ms: Option<f64>,
+    /// When the node restarted (`--restart`), in seconds from the start of the run.
+    #[serde(default)]
+    pub restart_s: Option<f64>,
+    /// To the restarted node a member again, active everywhere, ms after the crash.
+    #[serde(default)]
+    pub rejoined_ms: Option<f64>,
     /// The share of the survivors' throughput before the crash that counts as recovered.
     pub recovered_share: f64,
     /// The survivors' throughput before the crash.
@@ -525,6 +554,8 @@ impl BenchReport {
                 active_ms: ms(t.active_ns),
                 replicated_ms: ms(t.replicated_ns),
                 recovered_ms: ms(t.recovered_ns),
+                restart_s: c.restart_ns.map(|ns| ns as f64 / 1e9),
+                rejoined_ms: ms(c.rejoined_ns(r)),
                 recovered_share: RECOVERED_SHARE,
                 survivors_tps_before: t.before_tps,
                 survivors_tps_after: t.after_tps,

@@ -211,6 +211,14 @@ fn recovery(o: &mut String, crashes: &CrashesReport, lease_ns: u64) -> fmt::Resu
                 ms(c.replicated_ms)
             )?;
         }
+        if let Some(at) = c.restart_s {
+            writeln!(
+                o,
+                "             restarted at {:.3} ms, wiped: a member again {}",
+                at * 1e3,
+                ms(c.rejoined_ms)
+            )?;
+        }
     }
     if !crashes.still_copying.is_empty() {
         still_copying(o, crashes.still_copying.iter().map(|c| (c.partition, c.node)))?;

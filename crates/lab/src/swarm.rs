@@ -141,6 +141,8 @@ const COPY_BUDGET_NS: u64 = 20_000_000;
 /// that at threads' default rate the window would grow by seconds, the tables sized for
 /// it with them, and the host run out of memory.
 const COPY_BUDGET_LOCAL_NS: u64 = 300_000_000;
+/// Stream of the restart draws (see [`draw_restarts`]).
+const RESTART_STREAM: u64 = 0x2E_57A27;
 /// Later crashes a seed may draw after its first failure's copies are whole.
 const LATER_CRASHES_MAX: u64 = 2;
 /// Longest partition drawn: below the profiles' transport retry time (0.5 ms), so that
@@ -285,35 +287,7 @@ impl Draw {
         if let BackendSpec::Ucx(u) = &s.backend {
             d.push(("wait", u.wait.name().to_string()));
         }
-        let none = FaultConfig::none();
-        let (net, fencing) = match &s.backend {
-            BackendSpec::Sim(c) => (&c.faults, c.fencing),
-            _ => (&none, Fencing::Nic),
-        };
-        let node_faults = s.backend.node_faults();
-        // A pause past the lease: the node is removed while it sleeps.
-        let long = |n: &NodeFault| match (n.kind, t.recovery) {
-            (NodeFaultKind::Pause { for_ns }, Some(r)) => for_ns > r.lease_ns,
-            _ => false,
-        };
-        let kinds = [
-            ("loss", net.loss_ppm > 0),
-            ("duplication", net.duplicate_ppm > 0),
-            ("reordering", net.reorder_ppm > 0),
-            ("delay", net.delay_ppm > 0),
-            ("pause", node_faults.iter().any(|n| n.kind != NodeFaultKind::Crash && !long(n))),
-            ("long pause", node_faults.iter().any(long)),
-            ("crash", node_faults.iter().any(|n| n.kind == NodeFaultKind::Crash)),
-            ("crash at a point", t.crash_point.is_some()),
-            (
-                "partition",
-                net.partitions.iter().any(|p| p.until_ns - p.from_ns <= PARTITION_MAX_NS),
-            ),
-            ("long cut", net.partitions.iter().any(|p| p.until_ns - p.from_ns > PARTITION_MAX_NS)),
-            ("one way", net.partitions.iter().any(|p| p.way == Way::FromSide)),
-            ("clock drift", !net.clock_drift.is_empty()),
-            ("no fencing", fencing == Fencing::Unavailable),
-        ];
+        let kinds = self.fault_kinds();
         for (name, on) in kinds {
             if on {
                 d.push(("faults", name.to_string()));
@@ -343,6 +317,60 @@ impl Draw {
             d.push(("re-replication", copies.to_string()));
         }
         d
+    }
+
+    /// Which kinds of fault the draw has: (name, whether it does).
+    fn fault_kinds(&self) -> [(&'static str, bool); 14] {
+        let (s, t) = (&self.spec, &self.spec.txn);
+        let none = FaultConfig::none();
+        let (net, fencing) = match &s.backend {
+            BackendSpec::Sim(c) => (&c.faults, c.fencing),
+            _ => (&none, Fencing::Nic),
+        };
+        let node_faults = s.backend.node_faults();
+        // A pause past the lease: the node is removed while it sleeps.
+        let long = |n: &NodeFault| match (n.kind, t.recovery) {
+            (NodeFaultKind::Pause { for_ns }, Some(r)) => for_ns > r.lease_ns,
+            _ => false,
+        };
+        [
+            ("loss", net.loss_ppm > 0),
+            ("duplication", net.duplicate_ppm > 0),
+            ("reordering", net.reorder_ppm > 0),
+            ("delay", net.delay_ppm > 0),
+            (
+                "pause",
+                node_faults
+                    .iter()
+                    .any(|n| matches!(n.kind, NodeFaultKind::Pause { .. }) && !long(n)),
+            ),
+            ("long pause", node_faults.iter().any(long)),
+            ("crash", node_faults.iter().any(|n| n.kind == NodeFaultKind::Crash)),
+            ("restart", node_faults.iter().any(|n| n.kind == NodeFaultKind::Restart)),
+            ("crash at a point", t.crash_point.is_some()),
+            (
+                "partition",
+                net.partitions.iter().any(|p| p.until_ns - p.from_ns <= PARTITION_MAX_NS),
+            ),
+            ("long cut", net.partitions.iter().any(|p| p.until_ns - p.from_ns > PARTITION_MAX_NS)),
+            ("one way", net.partitions.iter().any(|p| p.way == Way::FromSide)),
+            ("clock drift", !net.clock_drift.is_empty()),
+            ("no fencing", fencing == Fencing::Unavailable),
+        ]
+    }
+
+    /// The nodes the draw restarts, and when (ns), in time order.
+    pub fn restarts(&self) -> Vec<(NodeId, u64)> {
+        let mut out: Vec<(NodeId, u64)> = self
+            .spec
+            .backend
+            .node_faults()
+            .iter()
+            .filter(|f| f.kind == NodeFaultKind::Restart)
+            .map(|f| (f.node, f.at_ns))
+            .collect();
+        out.sort_by_key(|&(_, at)| at);
+        out
     }
 
     /// The nodes the draw crashes, and when (ns), in time order.
@@ -435,7 +463,10 @@ pub fn draw(seed: u64, backend: SwarmBackend, planted: Option<PlantedFault>) -> 
             usize::from(txn.crash_point.is_some_and(|c| c.point == ProtocolPoint::Reconfiguring));
         let losses =
             Losses { seed, sim, nodes, replication: txn.replication, lease_ns, part_bytes, point };
-        let (rereplication, copy_ns) = draw_rereplication(&losses, base, &mut crashes);
+        let (rereplication, mut copy_ns) = draw_rereplication(&losses, base, &mut crashes);
+        if sim && txn.exec != ExecStrategy::Offload {
+            copy_ns = add_restarts(seed, &mut crashes, lease_ns, copy_ns);
+        }
         // When the last node fault ends: a crash at once, a pause when the node wakes.
         let last = crashes.iter().map(NodeFault::ends_at_ns).max().unwrap_or(0).max(point_heal_ns);
         let recovery = RecoveryParams { lease_ns, rereplication, ..base };
@@ -680,6 +711,33 @@ fn draw_rereplication(
     }
     let left = l.nodes - lost(crashes).min(l.nodes - 1);
     (Rereplication::Paced { bytes_per_sec: rate }, l.copy_ns(last_group, left, rate))
+}
+
+/// Adds restarts of crashed nodes, on half the simulated seeds with crashes by time: each
+/// crashed node comes back, wiped, with a chance of one in two, from half a transport
+/// timeout (the simulator holds it back to a whole one) to three leases after its crash,
+/// before or after its earlier life is removed. A stream of its own: the rest of the seed
+/// draws what it drew before.
+/// Returns the time the copies after the last failure need, `copy_ns` before the
+/// restarts: a restarted node joins once its earlier life is removed and the copies that
+/// removal started are whole, then copies its own share.
+fn add_restarts(seed: u64, crashes: &mut Vec<NodeFault>, lease_ns: u64, copy_ns: u64) -> u64 {
+    let mut rng = Rng::derive(seed, RESTART_STREAM);
+    if !chance(&mut rng, 1, 2) {
+        return copy_ns;
+    }
+    let mut restarts = Vec::new();
+    for c in crashes.iter().filter(|c| c.kind == NodeFaultKind::Crash) {
+        if chance(&mut rng, 1, 2) {
+            let at_ns = c.at_ns + 250_000 + rng.below(3 * lease_ns);
+            restarts.push(NodeFault { node: c.node, at_ns, kind: NodeFaultKind::Restart });
+        }
+    }
+    if restarts.is_empty() {
+        return copy_ns;
+    }
+    crashes.extend(restarts);
+    2 * copy_ns + 3 * lease_ns + RECOVERY_SLACK_NS
 }
 
 fn draw_workload(rng: &mut Rng, nodes: u16) -> WorkloadSpec {
@@ -1224,6 +1282,18 @@ pub fn judge(d: &Draw, o: &Outcome) -> Vec<String> {
         });
         if !removed {
             findings.push(format!("{node} crashed at {} us and was never removed", at_ns / 1000));
+        }
+    }
+    // Restarts: every node drawn to restart joined again (no earlier than it restarted).
+    for (node, at_ns) in d.restarts() {
+        let at_ns = behind_by_drift(at_ns);
+        let joined = r.recovery.events.iter().any(|(_, e)| {
+            e.at_ns >= at_ns
+                && matches!(&e.step, RecoveryStep::Joining { joined, .. } if joined.contains(&node))
+        });
+        if !joined {
+            findings
+                .push(format!("{node} restarted at {} us and never joined again", at_ns / 1000));
         }
     }
     // A crash at a point of the protocol happens when the run gets there: every node the

@@ -15,7 +15,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::task::Waker;
 
-use hytra_fabric::{Endpoint, OpFlags, PostError, WorkerId};
+use hytra_fabric::{Endpoint, OpFlags, PostError, WorkerId, LIVES_MAX};
 use thiserror::Error;
 
 use crate::constants::{credits_per_peer, CALLS_MAX, FRAME_HEADER, RPC_PAYLOAD_MAX, RPC_TYPES_MAX};
@@ -383,6 +383,8 @@ pub(crate) struct Calls {
     /// Calls started so far, to order equal deadlines.
     started: u64,
     pub(crate) stats: RpcStats,
+    /// The generation a new slot's first call gets (see [`Calls::of_life`]).
+    first_gen: u32,
 }
 
 /// What a call is for, which decides whether it needs a credit with its destination.
@@ -409,7 +411,21 @@ impl Calls {
             deadlines: BinaryHeap::new(),
             started: 0,
             stats: RpcStats::default(),
+            first_gen: 1,
         }
+    }
+
+    /// The calls of a worker of its node's life `life` (0 from the start of the run, one
+    /// more after each restart): its slots' generations start past any of an earlier
+    /// life's, so that the callees' duplicate filters, which remember the earlier life's
+    /// calls, take the new ones for new (a slot would have to make 2^28 calls in one
+    /// life to reach the next life's start).
+    pub(crate) fn of_life(mut self, life: u32) -> Calls {
+        // 2^31, half the generation space, holds LIVES_MAX lives of 2^28 generations.
+        const _: () = assert!(LIVES_MAX <= 8);
+        assert!(life < LIVES_MAX, "life {life}: a node has at most {LIVES_MAX} lives");
+        self.first_gen = (life << 28).max(1);
+        self
     }
 
     /// Takes a slot for a call to `dest` (dense worker index) of class `class`, or
@@ -432,7 +448,7 @@ impl Calls {
             Some(i) => i,
             None if self.slots.len() < CALLS_MAX => {
                 self.slots.push(CallSlot {
-                    gen: 0,
+                    gen: self.first_gen.wrapping_sub(1),
                     state: CallState::Free,
                     credit: None,
                     reply: Vec::new(),
@@ -686,6 +702,25 @@ mod tests {
         assert!(!d.duplicate(0, id(u64::from(u32::MAX), 2)));
         assert!(!d.duplicate(0, id(1, 2)), "generations wrap");
         assert!(d.duplicate(0, id(u64::from(u32::MAX), 2)));
+    }
+
+    #[test]
+    fn a_later_life_s_calls_are_new_to_a_callee_that_served_the_earlier_one() {
+        let mut d = Dedup::new(1);
+        let mut first = Calls::new(1, 1);
+        // The earlier life made many calls from its first slot.
+        for _ in 0..1000 {
+            let t = first.start(100, 0, CallClass::Control).unwrap();
+            assert!(!d.duplicate(0, t.call_id()));
+            first.cancel(t);
+        }
+        let mut again = Calls::new(1, 1);
+        let stale = again.start(100, 0, CallClass::Control).unwrap();
+        assert!(d.duplicate(0, stale.call_id()), "a first life starting over looks stale");
+        let mut next = Calls::new(1, 1).of_life(1);
+        let t = next.start(100, 0, CallClass::Control).unwrap();
+        assert!(!d.duplicate(0, t.call_id()), "the next life's first call is served");
+        assert!(d.duplicate(0, t.call_id()), "and only once");
     }
 
     #[test]

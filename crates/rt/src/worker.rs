@@ -71,6 +71,16 @@ pub struct HandlerCtx<'a, E> {
     /// Reply payload; the handler appends to it (at most `RPC_PAYLOAD_MAX` bytes). Ignored
     /// for one-way requests.
     pub reply: &'a mut Vec<u8>,
+    /// Whether the handler chose not to answer (see [`HandlerCtx::ignore`]).
+    ignored: bool,
+}
+
+impl<E> HandlerCtx<'_, E> {
+    /// Sends no reply at all, as if the request had been lost: for a node that must not
+    /// be heard by this request's sender (it is not the member the sender takes it for).
+    pub fn ignore(&mut self) {
+        self.ignored = true;
+    }
 }
 
 /// An RPC handler: runs inline in the event loop, so it must not block.
@@ -129,12 +139,12 @@ impl<E: Endpoint> Inner<E> {
 impl<E: Endpoint + 'static> Worker<E> {
     /// A worker on endpoint `ep`.
     pub fn new(ep: E, cfg: RtConfig) -> Worker<E> {
-        let (me, shape, caps) = (ep.me(), ep.shape(), ep.caps());
+        let (me, shape, caps, life) = (ep.me(), ep.shape(), ep.caps(), ep.incarnation());
         let connections = usize::from(shape.nodes) * usize::from(shape.lanes_per_peer);
         let inner = Rc::new(Inner {
             ep: RefCell::new(ep),
             ops: RefCell::new(OpTable::new(connections, caps.sq_depth)),
-            calls: RefCell::new(Calls::new(shape.workers_total(), shape.nodes)),
+            calls: RefCell::new(Calls::new(shape.workers_total(), shape.nodes).of_life(life)),
             outbox: RefCell::new(Outbox::new(
                 shape.workers_total(),
                 cfg.doorbell_batching,
@@ -271,16 +281,19 @@ impl<E: Endpoint + 'static> Worker<E> {
                 FrameKind::Request | FrameKind::OneWay => {
                     let handler = self.handlers.get_mut(usize::from(ty.0)).and_then(Option::as_mut);
                     self.reply.clear();
+                    let mut ignored = false;
                     let served = match handler {
                         Some(handler) => {
-                            let mut ctx = HandlerCtx { ep: &mut *ep, src, reply: &mut self.reply };
+                            let reply = &mut self.reply;
+                            let mut ctx = HandlerCtx { ep: &mut *ep, src, reply, ignored: false };
                             handler(&mut ctx, payload);
+                            ignored = ctx.ignored;
                             true
                         }
                         None => false,
                     };
                     inner.calls.borrow_mut().stats.served += u64::from(served);
-                    if kind == FrameKind::Request {
+                    if kind == FrameKind::Request && !ignored {
                         let (kind, body): (FrameKind, &[u8]) =
                             match (served, self.reply.len() <= RPC_PAYLOAD_MAX) {
                                 (false, _) => (FrameKind::Error, &[1]),

@@ -79,6 +79,31 @@ impl NodeStore {
         Ok((catalog, stores))
     }
 
+    /// This node's store after a restart wiped its memory: empty replicas over the same
+    /// regions, an empty location cache of `cache_bytes` at most (as given to
+    /// [`NodeStore::register`]). The regions must be all zeroes.
+    pub fn reborn(&self, cache_bytes: u64) -> NodeStore {
+        let catalog = self.catalog.clone();
+        let replicas = self
+            .replicas
+            .iter()
+            .map(|r| {
+                let region = r.region().clone();
+                assert!(
+                    region.len_bytes() < 8 || region.load(0) == 0,
+                    "a reborn replica's region is wiped"
+                );
+                Replica::new(r.table, r.partition, r.rkey, region, catalog.geometry(r.table))
+            })
+            .collect();
+        let nodes = catalog.nodes();
+        let cache_tables: Vec<_> =
+            catalog.tables().map(|t| (t.id, t.capacity * u64::from(nodes))).collect();
+        let cache =
+            LocationCache::new(NodeStore::cache_bytes(&catalog, cache_bytes), &cache_tables);
+        NodeStore { node: self.node, catalog, replicas, cache }
+    }
+
     /// The catalog.
     pub fn catalog(&self) -> &Catalog {
         &self.catalog

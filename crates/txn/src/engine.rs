@@ -9,13 +9,13 @@
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::rc::Rc;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::task::Waker;
 
 use hytra_check::TxnRecord;
 use hytra_fabric::{
     Backend, BackendError, Endpoint, LocalAddr, NodeId, Pages, Qp, Region, RegionSpec, Rkey,
-    WorkerId,
+    WorkerId, LIVES_MAX,
 };
 use hytra_nicindex::hash::tag;
 use hytra_nicindex::lookup::LookupPrograms;
@@ -140,6 +140,9 @@ impl ScratchLayout {
 pub struct NodeEngine {
     /// The node.
     pub node: NodeId,
+    /// Which life of the node: 0, then one more per restart (simulator only). A later
+    /// life starts with empty replicas and joins the cluster as a new member.
+    pub life: u32,
     /// How transactions run.
     pub cfg: TxnConfig,
     /// Tables and placement.
@@ -214,8 +217,10 @@ impl NodeEngine {
 pub struct Engine {
     /// Tables and placement.
     pub catalog: Arc<Catalog>,
-    /// Per node.
+    /// Per node, its first life (see [`Engine::node`] for the one in force).
     pub nodes: Vec<Arc<NodeEngine>>,
+    /// Per node, its later lives, once it restarted (index: life - 1).
+    later: Vec<Vec<OnceLock<Arc<NodeEngine>>>>,
     /// Configuration.
     pub cfg: TxnConfig,
     /// Which nodes live in this process (all, except for a cluster spread over
@@ -328,6 +333,7 @@ impl Engine {
                 });
                 Arc::new(NodeEngine {
                     node,
+                    life: 0,
                     cfg,
                     catalog: catalog.clone(),
                     store,
@@ -346,7 +352,59 @@ impl Engine {
             })
             .collect();
         let hosted = (0..shape.nodes).map(|n| backend.hosts(NodeId(n))).collect();
-        Ok(Engine { catalog, nodes, cfg, hosted, initial })
+        let later =
+            (0..shape.nodes).map(|_| (1..LIVES_MAX).map(|_| OnceLock::new()).collect()).collect();
+        Ok(Engine { catalog, nodes, later, cfg, hosted, initial })
+    }
+
+    /// `node`'s engine of its latest life.
+    pub fn node(&self, node: NodeId) -> &Arc<NodeEngine> {
+        let n = usize::from(node.0);
+        self.later[n].iter().rev().find_map(OnceLock::get).unwrap_or(&self.nodes[n])
+    }
+
+    /// Every node's engine of every life it had, first lives first.
+    pub fn lives(&self) -> impl Iterator<Item = &Arc<NodeEngine>> {
+        self.nodes.iter().chain(self.later.iter().flat_map(|l| l.iter().filter_map(OnceLock::get)))
+    }
+
+    /// `node`'s engine of life `life`, made on first use: the node restarted with its
+    /// memory wiped, so it holds nothing, and joins the cluster anew.
+    fn life_of(&self, node: NodeId, life: u32) -> &Arc<NodeEngine> {
+        let first = &self.nodes[usize::from(node.0)];
+        if life == 0 {
+            return first;
+        }
+        let slot = self.later[usize::from(node.0)].get(life as usize - 1).unwrap_or_else(|| {
+            panic!("{node} restarted {life} times: a node has at most {LIVES_MAX} lives")
+        });
+        slot.get_or_init(|| {
+            assert!(
+                first.offload.is_none(),
+                "{node} restarted, but the offload strategy's NIC programs cannot be rebuilt"
+            );
+            let params = first.recovery.params();
+            let shape_nodes = first.catalog.nodes();
+            let workers = first.recovery.workers();
+            Arc::new(NodeEngine {
+                node,
+                life,
+                cfg: first.cfg,
+                catalog: first.catalog.clone(),
+                store: Arc::new(first.store.reborn(first.cfg.cache_bytes)),
+                log: first.log,
+                log_region: first.log_region.clone(),
+                scratch: first.scratch,
+                offload: None,
+                membership: Arc::new(Membership::new(Config::clone(&self.initial))),
+                recovery: Arc::new(NodeRecovery::joining(
+                    shape_nodes,
+                    workers,
+                    first.recovery.store(),
+                    params,
+                )),
+            })
+        })
     }
 
     /// Loads one record's initial value into every replica of its partition (before the
@@ -371,8 +429,7 @@ impl Engine {
     /// The configuration in force at the end of a run: the newest one any node
     /// installed (as far as this process knows).
     pub fn final_config(&self) -> Arc<Config> {
-        self.nodes
-            .iter()
+        self.lives()
             .map(|n| n.membership.current())
             .max_by_key(|c| (c.epoch, c.revision))
             .unwrap_or_else(|| self.initial.clone())
@@ -382,7 +439,7 @@ impl Engine {
     /// committed: as recovery decided it at any node of this process (a transaction no
     /// recovery decided never finished logging, and so never committed).
     pub fn verdict(&self, owner: u64) -> bool {
-        self.nodes.iter().any(|n| n.recovery.committed(owner))
+        self.lives().any(|n| n.recovery.committed(owner))
     }
 
     /// Every partition's primary replica of `table` under the configuration in force at
@@ -391,7 +448,7 @@ impl Engine {
     pub fn primaries(&self, table: TableId) -> Vec<&Replica> {
         let config = self.final_config();
         (0..self.catalog.partitions())
-            .map(|p| self.nodes[usize::from(config.primary(p).0)].store.replica(table, p))
+            .map(|p| self.node(config.primary(p)).store.replica(table, p))
             .collect()
     }
 
@@ -400,7 +457,7 @@ impl Engine {
     pub fn primary_of(&self, table: TableId, key: u64) -> &Replica {
         let p = self.catalog.partition(table, key);
         let n = self.final_config().primary(p);
-        self.nodes[usize::from(n.0)].store.replica(table, p)
+        self.node(n).store.replica(table, p)
     }
 
     /// Starts every node's location cache with the address of every record of the other
@@ -535,7 +592,8 @@ impl Engine {
     ) -> Rc<WorkerTxn> {
         let co = w.co();
         let me = co.me();
-        let node = self.nodes[usize::from(me.node.0)].clone();
+        let life = co.with_ep(|ep| ep.incarnation());
+        let node = self.life_of(me.node, life).clone();
         let view = Rc::new(View::new(node.membership.clone()));
         handlers::register(w, &node, &view);
         crate::recover::register(w, &node);

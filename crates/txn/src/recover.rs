@@ -74,6 +74,9 @@ pub const GRANT: RpcType = RpcType(15);
 /// A member that heard no grant for a takeover's silence asks the others how long they
 /// have not heard one (see `others_agree`).
 pub const HEARD: RpcType = RpcType(17);
+/// A node that restarted asks the manager to take it in as a new member (one-way,
+/// repeated): empty.
+pub const JOIN: RpcType = RpcType(18);
 
 /// Lease renewals per lease: losing all but one of them in a row still keeps it.
 const RENEWALS_PER_LEASE: u64 = 8;
@@ -92,6 +95,14 @@ pub enum RecoveryStep {
         /// The nodes it removes.
         dead: Vec<NodeId>,
         /// The configuration they leave.
+        from_epoch: u64,
+    },
+    /// The manager set out to take restarted `joined` in as members of the
+    /// configuration after `from_epoch`.
+    Joining {
+        /// The nodes it takes in.
+        joined: Vec<NodeId>,
+        /// The configuration they join.
         from_epoch: u64,
     },
     /// The manager committed configuration `epoch` to the configuration store.
@@ -346,6 +357,13 @@ pub struct NodeRecovery {
     /// Where configurations are committed.
     store: Arc<dyn ConfigStore>,
     params: RecoveryParams,
+    /// This node restarted and is not a member yet (see [`NodeRecovery::joining`]).
+    joining: AtomicBool,
+    /// Manager: per node, when (this node's clock) it last asked to join (0: never).
+    join_asked: Vec<AtomicU64>,
+    /// Per node, the epoch of the configuration it joined in after a restart (0: none):
+    /// the connections to it carry nothing of the epoch before.
+    joined_in: Vec<AtomicU64>,
 }
 
 impl NodeRecovery {
@@ -384,7 +402,40 @@ impl NodeRecovery {
             suspicions: Suspicions::default(),
             store,
             params,
+            joining: AtomicBool::new(false),
+            join_asked: (0..nodes).map(|_| AtomicU64::new(0)).collect(),
+            joined_in: (0..nodes).map(|_| AtomicU64::new(0)).collect(),
         }
+    }
+
+    /// The recovery state of a node that restarted: it holds no lease and serves nothing
+    /// until a configuration takes it in as a member again, which it asks the manager
+    /// for ([`JOIN`]).
+    pub fn joining(
+        nodes: u16,
+        workers: u16,
+        store: Arc<dyn ConfigStore>,
+        params: RecoveryParams,
+    ) -> NodeRecovery {
+        let rec = NodeRecovery::new(nodes, workers, store, params);
+        rec.lease_until.store(0, Ordering::Release);
+        rec.joining.store(true, Ordering::Release);
+        rec
+    }
+
+    /// Whether this node restarted and is not a member yet.
+    pub fn is_joining(&self) -> bool {
+        self.joining.load(Ordering::Acquire)
+    }
+
+    /// Workers per node.
+    pub(crate) fn workers(&self) -> u16 {
+        self.quiesced.len() as u16
+    }
+
+    /// The configuration store.
+    pub(crate) fn store(&self) -> Arc<dyn ConfigStore> {
+        self.store.clone()
     }
 
     /// Whether transactions may run here at `now_ns`: no recovery in progress, the lease
@@ -515,24 +566,74 @@ impl NodeRecovery {
 /// Registers the recovery handlers on a worker.
 pub(crate) fn register<E: Endpoint + 'static>(w: &mut Worker<E>, node: &Arc<NodeEngine>) {
     let n = node.clone();
-    w.handle(LEASE, Box::new(move |ctx, req| lease(&n, ctx, req)));
+    w.handle(LEASE, Box::new(move |ctx, req| member_only(&n, ctx, req, lease)));
     let n = node.clone();
-    w.handle(GRANT, Box::new(move |ctx, req| grant(&n, ctx, req)));
+    w.handle(GRANT, Box::new(move |ctx, req| member_only(&n, ctx, req, grant)));
     let n = node.clone();
-    w.handle(CONFIG, Box::new(move |ctx, req| config(&n, ctx, req)));
+    w.handle(
+        CONFIG,
+        Box::new(move |ctx, req| {
+            // A restarted node installs the configuration that takes it in.
+            let takes_me_in = n.recovery.is_joining()
+                && Config::decode(req).is_ok_and(|c| {
+                    c.is_member(n.node) && !n.membership.current().is_member(n.node)
+                });
+            match takes_me_in {
+                true => config(&n, ctx, req),
+                false => member_only(&n, ctx, req, config),
+            }
+        }),
+    );
     let n = node.clone();
     let mut buf = Vec::new();
-    w.handle(REPORT, Box::new(move |ctx, req| report(&n, ctx, req, &mut buf)));
+    w.handle(
+        REPORT,
+        Box::new(move |ctx, req| {
+            member_only(&n, ctx, req, |node, ctx, req| report(node, ctx, req, &mut buf))
+        }),
+    );
     let n = node.clone();
-    w.handle(DECIDE, Box::new(move |ctx, req| decide(&n, ctx, req)));
+    w.handle(DECIDE, Box::new(move |ctx, req| member_only(&n, ctx, req, decide)));
     let n = node.clone();
-    w.handle(ACTIVATE, Box::new(move |ctx, req| activate(&n, ctx, req)));
+    w.handle(ACTIVATE, Box::new(move |ctx, req| member_only(&n, ctx, req, activate)));
     let n = node.clone();
-    w.handle(APPLY, Box::new(move |ctx, req| apply(&n, ctx, req)));
+    w.handle(APPLY, Box::new(move |ctx, req| member_only(&n, ctx, req, apply)));
     let n = node.clone();
     w.handle(FINISH, Box::new(move |ctx, _| finish(&n, ctx)));
     let n = node.clone();
-    w.handle(HEARD, Box::new(move |ctx, _| heard(&n, ctx)));
+    w.handle(HEARD, Box::new(move |ctx, req| member_only(&n, ctx, req, |n, c, _| heard(n, c))));
+    let n = node.clone();
+    w.handle(JOIN, Box::new(move |ctx, _| join(&n, ctx)));
+}
+
+/// Serves a recovery request with `serve`, unless this node restarted and has not joined
+/// yet: the others may still take it for the member its earlier life was, and nothing it
+/// says may count as that member's word (an empty report would void commits its earlier
+/// life logged). It answers nothing, as a dead node would.
+fn member_only<E: Endpoint>(
+    node: &NodeEngine,
+    ctx: &mut HandlerCtx<'_, E>,
+    req: &[u8],
+    mut serve: impl FnMut(&NodeEngine, &mut HandlerCtx<'_, E>, &[u8]),
+) {
+    if node.recovery.is_joining() {
+        return ctx.ignore();
+    }
+    serve(node, ctx, req);
+}
+
+/// The manager hears a restarted node ask to join (a member, or a node that is joining
+/// itself, takes no one in).
+fn join<E: Endpoint>(node: &NodeEngine, ctx: &mut HandlerCtx<'_, E>) {
+    let rec = &node.recovery;
+    let cfg = node.membership.current();
+    let n = ctx.src.node;
+    if rec.is_joining() || cfg.manager() != node.node || cfg.is_member(n) {
+        return;
+    }
+    if let Some(asked) = rec.join_asked.get(usize::from(n.0)) {
+        asked.fetch_max(ctx.ep.now_ns().max(1), Ordering::AcqRel);
+    }
 }
 
 /// How long this node has heard no grant from its manager, and in which epoch.
@@ -640,13 +741,41 @@ fn install<E: Endpoint>(node: &NodeEngine, ep: &mut E, next: Config, origin: Ori
         node.membership.install(Arc::new(next));
         return;
     }
+    let epoch = next.epoch;
+    let rec = &node.recovery;
+    let me = node.node;
+    if rec.is_joining() && next.is_member(me) {
+        if old.is_member(me) {
+            // Of this node's earlier life (its removal is yet to come): not this one's.
+            return;
+        }
+        // Taken in: connections to every member (nothing of theirs is in flight here),
+        // and the lease a new configuration's members start with.
+        for n in next.members().filter(|&n| n != me) {
+            ep.admit(n);
+        }
+        rec.joined_in[usize::from(me.0)].store(epoch, Ordering::Release);
+        rec.lease_until.store(ep.now_ns() + rec.params.lease_ns, Ordering::Release);
+        rec.joining.store(false, Ordering::Release);
+    } else if !rec.is_joining() {
+        for n in next.members().filter(|&n| !old.is_member(n) && n != me) {
+            // A node taken in again after a restart: new connections to it, and its
+            // workers' rings here start their transaction numbers over (recovery
+            // resolved everything its earlier life logged; their heads stay where it
+            // left them, and its coordinators resume there, L8).
+            ep.admit(n);
+            rec.joined_in[usize::from(n.0)].store(epoch, Ordering::Release);
+            let per = usize::from(rec.workers());
+            for c in usize::from(n.0) * per..(usize::from(n.0) + 1) * per {
+                node.log_region.store(node.log.tseq_offset(c), 0);
+            }
+        }
+    }
     // A node the configuration removes stops on its own (and fencing itself would cut
     // off its own loopback requests): it fences off only the others removed.
     for n in old.members().filter(|&n| !next.is_member(n) && n != node.node) {
         ep.fence(n);
     }
-    let epoch = next.epoch;
-    let rec = &node.recovery;
     // A new configuration starts every silence afresh: its manager (perhaps new) has had
     // no time to grant, nor its members to renew with it. Measured from here, neither
     // side takes the other for dead while the reconfiguration runs. This only delays a
@@ -1000,6 +1129,40 @@ pub fn next_config(old: &Config, removed: &[NodeId], copies: u16) -> Result<Conf
     Ok(next.with_revision(old.revision + 1))
 }
 
+/// The configuration that takes in those of `joined` that are not members of `old`
+/// (none left: `None`), noted as a step of recovery at `now`.
+fn joining_config(
+    rec: &NodeRecovery,
+    old: &Config,
+    joined: &[NodeId],
+    copies: u16,
+    now: u64,
+) -> Option<Result<Config, String>> {
+    let joined: Vec<NodeId> = joined.iter().copied().filter(|&n| !old.is_member(n)).collect();
+    if joined.is_empty() {
+        return None;
+    }
+    rec.event(RecoveryStep::Joining { joined: joined.clone(), from_epoch: old.epoch }, now);
+    Some(join_config(old, &joined, copies))
+}
+
+/// The next configuration after taking the restarted nodes `joined` into `old` as
+/// members: every partition stays where it is, and one with fewer than `copies`
+/// replicas gets new backups, syncing ([`add_backups`]), on the new members first (they
+/// hold nothing).
+pub fn join_config(old: &Config, joined: &[NodeId], copies: u16) -> Result<Config, String> {
+    let nodes = old.nodes();
+    if let Some(n) = joined.iter().find(|n| n.0 >= nodes || old.is_member(**n)) {
+        return Err(format!("{n} cannot join configuration {}: not a node outside it", old.epoch));
+    }
+    let members: Vec<bool> =
+        (0..nodes).map(|n| old.is_member(NodeId(n)) || joined.contains(&NodeId(n))).collect();
+    let mut parts = old.placement.parts().to_vec();
+    add_backups(&mut parts, &members, copies, old.epoch + 1);
+    let next = Config::new(old.epoch + 1, members, Placement::from_parts(parts))?;
+    Ok(next.with_revision(old.revision + 1))
+}
+
 /// What the manager gathered of one transaction in doubt.
 struct Doubt {
     /// The epoch it logged in.
@@ -1295,6 +1458,12 @@ pub(crate) async fn membership<E: Endpoint>(co: Co<E>, wt: Rc<WorkerTxn>) {
     // Since when the manager has known of a copy whole and not yet marked ready.
     let mut readying_since: Option<u64> = None;
     let mut last_turn = co.now_ns();
+    if rec.is_joining() {
+        if let Err(why) = join_cluster(&co, &node).await {
+            return rec.fail(why);
+        }
+        last_turn = co.now_ns();
+    }
     loop {
         if rec.ended() {
             let cfg = wt.view.get();
@@ -1339,9 +1508,7 @@ pub(crate) async fn membership<E: Endpoint>(co: Co<E>, wt: Rc<WorkerTxn>) {
                 // renewing: nobody is removed any more.
                 let since = *finishing.get_or_insert(now);
                 let others = || cfg.members().filter(|&n| n != me);
-                for n in others().filter(|&n| rec.end_state_of(n) != EndState::Finished) {
-                    let _ = co.send_oneway(first(n), FINISH, &[]);
-                }
+                tell_finish(&co, rec, &cfg, now);
                 if others().all(|n| rec.end_state_of(n) == EndState::Finished)
                     || now > since + 2 * lease
                 {
@@ -1395,6 +1562,75 @@ pub(crate) async fn membership<E: Endpoint>(co: Co<E>, wt: Rc<WorkerTxn>) {
         }
         co.sleep_until(co.now_ns().max(now) + rec.turn_ns()).await;
     }
+}
+
+/// The manager tells every member that has not acknowledged it yet, and every node still
+/// asking to join (it will not be taken in), that the run is over.
+fn tell_finish<E: Endpoint>(co: &Co<E>, rec: &NodeRecovery, cfg: &Config, now: u64) {
+    let me = co.me().node;
+    let members = cfg.members().filter(|&n| n != me && rec.end_state_of(n) != EndState::Finished);
+    for n in members.chain(joiners(rec, cfg, now)) {
+        let _ = co.send_oneway(first(n), FINISH, &[]);
+    }
+}
+
+/// Leases a restarted node asks to join for while the configuration in force does not
+/// change, before it gives up: far longer than removing its earlier life and a
+/// reconfiguration take, and than the copies a manager finishes before it takes a node
+/// in (a revision marks them whole).
+const JOIN_PATIENCE_LEASES: u64 = 64;
+
+/// A restarted node's way back in: it learns the configuration in force from the store
+/// until one no longer lists it (its earlier life was removed), then asks that
+/// configuration's manager to take it in ([`JOIN`]) each turn, until a configuration
+/// that does arrives (by [`CONFIG`], or from the store). Gives up, stopping this node,
+/// if the configuration in force does not change for [`JOIN_PATIENCE_LEASES`] leases, or
+/// the run ends first.
+async fn join_cluster<E: Endpoint>(co: &Co<E>, node: &NodeEngine) -> Result<(), String> {
+    let rec = &node.recovery;
+    let me = node.node;
+    let lease = rec.params.lease_ns;
+    let mut since = co.now_ns();
+    let mut revision = node.membership.revision();
+    while rec.is_joining() {
+        if rec.ended() {
+            return Ok(());
+        }
+        let now = co.now_ns();
+        if node.membership.revision() != revision {
+            // The cluster moved on: patience starts over.
+            revision = node.membership.revision();
+            since = now;
+        }
+        if now > since + JOIN_PATIENCE_LEASES * lease {
+            rec.stopped.store(true, Ordering::Release);
+            return Ok(());
+        }
+        follow_newer(co, node).await.map_err(|e| e.to_string())?;
+        let cfg = node.membership.current();
+        if !rec.is_joining() {
+            break;
+        }
+        if !cfg.is_member(me) {
+            let _ = co.send_oneway(first(cfg.manager()), JOIN, &[]);
+        }
+        co.sleep_until(co.now_ns() + rec.turn_ns()).await;
+    }
+    rec.event(RecoveryStep::Installed { epoch: node.membership.epoch() }, co.now_ns());
+    Ok(())
+}
+
+/// The nodes not members of `cfg` that asked its manager to join within the last lease.
+fn joiners(rec: &NodeRecovery, cfg: &Config, now: u64) -> Vec<NodeId> {
+    let lease = rec.params.lease_ns;
+    (0..cfg.nodes())
+        .map(NodeId)
+        .filter(|&n| !cfg.is_member(n))
+        .filter(|&n| {
+            let asked = rec.join_asked[usize::from(n.0)].load(Ordering::Acquire);
+            asked != 0 && now <= asked + lease
+        })
+        .collect()
 }
 
 /// Whether the other members (the manager aside) agree that the manager of `cfg` is
@@ -1488,8 +1724,17 @@ fn changes(
     if !dead.is_empty() {
         return Some(Change::Remove(dead));
     }
+    if rec.recovering.load(Ordering::Acquire) != 0 {
+        return None;
+    }
+    // Restarted nodes asking to join, once no copy is under way (those finish first:
+    // a node taken in gets backups only where copies are still short).
+    let joining = joiners(rec, cfg, now);
+    if !joining.is_empty() && syncing(cfg).is_empty() {
+        return Some(Change::Join(joining));
+    }
     let ready = rec.sync.ready_in(cfg, me);
-    if ready.is_empty() || rec.recovering.load(Ordering::Acquire) != 0 {
+    if ready.is_empty() {
         return None;
     }
     let since = *readying_since.get_or_insert(now);
@@ -1568,10 +1813,15 @@ pub(crate) async fn granter<E: Endpoint>(co: Co<E>, wt: Rc<WorkerTxn>) {
             return;
         }
         let cfg = node.membership.current();
+        let now = co.now_ns();
+        if rec.is_joining() {
+            // Restarted: whatever its view says, it manages nothing until taken in.
+            co.sleep_until(now + rec.turn_ns()).await;
+            continue;
+        }
         if !cfg.is_member(me) {
             return;
         }
-        let now = co.now_ns();
         if cfg.manager() == me {
             rec.renewed[usize::from(me.0)].store(now, Ordering::Release);
             rec.end_states[usize::from(me.0)].store(rec.end_state_here() as u8, Ordering::Release);
@@ -1619,6 +1869,8 @@ enum Change {
     Remove(Vec<NodeId>),
     /// Marks these backups (partition, node), whose copies are whole, ready.
     Ready(Vec<(u16, NodeId)>),
+    /// Takes these restarted nodes in as members (empty: backups where copies are short).
+    Join(Vec<NodeId>),
 }
 
 /// The manager's reconfiguration making `change` (and removing whoever fails to answer
@@ -1667,6 +1919,11 @@ async fn reconfigure<E: Endpoint>(co: &Co<E>, wt: &Rc<WorkerTxn>, mut change: Ch
                 let Some(c) = ready_config(&old, ready) else { return };
                 c
             }
+            Change::Join(joined) => match joining_config(rec, &old, joined, copies, co.now_ns()) {
+                Some(Ok(c)) => c,
+                Some(Err(why)) => return rec.fail(why),
+                None => return,
+            },
         };
         // Commit it to the store: of two managers, one wins.
         let mut bytes = Vec::new();
@@ -1919,7 +2176,10 @@ pub(crate) async fn quiescer<E: Endpoint>(co: Co<E>, wt: Rc<WorkerTxn>) {
         let epoch = node.membership.epoch();
         if rec.quiesced[index].load(Ordering::Acquire) < epoch {
             let cfg = node.membership.current();
-            fence_connections(&co, &node, &cfg).await;
+            // A node that restarted and is not a member yet posted nothing.
+            if !rec.is_joining() {
+                fence_connections(&co, &node, &cfg).await;
+            }
             for r in wt.rings.borrow_mut().iter_mut() {
                 r.mark_stale(epoch);
             }
@@ -1938,8 +2198,14 @@ pub(crate) async fn quiescer<E: Endpoint>(co: Co<E>, wt: Rc<WorkerTxn>) {
         for n in co.take_unreachable().into_iter().filter(|&n| n != me.node) {
             rec.suspicions.note(n, epoch, co.now_ns());
         }
-        // Re-replication's copies into this node, paced, between recoveries (F5).
-        let wake = match copier.turn(&co, &node).await {
+        // Re-replication's copies into this node, paced, between recoveries (F5); none
+        // into a node that restarted and is not a member yet (its view may name its
+        // earlier life a backup).
+        let turn = match rec.is_joining() {
+            true => Turn::Idle,
+            false => copier.turn(&co, &node).await,
+        };
+        let wake = match turn {
             Turn::Idle => co.now_ns() + poll_ns,
             Turn::Until(at) => at.min(co.now_ns() + poll_ns),
         };
@@ -1951,7 +2217,19 @@ pub(crate) async fn quiescer<E: Endpoint>(co: Co<E>, wt: Rc<WorkerTxn>) {
 /// connections are FIFO (R1), so everything posted before has landed.
 async fn fence_connections<E: Endpoint>(co: &Co<E>, node: &NodeEngine, cfg: &Config) {
     let lanes = co.shape().lanes_per_peer;
-    let qps = cfg.members().flat_map(|n| (0..lanes).map(move |lane| Qp { node: n, lane }));
+    let rec = &node.recovery;
+    let joined_now =
+        |n: NodeId| rec.joined_in[usize::from(n.0)].load(Ordering::Acquire) == cfg.epoch;
+    if joined_now(node.node) {
+        // This node just joined after a restart: it posted nothing before.
+        return;
+    }
+    // A node that just joined carries nothing of the epoch before (and may not have
+    // admitted this one yet).
+    let qps = cfg
+        .members()
+        .filter(|&n| !joined_now(n))
+        .flat_map(|n| (0..lanes).map(move |lane| Qp { node: n, lane }));
     land_connections(co, node, qps.collect()).await;
 }
 
@@ -2068,6 +2346,29 @@ async fn apply_decisions<E: Endpoint>(co: &Co<E>, node: &NodeEngine) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_joined_node_takes_the_copies_the_survivors_lack_and_nothing_else_moves() {
+        let first = Config::initial(3, 3);
+        let without = next_config(&first, &[NodeId(1)], 3).unwrap();
+        // Two survivors cannot hold a third copy of anything.
+        assert!(syncing(&without).is_empty());
+        let back = join_config(&without, &[NodeId(1)], 3).unwrap();
+        assert_eq!((back.epoch, back.revision), (without.epoch + 1, without.revision + 1));
+        assert!(back.is_member(NodeId(1)));
+        for (p, place) in back.placement.parts().iter().enumerate() {
+            let before = without.placement.part(p as u16);
+            assert_eq!((place.primary, place.generation), (before.primary, before.generation));
+            let since = BackupState::Syncing { since: back.epoch };
+            assert_eq!(place.backups.last(), Some(&(NodeId(1), since)), "partition {p}");
+            assert_eq!(place.backups.len(), before.backups.len() + 1);
+        }
+        // Without re-replication it joins holding nothing.
+        let empty = join_config(&without, &[NodeId(1)], 0).unwrap();
+        assert!(syncing(&empty).is_empty() && empty.is_member(NodeId(1)));
+        assert!(join_config(&back, &[NodeId(1)], 3).is_err(), "a member cannot join");
+        assert!(join_config(&without, &[NodeId(7)], 3).is_err(), "nor a node outside the cluster");
+    }
 
     /// A forwarded record of `words` payload words, its key and version both `key`.
     fn record(key: u64, words: usize) -> Vec<u8> {

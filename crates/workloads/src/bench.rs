@@ -124,8 +124,7 @@ pub fn check_replicas(engine: &Engine) -> (bool, Vec<String>) {
                     }
                 }
                 for &(b, state) in &config.placement.part(primary.partition).backups {
-                    let replica =
-                        engine.nodes[usize::from(b.0)].store.replica(spec.id, primary.partition);
+                    let replica = engine.node(b).store.replica(spec.id, primary.partition);
                     let backup = replica.lookup(key).map(|o| {
                         let s = replica.read(o, key, &mut q).expect("no writer after the run");
                         (s.version, q == p)
@@ -677,7 +676,7 @@ pub fn run_partial_in<B: Backend, W: Workload>(
         },
         |w, (wt, state)| {
             (
-                shape.worker_index(w.co().me()),
+                (shape.worker_index(w.co().me()), wt.node.life),
                 wt.stats(),
                 wt.take_history(),
                 wt.take_doubts(),
@@ -705,13 +704,15 @@ pub fn run_partial_in<B: Backend, W: Workload>(
     };
     // A crashed node's coroutines stopped where they were, tickets in hand; so did those
     // of a node that was removed (paused or cut off past its lease) and stopped itself.
+    // So did those of a node's earlier life, once it restarted.
     let gone = |node: NodeId| {
-        run.crashed.contains(&node)
-            || engine.hosts(node) && engine.nodes[usize::from(node.0)].recovery.stopped()
+        run.crashed.contains(&node) || engine.hosts(node) && engine.node(node).recovery.stopped()
     };
-    for (index, s, h, doubts, w, r, finished, leaked) in outs {
+    for ((index, life), s, h, doubts, w, r, finished, leaked) in outs {
         part.attempts_total += finished;
-        if !gone(shape.worker_at(index).node) {
+        let node = shape.worker_at(index).node;
+        let earlier = engine.hosts(node) && life < engine.node(node).life;
+        if !gone(node) && !earlier {
             part.leaked += leaked;
             survivors.merge(&s);
         }
@@ -773,7 +774,7 @@ pub fn run_partial_in<B: Backend, W: Workload>(
         }
         parts
     };
-    if let Some(why) = engine.nodes.iter().find_map(|n| n.recovery.fatal()) {
+    if let Some(why) = engine.lives().find_map(|n| n.recovery.fatal()) {
         return Err(BenchError::Recovery(why));
     }
     // Nodes that stop themselves (cut off from the others past their leases) leave their
@@ -838,8 +839,7 @@ pub fn run_partial_in<B: Backend, W: Workload>(
     }
     let (cache_hits, cache_misses) = (stats.cache_hits, stats.cache_misses);
     let mut events: Vec<(NodeId, RecoveryEvent)> = engine
-        .nodes
-        .iter()
+        .lives()
         .filter(|n| engine.hosts(n.node))
         .flat_map(|n| n.recovery.events().into_iter().map(move |e| (n.node, e)))
         .collect();

@@ -378,9 +378,16 @@ impl Core {
         ns.saturating_mul(1000)
     }
 
-    /// `target`'s NIC refuses everything from `source` from now on.
+    /// `target`'s NIC refuses everything from `source` from now on (what comes over the
+    /// connections it has with it: none, if one of the two restarted since).
     pub(crate) fn fence(&mut self, target: NodeId, source: NodeId) {
-        self.links[usize::from(target.0)][usize::from(source.0)] = Link::Fenced;
+        let link = &mut self.links[usize::from(target.0)][usize::from(source.0)];
+        // Fencing closes the connections with a node. Since one of the two restarted
+        // there are none (the life the fence means is gone), and the new life's
+        // datagrams still pass, as they did before: it has yet to be admitted.
+        if *link == Link::Open {
+            *link = Link::Fenced;
+        }
         self.trace.add(0xFE << 56 | u64::from(target.0) << 16 | u64::from(source.0));
     }
 

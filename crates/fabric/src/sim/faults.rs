@@ -120,6 +120,18 @@ impl FaultConfig {
             if f.node.0 >= nodes {
                 return Err(format!("fault on {} but the cluster has {nodes} nodes", f.node));
             }
+            let restarts = self
+                .node_faults
+                .iter()
+                .filter(|g| g.node == f.node && g.kind == NodeFaultKind::Restart)
+                .count();
+            if restarts >= crate::LIVES_MAX as usize {
+                return Err(format!(
+                    "{restarts} restarts of {}: at most {} a run",
+                    f.node,
+                    crate::LIVES_MAX - 1
+                ));
+            }
         }
         for p in &self.partitions {
             if p.side.iter().any(|n| n.0 >= nodes) || p.from_ns >= p.until_ns {

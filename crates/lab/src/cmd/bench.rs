@@ -207,6 +207,11 @@ pub struct BenchArgs {
     /// 40s on local; --lease-ms 100 shortens local runs].
     #[arg(long, value_name = "NODE@WHEN")]
     pub crash: Vec<String>,
+    /// Restart node NODE, crashed by --crash before WHEN, at WHEN: its memory wiped, it
+    /// joins the cluster again as a new member and takes the backups the survivors lack;
+    /// the report says when it was a member again (sim only; not with --exec offload).
+    #[arg(long, value_name = "NODE@WHEN")]
+    pub restart: Vec<String>,
     /// Lease of every node with the configuration manager, in milliseconds: a node is
     /// removed this long after it stopped renewing [default: 5 on sim, 2000 on local
     /// and ucx].
@@ -574,12 +579,12 @@ fn backend_spec(
             if a.faults_ppm > 0 {
                 sc.faults = FaultConfig::lossy(a.faults_ppm);
             }
-            sc.faults.node_faults.extend(crashes.iter().map(Crash::fault));
+            sc.faults.node_faults.extend(crashes.iter().flat_map(Crash::faults));
             BackendSpec::Sim(Box::new(sc))
         }
         BackendKind::Local => {
             let mut lc = LocalConfig { threads: a.threads, ..LocalConfig::new(shape) };
-            lc.node_faults.extend(crashes.iter().map(Crash::fault));
+            lc.node_faults.extend(crashes.iter().flat_map(Crash::faults));
             BackendSpec::Local(lc)
         }
         BackendKind::Ucx => BackendSpec::Ucx(UcxSpec {
@@ -734,6 +739,9 @@ const TPCC: &[&str] = &["tpcc", "tpcc-no"];
 /// `--crash NODE@SECONDS`, checked against the cluster and the run's window.
 fn crashes(a: &BenchArgs, cfg: &TxnConfig, seconds: f64) -> Result<Vec<Crash>, Usage> {
     if a.crash.is_empty() {
+        if let Some(r) = a.restart.first() {
+            return usage(format!("--restart '{r}': a node restarts only after a --crash"));
+        }
         return Ok(Vec::new());
     }
     if a.backend == "ucx" {
@@ -767,8 +775,9 @@ fn crashes(a: &BenchArgs, cfg: &TxnConfig, seconds: f64) -> Result<Vec<Crash>, U
         if out.iter().any(|o| o.node == node) {
             return usage(format!("--crash '{c}': node {node} is crashed twice"));
         }
-        out.push(Crash { node, at_ns });
+        out.push(Crash { node, at_ns, restart_ns: None });
     }
+    restarts(a, cfg, &mut out, ((to * 1e9).round() as u64, show(to)))?;
     out.sort_by_key(|c| c.at_ns);
     // Recovery decides the transactions in doubt from a surviving backup's log: every
     // partition must keep two copies through each failure. Crashes within three leases
@@ -783,6 +792,45 @@ fn crashes(a: &BenchArgs, cfg: &TxnConfig, seconds: f64) -> Result<Vec<Crash>, U
         return usage(format!("--crash: {why}"));
     }
     Ok(out)
+}
+
+/// `--restart NODE@WHEN`, each of a node `crashes` crash before WHEN, within the window
+/// (which ends at `end`).
+fn restarts(
+    a: &BenchArgs,
+    cfg: &TxnConfig,
+    crashes: &mut [Crash],
+    (end_ns, end): (u64, String),
+) -> Result<(), Usage> {
+    for r in &a.restart {
+        if a.backend != "sim" {
+            return usage(format!(
+                "--restart '{r}': only the simulator restarts nodes (use --backend sim)"
+            ));
+        }
+        if cfg.exec == ExecStrategy::Offload {
+            return usage(format!(
+                "--restart '{r}': the offload strategy's NIC programs are not rebuilt on a restarted node; choose another --exec"
+            ));
+        }
+        let (node, at) =
+            crate::span::node_at(r).or_else(|e| usage(format!("--restart '{r}': {e}")))?;
+        let Some(crash) = crashes.iter_mut().find(|c| c.node == node) else {
+            return usage(format!(
+                "--restart '{r}': node {node} is not crashed (give --crash {node}@WHEN first)"
+            ));
+        };
+        if crash.restart_ns.is_some() {
+            return usage(format!("--restart '{r}': node {node} is restarted twice"));
+        }
+        if at.ns() <= crash.at_ns || at.ns() >= end_ns {
+            return usage(format!(
+                "--restart '{r}': the time must come after node {node}'s crash and before the window ends at {end}"
+            ));
+        }
+        crash.restart_ns = Some(at.ns());
+    }
+    Ok(())
 }
 
 /// A checked `hytra bench`: the run, `--design auto`'s candidates (empty for a named
