@@ -254,9 +254,6 @@ fn bench_bad_input_gets_one_line_and_exit_2() {
     assert_usage_errors(cases);
 }
 
-/// TPC-C on a slow NIC retries its New-Orders for milliseconds: its p99 is more than half
-/// the default window, which is then measured again over a longer one, and the report
-/// says so. The same window given with --duration is refused, as the next test says.
 /// `--restart` needs a crash of the same node before it, within the window, once, on the
 /// simulator, and a strategy whose NIC programs it can do without.
 #[test]
@@ -282,6 +279,9 @@ fn bench_restart_bad_input_gets_one_line_and_exit_2() {
     ]);
 }
 
+/// TPC-C on a slow NIC retries its New-Orders for milliseconds: its p99 is more than half
+/// the default window, which is then measured again over a longer one, and the report
+/// says so. The same window given with --duration is refused, as the next test says.
 #[test]
 fn bench_lengthens_a_default_window_shorter_than_twice_its_p99() {
     let json = scratch("tpcc-lengthened.json");

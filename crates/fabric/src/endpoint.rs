@@ -105,11 +105,12 @@ pub trait Endpoint {
         false
     }
 
-    /// Lets `node` in again after [`Endpoint::fence`] (or, on a node that restarted,
-    /// after the restart, which fences every other node off): its one-sided requests and
-    /// datagrams reach this node from now on, over new connections. Returns whether the
-    /// fabric can; only the simulator, the one backend that restarts nodes, does. `node`
-    /// is never the caller's own node.
+    /// Lets `node` in again after [`Endpoint::fence`], or after one of the two restarted
+    /// (a restart leaves a node with no connections): once both sides admitted each
+    /// other, one-sided requests go between them again, over new connections; until then
+    /// they fail both ways, while datagrams pass. Returns whether the fabric can; only the
+    /// simulator, the one backend that restarts nodes, does. `node` is never the caller's
+    /// own node.
     fn admit(&mut self, node: NodeId) -> bool {
         let _ = node;
         false

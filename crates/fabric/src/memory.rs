@@ -28,6 +28,17 @@ pub struct Region {
     _owner: Arc<dyn Send + Sync>,
     /// Per word, which kind of atomic changed it ([`witness_atomics`]); `None` normally.
     witness: Option<Arc<[AtomicU32]>>,
+    /// Whose memory it is.
+    memory: Memory,
+}
+
+/// Whose memory a region is.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+enum Memory {
+    /// A private allocation of this process: the kernel can drop its pages back to zero.
+    Private,
+    /// Memory something else maps (UCX), perhaps shared with other processes.
+    Foreign,
 }
 
 /// Whether regions made from now on carry a witness of M6.
@@ -94,7 +105,7 @@ impl Region {
         };
         let ptr = NonNull::new(mem.as_ptr().cast_mut()).unwrap_or(NonNull::dangling());
         let witness = WITNESS.load(Ordering::SeqCst).then(|| Arc::from(zeroed_u32s(words)));
-        Region { ptr, words, _owner: Arc::new(mem), witness }
+        Region { ptr, words, _owner: Arc::new(mem), witness, memory: Memory::Private }
     }
 
     /// Wraps memory that something else allocated and keeps alive (UCX's `ucp_mem_map`).
@@ -104,7 +115,7 @@ impl Region {
     /// as long as `owner` lives, and accessed by everyone else only through atomics or by
     /// hardware that behaves like an RNIC's DMA.
     pub unsafe fn from_raw(ptr: NonNull<u64>, words: usize, owner: Arc<dyn Send + Sync>) -> Region {
-        Region { ptr: ptr.cast(), words, _owner: owner, witness: None }
+        Region { ptr: ptr.cast(), words, _owner: owner, witness: None, memory: Memory::Foreign }
     }
 
     /// The witness's part of an atomic on the word at `offset` (M6).
@@ -259,6 +270,61 @@ impl Region {
         publish(to, src.iter().map(|s| s.load(Ordering::Acquire)));
     }
 
+    /// Zeroes the whole region, as a host that restarted finds its memory, without
+    /// making it resident: the whole pages of a private allocation go back to the kernel
+    /// (mapped again, zeroed, on their next touch), where writing zeros would touch every
+    /// page of a sparse region. The caller makes sure nothing else accesses the region
+    /// meanwhile (the simulator wipes a crashed node's regions between events).
+    pub fn wipe(&self) {
+        let (start, len) = (self.ptr.as_ptr() as usize, self.words * WORD as usize);
+        match self.release_pages(start, len) {
+            Some((first, end)) => {
+                let word = WORD as usize;
+                self.clear(0, (first - start) / word);
+                self.clear((end - start) / word, self.words);
+            }
+            None => self.clear(0, self.words),
+        }
+        if let Some(w) = &self.witness {
+            for s in w.iter() {
+                s.store(0, Ordering::Relaxed);
+            }
+        }
+        fence(Ordering::SeqCst);
+    }
+
+    /// Gives the whole pages of `[start, start + len)` (this region) back to the kernel,
+    /// if the region is a private allocation and the kernel takes them: returns the
+    /// range released, now reading zeros.
+    #[cfg(target_os = "linux")]
+    fn release_pages(&self, start: usize, len: usize) -> Option<(usize, usize)> {
+        // SAFETY: sysconf only reads a system constant.
+        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).ok()?;
+        let (first, end) = (start.next_multiple_of(page), (start + len) / page * page);
+        if self.memory != Memory::Private || end <= first {
+            return None;
+        }
+        // SAFETY: [first, end) are whole pages inside this region's private anonymous
+        // allocation, which `_owner` keeps alive; the caller guarantees no other access
+        // to the region meanwhile, and MADV_DONTNEED makes their next touch read zeros,
+        // a valid value of every AtomicU64 in them.
+        let done =
+            unsafe { libc::madvise(first as *mut libc::c_void, end - first, libc::MADV_DONTNEED) };
+        (done == 0).then_some((first, end))
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn release_pages(&self, _start: usize, _len: usize) -> Option<(usize, usize)> {
+        None
+    }
+
+    /// Stores 0 into words `[from, to)`, unchecked by the witness (a wipe resets it).
+    fn clear(&self, from: usize, to: usize) {
+        for w in &self.words()[from..to] {
+            w.store(0, Ordering::Relaxed);
+        }
+    }
+
     /// Fills `[offset, offset + len)` with zeros.
     pub fn zero(&self, offset: u64, len: u64) {
         self.witness_write(offset, (len / WORD) as usize);
@@ -382,6 +448,26 @@ mod tests {
         let other = Region::zeroed(32);
         r.copy_to(8, &other, 16, 16);
         assert_eq!(other.load(24), r.load(16));
+    }
+
+    #[test]
+    fn a_wiped_region_reads_zeros_everywhere_and_takes_writes_again() {
+        for len in [64u64, 3 * 4096 + 24, 8 << 20] {
+            let r = Region::zeroed_on(len, Pages::Base);
+            let spots: Vec<u64> = [0, 8, 4088, 4096, len / 2 / 8 * 8, len - 8]
+                .into_iter()
+                .filter(|&at| at < len)
+                .collect();
+            for &at in &spots {
+                r.store(at, at + 1);
+            }
+            r.wipe();
+            for &at in &spots {
+                assert_eq!(r.load(at), 0, "{len} bytes: word at {at} survived the wipe");
+            }
+            r.store(len - 8, 5);
+            assert_eq!(r.faa(len - 8, 1), 5);
+        }
     }
 
     #[test]

@@ -26,8 +26,9 @@ pub enum NodeFaultKind {
     Crash,
     /// A node that crashed comes back, as a host that rebooted: its memory is wiped, it
     /// has new connections, and its workers' programs are built again (their endpoints
-    /// say which incarnation they are). Its NIC refuses every other node until its new
-    /// workers admit them (`Endpoint::admit`). Strikes at `at_ns` or a transport timeout
+    /// say which incarnation they are). It has no connection with any other node until
+    /// both sides admit each other (`Endpoint::admit`): one-sided requests between them
+    /// fail, datagrams pass. Strikes at `at_ns` or a transport timeout
     /// after the crash, whichever is later, so that nothing of the old incarnation is
     /// still in flight; does nothing if the node has not crashed by then, or once every
     /// program is done. Simulator only.

@@ -1,6 +1,6 @@
 //! Restarting a crashed node in the simulator: its memory is wiped, its workers get new
 //! programs of the next incarnation, one-sided requests between it and the others fail
-//! until each side admits the other while datagrams pass, and the programs of its
+//! until both sides admit each other while datagrams pass, and the programs of its
 //! earlier life are finished too.
 
 use hytra_fabric::sim::faults::{FaultConfig, NodeFault, NodeFaultKind};
@@ -17,8 +17,8 @@ const END_NS: u64 = 2_000_000;
 const WRITES: [(u64, u64); 3] = [(0, 7), (8, 9), (16, 11)];
 
 /// Node 0: WRITE 7 to node 1, then after the crash WRITE 9 (node 1 is not connected) and
-/// say hello by datagram until node 1 answers it admitted node 0, then WRITE 11.
-/// Node 1 (each life): answers a hello by admitting node 0 and saying so.
+/// say hello by datagram until node 1 answers it admitted node 0, then admit it back and
+/// WRITE 11. Node 1 (each life): answers a hello by admitting node 0 and saying so.
 struct Script {
     ep: <SimCluster as Backend>::Ep,
     key: Rkey,
@@ -63,7 +63,9 @@ impl Program for Script {
             self.statuses.extend(out[..n].iter().map(|c| c.status));
             self.in_flight = false;
         }
-        while self.ep.recv(&mut buf).is_some() {
+        while let Some((from, _)) = self.ep.recv(&mut buf) {
+            // A connection needs both sides: node 0 admits the new life back.
+            assert!(self.ep.admit(from.node));
             self.admitted = true;
         }
         if !self.in_flight {

@@ -36,21 +36,16 @@ impl Crash {
         std::iter::once(crash).chain(restart)
     }
 
-    /// Time from the crash until the restarted node was a member again, active
-    /// everywhere (the first configuration active everywhere after the one that took it
-    /// in), in `r`'s recovery steps; `None` without a restart or a join.
+    /// Time from the crash until the restarted node was a member again: its new life
+    /// activated in a configuration (in `r`'s recovery steps); `None` without a restart
+    /// or a join.
     pub fn rejoined_ns<R>(&self, r: &BenchResult<R>) -> Option<u64> {
         let restart = self.restart_ns?;
         let node = NodeId(self.node);
-        let events = &r.recovery.events;
-        let joining = events.iter().find(|(_, e)| {
-            e.at_ns >= restart
-                && matches!(&e.step, RecoveryStep::Joining { joined, .. } if joined.contains(&node))
+        let (_, active) = r.recovery.events.iter().find(|(n, e)| {
+            *n == node && e.at_ns >= restart && matches!(e.step, RecoveryStep::Active { .. })
         })?;
-        let active = events.iter().find(|(_, e)| {
-            e.at_ns >= joining.1.at_ns && matches!(e.step, RecoveryStep::ActiveEverywhere { .. })
-        })?;
-        Some(active.1.at_ns - self.at_ns)
+        Some(active.at_ns - self.at_ns)
     }
 }
 
@@ -243,7 +238,7 @@ pub struct CrashReport {
     /// When the node restarted (`--restart`), in seconds from the start of the run.
     #[serde(default)]
     pub restart_s: Option<f64>,
-    /// To the restarted node a member again, active everywhere, ms after the crash.
+    /// To the restarted node a member again (activated), ms after the crash.
     #[serde(default)]
     pub rejoined_ms: Option<f64>,
     /// The share of the survivors' throughput before the crash that counts as recovered.

@@ -1284,12 +1284,13 @@ pub fn judge(d: &Draw, o: &Outcome) -> Vec<String> {
             findings.push(format!("{node} crashed at {} us and was never removed", at_ns / 1000));
         }
     }
-    // Restarts: every node drawn to restart joined again (no earlier than it restarted).
+    // Restarts: every node drawn to restart was a member again: its new life (no earlier
+    // than the restart; the earlier one was dead by then) was activated in a
+    // configuration.
     for (node, at_ns) in d.restarts() {
         let at_ns = behind_by_drift(at_ns);
-        let joined = r.recovery.events.iter().any(|(_, e)| {
-            e.at_ns >= at_ns
-                && matches!(&e.step, RecoveryStep::Joining { joined, .. } if joined.contains(&node))
+        let joined = r.recovery.events.iter().any(|(n, e)| {
+            *n == node && e.at_ns >= at_ns && matches!(e.step, RecoveryStep::Active { .. })
         });
         if !joined {
             findings

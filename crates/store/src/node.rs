@@ -54,9 +54,6 @@ impl NodeStore {
         }
         let first = first.expect("a catalog has at least one table");
         let catalog = Arc::new(catalog.with_first_rkey(first));
-        let cache_bytes = NodeStore::cache_bytes(&catalog, cache_bytes);
-        let cache_tables: Vec<_> =
-            catalog.tables().map(|t| (t.id, t.capacity * u64::from(nodes))).collect();
         let stores = (0..nodes)
             .map(|n| {
                 let node = NodeId(n);
@@ -72,7 +69,7 @@ impl NodeStore {
                     node,
                     catalog: catalog.clone(),
                     replicas,
-                    cache: LocationCache::new(cache_bytes, &cache_tables),
+                    cache: NodeStore::new_cache(&catalog, cache_bytes),
                 })
             })
             .collect();
@@ -96,12 +93,16 @@ impl NodeStore {
                 Replica::new(r.table, r.partition, r.rkey, region, catalog.geometry(r.table))
             })
             .collect();
-        let nodes = catalog.nodes();
-        let cache_tables: Vec<_> =
-            catalog.tables().map(|t| (t.id, t.capacity * u64::from(nodes))).collect();
-        let cache =
-            LocationCache::new(NodeStore::cache_bytes(&catalog, cache_bytes), &cache_tables);
+        let cache = NodeStore::new_cache(&catalog, cache_bytes);
         NodeStore { node: self.node, catalog, replicas, cache }
+    }
+
+    /// An empty location cache of `limit` bytes at most, with a band for every table's
+    /// keys on every node.
+    fn new_cache(catalog: &Catalog, limit: u64) -> LocationCache {
+        let nodes = u64::from(catalog.nodes());
+        let tables: Vec<_> = catalog.tables().map(|t| (t.id, t.capacity * nodes)).collect();
+        LocationCache::new(NodeStore::cache_bytes(catalog, limit), &tables)
     }
 
     /// The catalog.

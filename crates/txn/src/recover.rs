@@ -361,9 +361,13 @@ pub struct NodeRecovery {
     joining: AtomicBool,
     /// Manager: per node, when (this node's clock) it last asked to join (0: never).
     join_asked: Vec<AtomicU64>,
-    /// Per node, the epoch of the configuration it joined in after a restart (0: none):
-    /// the connections to it carry nothing of the epoch before.
+    /// Per node, the epoch of the first configuration this node installed that took it
+    /// in after a restart (0: none): the connections to it carry nothing from before.
     joined_in: Vec<AtomicU64>,
+    /// The newest epoch this node was activated in.
+    activated: AtomicU64,
+    /// This node runs the rounds of a reconfiguration (its membership task is busy).
+    in_rounds: AtomicBool,
 }
 
 impl NodeRecovery {
@@ -405,6 +409,8 @@ impl NodeRecovery {
             joining: AtomicBool::new(false),
             join_asked: (0..nodes).map(|_| AtomicU64::new(0)).collect(),
             joined_in: (0..nodes).map(|_| AtomicU64::new(0)).collect(),
+            activated: AtomicU64::new(EPOCH_FIRST),
+            in_rounds: AtomicBool::new(false),
         }
     }
 
@@ -419,6 +425,7 @@ impl NodeRecovery {
     ) -> NodeRecovery {
         let rec = NodeRecovery::new(nodes, workers, store, params);
         rec.lease_until.store(0, Ordering::Release);
+        rec.activated.store(0, Ordering::Release);
         rec.joining.store(true, Ordering::Release);
         rec
     }
@@ -755,7 +762,7 @@ fn install<E: Endpoint>(node: &NodeEngine, ep: &mut E, next: Config, origin: Ori
             ep.admit(n);
         }
         rec.joined_in[usize::from(me.0)].store(epoch, Ordering::Release);
-        rec.lease_until.store(ep.now_ns() + rec.params.lease_ns, Ordering::Release);
+        // No lease yet: the first comes with the manager's first grant.
         rec.joining.store(false, Ordering::Release);
     } else if !rec.is_joining() {
         for n in next.members().filter(|&n| !old.is_member(n) && n != me) {
@@ -765,6 +772,8 @@ fn install<E: Endpoint>(node: &NodeEngine, ep: &mut E, next: Config, origin: Ori
             // left them, and its coordinators resume there, L8).
             ep.admit(n);
             rec.joined_in[usize::from(n.0)].store(epoch, Ordering::Release);
+            // The earlier life's word on the end of the run is not the new one's.
+            rec.end_states[usize::from(n.0)].store(EndState::Running as u8, Ordering::Release);
             let per = usize::from(rec.workers());
             for c in usize::from(n.0) * per..(usize::from(n.0) + 1) * per {
                 node.log_region.store(node.log.tseq_offset(c), 0);
@@ -967,6 +976,7 @@ fn activate<E: Endpoint>(node: &NodeEngine, ctx: &mut HandlerCtx<'_, E>, req: &[
             let now = ctx.ep.now_ns();
             rec.grant_heard.fetch_max(now, Ordering::AcqRel);
             rec.recovering.store(0, Ordering::Release);
+            rec.activated.fetch_max(epoch, Ordering::AcqRel);
             rec.event(RecoveryStep::Active { epoch }, now);
         }
     }
@@ -1616,7 +1626,6 @@ async fn join_cluster<E: Endpoint>(co: &Co<E>, node: &NodeEngine) -> Result<(), 
         }
         co.sleep_until(co.now_ns() + rec.turn_ns()).await;
     }
-    rec.event(RecoveryStep::Installed { epoch: node.membership.epoch() }, co.now_ns());
     Ok(())
 }
 
@@ -1822,6 +1831,12 @@ pub(crate) async fn granter<E: Endpoint>(co: Co<E>, wt: Rc<WorkerTxn>) {
         if !cfg.is_member(me) {
             return;
         }
+        if cfg.manager() != me && rec.in_rounds.load(Ordering::Acquire) {
+            // The rounds of a configuration that made another node manager (one it took
+            // in after a restart, with a lower id) keep this node's membership task busy:
+            // renew from here, or the new manager would take it for dead.
+            let _ = co.send_oneway(first(cfg.manager()), LEASE, &renewal(rec, &cfg, me, now));
+        }
         if cfg.manager() == me {
             rec.renewed[usize::from(me.0)].store(now, Ordering::Release);
             rec.end_states[usize::from(me.0)].store(rec.end_state_here() as u8, Ordering::Release);
@@ -1947,7 +1962,10 @@ async fn reconfigure<E: Endpoint>(co: &Co<E>, wt: &Rc<WorkerTxn>, mut change: Ch
         rec.event(RecoveryStep::Committed { epoch: next.epoch }, co.now_ns());
         co.with_ep(|ep| install(&node, ep, next.clone(), Origin::Committed { before_ns }));
         crash_point(co, &node.cfg, ProtocolPoint::Reconfiguring).await;
-        match rounds(co, &node, &old, &next, &bytes, patience).await {
+        rec.in_rounds.store(true, Ordering::Release);
+        let outcome = rounds(co, &node, &old, &next, &bytes, patience).await;
+        rec.in_rounds.store(false, Ordering::Release);
+        match outcome {
             Ok(()) => {
                 let now = co.now_ns();
                 rec.event(RecoveryStep::ActiveEverywhere { epoch: next.epoch }, now);
@@ -2218,17 +2236,20 @@ pub(crate) async fn quiescer<E: Endpoint>(co: Co<E>, wt: Rc<WorkerTxn>) {
 async fn fence_connections<E: Endpoint>(co: &Co<E>, node: &NodeEngine, cfg: &Config) {
     let lanes = co.shape().lanes_per_peer;
     let rec = &node.recovery;
-    let joined_now =
-        |n: NodeId| rec.joined_in[usize::from(n.0)].load(Ordering::Acquire) == cfg.epoch;
-    if joined_now(node.node) {
-        // This node just joined after a restart: it posted nothing before.
+    // Nodes taken in after a restart since this node was last activated: nothing is in
+    // flight between them and this node, and they may not have admitted it yet. (Members
+    // may record different epochs for one join, if a takeover committed the next before
+    // the joined node heard of the first: each counts from its own.)
+    let activated = rec.activated.load(Ordering::Acquire);
+    let joined_since =
+        |n: NodeId| rec.joined_in[usize::from(n.0)].load(Ordering::Acquire) > activated;
+    if joined_since(node.node) {
+        // This node itself joined: it posted nothing before.
         return;
     }
-    // A node that just joined carries nothing of the epoch before (and may not have
-    // admitted this one yet).
     let qps = cfg
         .members()
-        .filter(|&n| !joined_now(n))
+        .filter(|&n| !joined_since(n))
         .flat_map(|n| (0..lanes).map(move |lane| Qp { node: n, lane }));
     land_connections(co, node, qps.collect()).await;
 }

@@ -235,7 +235,8 @@ pub struct RecoveryLog {
     /// Recovery's steps on the nodes this process hosts, by time.
     pub events: Vec<(NodeId, RecoveryEvent)>,
     /// Commits of the workers of nodes that did not crash, by interval of
-    /// [`BenchParams::timeline_ns`] over the whole run (as [`TxnStats::timeline`]).
+    /// [`BenchParams::timeline_ns`] over the whole run (as [`TxnStats::timeline`]); of a
+    /// node that crashed and restarted, its new life's.
     pub survivors_timeline: Vec<u64>,
     /// The new backups (partition, node) still copying their partition when the run
     /// ended (re-replication not done).

@@ -214,12 +214,13 @@ impl WorkerState {
 /// How a node's NIC takes what one other node sends it.
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]
 pub(super) enum Link {
-    /// Everything is served.
+    /// Admitted: everything is served (one-sided requests once the other side admits
+    /// back, if it restarted).
     Open,
     /// Fenced off (`Endpoint::fence`): nothing is.
     Fenced,
-    /// One of the two restarted since they last connected: datagrams pass, one-sided
-    /// requests fail until the target admits the source (`Endpoint::admit`).
+    /// One of the two restarted since this side admitted the other: datagrams pass,
+    /// one-sided requests fail both ways (`Endpoint::admit`).
     Unconnected,
 }
 
@@ -381,13 +382,17 @@ impl Core {
     /// `target`'s NIC refuses everything from `source` from now on (what comes over the
     /// connections it has with it: none, if one of the two restarted since).
     pub(crate) fn fence(&mut self, target: NodeId, source: NodeId) {
-        let link = &mut self.links[usize::from(target.0)][usize::from(source.0)];
-        // Fencing closes the connections with a node. Since one of the two restarted
-        // there are none (the life the fence means is gone), and the new life's
-        // datagrams still pass, as they did before: it has yet to be admitted.
-        if *link == Link::Open {
-            *link = Link::Fenced;
-        }
+        let (t, s) = (usize::from(target.0), usize::from(source.0));
+        // Fencing closes the connections with a node. If one of the two restarted since
+        // they last connected there are none (the life the fence means is gone, or its
+        // new life never admitted this node), and the new life's datagrams still pass, as
+        // they did before: it has yet to be taken in. Admitting a node whose new life did
+        // not admit back connects nothing, so a fence then only withdraws the admission.
+        self.links[t][s] = match (self.links[t][s], self.links[s][t]) {
+            (Link::Open, Link::Unconnected) => Link::Unconnected,
+            (Link::Open, _) => Link::Fenced,
+            (link, _) => link,
+        };
         self.trace.add(0xFE << 56 | u64::from(target.0) << 16 | u64::from(source.0));
     }
 
@@ -411,9 +416,11 @@ impl Core {
     }
 
     /// Whether `target` refuses `source`'s one-sided requests: fenced off, or not
-    /// connected since one of them restarted.
+    /// connected since one of them restarted (a connection needs both sides to admit the
+    /// other).
     pub(crate) fn refuses_one_sided(&self, target: NodeId, source: NodeId) -> bool {
-        self.links[usize::from(target.0)][usize::from(source.0)] != Link::Open
+        let (t, s) = (usize::from(target.0), usize::from(source.0));
+        self.links[t][s] != Link::Open || self.links[s][t] == Link::Unconnected
     }
 
     pub(crate) fn add_region(
@@ -658,7 +665,7 @@ impl Core {
         }
         self.trace.add(0xF1 << 56 | u64::from(node.0));
         for r in &self.regions[n] {
-            r.zero(0, r.len_bytes());
+            r.wipe();
         }
         // Connections die with a life, both ways: one-sided requests find no queue pair
         // until each side admits the other. Datagrams need none: they pass both ways,
