@@ -31,6 +31,11 @@ struct Script {
 }
 
 impl Script {
+    fn new(ep: <SimCluster as Backend>::Ep, key: Rkey) -> Script {
+        let statuses = Vec::new();
+        Script { ep, key, posted: 0, statuses, in_flight: false, admitted: false, done: false }
+    }
+
     fn write(&mut self, k: usize) {
         let (offset, value) = WRITES[k];
         let bytes = value.to_le_bytes();
@@ -103,15 +108,7 @@ fn a_restarted_node_comes_back_wiped_and_reconnects_only_when_admitted() {
     let key = b.register_all(RegionSpec::new(64)).unwrap();
     let (results, stats) = b
         .run(
-            |ep| Script {
-                ep,
-                key,
-                posted: 0,
-                statuses: Vec::new(),
-                in_flight: false,
-                admitted: false,
-                done: false,
-            },
+            |ep| Script::new(ep, key),
             |s| (s.ep.me().node, s.ep.incarnation(), s.statuses),
             RunLimits { time_limit_ns: 10 * END_NS },
         )
@@ -147,15 +144,7 @@ fn a_restart_of_a_node_that_never_crashed_does_nothing() {
     let key = b.register_all(RegionSpec::new(64)).unwrap();
     let (results, stats) = b
         .run(
-            |ep| Script {
-                ep,
-                key,
-                posted: 0,
-                statuses: Vec::new(),
-                in_flight: false,
-                admitted: false,
-                done: false,
-            },
+            |ep| Script::new(ep, key),
             |s| (s.ep.incarnation(), s.statuses),
             RunLimits { time_limit_ns: 10 * END_NS },
         )

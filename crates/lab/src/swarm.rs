@@ -361,28 +361,19 @@ impl Draw {
 
     /// The nodes the draw restarts, and when (ns), in time order.
     pub fn restarts(&self) -> Vec<(NodeId, u64)> {
-        let mut out: Vec<(NodeId, u64)> = self
-            .spec
-            .backend
-            .node_faults()
-            .iter()
-            .filter(|f| f.kind == NodeFaultKind::Restart)
-            .map(|f| (f.node, f.at_ns))
-            .collect();
-        out.sort_by_key(|&(_, at)| at);
-        out
+        self.node_faults_of(NodeFaultKind::Restart)
     }
 
     /// The nodes the draw crashes, and when (ns), in time order.
     pub fn crashes(&self) -> Vec<(NodeId, u64)> {
-        let mut out: Vec<(NodeId, u64)> = self
-            .spec
-            .backend
-            .node_faults()
-            .iter()
-            .filter(|f| f.kind == NodeFaultKind::Crash)
-            .map(|f| (f.node, f.at_ns))
-            .collect();
+        self.node_faults_of(NodeFaultKind::Crash)
+    }
+
+    /// The node faults of `kind` the draw has, by node and time (ns), in time order.
+    fn node_faults_of(&self, kind: NodeFaultKind) -> Vec<(NodeId, u64)> {
+        let faults = self.spec.backend.node_faults();
+        let mut out: Vec<(NodeId, u64)> =
+            faults.iter().filter(|f| f.kind == kind).map(|f| (f.node, f.at_ns)).collect();
         out.sort_by_key(|&(_, at)| at);
         out
     }

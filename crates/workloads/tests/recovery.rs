@@ -20,23 +20,30 @@ fn crashes_run(
     crashes: &[(u16, u64)],
     seed: u64,
 ) -> BenchResult<SmallBankReport> {
+    let faults = crashes.iter().map(|&(node, at_ns)| NodeFault {
+        node: NodeId(node),
+        at_ns,
+        kind: NodeFaultKind::Crash,
+    });
+    faults_run(design, nodes, faults.collect(), 40_000_000, seed)
+}
+
+/// SmallBank on `nodes` x 2 workers of `design`, 3-way replicated, for `measure_ns`,
+/// with `node_faults`, checked.
+fn faults_run(
+    design: Design,
+    nodes: u16,
+    node_faults: Vec<NodeFault>,
+    measure_ns: u64,
+    seed: u64,
+) -> BenchResult<SmallBankReport> {
     let shape = ClusterShape { nodes, workers_per_node: 2, lanes_per_peer: 1 };
     let mut c = SimConfig::new(shape, seed);
-    c.faults = FaultConfig {
-        node_faults: crashes
-            .iter()
-            .map(|&(node, at_ns)| NodeFault {
-                node: NodeId(node),
-                at_ns,
-                kind: NodeFaultKind::Crash,
-            })
-            .collect(),
-        ..FaultConfig::none()
-    };
+    c.faults = FaultConfig { node_faults, ..FaultConfig::none() };
     let params = BenchParams {
         coroutines: 4,
         warmup_ns: 0,
-        measure_ns: 40_000_000,
+        measure_ns,
         seed,
         check: true,
         rt: RtConfig { rpc_timeout_ns: 500_000, ..RtConfig::default() },
@@ -143,29 +150,11 @@ fn restart_run(
     restart_ns: u64,
     seed: u64,
 ) -> BenchResult<SmallBankReport> {
-    let shape = ClusterShape { nodes: 3, workers_per_node: 2, lanes_per_peer: 1 };
-    let mut c = SimConfig::new(shape, seed);
-    c.faults = FaultConfig {
-        node_faults: vec![
-            NodeFault { node: NodeId(node), at_ns: 5_000_000, kind: NodeFaultKind::Crash },
-            NodeFault { node: NodeId(node), at_ns: restart_ns, kind: NodeFaultKind::Restart },
-        ],
-        ..FaultConfig::none()
-    };
-    let params = BenchParams {
-        coroutines: 4,
-        warmup_ns: 0,
-        measure_ns: 60_000_000,
-        seed,
-        check: true,
-        rt: RtConfig { rpc_timeout_ns: 500_000, ..RtConfig::default() },
-        drain_ns: 500_000_000,
-        warm_cache: true,
-        timeline_ns: 1_000_000,
-    };
-    let cfg = TxnConfig { replication: 3, ..TxnConfig::preset(design) };
-    run(&mut SimCluster::new(c).unwrap(), &SmallBank { accounts_per_worker: 200 }, cfg, params)
-        .unwrap()
+    let faults = vec![
+        NodeFault { node: NodeId(node), at_ns: 5_000_000, kind: NodeFaultKind::Crash },
+        NodeFault { node: NodeId(node), at_ns: restart_ns, kind: NodeFaultKind::Restart },
+    ];
+    faults_run(design, 3, faults, 60_000_000, seed)
 }
 
 #[test]
