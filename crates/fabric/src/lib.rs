@@ -48,7 +48,9 @@ pub use endpoint::{
     RunStats, Step,
 };
 pub use ids::{ClusterShape, LocalAddr, NodeId, Qp, RemoteAddr, Rkey, WorkerId, WrId};
-pub use memory::{witness_atomics, zeroed_u32s, zeroed_words, zeroed_words_small_pages, Region};
+pub use memory::{
+    witness_atomics, zeroed_u32s, zeroed_words, zeroed_words_small_pages, Region, Zeroed,
+};
 pub use node_fault::{NodeFault, NodeFaultKind, LIVES_MAX};
 pub use verbs::{
     AccessError, BatchPost, BatchRefused, Completion, OpFlags, OpKind, PostError, Status,

@@ -27,7 +27,7 @@ pub struct Region {
     /// Keeps the memory behind `ptr` alive (a boxed slice here, a UCX mapping elsewhere).
     _owner: Arc<dyn Send + Sync>,
     /// Per word, which kind of atomic changed it ([`witness_atomics`]); `None` normally.
-    witness: Option<Arc<[AtomicU32]>>,
+    witness: Option<Arc<Zeroed<AtomicU32>>>,
     /// Whose memory it is.
     memory: Memory,
 }
@@ -104,7 +104,7 @@ impl Region {
             Pages::Base => zeroed_words_small_pages(words),
         };
         let ptr = NonNull::new(mem.as_ptr().cast_mut()).unwrap_or(NonNull::dangling());
-        let witness = WITNESS.load(Ordering::SeqCst).then(|| Arc::from(zeroed_u32s(words)));
+        let witness = WITNESS.load(Ordering::SeqCst).then(|| Arc::new(zeroed_u32s(words)));
         Region { ptr, words, _owner: Arc::new(mem), witness, memory: Memory::Private }
     }
 
@@ -235,6 +235,16 @@ impl Region {
         publish(dst, data.iter().copied());
     }
 
+    /// As [`Region::write_words`], the `len` words that `values` yields (exactly `len`):
+    /// for callers that assemble a write from parts, without a buffer to copy it into.
+    pub fn write_words_from(&self, offset: u64, len: usize, values: impl Iterator<Item = u64>) {
+        self.witness_write(offset, len);
+        let dst = &self.words()[(offset / WORD) as usize..][..len];
+        let mut given = 0;
+        publish(dst, values.inspect(|_| given += 1));
+        assert_eq!(given, len, "write_words_from: {given} values for {len} words");
+    }
+
     /// Copies bytes out; `offset` and `out.len()` must be multiples of 8. Words are stored
     /// little-endian, so byte `i` of the region is byte `i % 8` of word `i / 8`.
     pub fn read_bytes(&self, offset: u64, out: &mut [u8]) {
@@ -335,13 +345,11 @@ impl Region {
     }
 }
 
-/// `n` zeroed atomic words. The memory comes from a zeroing allocation, so the operating
-/// system maps its pages lazily (a large, mostly untouched cache or table costs only what
-/// is used), where building the slice word by word would touch every page. Large
-/// allocations are advised to use huge pages (see [`zeroed_words_small_pages`] for
-/// sparse ones).
-pub fn zeroed_words(n: usize) -> Box<[AtomicU64]> {
-    let words = zeroed_atomics(n);
+/// `n` zeroed atomic words, mapped by the kernel on first touch (see [`Zeroed`]), so a
+/// large, mostly untouched cache or table costs only what is used. Large allocations are
+/// advised to use huge pages (see [`zeroed_words_small_pages`] for sparse ones).
+pub fn zeroed_words(n: usize) -> Zeroed<AtomicU64> {
+    let words = Zeroed::<AtomicU64>::new(n);
     advise_pages(words.as_ptr().cast(), words.len() * 8, Backing::Huge);
     words
 }
@@ -350,31 +358,139 @@ pub fn zeroed_words(n: usize) -> Box<[AtomicU64]> {
 /// cache sized for every key of the cluster), where one 2 MiB page per touched entry
 /// would make most of it resident. The advice matters where the host backs all memory
 /// with transparent huge pages unless told otherwise (`enabled` set to `always`).
-pub fn zeroed_words_small_pages(n: usize) -> Box<[AtomicU64]> {
-    let words = zeroed_atomics(n);
+pub fn zeroed_words_small_pages(n: usize) -> Zeroed<AtomicU64> {
+    let words = Zeroed::<AtomicU64>::new(n);
     advise_pages(words.as_ptr().cast(), words.len() * 8, Backing::Base);
     words
 }
 
-fn zeroed_atomics(n: usize) -> Box<[AtomicU64]> {
-    let words: Box<[u64]> = vec![0u64; n].into_boxed_slice();
-    let len = words.len();
-    let raw = Box::into_raw(words).cast::<AtomicU64>();
-    // SAFETY: `AtomicU64` has the same size and alignment as `u64` (documented by std), so
-    // the allocation of `len` u64s is a valid allocation of `len` AtomicU64s with the same
-    // layout; `raw` comes from `Box::into_raw` and is converted back exactly once.
-    unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(raw, len)) }
+/// `n` zeroed 32-bit atomics, mapped on first touch as [`zeroed_words`].
+pub fn zeroed_u32s(n: usize) -> Zeroed<AtomicU32> {
+    Zeroed::new(n)
 }
 
-/// `n` zeroed 32-bit atomics from a zeroing allocation (pages mapped on first touch).
-pub fn zeroed_u32s(n: usize) -> Box<[AtomicU32]> {
-    let words: Box<[u32]> = vec![0u32; n].into_boxed_slice();
-    let len = words.len();
-    let raw = Box::into_raw(words).cast::<AtomicU32>();
-    // SAFETY: `AtomicU32` has the same size and alignment as `u32` (documented by std);
-    // as in `zeroed_words_small_pages`, the layout is unchanged and the box is rebuilt
-    // exactly once.
-    unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(raw, len)) }
+mod sealed {
+    /// Types whose all-zero bytes are a valid value.
+    pub trait ZeroValid {}
+    impl ZeroValid for std::sync::atomic::AtomicU64 {}
+    impl ZeroValid for std::sync::atomic::AtomicU32 {}
+}
+
+/// A zero-filled slice of atomics that the kernel maps on first touch.
+///
+/// Large ones are anonymous mappings of their own, not heap allocations: the C
+/// allocator serves requests below its (adaptive, up to 32 MiB) mapping threshold from
+/// the heap, where `calloc` must clear memory that earlier regions dirtied, so every
+/// page of a run's regions was written and made resident before the run used any, and
+/// freed ones stayed in the heap. A mapping is returned to the kernel when dropped.
+pub struct Zeroed<T: sealed::ZeroValid> {
+    storage: Storage<T>,
+}
+
+/// Where a [`Zeroed`] slice lives.
+enum Storage<T> {
+    /// Small: an ordinary zeroing allocation.
+    Heap(Box<[T]>),
+    /// Large: an anonymous private mapping of `bytes` bytes holding `len` elements.
+    Mapped { ptr: NonNull<T>, len: usize, bytes: usize },
+}
+
+// SAFETY: a `Zeroed` owns its memory exclusively and only hands out `&[T]`; with T an
+// atomic (the only `ZeroValid` types), `&[T]` may cross and be shared between threads.
+unsafe impl<T: sealed::ZeroValid + Sync> Send for Zeroed<T> {}
+// SAFETY: as above.
+unsafe impl<T: sealed::ZeroValid + Sync> Sync for Zeroed<T> {}
+
+impl<T: sealed::ZeroValid> Zeroed<T> {
+    /// Below this many bytes the heap serves (a page per mapping would waste memory).
+    const MAP_FROM: usize = 256 << 10;
+
+    fn new(len: usize) -> Zeroed<T> {
+        let bytes = len.checked_mul(std::mem::size_of::<T>()).expect("allocation size overflows");
+        if bytes >= Self::MAP_FROM {
+            if let Some(ptr) = map_anonymous(bytes) {
+                return Zeroed { storage: Storage::Mapped { ptr: ptr.cast(), len, bytes } };
+            }
+        }
+        Zeroed { storage: Storage::Heap(heap_zeroed(len)) }
+    }
+}
+
+impl<T: sealed::ZeroValid> std::ops::Deref for Zeroed<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        match &self.storage {
+            Storage::Heap(b) => b,
+            // SAFETY: the mapping holds `len` elements (`bytes >= len * size_of::<T>()`),
+            // is page-aligned (so aligned for T), lives until `self` drops, and reads as
+            // zeros until written, a valid T (`ZeroValid`); all writes go through `&T`
+            // atomics, so sharing it as `&[T]` aliases nothing mutably.
+            Storage::Mapped { ptr, len, .. } => unsafe {
+                std::slice::from_raw_parts(ptr.as_ptr(), *len)
+            },
+        }
+    }
+}
+
+impl<T: sealed::ZeroValid> Drop for Zeroed<T> {
+    fn drop(&mut self) {
+        if let Storage::Mapped { ptr, bytes, .. } = self.storage {
+            unmap(ptr.cast(), bytes);
+        }
+    }
+}
+
+/// A zeroed heap slice of `len` elements.
+fn heap_zeroed<T: sealed::ZeroValid>(len: usize) -> Box<[T]> {
+    let layout = std::alloc::Layout::array::<T>(len).expect("allocation size overflows");
+    if layout.size() == 0 {
+        return Vec::new().into_boxed_slice();
+    }
+    // SAFETY: the layout has a non-zero size (no `ZeroValid` type is zero-sized, so
+    // `len > 0`); zeroed memory is a valid [T; len] (`ZeroValid`), and Box frees it with
+    // the same layout (that of `[T]` of `len`).
+    unsafe {
+        let raw = std::alloc::alloc_zeroed(layout).cast::<T>();
+        if raw.is_null() {
+            std::alloc::handle_alloc_error(layout);
+        }
+        Box::from_raw(std::ptr::slice_from_raw_parts_mut(raw, len))
+    }
+}
+
+#[cfg(unix)]
+fn map_anonymous(bytes: usize) -> Option<NonNull<u8>> {
+    // SAFETY: a fresh anonymous private mapping touches no existing memory; the kernel
+    // chooses the address and fills it with zeros on first touch.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            bytes,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    (p != libc::MAP_FAILED).then(|| NonNull::new(p.cast())).flatten()
+}
+
+#[cfg(not(unix))]
+fn map_anonymous(_bytes: usize) -> Option<NonNull<u8>> {
+    None
+}
+
+#[cfg(unix)]
+fn unmap(ptr: NonNull<u8>, bytes: usize) {
+    // SAFETY: [ptr, ptr + bytes) is exactly one mapping made by `map_anonymous` and
+    // owned by the `Zeroed` being dropped, so nothing refers to it any more.
+    let done = unsafe { libc::munmap(ptr.as_ptr().cast(), bytes) };
+    debug_assert_eq!(done, 0, "munmap of an owned mapping failed");
+}
+
+#[cfg(not(unix))]
+fn unmap(_ptr: NonNull<u8>, _bytes: usize) {
+    unreachable!("no mappings are made off unix");
 }
 
 /// How the kernel should back a large allocation.
@@ -468,6 +584,36 @@ mod tests {
             r.store(len - 8, 5);
             assert_eq!(r.faa(len - 8, 1), 5);
         }
+    }
+
+    #[test]
+    fn zeroed_memory_reads_zeros_and_large_slices_are_mappings_of_their_own() {
+        for n in [0usize, 1, 1000, (256 << 10) / 8, 3 << 20] {
+            let w = zeroed_words(n);
+            assert_eq!(w.len(), n);
+            let mapped = matches!(w.storage, Storage::Mapped { .. });
+            assert_eq!(mapped, cfg!(unix) && n * 8 >= Zeroed::<AtomicU64>::MAP_FROM, "{n} words");
+            let spots: Vec<usize> =
+                [0, n / 2, n.saturating_sub(1)].into_iter().filter(|&at| at < n).collect();
+            assert!(spots.iter().all(|&at| w[at].load(Ordering::Relaxed) == 0));
+            for &at in &spots {
+                w[at].store(at as u64 + 1, Ordering::Relaxed);
+            }
+            assert!(spots.iter().all(|&at| w[at].load(Ordering::Relaxed) == at as u64 + 1));
+            let h = zeroed_u32s(n);
+            assert!(h.iter().step_by(4099).all(|x| x.load(Ordering::Relaxed) == 0));
+        }
+    }
+
+    #[test]
+    fn a_write_from_parts_lands_in_order_and_must_be_whole() {
+        let r = Region::zeroed(64);
+        r.write_words_from(8, 3, [1u64, 2].into_iter().chain([3]));
+        assert_eq!((r.load(0), r.load(8), r.load(16), r.load(24), r.load(32)), (0, 1, 2, 3, 0));
+        let short = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            r.write_words_from(0, 3, [9u64].into_iter());
+        }));
+        assert!(short.is_err(), "fewer values than words is refused");
     }
 
     #[test]

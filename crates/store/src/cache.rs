@@ -54,17 +54,17 @@ struct Start {
 pub struct LocationCache {
     /// Per entry: the key, then `table << 56 | generation << 48 | offset_words + 1` (0:
     /// empty). With an image, only the sets marked in `own` are this cache's.
-    words: Box<[AtomicU64]>,
+    words: hytra_fabric::Zeroed<AtomicU64>,
     /// The warm image this cache started from, if any.
     image: OnceLock<Start>,
     /// One bit per set: its entries are in `words` (copied from the image on the first
     /// change); clear: the image's are this cache's.
-    own: Box<[AtomicU64]>,
+    own: hytra_fabric::Zeroed<AtomicU64>,
     /// Sets marked in `own`: while none is, a lookup goes straight to the image without
     /// reading `own` (one cache miss fewer per lookup at a large cluster's size).
     owned: AtomicUsize,
     /// Next way to evict, per set.
-    victim: Box<[AtomicU32]>,
+    victim: hytra_fabric::Zeroed<AtomicU32>,
     /// Entries evicted so far.
     evicted: AtomicU64,
     sets: usize,

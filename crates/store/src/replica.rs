@@ -233,8 +233,8 @@ impl Replica {
     /// overwritten by the rest of the initialisation.
     fn init_record(&self, off: u64, key: u64) {
         let payload_words = (self.geom.record_bytes / 8 - RECORD_HEADER_WORDS) as usize;
-        let zeros = [0u64; PAYLOAD_WORDS_MAX as usize];
-        let words = [ABSENT, key, checksum(ABSENT, key, &zeros[..payload_words])];
+        static ZEROS: [u64; PAYLOAD_WORDS_MAX as usize] = [0; PAYLOAD_WORDS_MAX as usize];
+        let words = [ABSENT, key, checksum(ABSENT, key, &ZEROS[..payload_words])];
         let _guard = self.apply_stripe(off);
         self.region.write_words(off + VERSION_WORD * 8, &words);
         debug_assert_eq!(self.region.load(off + LOCK_WORD * 8), 0);
@@ -317,16 +317,21 @@ impl Replica {
     /// Reads a record's lock, version and payload (into `payload`), retrying while it is
     /// torn by a concurrent write-back.
     pub fn read(&self, off: u64, key: u64, payload: &mut [u64]) -> Result<Snapshot, StoreError> {
-        let h = RECORD_HEADER_WORDS as usize;
-        let mut words = [0u64; RECORD_WORDS_MAX];
-        let n = h + payload.len();
-        assert!(n <= words.len(), "payload of {} words exceeds the read buffer", payload.len());
+        const H: usize = RECORD_HEADER_WORDS as usize;
+        assert!(
+            H + payload.len() <= RECORD_WORDS_MAX,
+            "payload of {} words too long",
+            payload.len()
+        );
+        // Header and payload straight into their places (a record-sized buffer would be
+        // cleared and copied on every read); together they are one read in address order.
+        let mut header = [0u64; H];
         for _ in 0..TORN_RETRIES {
-            self.region.read_words(off, &mut words[..n]);
-            let header = RecordHeader::parse(&words[..n]);
+            self.region.read_words(off, &mut header);
+            self.region.read_words(off + H as u64 * 8, payload);
+            let header = RecordHeader::parse_parts(&header, payload);
             if header.intact {
                 assert_eq!(header.key, key, "index led to another key's record");
-                payload.copy_from_slice(&words[h..n]);
                 return Ok(Snapshot { lock: header.lock, version: header.version });
             }
             std::hint::spin_loop();
@@ -375,14 +380,18 @@ impl Replica {
 
     /// Writes version, key, checksum and payload (not the lock word) as one publication.
     pub fn write_back(&self, off: u64, version: u64, key: u64, payload: &[u64]) {
-        let mut words = [0u64; RECORD_WORDS_MAX];
-        let n = 3 + payload.len();
-        words[0] = version;
-        words[1] = key;
-        words[2] = checksum(version, key, payload);
-        words[3..n].copy_from_slice(payload);
         const _: () = assert!(KEY_WORD == VERSION_WORD + 1 && CHECKSUM_WORD == KEY_WORD + 1);
-        self.region.write_words(off + VERSION_WORD * 8, &words[..n]);
+        assert!(
+            RECORD_HEADER_WORDS as usize + payload.len() <= RECORD_WORDS_MAX,
+            "payload of {} words too long",
+            payload.len()
+        );
+        let header = [version, key, checksum(version, key, payload)];
+        self.region.write_words_from(
+            off + VERSION_WORD * 8,
+            header.len() + payload.len(),
+            header.into_iter().chain(payload.iter().copied()),
+        );
     }
 
     /// Writes a logged version of a record as [`Replica::write_back`] does, but only if
