@@ -5,10 +5,10 @@
 
 /// Makes every allocation of 1 MiB or more a mapping of its own, returned to the
 /// system when freed. By default glibc raises that threshold (up to 32 MiB) whenever
-/// such a block is freed, so later runs' regions come from the heap instead, where a
-/// zeroing allocation is cleared word by word: that touches every page of a region a
-/// run uses sparsely (index buckets for keys never inserted), and what a run frees
-/// stays resident for the next.
+/// such a block is freed, so later runs' large buffers (histories, logs, results) would
+/// come from the heap instead and what a run frees would stay resident for the next.
+/// Regions and caches do not depend on it: [`crate::Zeroed`] maps those of 256 KiB or
+/// more itself.
 pub fn map_large_allocations() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt only sets an allocator parameter, before the runs' threads

@@ -315,7 +315,8 @@ impl Replica {
     }
 
     /// Reads a record's lock, version and payload (into `payload`), retrying while it is
-    /// torn by a concurrent write-back.
+    /// torn by a concurrent write-back. On an error `payload` holds whatever the last try
+    /// read.
     pub fn read(&self, off: u64, key: u64, payload: &mut [u64]) -> Result<Snapshot, StoreError> {
         const H: usize = RECORD_HEADER_WORDS as usize;
         assert!(
@@ -337,6 +338,25 @@ impl Replica {
             std::hint::spin_loop();
         }
         Err(StoreError::Torn)
+    }
+
+    /// Whether the record at `off` holds exactly the words (version, key, checksum and
+    /// payload; not the lock) of `other`'s record at `other_off`, a replica of the same
+    /// table. Where `other`'s record verifies, equal words verify too, so comparing copies
+    /// needs one checksum, not one per copy. For quiescent checks: the words are read
+    /// without retrying a torn copy.
+    pub fn same_words(&self, off: u64, other: &Replica, other_off: u64) -> bool {
+        assert_eq!(self.geom.record_bytes, other.geom.record_bytes, "replicas of one table");
+        const CHUNK: usize = 16;
+        let words = (self.geom.record_bytes / 8 - VERSION_WORD) as usize;
+        let (mut a, mut b) = ([0u64; CHUNK], [0u64; CHUNK]);
+        (0..words).step_by(CHUNK).all(|at| {
+            let n = CHUNK.min(words - at);
+            let from = (VERSION_WORD as usize + at) as u64 * 8;
+            self.region.read_words(off + from, &mut a[..n]);
+            other.region.read_words(other_off + from, &mut b[..n]);
+            a[..n] == b[..n]
+        })
     }
 
     /// Lock and version words (no payload, no checksum: enough to validate).
@@ -387,11 +407,7 @@ impl Replica {
             payload.len()
         );
         let header = [version, key, checksum(version, key, payload)];
-        self.region.write_words_from(
-            off + VERSION_WORD * 8,
-            header.len() + payload.len(),
-            header.into_iter().chain(payload.iter().copied()),
-        );
+        self.region.write_words_parts(off + VERSION_WORD * 8, &header, payload);
     }
 
     /// Writes a logged version of a record as [`Replica::write_back`] does, but only if
@@ -540,10 +556,20 @@ mod tests {
         index: IndexLayout,
         nodes: u16,
     ) -> Replica {
+        replica_of(capacity, partitioner, index, nodes, 2)
+    }
+
+    fn replica_of(
+        capacity: u64,
+        partitioner: Partitioner,
+        index: IndexLayout,
+        nodes: u16,
+        payload_words: u16,
+    ) -> Replica {
         let spec = TableSpec {
             id: TableId(0),
             name: "t".into(),
-            payload_words: 2,
+            payload_words,
             capacity,
             partitioner,
             index,
@@ -650,6 +676,29 @@ mod tests {
         }
         let err = ReplicaImage::decode(&mut forged.as_slice()).unwrap_err();
         assert_eq!(err.left, 0);
+    }
+
+    #[test]
+    fn copies_compare_by_their_words_all_of_them() {
+        let words = 40u16;
+        let copy = || replica_of(16, Partitioner::Modulo, IndexLayout::Hashed, 1, words);
+        let (a, b) = (copy(), copy());
+        let payload: Vec<u64> = (0..u64::from(words)).collect();
+        // Different keys first, so the same key sits at different offsets.
+        b.load(99, &payload).unwrap();
+        let (oa, ob) = (a.load(7, &payload).unwrap(), b.load(7, &payload).unwrap());
+        assert_ne!(oa, ob);
+        assert!(a.same_words(oa, &b, ob));
+        assert!(a.try_lock(oa, Owner::new(1, 0, 1, 0)).is_ok(), "the lock word is not compared");
+        assert!(a.same_words(oa, &b, ob));
+        for (version, at) in [(0, 39usize), (0, 0), (0, 16), (1, 5)] {
+            let mut changed = payload.clone();
+            changed[at] += u64::from(version == 0);
+            b.write_back(ob, version, 7, &changed);
+            assert!(!a.same_words(oa, &b, ob), "version {version}, word {at} changed");
+        }
+        b.write_back(ob, 0, 7, &payload);
+        assert!(a.same_words(oa, &b, ob));
     }
 
     #[test]
