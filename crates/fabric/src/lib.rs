@@ -8,6 +8,8 @@
 //! - `exec`: post-time validation and target-side effects shared by every backend
 //! - `constants`: limits shared by all backends (MTU, inline size, queue depths)
 //! - [`wq`]: work queues in registered memory, for verb programs run by the NIC
+//! - [`append`]: files appended through a shared mapping (journals a killed process
+//!   leaves behind)
 //! - `disk` (Linux): direct-I/O files and an io_uring reader, the storage device of
 //!   remote I/O
 //! - [`heap`]: allocator settings for programs that run many clusters in turn
@@ -23,6 +25,7 @@
 //! endpoint, per-worker completion queues, and the flags `signaled`, `inline` and `more`.
 //! See docs/ARCHITECTURE.md for the map and docs/INVARIANTS.md for the rules.
 
+pub mod append;
 pub mod constants;
 pub mod cpu;
 #[cfg(target_os = "linux")]

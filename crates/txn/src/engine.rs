@@ -704,7 +704,7 @@ pub struct WorkerTxn {
     pub(crate) stats: RefCell<TxnStats>,
     pub(crate) history: RefCell<Option<Vec<TxnRecord>>>,
     /// Where the history goes as it is made, if anywhere (see [`WorkerTxn::set_journal`]).
-    journal: RefCell<Option<std::fs::File>>,
+    journal: RefCell<Option<hytra_fabric::append::AppendFile>>,
     /// Coroutines currently running transactions (the background task ends after them).
     pub(crate) active: Cell<u32>,
     /// Transactions finishing in `[start, end)` are counted.
@@ -826,10 +826,13 @@ impl WorkerTxn {
     }
 
     /// Writes what this worker's history holds, and what its clients count, to `file` as
-    /// it happens, one line per event and one `write` per line, so that the part of a
-    /// process killed during the run can still be checked (lines: `D` record in doubt,
-    /// `H` record committed, `R` the clients' tally; the bench reads them back).
-    pub fn set_journal(&self, file: std::fs::File) {
+    /// it happens, one line per event, so that the part of a process killed during the
+    /// run can still be checked (lines: `D` record in doubt, `H` record committed, `R`
+    /// the clients' tally; the bench reads them back). Each line is in the page cache
+    /// before the call that journals it returns, so before anything that follows it
+    /// leaves the process; the file is appended through a mapping, with no system call
+    /// per line.
+    pub fn set_journal(&self, file: hytra_fabric::append::AppendFile) {
         *self.journal.borrow_mut() = Some(file);
     }
 
@@ -840,13 +843,11 @@ impl WorkerTxn {
 
     /// Appends one line `tag body` to the journal, if one is kept.
     pub(crate) fn journal(&self, tag: u8, body: impl FnOnce() -> Vec<u8>) {
-        use std::io::Write;
         let mut j = self.journal.borrow_mut();
         let Some(file) = j.as_mut() else { return };
-        let mut line = vec![tag, b' '];
-        line.extend(body());
-        line.push(b'\n');
-        file.write_all(&line).expect("the journal of a run is writable");
+        let body = body();
+        debug_assert!(!body.contains(&b'\n') && !body.contains(&0), "one line, no NUL");
+        file.append(&[&[tag, b' '], &body, b"\n"]).expect("the journal of a run is writable");
     }
 
     /// Appends the clients' tally (`R`, JSON) to the journal, if one is kept: the last

@@ -558,6 +558,8 @@ fn journaled_part<R: serde::de::DeserializeOwned>(
         let path = journal_path(dir, index);
         let bad = |why: String| BenchError::Params(format!("journal {}: {why}", path.display()));
         let text = std::fs::read(&path).map_err(|e| bad(e.to_string()))?;
+        // A killed process leaves its journal's last mapped window zero-filled.
+        let text = hytra_fabric::append::appended(&text);
         let lines: Vec<&[u8]> = text.split(|&b| b == b'\n').collect();
         let mut doubts: Vec<hytra_check::TxnRecord> = Vec::new();
         let mut report = None;
@@ -668,7 +670,7 @@ pub fn run_partial_in<B: Backend, W: Workload>(
             let wt = engine.install(w, params.check);
             if let Some(dir) = journal {
                 let path = journal_path(dir, shape.worker_index(w.co().me()));
-                match std::fs::File::create(&path) {
+                match hytra_fabric::append::AppendFile::create(&path) {
                     Ok(f) => wt.set_journal(f),
                     Err(e) => panic!("cannot create the journal {}: {e}", path.display()),
                 }

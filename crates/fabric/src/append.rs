@@ -1,0 +1,204 @@
+//! A file appended through a shared mapping of it: what a process journals so that a
+//! reader can still see it after the process is killed.
+//!
+//! Bytes copied into a `MAP_SHARED` mapping of a file are in the kernel's page cache the
+//! moment the copy ends, as they would be after a `write(2)`: a killed process loses
+//! none of them, and the kernel writes them back as it does any dirty page. But no
+//! system call is made per append, only a page fault per page and a remapping per
+//! window. A journal written with one `write` per line cost its cluster three quarters
+//! of its throughput over shared memory (docs/PERFORMANCE.md §36).
+//!
+//! While the file is open its length is a whole number of windows and the bytes after
+//! the last append read as zeros; [`AppendFile`]'s drop cuts the file to what was
+//! appended. A reader of the file of a killed process therefore drops trailing zero
+//! bytes (see [`appended`]).
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::path::Path;
+use std::ptr::NonNull;
+
+/// Bytes mapped at a time: a multiple of every page size, small enough that an idle
+/// journal costs little, large enough that remapping is rare (a SmallBank worker
+/// journals about 1 KB per transaction).
+const WINDOW: usize = 4 << 20;
+
+/// A file opened for appending through a shared mapping (see the module doc).
+pub struct AppendFile {
+    file: File,
+    /// The mapped window `[start, start + WINDOW)` of the file, if one is mapped.
+    window: Option<(NonNull<u8>, u64)>,
+    /// Bytes appended: the file's length once this is dropped.
+    len: u64,
+}
+
+// SAFETY: the mapping is owned by this value alone and only written through `&mut self`,
+// so moving it to another thread moves its only user.
+unsafe impl Send for AppendFile {}
+
+impl std::fmt::Debug for AppendFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AppendFile").field("len", &self.len).finish_non_exhaustive()
+    }
+}
+
+impl AppendFile {
+    /// Creates (or truncates) the file at `path`.
+    ///
+    /// # Errors
+    /// When the file cannot be created for reading and writing (a shared writable
+    /// mapping needs both).
+    pub fn create(path: &Path) -> io::Result<AppendFile> {
+        let file =
+            OpenOptions::new().read(true).write(true).create(true).truncate(true).open(path)?;
+        Ok(AppendFile { file, window: None, len: 0 })
+    }
+
+    /// Bytes appended so far.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether nothing was appended.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Appends `parts` one after another.
+    ///
+    /// # Errors
+    /// When the file cannot grow or be mapped. A device that runs out of space while
+    /// the kernel fills a page is a `SIGBUS`, as for any mapped file.
+    pub fn append(&mut self, parts: &[&[u8]]) -> io::Result<()> {
+        for part in parts {
+            let mut rest = *part;
+            while !rest.is_empty() {
+                let (ptr, start) = self.window_at_end()?;
+                let off = usize::try_from(self.len - start).expect("within one window");
+                let n = rest.len().min(WINDOW - off);
+                // SAFETY: `ptr` maps WINDOW bytes of the file from `start`, and
+                // `off + n <= WINDOW`; the mapping is this value's alone and `rest` is a
+                // borrowed slice elsewhere, so the ranges do not overlap.
+                unsafe { std::ptr::copy_nonoverlapping(rest.as_ptr(), ptr.as_ptr().add(off), n) };
+                self.len += n as u64;
+                rest = &rest[n..];
+            }
+        }
+        Ok(())
+    }
+
+    /// The window holding offset `len` (where the next byte goes), mapping it first if
+    /// the current one ends there.
+    fn window_at_end(&mut self) -> io::Result<(NonNull<u8>, u64)> {
+        if let Some((ptr, start)) = self.window {
+            if self.len < start + WINDOW as u64 {
+                return Ok((ptr, start));
+            }
+            unmap(ptr);
+            self.window = None;
+        }
+        let start = self.len - self.len % WINDOW as u64;
+        self.file.set_len(start + WINDOW as u64)?;
+        let ptr = map_shared(&self.file, start)?;
+        self.window = Some((ptr, start));
+        Ok((ptr, start))
+    }
+}
+
+impl Drop for AppendFile {
+    fn drop(&mut self) {
+        if let Some((ptr, _)) = self.window.take() {
+            unmap(ptr);
+        }
+        // A file left a window long reads as trailing zeros, which `appended` drops; a
+        // failure here loses nothing.
+        let _ = self.file.set_len(self.len);
+    }
+}
+
+/// What `bytes`, the contents of an [`AppendFile`] whose process may have been killed
+/// before cutting it, holds: all of it up to the last non-zero byte.
+pub fn appended(bytes: &[u8]) -> &[u8] {
+    let end = bytes.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
+    &bytes[..end]
+}
+
+fn map_shared(file: &File, start: u64) -> io::Result<NonNull<u8>> {
+    use std::os::fd::AsRawFd;
+    let offset = libc::off_t::try_from(start).map_err(|_| io::Error::other("file too long"))?;
+    // SAFETY: a new shared mapping of WINDOW bytes of an open file descriptor, at a
+    // page-aligned offset within the file's length (set just before); it aliases no
+    // memory of this process, and the kernel chooses its address.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            WINDOW,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            file.as_raw_fd(),
+            offset,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    NonNull::new(p.cast()).ok_or_else(|| io::Error::other("mmap returned null"))
+}
+
+fn unmap(ptr: NonNull<u8>) {
+    // SAFETY: `ptr` is one whole WINDOW-byte mapping made by `map_shared` and owned by
+    // the `AppendFile` that forgets it here.
+    let done = unsafe { libc::munmap(ptr.as_ptr().cast(), WINDOW) };
+    debug_assert_eq!(done, 0, "munmap of an owned mapping failed");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn temp_path(name: &str) -> std::path::PathBuf {
+        std::env::temp_dir().join(format!("hytra-append-{}-{name}", std::process::id()))
+    }
+
+    #[test]
+    fn appends_across_windows_read_back_exactly() {
+        let path = temp_path("windows");
+        let mut expect = Vec::new();
+        {
+            let mut f = AppendFile::create(&path).unwrap();
+            let line: Vec<u8> = (0..1000u32).map(|i| (i % 251 + 1) as u8).collect();
+            // Past two window boundaries, with appends that straddle them.
+            let mut appends = 0;
+            while expect.len() < 2 * WINDOW + 5000 {
+                appends += 1;
+                f.append(&[b"D ", &line, b"\n"]).unwrap();
+                expect.extend_from_slice(b"D ");
+                expect.extend_from_slice(&line);
+                expect.push(b'\n');
+                assert_eq!(f.len(), expect.len() as u64);
+                // Readable by another reader at once, before the file is closed.
+                if appends % 500 == 0 {
+                    let now = std::fs::read(&path).unwrap();
+                    assert_eq!(appended(&now), &expect[..]);
+                }
+            }
+            let open = std::fs::read(&path).unwrap();
+            assert_eq!(open.len() % WINDOW, 0, "open: whole windows");
+            assert_eq!(appended(&open), &expect[..]);
+        }
+        let closed = std::fs::read(&path).unwrap();
+        assert_eq!(closed, expect, "closed: cut to what was appended");
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn an_empty_file_stays_empty_and_trailing_zeros_are_dropped() {
+        let path = temp_path("empty");
+        drop(AppendFile::create(&path).unwrap());
+        assert!(std::fs::read(&path).unwrap().is_empty());
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(appended(b"H 1\n\0\0\0"), b"H 1\n");
+        assert_eq!(appended(b"\0\0"), b"");
+        assert_eq!(appended(b"H 1\nH 2"), b"H 1\nH 2");
+    }
+}
