@@ -10,8 +10,9 @@
 //!
 //! While the file is open its length is a whole number of windows and the bytes after
 //! the last append read as zeros; [`AppendFile`]'s drop cuts the file to what was
-//! appended. A reader of the file of a killed process therefore drops trailing zero
-//! bytes (see [`appended`]).
+//! appended. A reader of the file of a killed process, or of one still writing,
+//! therefore stops at the first zero byte (see [`appended`]): what is appended must hold
+//! none, as JSON lines do not.
 
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -116,10 +117,14 @@ impl Drop for AppendFile {
     }
 }
 
-/// What `bytes`, the contents of an [`AppendFile`] whose process may have been killed
-/// before cutting it, holds: all of it up to the last non-zero byte.
+/// What `bytes`, read from an [`AppendFile`] of content without zero bytes, surely holds:
+/// all of it before the first zero byte. A killed process leaves its last window's tail
+/// zero-filled; and a reader racing a live writer can see a later page written and an
+/// earlier one not yet, but every non-zero byte it sees was written, and each position
+/// is written once, so the bytes before the first zero are a prefix of what was
+/// appended (whose last line may be cut short).
 pub fn appended(bytes: &[u8]) -> &[u8] {
-    let end = bytes.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
+    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
     &bytes[..end]
 }
 
@@ -166,14 +171,18 @@ mod tests {
         let mut expect = Vec::new();
         {
             let mut f = AppendFile::create(&path).unwrap();
-            let line: Vec<u8> = (0..1000u32).map(|i| (i % 251 + 1) as u8).collect();
-            // Past two window boundaries, with appends that straddle them.
-            let mut appends = 0;
+            // Lines of 1024 bytes end exactly on the first window's end; lines of 1003
+            // straddle the second's.
+            let short: Vec<u8> = (0..1021u32).map(|i| (i % 251 + 1) as u8).collect();
+            let long: Vec<u8> = (0..1000u32).map(|i| (i % 241 + 2) as u8).collect();
+            let (mut appends, mut on_edge) = (0, false);
             while expect.len() < 2 * WINDOW + 5000 {
                 appends += 1;
-                f.append(&[b"D ", &line, b"\n"]).unwrap();
+                let line = if expect.len() < WINDOW { &short } else { &long };
+                on_edge |= expect.len() == WINDOW;
+                f.append(&[b"D ", line, b"\n"]).unwrap();
                 expect.extend_from_slice(b"D ");
-                expect.extend_from_slice(&line);
+                expect.extend_from_slice(line);
                 expect.push(b'\n');
                 assert_eq!(f.len(), expect.len() as u64);
                 // Readable by another reader at once, before the file is closed.
@@ -182,6 +191,7 @@ mod tests {
                     assert_eq!(appended(&now), &expect[..]);
                 }
             }
+            assert!(on_edge, "a line ended exactly on the first window's end");
             let open = std::fs::read(&path).unwrap();
             assert_eq!(open.len() % WINDOW, 0, "open: whole windows");
             assert_eq!(appended(&open), &expect[..]);
@@ -200,5 +210,7 @@ mod tests {
         assert_eq!(appended(b"H 1\n\0\0\0"), b"H 1\n");
         assert_eq!(appended(b"\0\0"), b"");
         assert_eq!(appended(b"H 1\nH 2"), b"H 1\nH 2");
+        // A reader that raced its writer: a later page seen, an earlier one not yet.
+        assert_eq!(appended(b"H 1\nH 2\0\0\0\0 3\nH 4\n\0"), b"H 1\nH 2");
     }
 }

@@ -3,8 +3,11 @@
 //! Each value is a limit a real RNIC or our memory model imposes; the backends assert
 //! against them so that code which runs on the simulator also runs on hardware.
 
-/// Largest datagram payload. UD on InfiniBand carries at most one MTU per message and
-/// 4 KiB is the largest IB MTU; the paper's RPCs use it (§3.1).
+/// Largest datagram payload on the simulator and on threads, and the largest RPC frame on
+/// every backend. UD on InfiniBand carries at most one MTU per message and 4 KiB is the
+/// largest IB MTU; the paper's RPCs use it (§3.1). UCX, whose active messages are not
+/// bound to one MTU, carries datagrams of several frames up to its own larger limit
+/// (`ucx::UCX_DATAGRAM_MTU`); every backend states its own in `Caps::mtu`.
 pub const DATAGRAM_MTU: usize = 4096;
 
 /// Every one-sided transfer moves whole 8-byte words at 8-byte aligned offsets: registered

@@ -6,7 +6,7 @@
 //! - `memory`: registered regions, touched only through word-granular atomics
 //! - `endpoint`: the [`Endpoint`], [`Program`] and [`Backend`] traits
 //! - `exec`: post-time validation and target-side effects shared by every backend
-//! - `constants`: limits shared by all backends (MTU, inline size, queue depths)
+//! - `constants`: limits shared by all backends (the IB MTU, inline size, queue depths)
 //! - [`wq`]: work queues in registered memory, for verb programs run by the NIC
 //! - [`append`]: files appended through a shared mapping (journals a killed process
 //!   leaves behind)
