@@ -147,6 +147,9 @@ fn map_shared(file: &File, start: u64) -> io::Result<NonNull<u8>> {
     if p == libc::MAP_FAILED {
         return Err(io::Error::last_os_error());
     }
+    // SAFETY: `p` is the WINDOW-byte mapping just made; populating it only faults its
+    // pages in as writable, as the appends would one by one.
+    let _ = unsafe { libc::madvise(p, WINDOW, libc::MADV_POPULATE_WRITE) };
     NonNull::new(p.cast()).ok_or_else(|| io::Error::other("mmap returned null"))
 }
 

@@ -881,10 +881,17 @@ impl<E: Endpoint> TxnCtx<E> {
         }
         if self.wt.records_history() {
             let record = match self.wt.take_doubt(self.owner.0) {
-                Some(r) => r,
-                None => self.record(),
+                Some(r) => {
+                    // Its `D` line holds the record: name it (half the journal's bytes).
+                    self.wt.journal(b'C', || r.id.to_string().into_bytes());
+                    r
+                }
+                None => {
+                    let r = self.record();
+                    self.wt.journal(b'H', || serde_json::to_vec(&r).expect("a record serializes"));
+                    r
+                }
             };
-            self.wt.journal(b'H', || serde_json::to_vec(&record).expect("a record serializes"));
             if let Some(h) = self.wt.history.borrow_mut().as_mut() {
                 h.push(record);
             }

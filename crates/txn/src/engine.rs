@@ -827,8 +827,9 @@ impl WorkerTxn {
 
     /// Writes what this worker's history holds, and what its clients count, to `file` as
     /// it happens, one line per event, so that the part of a process killed during the
-    /// run can still be checked (lines: `D` record in doubt, `H` record committed, `R`
-    /// the clients' tally; the bench reads them back). Each line is in the page cache
+    /// run can still be checked (lines: `D` record in doubt, `C` id of a record in doubt
+    /// that committed, `H` record committed without being in doubt, `R` the clients'
+    /// tally; the bench reads them back). Each line is in the page cache
     /// before the call that journals it returns, so before anything that follows it
     /// leaves the process; the file is appended through a mapping, with no system call
     /// per line.

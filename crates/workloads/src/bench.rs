@@ -577,9 +577,12 @@ fn journaled_part<R: serde::de::DeserializeOwned>(
             };
             match event {
                 JournalLine::Doubt(r) => doubts.push(r),
-                JournalLine::Committed(r) => {
-                    doubts.retain(|d| d.id != r.id);
-                    part.history.push(r);
+                JournalLine::Committed(r) => part.history.push(r),
+                JournalLine::DoubtCommitted(id) => {
+                    let Some(k) = doubts.iter().rposition(|d| d.id == id) else {
+                        return Err(bad(format!("line {}: {id} was never in doubt", k + 1)));
+                    };
+                    part.history.push(doubts.swap_remove(k));
                 }
                 JournalLine::Report(r) => report = Some(r),
             }
@@ -598,8 +601,10 @@ fn journaled_part<R: serde::de::DeserializeOwned>(
 enum JournalLine<R> {
     /// `D`: an attempt past its commit point, outcome unknown.
     Doubt(hytra_check::TxnRecord),
-    /// `H`: a committed transaction (its `D` line, if any, came before).
+    /// `H`: a committed transaction that was never in doubt.
     Committed(hytra_check::TxnRecord),
+    /// `C`: the attempt of this id, whose `D` line came before, committed.
+    DoubtCommitted(u64),
     /// `R`: the clients' tally so far.
     Report(R),
 }
@@ -610,6 +615,7 @@ fn parse_journal_line<R: serde::de::DeserializeOwned>(line: &[u8]) -> Option<Jou
     Some(match tag {
         b'D' => JournalLine::Doubt(serde_json::from_slice(body).ok()?),
         b'H' => JournalLine::Committed(serde_json::from_slice(body).ok()?),
+        b'C' => JournalLine::DoubtCommitted(std::str::from_utf8(body).ok()?.parse().ok()?),
         b'R' => JournalLine::Report(serde_json::from_slice(body).ok()?),
         _ => return None,
     })
