@@ -4,8 +4,8 @@
 //! Bytes copied into a `MAP_SHARED` mapping of a file are in the kernel's page cache the
 //! moment the copy ends, as they would be after a `write(2)`: a killed process loses
 //! none of them, and the kernel writes them back as it does any dirty page. But no
-//! system call is made per append, only a page fault per page and a remapping per
-//! window. A journal written with one `write` per line cost its cluster three quarters
+//! system call is made per append, only a mapping per window, whose pages are faulted
+//! in with one `madvise(MADV_POPULATE_WRITE)`. A journal written with one `write` per line cost its cluster three quarters
 //! of its throughput over shared memory (docs/PERFORMANCE.md §36).
 //!
 //! While the file is open its length is a whole number of windows and the bytes after
