@@ -128,6 +128,16 @@ pub fn appended(bytes: &[u8]) -> &[u8] {
     &bytes[..end]
 }
 
+/// The whole lines (without their newline) of `bytes`, read from an [`AppendFile`] of
+/// newline-ended lines without zero bytes: those of [`appended`]'s prefix, except its
+/// last, which a kill or a racing read may have cut short and which is dropped unless
+/// its newline made it (a writer appends the newline after the line's body).
+pub fn whole_lines(bytes: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let text = appended(bytes);
+    let end = text.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+    text[..end].split_inclusive(|&b| b == b'\n').map(|l| &l[..l.len() - 1])
+}
+
 fn map_shared(file: &File, start: u64) -> io::Result<NonNull<u8>> {
     use std::os::fd::AsRawFd;
     let offset = libc::off_t::try_from(start).map_err(|_| io::Error::other("file too long"))?;
@@ -147,10 +157,32 @@ fn map_shared(file: &File, start: u64) -> io::Result<NonNull<u8>> {
     if p == libc::MAP_FAILED {
         return Err(io::Error::last_os_error());
     }
-    // SAFETY: `p` is the WINDOW-byte mapping just made; populating it only faults its
-    // pages in as writable, as the appends would one by one.
-    let _ = unsafe { libc::madvise(p, WINDOW, libc::MADV_POPULATE_WRITE) };
+    populate(p)?;
     NonNull::new(p.cast()).ok_or_else(|| io::Error::other("mmap returned null"))
+}
+
+/// Faults a new window's pages in, writable, in one call rather than one fault per page
+/// as appends reach them. The whole window is dirty from then on, so up to a window of
+/// zeros may be written back before the file is cut. Kernels before 5.14 do not know
+/// the advice (`EINVAL`): their pages fault in one by one. Any other failure (`EFAULT`
+/// when the file system cannot back a page, e.g. a full device) is the append's error.
+#[cfg(target_os = "linux")]
+fn populate(p: *mut libc::c_void) -> io::Result<()> {
+    // SAFETY: `p` is the WINDOW-byte mapping just made by `map_shared`; populating it
+    // faults its pages in writable and changes no byte of it.
+    let done = unsafe { libc::madvise(p, WINDOW, libc::MADV_POPULATE_WRITE) };
+    let err = io::Error::last_os_error();
+    if done == 0 || err.raw_os_error() == Some(libc::EINVAL) {
+        return Ok(());
+    }
+    // SAFETY: as above; the mapping is not handed out, so nothing refers to it.
+    unsafe { libc::munmap(p, WINDOW) };
+    Err(err)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn populate(_p: *mut libc::c_void) -> io::Result<()> {
+    Ok(())
 }
 
 fn unmap(ptr: NonNull<u8>) {
@@ -215,5 +247,19 @@ mod tests {
         assert_eq!(appended(b"H 1\nH 2"), b"H 1\nH 2");
         // A reader that raced its writer: a later page seen, an earlier one not yet.
         assert_eq!(appended(b"H 1\nH 2\0\0\0\0 3\nH 4\n\0"), b"H 1\nH 2");
+    }
+
+    #[test]
+    fn only_whole_lines_are_read() {
+        let lines = |b: &'static [u8]| whole_lines(b).collect::<Vec<_>>();
+        assert_eq!(lines(b"D 1\nC 12345\n"), vec![&b"D 1"[..], b"C 12345"]);
+        // A line cut short (here one that would still parse) is not read, with or
+        // without the zeros after it.
+        assert_eq!(lines(b"D 1\nC 123"), vec![&b"D 1"[..]]);
+        assert_eq!(lines(b"D 1\nC 123\0\0\0"), vec![&b"D 1"[..]]);
+        // Nor is anything after a zero a racing reader saw.
+        assert_eq!(lines(b"D 1\nC 1\0\0\nD 2\n"), vec![&b"D 1"[..]]);
+        assert_eq!(lines(b"\n\nR x\n"), vec![&b""[..], b"", b"R x"]);
+        assert!(lines(b"").is_empty() && lines(b"H").is_empty() && lines(b"\0\n").is_empty());
     }
 }

@@ -534,7 +534,8 @@ pub fn journal_path(dir: &Path, index: usize) -> PathBuf {
 
 /// What a killed process's workers journaled, as the part it never sent: their history
 /// (attempts still in doubt kept iff recovery committed them, as `engine` knows) and
-/// their clients' last tally. A line cut short by the kill is the last one, and ignored.
+/// their clients' last tally. Only whole lines count: one cut short by the kill lacks its
+/// newline (appended last, after the line's body), and is ignored.
 fn journaled_part<R: serde::de::DeserializeOwned>(
     engine: &Engine,
     dir: &Path,
@@ -558,21 +559,10 @@ fn journaled_part<R: serde::de::DeserializeOwned>(
         let path = journal_path(dir, index);
         let bad = |why: String| BenchError::Params(format!("journal {}: {why}", path.display()));
         let text = std::fs::read(&path).map_err(|e| bad(e.to_string()))?;
-        // A killed process leaves its journal's last mapped window zero-filled.
-        let text = hytra_fabric::append::appended(&text);
-        let lines: Vec<&[u8]> = text.split(|&b| b == b'\n').collect();
         let mut doubts: Vec<hytra_check::TxnRecord> = Vec::new();
         let mut report = None;
-        for (k, line) in lines.iter().enumerate() {
-            let last = k + 1 == lines.len();
-            if line.is_empty() && last {
-                break;
-            }
-            let parsed = parse_journal_line::<R>(line);
-            let Some(event) = parsed else {
-                if last {
-                    break;
-                }
+        for (k, line) in hytra_fabric::append::whole_lines(&text).enumerate() {
+            let Some(event) = parse_journal_line::<R>(line) else {
                 return Err(bad(format!("line {} does not parse", k + 1)));
             };
             match event {
