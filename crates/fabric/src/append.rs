@@ -5,14 +5,15 @@
 //! moment the copy ends, as they would be after a `write(2)`: a killed process loses
 //! none of them, and the kernel writes them back as it does any dirty page. But no
 //! system call is made per append, only a mapping per window, whose pages are faulted
-//! in with one `madvise(MADV_POPULATE_WRITE)`. A journal written with one `write` per line cost its cluster three quarters
-//! of its throughput over shared memory (docs/PERFORMANCE.md §36).
+//! in with one `madvise(MADV_POPULATE_WRITE)`. A journal written with one `write` per
+//! line cost its cluster three quarters of its throughput over shared memory
+//! (docs/PERFORMANCE.md §36).
 //!
 //! While the file is open its length is a whole number of windows and the bytes after
 //! the last append read as zeros; [`AppendFile`]'s drop cuts the file to what was
 //! appended. A reader of the file of a killed process, or of one still writing,
-//! therefore stops at the first zero byte (see [`appended`]): what is appended must hold
-//! none, as JSON lines do not.
+//! therefore keeps only the whole lines before the first zero byte (see
+//! [`whole_lines`]): what is appended must hold no zero byte, as JSON lines do not.
 
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -111,7 +112,7 @@ impl Drop for AppendFile {
         if let Some((ptr, _)) = self.window.take() {
             unmap(ptr);
         }
-        // A file left a window long reads as trailing zeros, which `appended` drops; a
+        // A file left a window long reads as trailing zeros, which readers drop; a
         // failure here loses nothing.
         let _ = self.file.set_len(self.len);
     }
@@ -123,13 +124,13 @@ impl Drop for AppendFile {
 /// earlier one not yet, but every non-zero byte it sees was written, and each position
 /// is written once, so the bytes before the first zero are a prefix of what was
 /// appended (whose last line may be cut short).
-pub fn appended(bytes: &[u8]) -> &[u8] {
+fn appended(bytes: &[u8]) -> &[u8] {
     let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
     &bytes[..end]
 }
 
 /// The whole lines (without their newline) of `bytes`, read from an [`AppendFile`] of
-/// newline-ended lines without zero bytes: those of [`appended`]'s prefix, except its
+/// newline-ended lines without zero bytes: those of `appended`'s prefix, except its
 /// last, which a kill or a racing read may have cut short and which is dropped unless
 /// its newline made it (a writer appends the newline after the line's body).
 pub fn whole_lines(bytes: &[u8]) -> impl Iterator<Item = &[u8]> {

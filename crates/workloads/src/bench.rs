@@ -569,10 +569,10 @@ fn journaled_part<R: serde::de::DeserializeOwned>(
                 JournalLine::Doubt(r) => doubts.push(r),
                 JournalLine::Committed(r) => part.history.push(r),
                 JournalLine::DoubtCommitted(id) => {
-                    let Some(k) = doubts.iter().rposition(|d| d.id == id) else {
+                    let Some(at) = doubts.iter().rposition(|d| d.id == id) else {
                         return Err(bad(format!("line {}: {id} was never in doubt", k + 1)));
                     };
-                    part.history.push(doubts.swap_remove(k));
+                    part.history.push(doubts.swap_remove(at));
                 }
                 JournalLine::Report(r) => report = Some(r),
             }

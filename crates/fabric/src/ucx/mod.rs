@@ -157,8 +157,8 @@ impl UcxConfig {
 /// to one IB MTU (UCP splits and reassembles them), so more of a step's frames to one
 /// peer share a send. Over TCP every send is a system call and a trip through the
 /// loopback stack: YCSB's 10-record transactions took 9.6 datagrams each with 4 KiB
-/// and 3.6 with 16 KiB, and ran 1.4x faster (docs/PERFORMANCE.md §36); 64 KiB gained
-/// nothing more.
+/// and 3.6 with 16 KiB, and the cluster file ran 1.3-1.5x faster (docs/PERFORMANCE.md
+/// §36); 64 KiB gained nothing more.
 pub const UCX_DATAGRAM_MTU: usize = 4 * DATAGRAM_MTU;
 
 /// The capabilities of a cluster whose endpoints promise `p`.
