@@ -323,6 +323,19 @@ impl Progress {
         unsafe { ffi::hx_progress(self.0.as_ptr()) }
     }
 
+    /// How many progress calls the worker has had, its program's included.
+    pub(crate) fn calls(self) -> u64 {
+        // SAFETY: as for `run`; this only reads a counter the same thread writes.
+        unsafe { ffi::hx_progress_calls(self.0.as_ptr()) }
+    }
+
+    /// Whether anything was posted on the worker after its last progress call: UCP sends
+    /// the later fragments of a large message only inside progress calls.
+    pub(crate) fn posted_since(self) -> bool {
+        // SAFETY: as for `calls`.
+        unsafe { ffi::hx_posted_since_progress(self.0.as_ptr()) != 0 }
+    }
+
     /// The worker's event file descriptor (the context must have been made for event
     /// waiting).
     pub(crate) fn efd(self) -> Result<std::os::fd::RawFd, BackendError> {
@@ -404,6 +417,11 @@ pub struct UcxEndpoint {
     /// Per node: whether this worker cut its endpoints to it; and how many it cut.
     cut: Vec<bool>,
     cuts: usize,
+    /// Whether [`Endpoint::poll_cq`] made a progress call that [`Endpoint::recv`] has not
+    /// yet drained the ring after. Over TCP every progress call is an `epoll_wait`; a
+    /// step that polls completions and then receives needs only the one (the next
+    /// step's poll picks up whatever lands in between).
+    fresh: bool,
 }
 
 impl UcxEndpoint {
@@ -418,6 +436,7 @@ impl UcxEndpoint {
             cqes: vec![ffi::Cqe::default(); 256],
             cut: vec![false; nodes],
             cuts: 0,
+            fresh: false,
         }
     }
 
@@ -683,6 +702,7 @@ impl Endpoint for UcxEndpoint {
             ffi::hx_progress(w);
             ffi::hx_poll(w, self.cqes.as_mut_ptr(), want)
         };
+        self.fresh = true;
         for c in &self.cqes[..got] {
             let queue = &mut self.queues[(c.tag >> SEQ_BITS) as usize];
             let seq = c.tag & ((1 << SEQ_BITS) - 1);
@@ -732,11 +752,11 @@ impl Endpoint for UcxEndpoint {
             // for its length.
             let n = unsafe { ffi::hx_recv(w, &mut from, buf.as_mut_ptr(), buf.len()) };
             if n < 0 {
-                if progressed {
+                if progressed || std::mem::take(&mut self.fresh) {
                     return None;
                 }
                 // Messages arrive only inside progress calls: make one before saying
-                // nothing came.
+                // nothing came (unless `poll_cq` made one since the ring was last empty).
                 // SAFETY: as above.
                 unsafe { ffi::hx_progress(w) };
                 progressed = true;

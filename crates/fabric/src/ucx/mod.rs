@@ -650,6 +650,8 @@ where
         UcxWaiting::Poll => None,
         UcxWaiting::Event => Some(wait::Sleeper::new(&progress, EVENT_WAIT_MAX)?),
     };
+    // Per program, the worker's progress calls when the loop last progressed it.
+    let mut progressed_at: Vec<u64> = progress.iter().map(|p| p.calls()).collect();
     let mut last_poll = Instant::now();
     let mut failure = None;
     let mut flushed = false;
@@ -668,7 +670,14 @@ where
             &mut programs,
             &shared.done,
             |i| {
-                progress[i].run();
+                // A NIC moves queued requests without the application; UCP only inside
+                // progress calls, so the loop makes one for a program that made none in
+                // this step or posted after its last. Not otherwise: over TCP each call
+                // is an `epoll_wait`, and an idle step has just made one.
+                if progress[i].calls() == progressed_at[i] || progress[i].posted_since() {
+                    progress[i].run();
+                }
+                progressed_at[i] = progress[i].calls();
             },
             rest,
         );

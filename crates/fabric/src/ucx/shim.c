@@ -134,6 +134,10 @@ typedef struct hx_worker {
     void *flush_req;    /* a worker flush in progress (polled, no callback) */
     uint64_t flush_from; /* `posted` when it started */
     uint64_t clean_at;  /* `posted` when the last finished flush started */
+    /* hx_progress calls so far, and `posted` at the last one: the run loop adds a progress
+     * call after a program's idle step only if the step made none or posted since. */
+    uint64_t progress_calls;
+    uint64_t posted_at_progress;
 } hx_worker;
 
 /* The completion ring's capacity is a power of two, so positions wrap with a mask (a
@@ -658,7 +662,19 @@ void hx_worker_destroy(hx_worker *w)
 
 unsigned hx_progress(hx_worker *w)
 {
+    w->progress_calls++;
+    w->posted_at_progress = w->posted;
     return ucp_worker_progress(w->worker);
+}
+
+uint64_t hx_progress_calls(const hx_worker *w)
+{
+    return w->progress_calls;
+}
+
+int hx_posted_since_progress(const hx_worker *w)
+{
+    return w->posted != w->posted_at_progress;
 }
 
 /* 1 once every operation posted on the worker so far is complete at its target (a
