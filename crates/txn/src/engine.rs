@@ -828,8 +828,8 @@ impl WorkerTxn {
     /// Writes what this worker's history holds, and what its clients count, to `file` as
     /// it happens, one line per event, so that the part of a process killed during the
     /// run can still be checked (lines: `D` record in doubt, `C` id of a record in doubt
-    /// that committed, `H` record committed without being in doubt, `R` the clients'
-    /// tally; the bench reads them back). Each line is in the page cache before the call
+    /// that committed, `H` record committed without being in doubt, `T` an event of the
+    /// clients' tally; the bench reads them back). Each line is in the page cache before the call
     /// that journals it returns, so before anything that follows it leaves the process;
     /// the file is appended through a mapping, with no system call per line.
     pub fn set_journal(&self, file: hytra_fabric::append::AppendFile) {
@@ -850,10 +850,11 @@ impl WorkerTxn {
         file.append(&[&[tag, b' '], &body, b"\n"]).expect("the journal of a run is writable");
     }
 
-    /// Appends the clients' tally (`R`, JSON) to the journal, if one is kept: the last
-    /// such line is what a killed process's clients counted.
-    pub fn journal_report(&self, report: impl FnOnce() -> Vec<u8>) {
-        self.journal(b'R', report);
+    /// Appends one of the clients' tally events (`T`) to the journal, if one is kept:
+    /// the workload layer writes them and folds them back into what a killed process's
+    /// clients counted. `line` is one line without its newline.
+    pub fn journal_tally(&self, line: impl FnOnce() -> Vec<u8>) {
+        self.journal(b'T', line);
     }
 
     /// Takes the record in doubt of attempt `owner`, if there is one.

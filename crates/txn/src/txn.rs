@@ -417,10 +417,10 @@ impl<E: Endpoint> TxnCtx<E> {
         self.node.recovery.ended()
     }
 
-    /// Appends the clients' tally to the worker's journal, if it keeps one
-    /// ([`WorkerTxn::journal_report`]).
-    pub fn journal_report(&self, report: impl FnOnce() -> Vec<u8>) {
-        self.wt.journal_report(report);
+    /// Appends one of the clients' tally events to the worker's journal, if it keeps one
+    /// ([`WorkerTxn::journal_tally`]).
+    pub fn journal_tally(&self, line: impl FnOnce() -> Vec<u8>) {
+        self.wt.journal_tally(line);
     }
 
     /// The epoch of the attempt's configuration, as messages carry it.
@@ -475,10 +475,10 @@ impl<E: Endpoint> Txn<'_, E> {
         self.ctx.owner.0
     }
 
-    /// Appends the clients' tally to the worker's journal, if it keeps one
-    /// ([`WorkerTxn::journal_report`]).
-    pub fn journal_report(&self, report: impl FnOnce() -> Vec<u8>) {
-        self.ctx.wt.journal_report(report);
+    /// Appends one of the clients' tally events to the worker's journal, if it keeps one
+    /// ([`WorkerTxn::journal_tally`]).
+    pub fn journal_tally(&self, line: impl FnOnce() -> Vec<u8>) {
+        self.ctx.wt.journal_tally(line);
     }
 
     /// Reads a record.

@@ -25,6 +25,8 @@ use hytra_txn::{
 };
 use thiserror::Error;
 
+use crate::tally::{TallyReader, TallyReport};
+
 /// What a client coroutine needs to know.
 #[derive(Copy, Clone, Debug)]
 pub struct ClientPlan {
@@ -60,7 +62,12 @@ pub trait Workload: Sync {
     /// What each worker's clients keep (not shared across threads).
     type State: 'static;
     /// What each worker reports at the end.
-    type Report: Send + Clone + std::fmt::Debug + serde::Serialize + serde::de::DeserializeOwned;
+    type Report: Send
+        + Clone
+        + std::fmt::Debug
+        + serde::Serialize
+        + serde::de::DeserializeOwned
+        + TallyReport;
 
     /// Name.
     fn name(&self) -> &'static str;
@@ -536,7 +543,7 @@ pub fn journal_path(dir: &Path, index: usize) -> PathBuf {
 /// (attempts still in doubt kept iff recovery committed them, as `engine` knows) and
 /// their clients' last tally. Only whole lines count: one cut short by the kill lacks its
 /// newline (appended last, after the line's body), and is ignored.
-fn journaled_part<R: serde::de::DeserializeOwned>(
+fn journaled_part<R: TallyReport>(
     engine: &Engine,
     dir: &Path,
     workers: impl Iterator<Item = usize>,
@@ -560,9 +567,9 @@ fn journaled_part<R: serde::de::DeserializeOwned>(
         let bad = |why: String| BenchError::Params(format!("journal {}: {why}", path.display()));
         let text = std::fs::read(&path).map_err(|e| bad(e.to_string()))?;
         let mut doubts: Vec<hytra_check::TxnRecord> = Vec::new();
-        let mut report = None;
+        let mut tally = TallyReader::<R::Counts>::default();
         for (k, line) in hytra_fabric::append::whole_lines(&text).enumerate() {
-            let Some(event) = parse_journal_line::<R>(line) else {
+            let Some(event) = parse_journal_line(line) else {
                 return Err(bad(format!("line {} does not parse", k + 1)));
             };
             match event {
@@ -574,12 +581,14 @@ fn journaled_part<R: serde::de::DeserializeOwned>(
                     };
                     part.history.push(doubts.swap_remove(at));
                 }
-                JournalLine::Report(r) => report = Some(r),
+                JournalLine::Tally(event) => {
+                    tally.read(event).map_err(|why| bad(format!("line {}: {why}", k + 1)))?;
+                }
             }
         }
         part.history.extend(doubts.into_iter().filter(|r| engine.verdict(r.id)));
-        if let Some(r) = report {
-            part.reports.push((index, r));
+        if let Some(t) = tally.tally() {
+            part.reports.push((index, R::from_tally(t)));
         }
     }
     Ok(part)
@@ -588,25 +597,25 @@ fn journaled_part<R: serde::de::DeserializeOwned>(
 /// One line of a worker's journal (see [`hytra_txn::WorkerTxn::set_journal`]). An
 /// attempt that never commits keeps its `D` line: recovery decided it aborted, or it
 /// never left its node.
-enum JournalLine<R> {
+enum JournalLine<'a> {
     /// `D`: an attempt past its commit point, outcome unknown.
     Doubt(hytra_check::TxnRecord),
     /// `H`: a committed transaction that was never in doubt.
     Committed(hytra_check::TxnRecord),
     /// `C`: the attempt of this id, whose `D` line came before, committed.
     DoubtCommitted(u64),
-    /// `R`: the clients' tally so far.
-    Report(R),
+    /// `T`: an event of the clients' tally, for [`TallyReader`].
+    Tally(&'a [u8]),
 }
 
-fn parse_journal_line<R: serde::de::DeserializeOwned>(line: &[u8]) -> Option<JournalLine<R>> {
+fn parse_journal_line(line: &[u8]) -> Option<JournalLine<'_>> {
     let (&tag, rest) = line.split_first()?;
     let body = rest.strip_prefix(b" ")?;
     Some(match tag {
         b'D' => JournalLine::Doubt(serde_json::from_slice(body).ok()?),
         b'H' => JournalLine::Committed(serde_json::from_slice(body).ok()?),
         b'C' => JournalLine::DoubtCommitted(std::str::from_utf8(body).ok()?.parse().ok()?),
-        b'R' => JournalLine::Report(serde_json::from_slice(body).ok()?),
+        b'T' => JournalLine::Tally(body),
         _ => return None,
     })
 }

@@ -14,6 +14,7 @@ use std::rc::Rc;
 
 use hytra_fabric::rng::Rng;
 use hytra_fabric::Endpoint;
+use hytra_rt::constants::COROUTINES_MAX;
 use hytra_txn::{Abort, Engine, Txn, TxnCtx};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -111,7 +112,7 @@ where
         // From here the attempt commits: should its node die before it learns the
         // outcome, the run's end asks recovery.
         tallies.committing.borrow_mut()[co] = Some((t.id(), c));
-        t.journal_report(|| serde_json::to_vec(&tallies.report()).expect("a tally serializes"));
+        t.journal_tally(|| Event::Committing { co, id: t.id(), counts: c }.encode());
         Ok(c)
     })
     .await;
@@ -119,10 +120,208 @@ where
         // Left the cluster: the last attempt's fate is recovery's to tell.
         return None;
     }
-    tallies.committing.borrow_mut()[co] = None;
+    let was_committing = tallies.committing.borrow_mut()[co].take().is_some();
     if let Some(c) = committed {
         tallies.committed.set(tallies.committed.get().plus(c));
     }
-    ctx.journal_report(|| serde_json::to_vec(&tallies.report()).expect("a tally serializes"));
+    if was_committing {
+        let settled = Event::<C>::Settled { co, committed: committed.is_some() };
+        ctx.journal_tally(|| settled.encode());
+    }
     committed
+}
+
+/// A client's tally event, one line of its worker's journal: what the journal's reader
+/// ([`TallyReader`]) folds back into the worker's [`Tally`]. Events rather than the whole
+/// tally, since every transaction journals two of them: a tally lists every client's
+/// attempt in doubt.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Event<C> {
+    /// Coroutine `co`'s attempt `id` passed its commit point and adds `counts` if it
+    /// commits; an earlier attempt of `co` still listed did not commit (an attempt that
+    /// validates no more is retried from its body).
+    Committing { co: usize, id: u64, counts: C },
+    /// The outcome of coroutine `co`'s attempt past its commit point became known.
+    Settled { co: usize, committed: bool },
+}
+
+impl<C: Counts> Event<C> {
+    /// `c co id counts` (counts as JSON) or `s co 0|1`.
+    fn encode(self) -> Vec<u8> {
+        match self {
+            Event::Committing { co, id, counts } => {
+                let mut line = format!("c {co} {id} ").into_bytes();
+                serde_json::to_writer(&mut line, &counts).expect("counts serialize");
+                line
+            }
+            Event::Settled { co, committed } => format!("s {co} {}", u8::from(committed)).into(),
+        }
+    }
+
+    fn decode(line: &[u8]) -> Result<Event<C>, String> {
+        let text = std::str::from_utf8(line).map_err(|_| "not UTF-8".to_string())?;
+        let mut fields = text.splitn(4, ' ');
+        let kind = fields.next().unwrap_or_default();
+        let co: usize = number(fields.next(), "coroutine")?;
+        if co >= usize::from(COROUTINES_MAX) {
+            return Err(format!("coroutine {co} is past the limit of {COROUTINES_MAX}"));
+        }
+        match kind {
+            "c" => {
+                let id = number(fields.next(), "attempt")?;
+                let counts = fields.next().ok_or("no counts")?;
+                let counts = serde_json::from_str(counts).map_err(|e| format!("counts: {e}"))?;
+                Ok(Event::Committing { co, id, counts })
+            }
+            "s" => match fields.next() {
+                Some("0") if fields.next().is_none() => Ok(Event::Settled { co, committed: false }),
+                Some("1") if fields.next().is_none() => Ok(Event::Settled { co, committed: true }),
+                _ => Err("an outcome is 0 or 1".to_string()),
+            },
+            _ => Err(format!("no tally event {kind:?}")),
+        }
+    }
+}
+
+fn number<T: std::str::FromStr>(field: Option<&str>, what: &str) -> Result<T, String> {
+    let field = field.ok_or_else(|| format!("no {what}"))?;
+    field.parse().map_err(|_| format!("{what} {field:?} is not a number"))
+}
+
+/// Rebuilds a worker's [`Tally`] from the tally events of its journal, in the order they
+/// were journaled: what its clients had counted when the journal ends.
+#[derive(Debug)]
+pub struct TallyReader<C> {
+    committed: C,
+    committing: Vec<Option<(u64, C)>>,
+    events: usize,
+}
+
+impl<C: Counts> Default for TallyReader<C> {
+    fn default() -> Self {
+        TallyReader { committed: C::default(), committing: Vec::new(), events: 0 }
+    }
+}
+
+impl<C: Counts> TallyReader<C> {
+    /// Folds in one event (a line's body as [`run_counted`] journaled it); an error says
+    /// why the line does not parse or cannot follow the ones before it.
+    pub fn read(&mut self, line: &[u8]) -> Result<(), String> {
+        match Event::<C>::decode(line)? {
+            Event::Committing { co, id, counts } => {
+                if self.committing.len() <= co {
+                    self.committing.resize(co + 1, None);
+                }
+                self.committing[co] = Some((id, counts));
+            }
+            Event::Settled { co, committed } => {
+                let Some((_, counts)) = self.committing.get_mut(co).and_then(Option::take) else {
+                    return Err(format!("coroutine {co} settles with no attempt committing"));
+                };
+                if committed {
+                    self.committed = self.committed.plus(counts);
+                }
+            }
+        }
+        self.events += 1;
+        Ok(())
+    }
+
+    /// The tally the events add up to, or `None` if there were none (the worker's clients
+    /// never reached a commit point).
+    pub fn tally(self) -> Option<Tally<C>> {
+        (self.events > 0).then(|| Tally {
+            committed: self.committed,
+            in_doubt: self.committing.into_iter().flatten().collect(),
+        })
+    }
+}
+
+/// A workload's report: each is the [`Tally`] of its own counts, which is what lets the
+/// journal of a killed process rebuild it ([`TallyReader`]).
+pub trait TallyReport: Sized {
+    /// What one transaction adds.
+    type Counts: Counts;
+
+    /// The report that is this tally.
+    fn from_tally(tally: Tally<Self::Counts>) -> Self;
+}
+
+impl<C: Counts> TallyReport for Tally<C> {
+    type Counts = C;
+
+    fn from_tally(tally: Tally<C>) -> Self {
+        tally
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read_all(lines: &[&str]) -> Result<Option<Tally<i64>>, String> {
+        let mut r = TallyReader::<i64>::default();
+        for line in lines {
+            r.read(line.as_bytes())?;
+        }
+        Ok(r.tally())
+    }
+
+    #[test]
+    fn events_round_trip() {
+        for e in [
+            Event::Committing { co: 7, id: u64::MAX, counts: -12i64 },
+            Event::Committing { co: 0, id: 0, counts: 0 },
+            Event::Settled { co: usize::from(COROUTINES_MAX) - 1, committed: true },
+            Event::Settled { co: 3, committed: false },
+        ] {
+            assert_eq!(Event::decode(&e.encode()), Ok(e));
+        }
+        let counts = crate::ycsb::YcsbCounts { updates: 3, inserts: 1 };
+        let ycsb = Event::Committing { co: 2, id: 9, counts };
+        assert_eq!(Event::decode(&ycsb.encode()), Ok(ycsb));
+    }
+
+    #[test]
+    fn the_reader_rebuilds_what_the_clients_counted() {
+        // Client 0 commits 5, then passes a commit point that does not validate and a
+        // retry that commits 7; client 1 commits 2, then its node dies with 4 in doubt;
+        // client 2's attempt aborts after its commit point.
+        let lines = [
+            "c 0 10 5",
+            "c 1 11 2",
+            "s 0 1",
+            "c 0 12 6",
+            "s 1 1",
+            "c 0 13 7",
+            "c 1 14 4",
+            "s 0 1",
+            "c 2 15 100",
+            "s 2 0",
+        ];
+        let tally = read_all(&lines).unwrap().expect("events were read");
+        assert_eq!(tally, Tally { committed: 5 + 2 + 7, in_doubt: vec![(14, 4)] });
+        assert_eq!(read_all(&[]), Ok(None), "no events, no tally");
+    }
+
+    #[test]
+    fn the_reader_refuses_what_a_journal_cannot_hold() {
+        for (line, why) in [
+            ("s 0 1", "settles with no attempt"),
+            ("c 0 1", "no counts"),
+            ("c 0 x 1", "attempt \"x\" is not a number"),
+            ("c 99999 1 1", "past the limit"),
+            ("c 0 1 {", "counts:"),
+            ("s 0 2", "0 or 1"),
+            ("s 0 1 1", "0 or 1"),
+            ("x 0 1", "no tally event"),
+            ("c", "no coroutine"),
+        ] {
+            let err = read_all(&[line]).unwrap_err();
+            assert!(err.contains(why), "{line}: {err}");
+        }
+        // A settled attempt is settled once.
+        let err = read_all(&["c 0 1 1", "s 0 1", "s 0 0"]).unwrap_err();
+        assert!(err.contains("settles with no attempt"), "{err}");
+    }
 }
