@@ -541,7 +541,7 @@ pub fn journal_path(dir: &Path, index: usize) -> PathBuf {
 
 /// What a killed process's workers journaled, as the part it never sent: their history
 /// (attempts still in doubt kept iff recovery committed them, as `engine` knows) and
-/// their clients' last tally. Only whole lines count: one cut short by the kill lacks its
+/// the tally their clients' events add up to. Only whole lines count: one cut short by the kill lacks its
 /// newline (appended last, after the line's body), and is ignored.
 fn journaled_part<R: TallyReport>(
     engine: &Engine,
@@ -587,9 +587,7 @@ fn journaled_part<R: TallyReport>(
             }
         }
         part.history.extend(doubts.into_iter().filter(|r| engine.verdict(r.id)));
-        if let Some(t) = tally.tally() {
-            part.reports.push((index, R::from_tally(t)));
-        }
+        part.reports.push((index, R::from_tally(tally.tally())));
     }
     Ok(part)
 }

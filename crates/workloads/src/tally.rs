@@ -121,6 +121,7 @@ where
         return None;
     }
     let was_committing = tallies.committing.borrow_mut()[co].take().is_some();
+    debug_assert!(was_committing || committed.is_none(), "a commit passed its commit point");
     if let Some(c) = committed {
         tallies.committed.set(tallies.committed.get().plus(c));
     }
@@ -194,12 +195,11 @@ fn number<T: std::str::FromStr>(field: Option<&str>, what: &str) -> Result<T, St
 pub struct TallyReader<C> {
     committed: C,
     committing: Vec<Option<(u64, C)>>,
-    events: usize,
 }
 
 impl<C: Counts> Default for TallyReader<C> {
     fn default() -> Self {
-        TallyReader { committed: C::default(), committing: Vec::new(), events: 0 }
+        TallyReader { committed: C::default(), committing: Vec::new() }
     }
 }
 
@@ -223,17 +223,16 @@ impl<C: Counts> TallyReader<C> {
                 }
             }
         }
-        self.events += 1;
         Ok(())
     }
 
-    /// The tally the events add up to, or `None` if there were none (the worker's clients
-    /// never reached a commit point).
-    pub fn tally(self) -> Option<Tally<C>> {
-        (self.events > 0).then(|| Tally {
+    /// The tally the events add up to (nothing counted if there were none: the worker's
+    /// clients never reached a commit point).
+    pub fn tally(self) -> Tally<C> {
+        Tally {
             committed: self.committed,
             in_doubt: self.committing.into_iter().flatten().collect(),
-        })
+        }
     }
 }
 
@@ -259,7 +258,7 @@ impl<C: Counts> TallyReport for Tally<C> {
 mod tests {
     use super::*;
 
-    fn read_all(lines: &[&str]) -> Result<Option<Tally<i64>>, String> {
+    fn read_all(lines: &[&str]) -> Result<Tally<i64>, String> {
         let mut r = TallyReader::<i64>::default();
         for line in lines {
             r.read(line.as_bytes())?;
@@ -299,9 +298,9 @@ mod tests {
             "c 2 15 100",
             "s 2 0",
         ];
-        let tally = read_all(&lines).unwrap().expect("events were read");
+        let tally = read_all(&lines).unwrap();
         assert_eq!(tally, Tally { committed: 5 + 2 + 7, in_doubt: vec![(14, 4)] });
-        assert_eq!(read_all(&[]), Ok(None), "no events, no tally");
+        assert_eq!(read_all(&[]), Ok(Tally::default()), "no events, nothing counted");
     }
 
     #[test]

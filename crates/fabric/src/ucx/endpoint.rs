@@ -329,11 +329,13 @@ impl Progress {
         unsafe { ffi::hx_progress_calls(self.0.as_ptr()) }
     }
 
-    /// Whether anything was posted on the worker after its last progress call: UCP sends
-    /// the later fragments of a large message only inside progress calls.
-    pub(crate) fn posted_since(self) -> bool {
+    /// Whether anything (an operation, a datagram, an endpoint flush) was handed to UCP
+    /// or queued for it after the worker's last progress call: UCP sends the later
+    /// fragments of a large message, and issues what waits behind a flush, only inside
+    /// progress calls.
+    pub(crate) fn submitted_since(self) -> bool {
         // SAFETY: as for `calls`.
-        unsafe { ffi::hx_posted_since_progress(self.0.as_ptr()) != 0 }
+        unsafe { ffi::hx_submitted_since_progress(self.0.as_ptr()) != 0 }
     }
 
     /// The worker's event file descriptor (the context must have been made for event

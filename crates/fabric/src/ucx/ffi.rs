@@ -89,8 +89,9 @@ extern "C" {
     pub(crate) fn hx_progress(w: *mut Worker) -> u32;
     /// How many `hx_progress` calls the worker has had.
     pub(crate) fn hx_progress_calls(w: *const Worker) -> u64;
-    /// 1 if an operation or datagram was posted after the last `hx_progress` call, else 0.
-    pub(crate) fn hx_posted_since_progress(w: *const Worker) -> c_int;
+    /// 1 if an operation, datagram or endpoint flush was handed to UCP or queued for it
+    /// after the last `hx_progress` call, else 0.
+    pub(crate) fn hx_submitted_since_progress(w: *const Worker) -> c_int;
     pub(crate) fn hx_worker_flush_poll(w: *mut Worker) -> i32;
     pub(crate) fn hx_poll(w: *mut Worker, out: *mut Cqe, max: usize) -> usize;
     pub(crate) fn hx_recv(w: *mut Worker, from: *mut u32, buf: *mut u8, buf_len: usize) -> i64;

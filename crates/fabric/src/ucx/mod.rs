@@ -671,10 +671,11 @@ where
             &shared.done,
             |i| {
                 // A NIC moves queued requests without the application; UCP only inside
-                // progress calls, so the loop makes one for a program that made none in
-                // this step or posted after its last. Not otherwise: over TCP each call
-                // is an `epoll_wait`, and an idle step has just made one.
-                if progress[i].calls() == progressed_at[i] || progress[i].posted_since() {
+                // progress calls, so the loop makes one for a program that made none
+                // since the loop last looked, or submitted anything after the last one.
+                // Not otherwise: over TCP each call is an `epoll_wait`, and an idle
+                // step that polled has just made one.
+                if progress[i].calls() == progressed_at[i] || progress[i].submitted_since() {
                     progress[i].run();
                 }
                 progressed_at[i] = progress[i].calls();

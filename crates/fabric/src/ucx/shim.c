@@ -134,10 +134,13 @@ typedef struct hx_worker {
     void *flush_req;    /* a worker flush in progress (polled, no callback) */
     uint64_t flush_from; /* `posted` when it started */
     uint64_t clean_at;  /* `posted` when the last finished flush started */
-    /* hx_progress calls so far, and `posted` at the last one: the run loop adds a progress
-     * call after a program's idle step only if the step made none or posted since. */
+    /* hx_progress calls so far; and what was handed to UCP or queued for it (operations,
+     * datagrams, deferred operations, endpoint flushes), in all and at the last call: the
+     * run loop adds a progress call after a program's idle step only if the step made
+     * none or submitted since. */
     uint64_t progress_calls;
-    uint64_t posted_at_progress;
+    uint64_t submits;
+    uint64_t submits_at_progress;
 } hx_worker;
 
 /* The completion ring's capacity is a power of two, so positions wrap with a mask (a
@@ -193,6 +196,7 @@ static hx_op *op_next(hx_worker *w, hx_ep *ep, uint64_t wr_id, uint64_t tag)
     op->get = 0;
     op->abandoned = 0;
     w->posted++;
+    w->submits++;
     return op;
 }
 
@@ -663,7 +667,7 @@ void hx_worker_destroy(hx_worker *w)
 unsigned hx_progress(hx_worker *w)
 {
     w->progress_calls++;
-    w->posted_at_progress = w->posted;
+    w->submits_at_progress = w->submits;
     return ucp_worker_progress(w->worker);
 }
 
@@ -672,9 +676,9 @@ uint64_t hx_progress_calls(const hx_worker *w)
     return w->progress_calls;
 }
 
-int hx_posted_since_progress(const hx_worker *w)
+int hx_submitted_since_progress(const hx_worker *w)
 {
-    return w->posted != w->posted_at_progress;
+    return w->submits != w->submits_at_progress;
 }
 
 /* 1 once every operation posted on the worker so far is complete at its target (a
@@ -1060,6 +1064,7 @@ static int flush_start(hx_ep *e)
 {
     e->kinds = 0;
     e->fetched = 0;
+    e->w->submits++;
     ucp_request_param_t p;
     memset(&p, 0, sizeof p);
     p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
@@ -1138,6 +1143,7 @@ static void wait_push(hx_worker *w, hx_ep *e, hx_deferred d)
     }
     e->wait_tail = n;
     w->deferred++;
+    w->submits++;
 }
 
 /* READ `len` bytes at `raddr` into `dst`. */
