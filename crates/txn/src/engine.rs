@@ -703,8 +703,9 @@ pub struct WorkerTxn {
     pub(crate) acker: RefCell<Option<Waker>>,
     pub(crate) stats: RefCell<TxnStats>,
     pub(crate) history: RefCell<Option<Vec<TxnRecord>>>,
-    /// Where the history goes as it is made, if anywhere (see [`WorkerTxn::set_journal`]).
-    journal: RefCell<Option<hytra_fabric::append::AppendFile>>,
+    /// Where the history goes as it is made, if anywhere (see [`WorkerTxn::set_journal`]),
+    /// and the line being made, kept so that no line allocates.
+    journal: RefCell<Option<(hytra_fabric::append::AppendFile, Vec<u8>)>>,
     /// Coroutines currently running transactions (the background task ends after them).
     pub(crate) active: Cell<u32>,
     /// Transactions finishing in `[start, end)` are counted.
@@ -821,7 +822,7 @@ impl WorkerTxn {
     }
 
     pub(crate) fn push_doubt(&self, record: TxnRecord) {
-        self.journal(b'D', || serde_json::to_vec(&record).expect("a record serializes"));
+        self.journal(b'D', |line| serde_json::to_writer(line, &record).expect("records serialize"));
         self.doubt.borrow_mut().push(record);
     }
 
@@ -833,7 +834,7 @@ impl WorkerTxn {
     /// that journals it returns, so before anything that follows it leaves the process;
     /// the file is appended through a mapping, with no system call per line.
     pub fn set_journal(&self, file: hytra_fabric::append::AppendFile) {
-        *self.journal.borrow_mut() = Some(file);
+        *self.journal.borrow_mut() = Some((file, Vec::new()));
     }
 
     /// Whether a journal is kept.
@@ -841,20 +842,25 @@ impl WorkerTxn {
         self.journal.borrow().is_some()
     }
 
-    /// Appends one line `tag body` to the journal, if one is kept.
-    pub(crate) fn journal(&self, tag: u8, body: impl FnOnce() -> Vec<u8>) {
+    /// Appends one line `tag body` to the journal, if one is kept; `body` appends the
+    /// body to the line it is given.
+    pub(crate) fn journal(&self, tag: u8, body: impl FnOnce(&mut Vec<u8>)) {
         let mut j = self.journal.borrow_mut();
-        let Some(file) = j.as_mut() else { return };
-        let body = body();
-        debug_assert!(!body.contains(&b'\n') && !body.contains(&0), "one line, no NUL");
-        file.append(&[&[tag, b' '], &body, b"\n"]).expect("the journal of a run is writable");
+        let Some((file, line)) = j.as_mut() else { return };
+        line.clear();
+        line.extend_from_slice(&[tag, b' ']);
+        body(line);
+        debug_assert!(!line[2..].contains(&b'\n') && !line.contains(&0), "one line, no NUL");
+        line.push(b'\n');
+        file.append(&[line]).expect("the journal of a run is writable");
     }
 
     /// Appends one of the clients' tally events (`T`) to the journal, if one is kept:
     /// the workload layer writes them and folds them back into what a killed process's
-    /// clients counted. `line` is one line without its newline.
-    pub fn journal_tally(&self, line: impl FnOnce() -> Vec<u8>) {
-        self.journal(b'T', line);
+    /// clients counted. `event` appends the event to the line it is given, without a
+    /// newline.
+    pub fn journal_tally(&self, event: impl FnOnce(&mut Vec<u8>)) {
+        self.journal(b'T', event);
     }
 
     /// Takes the record in doubt of attempt `owner`, if there is one.

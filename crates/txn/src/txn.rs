@@ -419,8 +419,8 @@ impl<E: Endpoint> TxnCtx<E> {
 
     /// Appends one of the clients' tally events to the worker's journal, if it keeps one
     /// ([`WorkerTxn::journal_tally`]).
-    pub fn journal_tally(&self, line: impl FnOnce() -> Vec<u8>) {
-        self.wt.journal_tally(line);
+    pub fn journal_tally(&self, event: impl FnOnce(&mut Vec<u8>)) {
+        self.wt.journal_tally(event);
     }
 
     /// The epoch of the attempt's configuration, as messages carry it.
@@ -477,8 +477,8 @@ impl<E: Endpoint> Txn<'_, E> {
 
     /// Appends one of the clients' tally events to the worker's journal, if it keeps one
     /// ([`WorkerTxn::journal_tally`]).
-    pub fn journal_tally(&self, line: impl FnOnce() -> Vec<u8>) {
-        self.ctx.wt.journal_tally(line);
+    pub fn journal_tally(&self, event: impl FnOnce(&mut Vec<u8>)) {
+        self.ctx.wt.journal_tally(event);
     }
 
     /// Reads a record.

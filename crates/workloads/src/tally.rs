@@ -112,7 +112,7 @@ where
         // From here the attempt commits: should its node die before it learns the
         // outcome, the run's end asks recovery.
         tallies.committing.borrow_mut()[co] = Some((t.id(), c));
-        t.journal_tally(|| Event::Committing { co, id: t.id(), counts: c }.encode());
+        t.journal_tally(|line| Event::Committing { co, id: t.id(), counts: c }.encode(line));
         Ok(c)
     })
     .await;
@@ -127,7 +127,7 @@ where
     }
     if was_committing {
         let settled = Event::<C>::Settled { co, committed: committed.is_some() };
-        ctx.journal_tally(|| settled.encode());
+        ctx.journal_tally(|line| settled.encode(line));
     }
     committed
 }
@@ -147,16 +147,15 @@ enum Event<C> {
 }
 
 impl<C: Counts> Event<C> {
-    /// `c co id counts` (counts as JSON) or `s co 0|1`.
-    fn encode(self) -> Vec<u8> {
-        match self {
-            Event::Committing { co, id, counts } => {
-                let mut line = format!("c {co} {id} ").into_bytes();
-                serde_json::to_writer(&mut line, &counts).expect("counts serialize");
-                line
-            }
-            Event::Settled { co, committed } => format!("s {co} {}", u8::from(committed)).into(),
-        }
+    /// Appends `c co id counts` (counts as JSON) or `s co 0|1` to `line`.
+    fn encode(self, line: &mut Vec<u8>) {
+        use std::io::Write;
+        let written = match self {
+            Event::Committing { co, id, counts } => write!(line, "c {co} {id} ")
+                .map(|()| serde_json::to_writer(&mut *line, &counts).expect("counts serialize")),
+            Event::Settled { co, committed } => write!(line, "s {co} {}", u8::from(committed)),
+        };
+        written.expect("a Vec takes every write");
     }
 
     fn decode(line: &[u8]) -> Result<Event<C>, String> {
@@ -274,11 +273,15 @@ mod tests {
             Event::Settled { co: usize::from(COROUTINES_MAX) - 1, committed: true },
             Event::Settled { co: 3, committed: false },
         ] {
-            assert_eq!(Event::decode(&e.encode()), Ok(e));
+            let mut line = Vec::new();
+            e.encode(&mut line);
+            assert_eq!(Event::decode(&line), Ok(e));
         }
         let counts = crate::ycsb::YcsbCounts { updates: 3, inserts: 1 };
         let ycsb = Event::Committing { co: 2, id: 9, counts };
-        assert_eq!(Event::decode(&ycsb.encode()), Ok(ycsb));
+        let mut line = b"kept ".to_vec();
+        ycsb.encode(&mut line);
+        assert_eq!(Event::decode(&line[5..]), Ok(ycsb), "appended to what the line held");
     }
 
     #[test]
