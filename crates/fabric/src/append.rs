@@ -132,7 +132,8 @@ fn appended(bytes: &[u8]) -> &[u8] {
 /// The whole lines (without their newline) of `bytes`, read from an [`AppendFile`] of
 /// newline-ended lines without zero bytes: those of `appended`'s prefix, except its
 /// last, which a kill or a racing read may have cut short and which is dropped unless
-/// its newline made it (a writer appends the newline after the line's body).
+/// its newline made it. The order in which a line's bytes are copied does not matter: a
+/// line missing any byte has a zero where it is missing, and is cut there.
 pub fn whole_lines(bytes: &[u8]) -> impl Iterator<Item = &[u8]> {
     let text = appended(bytes);
     let end = text.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);

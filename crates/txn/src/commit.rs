@@ -907,8 +907,9 @@ impl<E: Endpoint> TxnCtx<E> {
     fn record(&self) -> TxnRecord {
         let key = |a: &crate::txn::Access| HKey { table: a.table.0, key: a.key };
         // Sized exactly: a run with `--check` keeps every record until its end, and a
-        // collected `filter_map` starts at four entries (SmallBank's records hold one to
-        // three), so that memory the heap grows by, a page fault per 4 KiB, was half empty.
+        // collected iterator that filters starts at four entries (SmallBank's records
+        // hold one to three) and grows by reallocation, so about half of what the heap
+        // grew by, a page fault per 4 KiB, held nothing.
         let mut reads =
             Vec::with_capacity(self.acc.iter().filter(|a| a.read_version.is_some()).count());
         reads.extend(self.acc.iter().filter_map(|a| {

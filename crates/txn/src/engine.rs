@@ -704,7 +704,7 @@ pub struct WorkerTxn {
     pub(crate) stats: RefCell<TxnStats>,
     pub(crate) history: RefCell<Option<Vec<TxnRecord>>>,
     /// Where the history goes as it is made, if anywhere (see [`WorkerTxn::set_journal`]),
-    /// and the line being made, kept so that no line allocates.
+    /// and the line being made: one buffer that every line reuses.
     journal: RefCell<Option<(hytra_fabric::append::AppendFile, Vec<u8>)>>,
     /// Coroutines currently running transactions (the background task ends after them).
     pub(crate) active: Cell<u32>,
@@ -843,13 +843,14 @@ impl WorkerTxn {
     }
 
     /// Appends one line `tag body` to the journal, if one is kept; `body` appends the
-    /// body to the line it is given.
+    /// body to the line it is given (holding `tag` and a space), and must only append.
     pub(crate) fn journal(&self, tag: u8, body: impl FnOnce(&mut Vec<u8>)) {
         let mut j = self.journal.borrow_mut();
         let Some((file, line)) = j.as_mut() else { return };
         line.clear();
         line.extend_from_slice(&[tag, b' ']);
         body(line);
+        debug_assert!(line.starts_with(&[tag, b' ']), "a line's body is appended to it");
         debug_assert!(!line[2..].contains(&b'\n') && !line.contains(&0), "one line, no NUL");
         line.push(b'\n');
         file.append(&[line]).expect("the journal of a run is writable");

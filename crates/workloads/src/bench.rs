@@ -541,8 +541,8 @@ pub fn journal_path(dir: &Path, index: usize) -> PathBuf {
 
 /// What a killed process's workers journaled, as the part it never sent: their history
 /// (attempts still in doubt kept iff recovery committed them, as `engine` knows) and
-/// the tally their clients' events add up to. Only whole lines count: one cut short by the kill lacks its
-/// newline (appended last, after the line's body), and is ignored.
+/// the tally their clients' events add up to. Only whole lines count: one cut short by
+/// the kill is ignored ([`hytra_fabric::append::whole_lines`]).
 fn journaled_part<R: TallyReport>(
     engine: &Engine,
     dir: &Path,
