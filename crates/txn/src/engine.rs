@@ -830,9 +830,9 @@ impl WorkerTxn {
     /// it happens, one line per event, so that the part of a process killed during the
     /// run can still be checked (lines: `D` record in doubt, `C` id of a record in doubt
     /// that committed, `H` record committed without being in doubt, `T` an event of the
-    /// clients' tally; the bench reads them back). Each line is in the page cache before the call
-    /// that journals it returns, so before anything that follows it leaves the process;
-    /// the file is appended through a mapping, with no system call per line.
+    /// clients' tally; the bench reads them back). Each line is in the page cache before
+    /// the call that journals it returns, so before anything that follows it leaves the
+    /// process; the file is appended through a mapping, with no system call per line.
     pub fn set_journal(&self, file: hytra_fabric::append::AppendFile) {
         *self.journal.borrow_mut() = Some((file, Vec::new()));
     }
