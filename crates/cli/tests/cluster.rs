@@ -128,10 +128,21 @@ mod with_ucx {
         let (stdout, v) = run_checked(&file, Duration::from_secs(120), 100);
         assert!(stdout.contains("smallbank on ucx"), "{stdout}");
         assert_eq!(v["nodes"], 3);
-        // The file names no design: two-sided where only TCP joins the nodes.
-        let design = if transports == "tcp" { "fasst" } else { "drtmh" };
-        assert_eq!(v["design"], design, "{v}");
-        if design == "drtmh" {
+        // The file names no design: DrTM+H, with every phase on RPCs where only TCP joins
+        // the nodes (and passive ACK either way).
+        assert_eq!(v["design"], "drtmh", "{v}");
+        let c = &v["config"];
+        let phases = [&c["exec"], &c["lock"], &c["validate"], &c["log"], &c["commit"]];
+        assert_eq!(c["passive_ack"], true, "{c}");
+        if transports == "tcp" {
+            let two = ["two-sided", "at-execution", "two-sided", "two-sided", "two-sided"];
+            assert_eq!(phases, two, "{c}");
+        } else {
+            assert_eq!(
+                phases,
+                ["hybrid", "one-sided", "one-sided", "one-sided", "one-sided"],
+                "{c}"
+            );
             // Every node backs up every partition (3 copies on 3 nodes), so each location
             // cache starts with every remote record's address, learned from its own replicas.
             assert_eq!(v["location_cache"]["misses"], 0, "{}", v["location_cache"]);

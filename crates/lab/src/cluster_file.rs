@@ -91,6 +91,47 @@ impl Wait {
     }
 }
 
+/// The design a cluster file runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FileDesign {
+    /// The file's own `design`.
+    Named(String),
+    /// No `design`: DrTM+H's preset.
+    Drtmh,
+    /// No `design`, and the nodes reach each other only over TCP: DrTM+H with every phase
+    /// on RPCs ([`TWO_SIDED_PHASES`]) and its own passive ACK. Against `fasst`, which
+    /// runs the same phases without passive ACK, SmallBank ran 1.10-1.35x over TCP
+    /// (docs/PERFORMANCE.md §38).
+    DrtmhTwoSided,
+}
+
+/// The `hytra bench` options of [`FileDesign::DrtmhTwoSided`]'s phases.
+pub const TWO_SIDED_PHASES: [(&str, &str); 5] = [
+    ("exec", "two-sided"),
+    ("lock", "at-execution"),
+    ("validate", "two-sided"),
+    ("log", "two-sided"),
+    ("commit", "two-sided"),
+];
+
+impl FileDesign {
+    /// The `--design` it runs.
+    pub fn name(&self) -> &str {
+        match self {
+            FileDesign::Named(d) => d,
+            FileDesign::Drtmh | FileDesign::DrtmhTwoSided => "drtmh",
+        }
+    }
+
+    /// The phase options (`hytra bench --exec` and the like) that come with it.
+    pub fn phases(&self) -> &'static [(&'static str, &'static str)] {
+        match self {
+            FileDesign::DrtmhTwoSided => &TWO_SIDED_PHASES,
+            FileDesign::Named(_) | FileDesign::Drtmh => &[],
+        }
+    }
+}
+
 /// Transports that carry one-sided operations only as messages the target's CPU answers
 /// (UCX's software RMA), and those that never leave the host.
 const EMULATED_RMA: [&str; 2] = ["tcp", "sockcm"];
@@ -107,14 +148,15 @@ impl ClusterFile {
         Some(rest.split(',').map(|e| e.trim().to_string()).collect())
     }
 
-    /// The design to run: the file's, else `fasst` where nodes reach each other only
-    /// over TCP (no other network transport, and shared memory absent or the nodes on
-    /// several hosts), which emulates one-sided operations on the target's CPU (there
-    /// the two-sided design ran 4.8-8x the others: docs/PERFORMANCE.md §18), else
-    /// `drtmh`.
-    pub fn design(&self) -> String {
+    /// The design to run: the file's, else DrTM+H, with every phase on RPCs where nodes
+    /// reach each other only over TCP (no other network transport, and shared memory
+    /// absent or the nodes on several hosts). TCP emulates one-sided operations on the
+    /// target's CPU, so there the one-sided phases cost more than RPCs (the two-sided
+    /// design ran 4.8-8x the others: docs/PERFORMANCE.md §18), and the hybrid's choice
+    /// for each phase is the RPC.
+    pub fn design(&self) -> FileDesign {
         if let Some(d) = &self.design {
-            return d.clone();
+            return FileDesign::Named(d.clone());
         }
         let names: Vec<&str> = self
             .transports
@@ -130,7 +172,11 @@ impl ClusterFile {
             && names.iter().any(|n| EMULATED_RMA.contains(n))
             && names.iter().all(|n| EMULATED_RMA.contains(n) || ON_HOST.contains(n))
             && (!on_host || hosts.len() > 1);
-        if tcp_only { "fasst" } else { "drtmh" }.to_string()
+        if tcp_only {
+            FileDesign::DrtmhTwoSided
+        } else {
+            FileDesign::Drtmh
+        }
     }
 
     /// The key prefix in etcd of a run served by `hytra hub`: the same in every node,
@@ -337,19 +383,25 @@ mod tests {
         };
         let one = ["127.0.0.1", "127.0.0.1"];
         let two = ["10.0.0.1", "10.0.0.2"];
+        use FileDesign::{Drtmh, DrtmhTwoSided};
         for (tls, hosts, want) in [
-            ("tcp", one, "fasst"),
-            ("tcp,self", two, "fasst"),
-            ("sm,tcp", two, "fasst"),
-            ("sm,tcp", one, "drtmh"),
-            ("sm", one, "drtmh"),
-            ("rc,sm,tcp", two, "drtmh"),
-            ("^rc", two, "drtmh"),
-            ("all", two, "drtmh"),
+            ("tcp", one, DrtmhTwoSided),
+            ("tcp,self", two, DrtmhTwoSided),
+            ("sm,tcp", two, DrtmhTwoSided),
+            ("sm,tcp", one, Drtmh),
+            ("sm", one, Drtmh),
+            ("rc,sm,tcp", two, Drtmh),
+            ("^rc", two, Drtmh),
+            ("all", two, Drtmh),
         ] {
-            assert_eq!(file(tls, hosts, "").design(), want, "{tls} on {hosts:?}");
+            let design = file(tls, hosts, "").design();
+            assert_eq!(design, want, "{tls} on {hosts:?}");
+            assert_eq!(design.name(), "drtmh");
+            assert_eq!(design.phases().is_empty(), want == Drtmh);
         }
-        assert_eq!(file("tcp", one, "design = \"drtmr\"\n").design(), "drtmr", "the file's own");
+        let own = file("tcp", one, "design = \"drtmr\"\n").design();
+        assert_eq!(own, FileDesign::Named("drtmr".into()), "the file's own");
+        assert_eq!((own.name(), own.phases()), ("drtmr", &[][..]));
     }
 
     #[test]
@@ -422,7 +474,7 @@ mod tests {
         ] {
             let f = parse(text).unwrap_or_else(|e| panic!("examples/{name}.toml: {e}"));
             if name.contains("tcp") {
-                assert_eq!(f.design(), "fasst", "{name}");
+                assert_eq!(f.design(), FileDesign::DrtmhTwoSided, "{name}");
             }
         }
     }

@@ -322,7 +322,7 @@ fn designs(a: &BenchArgs) -> Result<(TxnConfig, Vec<(String, TxnConfig)>), Usage
 }
 
 /// Why `--design auto` is refused for a cluster spread over processes.
-const AUTO_SPREAD: &str = "--design auto runs its trials within one process; a cluster spread over processes takes its design from its file (without one: fasst where only TCP joins the nodes, drtmh otherwise)";
+const AUTO_SPREAD: &str = "--design auto runs its trials within one process; a cluster spread over processes takes its design from its file (without one: drtmh, with every phase on RPCs where only TCP joins the nodes)";
 
 /// Refuses `--design auto` beside anything that decides a phase (it would contradict
 /// the trials) or in a cluster spread over processes (each would pick on its own).

@@ -42,14 +42,28 @@ fn io_args(f: &ClusterFile, json: Option<&Path>) -> Result<IoArgs, Usage> {
     parse_args("io", f, json, vec![connections]).map(|(a, _)| a)
 }
 
+/// The `hytra bench` options that choose a phase's primitive.
+const PHASE_OPTIONS: [&str; 5] = ["exec", "lock", "validate", "log", "commit"];
+
 /// The `hytra bench` arguments a cluster file stands for.
 fn bench_args(f: &ClusterFile, json: Option<&Path>) -> Result<BenchArgs, Usage> {
+    let design = f.design();
     let mut own = vec![
         ("workload", f.workload.clone()),
-        ("design", f.design()),
+        ("design", design.name().to_string()),
         ("nodes", f.node_count().to_string()),
         ("workers", f.workers.to_string()),
     ];
+    // A file whose options choose any phase chooses them all: the default's phases
+    // mixed with its own could make a combination nobody asked for (locks at execution
+    // under one-sided reads, which is refused).
+    let names_a_phase = f.bench_args.iter().any(|a| {
+        let name = a.strip_prefix("--").map(|n| n.split_once('=').map_or(n, |(k, _)| k));
+        PHASE_OPTIONS.iter().any(|&o| name == Some(o))
+    });
+    if !names_a_phase {
+        own.extend(design.phases().iter().map(|&(k, v)| (k, v.to_string())));
+    }
     own.extend(f.wait.map(|w| ("wait", w.name().to_string())));
     own.extend(f.coroutines.map(|c| ("coroutines", c.to_string())));
     own.extend(f.replication.map(|r| ("replication", r.to_string())));
@@ -147,4 +161,70 @@ pub fn survivable(what: &str, args: &BenchArgs) -> Result<(), Usage> {
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster_file::TWO_SIDED_PHASES;
+    use crate::cmd::bench::DesignPick;
+    use hytra_txn::{Design, ExecStrategy, LockStrategy, Primitive};
+
+    fn args(transports: &str, extra: &str) -> BenchArgs {
+        let text = format!(
+            "token = \"t\"\ntransports = \"{transports}\"\n{extra}\n\
+             [[nodes]]\nhost = \"127.0.0.1\"\nport = 7000\n\
+             [[nodes]]\nhost = \"127.0.0.1\"\nport = 7001\n"
+        );
+        let f = cluster_file::parse(&text).unwrap();
+        match job(&f, None).unwrap() {
+            Job::Bench(a) => *a,
+            Job::Io(_) => panic!("a smallbank file runs hytra bench"),
+        }
+    }
+
+    fn phases(a: &BenchArgs) -> [Option<String>; 5] {
+        [
+            a.exec.map(|e| e.name().to_string()),
+            a.lock.map(|l| l.name().to_string()),
+            a.validate.map(|p| p.name().to_string()),
+            a.log.map(|p| p.name().to_string()),
+            a.commit.map(|p| p.name().to_string()),
+        ]
+    }
+
+    #[test]
+    fn over_tcp_alone_the_default_runs_every_phase_on_rpcs() {
+        let tcp = args("tcp", "");
+        assert_eq!(tcp.design, DesignPick::Preset(Design::DrtmH));
+        assert_eq!(tcp.exec, Some(ExecStrategy::TwoSided));
+        assert_eq!(tcp.lock, Some(LockStrategy::AtExecution));
+        let two = Some(Primitive::TwoSided);
+        assert_eq!([tcp.validate, tcp.log, tcp.commit], [two; 3]);
+        assert_eq!(tcp.passive_ack, None, "the preset's: on");
+        for (name, value) in TWO_SIDED_PHASES {
+            assert!(tcp.given.iter().any(|g| g == name), "--{name} {value} counts as given");
+        }
+        // Shared memory, or a design of the file's own: the preset's phases.
+        let sm = args("sm", "");
+        assert_eq!(sm.design, DesignPick::Preset(Design::DrtmH));
+        assert_eq!(phases(&sm), [None, None, None, None, None]);
+        let own = args("tcp", "design = \"farm\"");
+        assert_eq!(own.design, DesignPick::Preset(Design::Farm));
+        assert_eq!(phases(&own), [None, None, None, None, None]);
+    }
+
+    #[test]
+    fn a_file_that_chooses_a_phase_chooses_them_all() {
+        for extra in ["\"--log\", \"one-sided\"", "\"--exec=hybrid\""] {
+            let a = args("tcp", &format!("bench_args = [{extra}]"));
+            assert_eq!(a.design, DesignPick::Preset(Design::DrtmH), "{extra}");
+            let set = phases(&a).iter().filter(|p| p.is_some()).count();
+            assert_eq!(set, 1, "{extra}: only its own phase is set");
+        }
+        // Other options leave the default's phases: without passive ACK, they are fasst's.
+        let a = args("tcp", "bench_args = [\"--passive-ack\", \"off\"]");
+        assert_eq!(phases(&a).iter().filter(|p| p.is_some()).count(), 5);
+        assert_eq!(a.exec, Some(ExecStrategy::TwoSided));
+    }
 }
