@@ -99,20 +99,9 @@ pub enum FileDesign {
     /// No `design`: DrTM+H's preset.
     Drtmh,
     /// No `design`, and the nodes reach each other only over TCP: DrTM+H with every phase
-    /// on RPCs ([`TWO_SIDED_PHASES`]) and its own passive ACK. Against `fasst`, which
-    /// runs the same phases without passive ACK, SmallBank ran 1.10-1.35x over TCP
-    /// (docs/PERFORMANCE.md §38).
+    /// on RPCs and no location cache, which is `fasst` with DrTM+H's passive ACK.
     DrtmhTwoSided,
 }
-
-/// The `hytra bench` options of [`FileDesign::DrtmhTwoSided`]'s phases.
-pub const TWO_SIDED_PHASES: [(&str, &str); 5] = [
-    ("exec", "two-sided"),
-    ("lock", "at-execution"),
-    ("validate", "two-sided"),
-    ("log", "two-sided"),
-    ("commit", "two-sided"),
-];
 
 impl FileDesign {
     /// The `--design` it runs.
@@ -120,14 +109,6 @@ impl FileDesign {
         match self {
             FileDesign::Named(d) => d,
             FileDesign::Drtmh | FileDesign::DrtmhTwoSided => "drtmh",
-        }
-    }
-
-    /// The phase options (`hytra bench --exec` and the like) that come with it.
-    pub fn phases(&self) -> &'static [(&'static str, &'static str)] {
-        match self {
-            FileDesign::DrtmhTwoSided => &TWO_SIDED_PHASES,
-            FileDesign::Named(_) | FileDesign::Drtmh => &[],
         }
     }
 }
@@ -397,11 +378,10 @@ mod tests {
             let design = file(tls, hosts, "").design();
             assert_eq!(design, want, "{tls} on {hosts:?}");
             assert_eq!(design.name(), "drtmh");
-            assert_eq!(design.phases().is_empty(), want == Drtmh);
         }
         let own = file("tcp", one, "design = \"drtmr\"\n").design();
         assert_eq!(own, FileDesign::Named("drtmr".into()), "the file's own");
-        assert_eq!((own.name(), own.phases()), ("drtmr", &[][..]));
+        assert_eq!(own.name(), "drtmr");
     }
 
     #[test]

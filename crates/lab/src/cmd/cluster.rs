@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use crate::cluster_file::{self, ClusterFile};
+use crate::cluster_file::{self, ClusterFile, FileDesign};
 use crate::cmd::bench::BenchArgs;
 use crate::cmd::io::IoArgs;
 use crate::cmd::{parse, usage, Usage};
@@ -42,8 +42,26 @@ fn io_args(f: &ClusterFile, json: Option<&Path>) -> Result<IoArgs, Usage> {
     parse_args("io", f, json, vec![connections]).map(|(a, _)| a)
 }
 
-/// The `hytra bench` options that choose a phase's primitive.
-const PHASE_OPTIONS: [&str; 5] = ["exec", "lock", "validate", "log", "commit"];
+/// The `hytra bench` options of [`FileDesign::DrtmhTwoSided`]: every phase on RPCs, and
+/// no location cache, which two-sided execution never reads (but would fill from every
+/// read's reply). The preset's passive ACK stays on: over TCP, SmallBank ran 1.02-1.12x
+/// and YCSB 1.14-1.26x `fasst`'s rate with both (docs/PERFORMANCE.md §38).
+const TWO_SIDED_PHASES: [(&str, &str); 5] = [
+    ("exec", "two-sided"),
+    ("lock", "at-execution"),
+    ("validate", "two-sided"),
+    ("log", "two-sided"),
+    ("commit", "two-sided"),
+];
+/// And the location cache it leaves out.
+const NO_CACHE: (&str, &str) = ("cache-mib", "0");
+
+/// Whether a file's further options name `option` (`--option value` or `--option=value`).
+fn names(bench_args: &[String], option: &str) -> bool {
+    bench_args.iter().any(|a| {
+        a.strip_prefix("--").map(|n| n.split_once('=').map_or(n, |(k, _)| k)) == Some(option)
+    })
+}
 
 /// The `hytra bench` arguments a cluster file stands for.
 fn bench_args(f: &ClusterFile, json: Option<&Path>) -> Result<BenchArgs, Usage> {
@@ -54,15 +72,16 @@ fn bench_args(f: &ClusterFile, json: Option<&Path>) -> Result<BenchArgs, Usage> 
         ("nodes", f.node_count().to_string()),
         ("workers", f.workers.to_string()),
     ];
-    // A file whose options choose any phase chooses them all: the default's phases
-    // mixed with its own could make a combination nobody asked for (locks at execution
-    // under one-sided reads, which is refused).
-    let names_a_phase = f.bench_args.iter().any(|a| {
-        let name = a.strip_prefix("--").map(|n| n.split_once('=').map_or(n, |(k, _)| k));
-        PHASE_OPTIONS.iter().any(|&o| name == Some(o))
-    });
-    if !names_a_phase {
-        own.extend(design.phases().iter().map(|&(k, v)| (k, v.to_string())));
+    // A file whose options choose any phase chooses them all: the default's phases mixed
+    // with its own could make a combination nobody asked for (locks at execution under
+    // one-sided reads, which is refused), so it gets the preset's for the others.
+    if design == FileDesign::DrtmhTwoSided
+        && !TWO_SIDED_PHASES.iter().any(|(o, _)| names(&f.bench_args, o))
+    {
+        own.extend(TWO_SIDED_PHASES.iter().map(|&(k, v)| (k, v.to_string())));
+        if !names(&f.bench_args, NO_CACHE.0) {
+            own.push((NO_CACHE.0, NO_CACHE.1.to_string()));
+        }
     }
     own.extend(f.wait.map(|w| ("wait", w.name().to_string())));
     own.extend(f.coroutines.map(|c| ("coroutines", c.to_string())));
@@ -166,7 +185,6 @@ pub fn survivable(what: &str, args: &BenchArgs) -> Result<(), Usage> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster_file::TWO_SIDED_PHASES;
     use crate::cmd::bench::DesignPick;
     use hytra_txn::{Design, ExecStrategy, LockStrategy, Primitive};
 
@@ -202,16 +220,20 @@ mod tests {
         let two = Some(Primitive::TwoSided);
         assert_eq!([tcp.validate, tcp.log, tcp.commit], [two; 3]);
         assert_eq!(tcp.passive_ack, None, "the preset's: on");
+        assert_eq!(tcp.cache_mib, Some(0));
         for (name, value) in TWO_SIDED_PHASES {
             assert!(tcp.given.iter().any(|g| g == name), "--{name} {value} counts as given");
         }
-        // Shared memory, or a design of the file's own: the preset's phases.
+        // Shared memory, or a design of the file's own: the preset's phases and cache.
         let sm = args("sm", "");
         assert_eq!(sm.design, DesignPick::Preset(Design::DrtmH));
-        assert_eq!(phases(&sm), [None, None, None, None, None]);
+        assert_eq!((phases(&sm), sm.cache_mib), ([None, None, None, None, None], None));
         let own = args("tcp", "design = \"farm\"");
         assert_eq!(own.design, DesignPick::Preset(Design::Farm));
-        assert_eq!(phases(&own), [None, None, None, None, None]);
+        assert_eq!((phases(&own), own.cache_mib), ([None, None, None, None, None], None));
+        // A cache the file asks for is its own (two-sided execution leaves it unread).
+        let cached = args("tcp", "bench_args = [\"--cache-mib\", \"64\"]");
+        assert_eq!((cached.exec, cached.cache_mib), (Some(ExecStrategy::TwoSided), Some(64)));
     }
 
     #[test]
@@ -221,10 +243,15 @@ mod tests {
             assert_eq!(a.design, DesignPick::Preset(Design::DrtmH), "{extra}");
             let set = phases(&a).iter().filter(|p| p.is_some()).count();
             assert_eq!(set, 1, "{extra}: only its own phase is set");
+            assert_eq!(a.cache_mib, None, "{extra}: the preset's cache, which it may read");
         }
-        // Other options leave the default's phases: without passive ACK, they are fasst's.
+        // Other options leave the default's phases: without passive ACK, this is fasst.
         let a = args("tcp", "bench_args = [\"--passive-ack\", \"off\"]");
         assert_eq!(phases(&a).iter().filter(|p| p.is_some()).count(), 5);
-        assert_eq!(a.exec, Some(ExecStrategy::TwoSided));
+        assert_eq!((a.exec, a.cache_mib), (Some(ExecStrategy::TwoSided), Some(0)));
+        // An option's value is not an option.
+        assert!(!names(&["--log".into(), "exec".into()], "exec"));
+        assert!(names(&["--exec=two-sided".into()], "exec"));
+        assert!(!names(&["--execute".into()], "exec"));
     }
 }

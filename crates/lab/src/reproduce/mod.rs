@@ -1575,10 +1575,10 @@ const SHARED_BYTES_MAX: u64 = 1 << 30;
 /// matrix's (Fig. 12's 16 nodes) that would touch more than [`SHARED_BYTES_MAX`]. At
 /// 16 x 8, TPC-C/no holds 128 warehouses of 20 000 stock rows, each stored three times,
 /// and every node's location cache covers the whole cluster: about 4.5 GB that the
-/// figure's claims need as they are (with a quarter of the items, more conflicts on
-/// stock moved its 80-node ratio at 16 nodes from about 0.95, give or take 0.05 over
-/// seeds, to 0.80). The quick matrix's larger clusters (8 x 4, 5 x 4) hold a few hundred
-/// megabytes and share the machine.
+/// figure's claims need as they are (with a fifth of the items, more conflicts on stock
+/// made its 80-node ratio at 16 nodes noisier: 1.01-1.05 over three seeds against
+/// 1.01-1.02, docs/PERFORMANCE.md §39). The quick matrix's larger clusters (8 x 4, 5 x 4)
+/// hold a few hundred megabytes and share the machine.
 fn runs_alone(j: &Job, s: &Scale) -> bool {
     let workers = |nodes: u16, per_node: u16| u32::from(nodes) * u32::from(per_node);
     match j {
