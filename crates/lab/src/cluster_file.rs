@@ -129,8 +129,8 @@ impl ClusterFile {
         Some(rest.split(',').map(|e| e.trim().to_string()).collect())
     }
 
-    /// The design to run: the file's, else DrTM+H, with every phase on RPCs where nodes
-    /// reach each other only over TCP (no other network transport, and shared memory
+    /// The design to run: the file's, else DrTM+H, with every phase on RPCs (and no
+    /// location cache) where nodes reach each other only over TCP (no other network transport, and shared memory
     /// absent or the nodes on several hosts). TCP emulates one-sided operations on the
     /// target's CPU, so there the one-sided phases cost more than RPCs (the two-sided
     /// design ran 4.8-8x the others: docs/PERFORMANCE.md §18), and the hybrid's choice

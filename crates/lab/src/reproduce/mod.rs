@@ -1567,15 +1567,14 @@ fn start_order(p: &Plan, s: &Scale) -> Vec<usize> {
 }
 
 /// Estimated bytes (`run::memory_needed`) above which a run larger than the matrix's
-/// own cluster runs alone: two of them side by side would pass the 2 GB that a default
-/// command stays under.
+/// own cluster runs alone: two of them side by side would pass 2 GB.
 const SHARED_BYTES_MAX: u64 = 1 << 30;
 
 /// Whether a run needs the machine to itself: a transactional cluster larger than the
 /// matrix's (Fig. 12's 16 nodes) that would touch more than [`SHARED_BYTES_MAX`]. At
-/// 16 x 8, TPC-C/no holds 128 warehouses of 20 000 stock rows, each stored three times,
-/// and every node's location cache covers the whole cluster: about 4.5 GB that the
-/// figure's claims need as they are (with a fifth of the items, more conflicts on stock
+/// 16 x 8, TPC-C/no holds 128 warehouses of 20 000 stock rows, each stored three times:
+/// about 4.5 GB (most of it those stock copies) that the figure's claims need as they
+/// are (with a fifth of the items, more conflicts on stock
 /// made its 80-node ratio at 16 nodes noisier: 1.01-1.05 over three seeds against
 /// 1.01-1.02, docs/PERFORMANCE.md §39). The quick matrix's larger clusters (8 x 4, 5 x 4)
 /// hold a few hundred megabytes and share the machine.
