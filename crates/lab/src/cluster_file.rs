@@ -130,11 +130,11 @@ impl ClusterFile {
     }
 
     /// The design to run: the file's, else DrTM+H, with every phase on RPCs (and no
-    /// location cache) where nodes reach each other only over TCP (no other network transport, and shared memory
-    /// absent or the nodes on several hosts). TCP emulates one-sided operations on the
-    /// target's CPU, so there the one-sided phases cost more than RPCs (the two-sided
-    /// design ran 4.8-8x the others: docs/PERFORMANCE.md §18), and the hybrid's choice
-    /// for each phase is the RPC.
+    /// location cache) where nodes reach each other only over TCP (no other network
+    /// transport, and shared memory absent or the nodes on several hosts). TCP emulates
+    /// one-sided operations on the target's CPU, so there the one-sided phases cost more
+    /// than RPCs (the two-sided design ran 4.8-8x the others: docs/PERFORMANCE.md §18),
+    /// and the hybrid's choice for each phase is the RPC.
     pub fn design(&self) -> FileDesign {
         if let Some(d) = &self.design {
             return FileDesign::Named(d.clone());
