@@ -44,5 +44,6 @@ pub use rpc::{
 };
 pub use waits::Waits;
 pub use worker::{
-    Co, Handler, HandlerCtx, OpError, Poller, Sleep, WaitOp, WaitReply, Worker, WorkerStats,
+    Co, Handler, HandlerCtx, OpError, Poller, Sleep, StepBudget, WaitOp, WaitReply, Worker,
+    WorkerStats,
 };

@@ -23,7 +23,7 @@ use crate::config::RtConfig;
 use crate::constants::{
     BATCH_MAX, CQ_POLL_BATCH, RECV_PER_STEP_MAX, RPC_PAYLOAD_MAX, RPC_TYPES_MAX,
 };
-use crate::executor::{Executor, YieldNow};
+use crate::executor::{Executor, Order, YieldNow};
 use crate::ops::{OpStats, OpTable, OpTicket};
 use crate::rpc::{
     check_type, frames, CallClass, CallTicket, Calls, Dedup, Frame, FrameKind, Header, Outbox,
@@ -119,8 +119,21 @@ pub struct Worker<E: Endpoint> {
     rx: Vec<u8>,
     reply: Vec<u8>,
     dedup: Dedup,
+    /// How long a step may resume coroutines before it leaves the rest to the next one.
+    budget: StepBudget,
     steps: u64,
     resumes: u64,
+}
+
+/// How long one step of a worker may go on resuming its coroutines.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StepBudget {
+    /// Every coroutine ready at the step's start is resumed in it.
+    Unbounded,
+    /// Once the step has run this long (by the worker's clock), the coroutines still
+    /// ready wait for the next step, which starts with those spawned by
+    /// [`Worker::spawn_first`].
+    Ns(u64),
 }
 
 impl<E: Endpoint> Inner<E> {
@@ -167,6 +180,7 @@ impl<E: Endpoint + 'static> Worker<E> {
             rx: vec![0; caps.mtu],
             reply: Vec::with_capacity(RPC_PAYLOAD_MAX),
             dedup: Dedup::new(shape.workers_total()),
+            budget: StepBudget::Unbounded,
             steps: 0,
             resumes: 0,
         }
@@ -185,6 +199,27 @@ impl<E: Endpoint + 'static> Worker<E> {
     {
         let fut = f(self.co());
         self.executor.spawn(Box::pin(fut));
+    }
+
+    /// Starts a coroutine that keeps time (a lease's renewals): when a step stopped at
+    /// its budget, the next resumes this one before the coroutines left over.
+    pub fn spawn_first<F, Fut>(&mut self, f: F)
+    where
+        F: FnOnce(Co<E>) -> Fut,
+        Fut: Future<Output = ()> + 'static,
+    {
+        let fut = f(self.co());
+        self.executor.spawn_as(Box::pin(fut), Order::First);
+    }
+
+    /// Bounds how long a step resumes coroutines. Coroutines charge their work as they
+    /// run, so one step of many heavy coroutines can outlast a timer of the worker's by
+    /// far; the budget bounds that delay by itself plus one coroutine's turn.
+    pub fn set_step_budget(&mut self, budget: StepBudget) {
+        if let StepBudget::Ns(ns) = budget {
+            assert!(ns > 0, "a step budget of 0 would resume one coroutine per step");
+        }
+        self.budget = budget;
     }
 
     /// Registers the handler of requests of type `ty` (replacing any previous one).
@@ -337,8 +372,14 @@ impl<E: Endpoint + 'static> Program for Worker<E> {
         self.inner.timers.borrow_mut().expire(now);
         let polled = self.run_pollers();
         let inner = &self.inner;
-        let resumed =
-            self.executor.run_ready(|| inner.ep.borrow_mut().charge(crate::config::SWITCH, 1));
+        let charge_switch = || inner.ep.borrow_mut().charge(crate::config::SWITCH, 1);
+        let resumed = match self.budget {
+            StepBudget::Unbounded => self.executor.run_ready(charge_switch, || false),
+            StepBudget::Ns(ns) => {
+                let end = now.saturating_add(ns);
+                self.executor.run_ready(charge_switch, || inner.ep.borrow().now_ns() >= end)
+            }
+        };
         self.resumes += resumed as u64;
         // Coroutines ring their deferred batches before they wait; this rings what is
         // left (and what an error path left open).

@@ -19,7 +19,7 @@ use hytra_fabric::{
 };
 use hytra_nicindex::hash::tag;
 use hytra_nicindex::lookup::LookupPrograms;
-use hytra_rt::{CallTicket, Co, OpTicket, RpcType, Waits, Worker};
+use hytra_rt::{CallTicket, Co, OpTicket, RpcType, StepBudget, Waits, Worker};
 use hytra_store::{Catalog, LocationCache, NodeStore, Replica, StoreError, TableId};
 use thiserror::Error;
 
@@ -594,6 +594,7 @@ impl Engine {
         let me = co.me();
         let life = co.with_ep(|ep| ep.incarnation());
         let node = self.life_of(me.node, life).clone();
+        let step_budget_ns = node.recovery.step_budget_ns();
         let view = Rc::new(View::new(node.membership.clone()));
         handlers::register(w, &node, &view);
         crate::recover::register(w, &node);
@@ -642,10 +643,14 @@ impl Engine {
         let q = wt.clone();
         w.spawn(move |co| async move { crate::recover::quiescer(co, q).await });
         if me.index == 0 {
+            // The lease tasks: their steps are bounded, and they go first after a step
+            // that reached its bound, so that heavy coroutines cannot hold renewals back
+            // past a lease.
+            w.set_step_budget(StepBudget::Ns(step_budget_ns));
             let m = wt.clone();
-            w.spawn(move |co| async move { crate::recover::membership(co, m).await });
+            w.spawn_first(move |co| async move { crate::recover::membership(co, m).await });
             let g = wt.clone();
-            w.spawn(move |co| async move { crate::recover::granter(co, g).await });
+            w.spawn_first(move |co| async move { crate::recover::granter(co, g).await });
         }
         wt
     }
