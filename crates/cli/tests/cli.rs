@@ -398,9 +398,9 @@ fn bench_crash_reports_how_long_recovery_took() {
 }
 
 /// TPC-C's Stock-Level alone under the paper's CPU costs: sixteen coroutines each spend
-/// 100-170 us per turn, so a worker's step of all of them outlasts a 2 ms lease. The
-/// lease tasks must still renew in time: the crashed node is removed and the two others
-/// run on (every node used to stop itself).
+/// 100-170 us per turn, so a worker's step of all of them can outlast a 2 ms lease. The
+/// lease tasks must still renew in time: only the crashed node is removed and the two
+/// others run on (every node used to stop itself).
 #[test]
 fn a_crash_is_survived_while_heavy_turns_fill_each_step() {
     let path = scratch("crash-stock-level.json");
@@ -428,8 +428,21 @@ fn a_crash_is_survived_while_heavy_turns_fill_each_step() {
     ]);
     let (_, j) = checked_crash_run(&out, &path);
     let c = &j["crashes"]["each"][0];
-    let after = c["survivors_tps_after"].as_f64().unwrap_or_else(|| panic!("{c}"));
-    assert!(after > 0.0, "the survivors committed nothing after the crash: {c}");
+    let ms = |f: &str| c[f].as_f64().unwrap_or_else(|| panic!("{f} missing: {c}"));
+    // Removed a lease (and a sixteenth) after its last renewal, as any crashed node.
+    assert!((2.0..3.0).contains(&ms("detected_ms")), "{c}");
+    assert!(ms("survivors_tps_after") > 0.0, "the survivors committed nothing: {c}");
+    let steps = j["crashes"]["steps"].as_array().unwrap();
+    let removals: Vec<_> = steps
+        .iter()
+        .filter_map(|s| s["step"].as_str())
+        .filter(|s| s.starts_with("Removing"))
+        .collect();
+    assert_eq!(removals, ["Removing { dead: [NodeId(2)], from_epoch: 1 }"], "{j}");
+    assert!(
+        steps.iter().any(|s| s["step"].as_str().unwrap().starts_with("ActiveEverywhere")),
+        "{j}"
+    );
 }
 
 #[test]

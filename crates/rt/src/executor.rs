@@ -2,11 +2,11 @@
 //!
 //! Each slot gets one `Waker` when its task is spawned; waking sets the slot's bit.
 //! Completions and replies wake tasks through those wakers, so the data path allocates
-//! nothing. Tasks run in slot order, one pass per step, which keeps the simulator
-//! deterministic. A pass may stop early (the worker's step budget): the next one then
-//! polls the tasks spawned to go first, and resumes the others where this one stopped, so
-//! that no task waits behind more than one round of the rest. Not for: deciding what a
-//! task waits on (see `ops.rs`, `rpc.rs`).
+//! nothing. Each step makes one pass over the ready tasks in a fixed order, which keeps
+//! the simulator deterministic: the tasks spawned to go first (the engine's own, short
+//! ones), then the rest in slot order. A pass may stop early (the worker's step budget);
+//! the next one resumes the rest where it stopped, so none waits behind more than one
+//! round of the others. Not for: deciding what a task waits on (see `ops.rs`, `rpc.rs`).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -34,17 +34,14 @@ impl ReadySet {
         self.words.iter().any(|w| w.load(Ordering::Relaxed) != 0)
     }
 
-    /// Takes (clears and returns) the ready bits of `word` within `mask`.
-    fn take(&self, word: usize, mask: u64) -> u64 {
+    /// Takes (clears and returns) the ready bits of `word`.
+    fn take(&self, word: usize) -> u64 {
         // A plain load first: most words are empty in most steps, and the swap is a
         // locked instruction. A bit set after the load waits for the next step's pass.
-        if self.words[word].load(Ordering::Relaxed) & mask == 0 {
+        if self.words[word].load(Ordering::Relaxed) == 0 {
             return 0;
         }
-        match mask {
-            u64::MAX => self.words[word].swap(0, Ordering::Relaxed),
-            _ => self.words[word].fetch_and(!mask, Ordering::Relaxed) & mask,
-        }
+        self.words[word].swap(0, Ordering::Relaxed)
     }
 
     /// Marks the slots of `bits` in `word` ready again (a pass that stopped early).
@@ -75,10 +72,10 @@ pub(crate) struct Executor {
     ready: Arc<ReadySet>,
     tasks: Vec<Option<Task>>,
     wakers: Vec<Waker>,
-    /// Slots whose tasks go first in a pass that resumes one stopped early.
+    /// Slots whose tasks go first in every pass.
     first: [u64; WORDS],
-    /// Where the next pass resumes: the slot after the last one polled when a pass
-    /// stopped early with tasks still ready; 0 (a pass in slot order) otherwise.
+    /// Where the next pass starts among the other tasks: the slot after the last one
+    /// polled when a pass stopped early with tasks still ready; 0 otherwise.
     cursor: usize,
     live: usize,
 }
@@ -132,44 +129,64 @@ impl Executor {
         self.live
     }
 
-    /// Polls the ready tasks, in slot order; `before_poll` runs before each (the
-    /// simulator charges a context switch there). After each poll, `stop` says whether
-    /// the step has run long enough: if so and tasks are still ready, the pass ends there,
-    /// and the next begins with the ready tasks spawned [`Order::First`], then resumes
-    /// the others at the following slot, wrapping around. A pass that is never stopped
-    /// is the plain slot-order pass. Returns how many tasks were polled.
+    /// Polls the ready tasks: those spawned [`Order::First`], then the others from the
+    /// cursor on, wrapping around; `before_poll` runs before each (the simulator charges
+    /// a context switch there). After each poll of the others, `stop` says whether the
+    /// step has run long enough: if so and tasks are still ready, the pass ends there and
+    /// the cursor moves to the following slot. Each word of the ready set is read once,
+    /// when the pass first reaches it (a task woken in a word already read waits for the
+    /// next pass), so while the first tasks hold the lowest slots and no pass stops, every
+    /// pass polls exactly as one in plain slot order. Returns how many tasks were polled.
     pub(crate) fn run_ready(
         &mut self,
         mut before_poll: impl FnMut(),
         mut stop: impl FnMut() -> bool,
     ) -> usize {
         let mut polled = 0;
-        let start = self.cursor;
-        self.cursor = 0;
-        if start != 0 {
-            for word in 0..WORDS {
-                let bits = self.ready.take(word, self.first[word]);
-                polled += self.poll_word(word, bits, &mut before_poll);
+        // Per word, what was read of it and is not yet polled.
+        let mut read: [Option<u64>; WORDS] = [None; WORDS];
+        for word in 0..WORDS {
+            if self.first[word] != 0 {
+                let bits = self.ready.take(word);
+                polled += self.poll_word(word, bits & self.first[word], &mut before_poll);
+                read[word] = Some(bits & !self.first[word]);
             }
         }
-        // From the cursor to the end, then from the first slot up to the cursor; in a
-        // resumed pass, the tasks that went first have had their turn.
+        let start = self.cursor;
+        self.cursor = 0;
+        // From the cursor to the end, then from the first slot up to the cursor.
         for (lo, hi) in [(start, TASKS_MAX), (0, start)] {
             for word in lo / 64..hi.div_ceil(64) {
-                let had_turn = if start != 0 { self.first[word] } else { 0 };
-                let mut bits = self.ready.take(word, span_mask(word, lo, hi) & !had_turn);
+                let span = span_mask(word, lo, hi);
+                let mut bits = match &mut read[word] {
+                    Some(rest) => std::mem::replace(rest, *rest & !span) & span,
+                    None => {
+                        let bits = self.ready.take(word);
+                        // Bits of this word outside the span: the wrap-around's turn.
+                        read[word] = Some(bits & !span);
+                        bits & span
+                    }
+                };
                 while bits != 0 {
                     let slot = word * 64 + bits.trailing_zeros() as usize;
                     bits &= bits - 1;
                     polled += self.poll_word(word, 1 << (slot % 64), &mut before_poll);
-                    if stop() && (bits != 0 || self.ready.any()) {
+                    let left =
+                        bits != 0 || read.iter().flatten().any(|&r| r != 0) || self.ready.any();
+                    if left && stop() {
                         self.ready.put_back(word, bits);
+                        for (w, r) in read.iter().enumerate() {
+                            if let Some(r) = *r {
+                                self.ready.put_back(w, r);
+                            }
+                        }
                         self.cursor = (slot + 1) % TASKS_MAX;
                         return polled;
                     }
                 }
             }
         }
+        debug_assert!(read.iter().flatten().all(|&r| r == 0), "a pass left read tasks unpolled");
         polled
     }
 
@@ -199,8 +216,9 @@ impl Executor {
 pub(crate) enum Order {
     /// In slot order; after a pass stopped early, the next resumes where it stopped.
     Slot,
-    /// Also before the others in a pass that resumes one stopped early: for tasks that
-    /// must keep time (lease renewals), which then wait at most one step.
+    /// Before the others in every pass, and never put off by a pass that stops early:
+    /// for short tasks, some of which keep time (lease renewals). A task woken while its
+    /// pass runs waits for the next.
     First,
 }
 
@@ -289,24 +307,18 @@ mod tests {
     fn a_pass_stopped_early_resumes_after_the_first_tasks_where_it_stopped() {
         let mut ex = Executor::new();
         let log = loggers(&mut ex, 6, 1);
-        // Stop after the third poll of the pass.
+        // Stop after the third of the other tasks.
         let mut n = 0;
-        assert_eq!(
-            ex.run_ready(
-                || {},
-                || {
-                    n += 1;
-                    n >= 3
-                }
-            ),
-            3
-        );
-        assert_eq!(*log.borrow(), vec![0, 1, 2]);
+        let stop = || {
+            n += 1;
+            n >= 3
+        };
+        assert_eq!(ex.run_ready(|| {}, stop), 4);
+        assert_eq!(*log.borrow(), vec![0, 1, 2, 3]);
         log.borrow_mut().clear();
-        // The next pass: the first task, then 3, 4, 5, then around to 1 and 2; task 0's
-        // own turn in slot order does not come twice.
+        // The next pass: the first task, then 4 and 5, then around to 1, 2 and 3.
         assert_eq!(ex.run_ready(|| {}, || false), 6);
-        assert_eq!(*log.borrow(), vec![0, 3, 4, 5, 1, 2]);
+        assert_eq!(*log.borrow(), vec![0, 4, 5, 1, 2, 3]);
         log.borrow_mut().clear();
         // A pass that was not stopped leaves the next one in slot order.
         assert_eq!(ex.run_ready(|| {}, || false), 6);
@@ -324,12 +336,92 @@ mod tests {
             assert!(passes <= n, "some task was never polled: {:?}", log.borrow());
             ex.run_ready(|| {}, || true);
         }
-        // The first pass polls task 0; each after it the two first tasks and one other.
-        assert_eq!(passes, n - 1);
+        // Each pass polls the two first tasks and one other, the others in turn.
+        assert_eq!(passes, n - 2);
         let log = log.borrow();
-        for pass in log[1..].chunks(3) {
-            assert_eq!(&pass[..2], &[0, 1], "the first tasks lead every resumed pass");
+        for (k, pass) in log.chunks(3).enumerate() {
+            assert_eq!(pass, &[0, 1, k + 2], "pass {k}");
         }
+    }
+
+    #[test]
+    fn a_pass_stopped_at_the_last_slot_wraps_to_the_first() {
+        let mut ex = Executor::new();
+        let log = loggers(&mut ex, TASKS_MAX, 1);
+        // Stop at slot 255: the next pass starts the others over at slot 1.
+        let mut n = 0;
+        let stop = || {
+            n += 1;
+            n == TASKS_MAX - 1
+        };
+        assert_eq!(ex.run_ready(|| {}, stop), TASKS_MAX);
+        assert_eq!(ex.cursor, 0);
+        log.borrow_mut().clear();
+        let mut n = 0;
+        let stop = || {
+            n += 1;
+            n == 2
+        };
+        assert_eq!(ex.run_ready(|| {}, stop), 3);
+        assert_eq!(*log.borrow(), vec![0, 1, 2]);
+    }
+
+    #[test]
+    fn a_task_woken_in_a_word_already_read_waits_for_the_next_pass() {
+        let mut ex = Executor::new();
+        let log = Rc::new(std::cell::RefCell::new(Vec::new()));
+        // A task that logs itself and wakes `wakes` at every poll, and never ends.
+        let mut waker_of = |order: Order, me: usize, wakes: &'static [usize]| {
+            let (log, ready) = (log.clone(), ex.ready().clone());
+            let task = std::future::poll_fn(move |_| {
+                log.borrow_mut().push(me);
+                wakes.iter().for_each(|&w| ready.set(w));
+                std::task::Poll::<()>::Pending
+            });
+            ex.spawn_as(Box::pin(task), order);
+        };
+        waker_of(Order::First, 0, &[2]);
+        waker_of(Order::Slot, 1, &[0, 64]);
+        waker_of(Order::Slot, 2, &[]);
+        for me in 3..64 {
+            waker_of(Order::Slot, me, &[]);
+        }
+        waker_of(Order::Slot, 64, &[]);
+        ex.run_ready(|| {}, || false); // every task's first poll
+        for w in 0..WORDS {
+            ex.ready.take(w);
+        }
+        log.borrow_mut().clear();
+        ex.ready().set(1);
+        // Slot 1 wakes 0, in the word this pass already read (the next pass polls it),
+        // and 64, in a word it has not (this pass does).
+        assert_eq!(ex.run_ready(|| {}, || false), 2);
+        assert_eq!(*log.borrow(), vec![1, 64]);
+        log.borrow_mut().clear();
+        // The first task wakes 2, in its own word, read before it ran.
+        assert_eq!(ex.run_ready(|| {}, || false), 1);
+        assert_eq!(ex.run_ready(|| {}, || false), 1);
+        assert_eq!(*log.borrow(), vec![0, 2]);
+        assert!(!ex.ready().any());
+    }
+
+    #[test]
+    fn a_stop_with_tasks_ready_only_in_words_not_yet_read_ends_the_pass() {
+        let mut ex = Executor::new();
+        let log = loggers(&mut ex, 70, 0);
+        // Only slots 3 and 66 are ready.
+        ex.run_ready(|| {}, || false);
+        log.borrow_mut().clear();
+        for w in 0..WORDS {
+            ex.ready.take(w);
+        }
+        ex.ready().set(3);
+        ex.ready().set(66);
+        assert_eq!(ex.run_ready(|| {}, || true), 1);
+        assert_eq!(*log.borrow(), vec![3]);
+        assert_eq!(ex.cursor, 4);
+        assert_eq!(ex.run_ready(|| {}, || false), 2, "66, and 3 again (it yielded)");
+        assert_eq!(*log.borrow(), vec![3, 66, 3]);
     }
 
     #[test]

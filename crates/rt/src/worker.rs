@@ -2,9 +2,9 @@
 //!
 //! A step polls the completion queue and wakes the coroutines whose requests finished,
 //! receives datagrams (running RPC handlers inline and routing replies), expires RPC
-//! timeouts, runs pollers, resumes ready coroutines once each, and finally sends the RPC
-//! frames produced during the step behind one doorbell. Not for: policy; what a
-//! coroutine does is the caller's business.
+//! timeouts, runs pollers, resumes ready coroutines once each (up to the step budget, if
+//! the worker has one), and finally sends the RPC frames produced during the step behind
+//! one doorbell. Not for: policy; what a coroutine does is the caller's business.
 
 use std::cell::RefCell;
 use std::future::Future;
@@ -130,9 +130,12 @@ pub struct Worker<E: Endpoint> {
 pub enum StepBudget {
     /// Every coroutine ready at the step's start is resumed in it.
     Unbounded,
-    /// Once the step has run this long (by the worker's clock), the coroutines still
-    /// ready wait for the next step, which starts with those spawned by
-    /// [`Worker::spawn_first`].
+    /// Once the step has run this long since it began resuming coroutines (by the
+    /// worker's clock, after its completions, datagrams and pollers), the coroutines
+    /// still ready wait for the next step, which resumes them where this one stopped,
+    /// after those spawned by [`Worker::spawn_first`]. The simulator's clock moves
+    /// within a step only by charged work: in its `measured` CPU mode, which adds a
+    /// step's real time once the step ends, no budget is ever reached.
     Ns(u64),
 }
 
@@ -201,8 +204,10 @@ impl<E: Endpoint + 'static> Worker<E> {
         self.executor.spawn(Box::pin(fut));
     }
 
-    /// Starts a coroutine that keeps time (a lease's renewals): when a step stopped at
-    /// its budget, the next resumes this one before the coroutines left over.
+    /// Starts a coroutine that every step resumes (if ready) before the others, and that
+    /// no step budget puts off: for short tasks, some of which keep time (a lease's
+    /// renewals). Spawned before any other, such tasks hold the lowest slots, so that a
+    /// step that reaches no budget resumes every task in plain slot order.
     pub fn spawn_first<F, Fut>(&mut self, f: F)
     where
         F: FnOnce(Co<E>) -> Fut,
@@ -214,7 +219,11 @@ impl<E: Endpoint + 'static> Worker<E> {
 
     /// Bounds how long a step resumes coroutines. Coroutines charge their work as they
     /// run, so one step of many heavy coroutines can outlast a timer of the worker's by
-    /// far; the budget bounds that delay by itself plus one coroutine's turn.
+    /// far. With a budget, a task spawned by [`Worker::spawn_first`] whose timer falls
+    /// due waits at most for the step in progress (the budget and one coroutine's turn),
+    /// then the next step's completions, datagrams and pollers; the others still wait
+    /// up to a round of all coroutines, now spread over several steps. On the real
+    /// backends the check reads the clock once per coroutine resumed.
     pub fn set_step_budget(&mut self, budget: StepBudget) {
         if let StepBudget::Ns(ns) = budget {
             assert!(ns > 0, "a step budget of 0 would resume one coroutine per step");

@@ -638,14 +638,15 @@ impl Engine {
             waits,
             view,
         });
+        // The engine's own tasks go first in every step: they are short, and the lease
+        // tasks among them must keep time. Worker 0's steps, which run the lease tasks,
+        // stop resuming the clients at a budget, so heavy client turns cannot hold a
+        // renewal back past a lease.
         let bg = wt.clone();
-        w.spawn(move |co| async move { crate::commit::background(co, bg).await });
+        w.spawn_first(move |co| async move { crate::commit::background(co, bg).await });
         let q = wt.clone();
-        w.spawn(move |co| async move { crate::recover::quiescer(co, q).await });
+        w.spawn_first(move |co| async move { crate::recover::quiescer(co, q).await });
         if me.index == 0 {
-            // The lease tasks: their steps are bounded, and they go first after a step
-            // that reached its bound, so that heavy coroutines cannot hold renewals back
-            // past a lease.
             w.set_step_budget(StepBudget::Ns(step_budget_ns));
             let m = wt.clone();
             w.spawn_first(move |co| async move { crate::recover::membership(co, m).await });
