@@ -4,7 +4,7 @@
 
 use hytra_fabric::{Backend, ClusterShape};
 use hytra_offload::lookup::Redn;
-use hytra_store::{Catalog, NodeStore};
+use hytra_store::{Catalog, Fill, NodeStore};
 use hytra_txn::{ExecStrategy, NicLookups, TxnConfig, SCRATCH_CO_BYTES};
 use hytra_workloads::bench::{run_partial_in, BenchError, BenchParams, BenchResult, Workload};
 
@@ -51,7 +51,9 @@ impl RunSpec {
             fn visit<W: Workload>(self, w: &W) -> u64 {
                 let spec = self.0;
                 let shape = spec.backend.shape();
-                memory_needed(w, shape, &spec.txn, spec.params.coroutines)
+                let caches =
+                    CacheMemory::of(&spec.txn, spec.params.warm_cache, spec.backend.spread());
+                memory_needed(w, shape, &spec.txn, spec.params.coroutines, caches)
             }
         }
         self.workload.with(self.span_s(), self.params.seed, Estimate(self))
@@ -74,12 +76,43 @@ impl RunSpec {
     }
 }
 
+/// How the location caches of a run's nodes take memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CacheMemory {
+    /// Each node fills a cache of its own: caches that start cold, or nodes in
+    /// processes of their own.
+    PerNode,
+    /// One process hosts every node and warms their caches from one image they share
+    /// (`Engine::warm_caches`). A node copies the sets it changes: on every node, the
+    /// bands of tables that grow (`Fill::Sparse`, TPC-C's orders) count whole, since
+    /// each node caches the records it inserts there; the image, the other bands,
+    /// counts once, and what the nodes copy of it is not counted (about 0.08 GB over the sixteen nodes of a
+    /// 16 x 24 SmallBank run, docs/PERFORMANCE.md §40).
+    SharedImage,
+}
+
+impl CacheMemory {
+    /// The caches of a run of `cfg`, warmed or not, in a process that hosts one node of
+    /// a cluster spread over processes (`spread`) or every node.
+    pub fn of(cfg: &TxnConfig, warm: bool, spread: bool) -> CacheMemory {
+        let warmed = matches!(
+            cfg.exec,
+            ExecStrategy::Hybrid | ExecStrategy::OneSidedCached | ExecStrategy::Offload
+        );
+        match warm && warmed && !spread {
+            true => CacheMemory::SharedImage,
+            false => CacheMemory::PerNode,
+        }
+    }
+}
+
 /// Bytes of memory a run of `w` touches on a cluster of `shape` (all nodes).
 pub fn memory_needed<W: Workload>(
     w: &W,
     shape: ClusterShape,
     cfg: &TxnConfig,
     coroutines: u16,
+    caches: CacheMemory,
 ) -> u64 {
     let Ok(catalog) = Catalog::new(w.tables(shape), shape.nodes, cfg.replication) else {
         return 0;
@@ -95,7 +128,24 @@ pub fn memory_needed<W: Workload>(
         }
         _ => 0,
     };
-    (store + log + scratch + cache + nic) * u64::from(shape.nodes)
+    let nodes = u64::from(shape.nodes);
+    match caches {
+        CacheMemory::PerNode => (store + log + scratch + cache + nic) * nodes,
+        CacheMemory::SharedImage => {
+            // Bands are in proportion to the tables' keys.
+            let keys = |sparse: bool| -> u128 {
+                let tables = catalog.tables().filter(|t| (t.fill == Fill::Sparse) == sparse);
+                tables.map(|t| u128::from(t.capacity)).sum()
+            };
+            let all = keys(true) + keys(false);
+            let growing = match all {
+                0 => 0,
+                _ => (u128::from(cache) * keys(true) / all) as u64,
+            };
+            // The image holds the other bands.
+            (store + log + scratch + growing + nic) * nodes + (cache - growing)
+        }
+    }
 }
 
 /// Runs `spec`: `Ok(None)` on a process of a cluster spread over processes that is not
@@ -141,4 +191,58 @@ pub fn run(spec: &RunSpec, progress: Option<Progress>) -> Result<Option<Outcome>
         }
     }
     spec.backend.with(progress, OnBackend { spec })?
+}
+
+#[cfg(test)]
+mod tests {
+    use hytra_txn::Design;
+    use hytra_workloads::smallbank::SmallBank;
+    use hytra_workloads::tpcc::{TpcC, TpccParams};
+
+    use super::*;
+
+    fn shape(nodes: u16) -> ClusterShape {
+        ClusterShape { nodes, workers_per_node: 4, lanes_per_peer: 1 }
+    }
+
+    #[test]
+    fn a_node_counts_the_regions_of_its_replicas_only() {
+        let w = SmallBank { accounts_per_worker: 1_000 };
+        let cfg = TxnConfig::preset(Design::DrtmH);
+        for nodes in [3, 4, 16] {
+            let catalog = Catalog::new(w.tables(shape(nodes)), nodes, cfg.replication).unwrap();
+            let held: u64 = catalog.regions().filter(|&(_, p, _, _)| p < 3).map(|r| r.2).sum();
+            assert_eq!(w.store_bytes(&catalog, shape(nodes)), held, "{nodes} nodes");
+        }
+    }
+
+    #[test]
+    fn nodes_warmed_from_one_image_count_it_once_and_their_growing_bands_each() {
+        let cfg = TxnConfig::preset(Design::DrtmH);
+        let one_image = |w: &dyn Fn(CacheMemory) -> u64, catalog: &Catalog| {
+            let cache = NodeStore::cache_bytes(catalog, cfg.cache_bytes);
+            assert!(cache > 0);
+            (w(CacheMemory::PerNode) - w(CacheMemory::SharedImage), cache)
+        };
+        // SmallBank grows no table: fifteen of sixteen caches are the shared image.
+        let sb = SmallBank { accounts_per_worker: 1_000 };
+        let catalog = Catalog::new(sb.tables(shape(16)), 16, cfg.replication).unwrap();
+        let (saved, cache) = one_image(&|c| memory_needed(&sb, shape(16), &cfg, 8, c), &catalog);
+        assert_eq!(saved, 15 * cache);
+        // TPC-C inserts orders on every node: their bands count on each.
+        let tpcc = TpcC::new(TpccParams::standard(1));
+        let catalog = Catalog::new(tpcc.tables(shape(16)), 16, cfg.replication).unwrap();
+        let (saved, cache) = one_image(&|c| memory_needed(&tpcc, shape(16), &cfg, 8, c), &catalog);
+        assert!(saved > 0 && saved < 15 * cache / 2, "saved {saved} of 15 x {cache}");
+    }
+
+    #[test]
+    fn only_warmed_caches_in_one_process_share_an_image() {
+        let hybrid = TxnConfig::preset(Design::DrtmH);
+        let fasst = TxnConfig::preset(Design::Fasst);
+        assert_eq!(CacheMemory::of(&hybrid, true, false), CacheMemory::SharedImage);
+        assert_eq!(CacheMemory::of(&hybrid, false, false), CacheMemory::PerNode, "cold");
+        assert_eq!(CacheMemory::of(&hybrid, true, true), CacheMemory::PerNode, "spread");
+        assert_eq!(CacheMemory::of(&fasst, true, false), CacheMemory::PerNode, "never warmed");
+    }
 }

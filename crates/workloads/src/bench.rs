@@ -78,10 +78,13 @@ pub trait Workload: Sync {
     /// The tables for a cluster of `shape`.
     fn tables(&self, shape: ClusterShape) -> Vec<TableSpec>;
     /// Bytes of store memory per node the loaded data touches (regions may be sized for
-    /// more: untouched memory costs nothing). By default, the regions' whole size.
+    /// more: untouched memory costs nothing). By default, the whole regions of the
+    /// partitions a node holds: every node registers a region for every partition, but
+    /// writes only those of its replicas.
     fn store_bytes(&self, catalog: &Catalog, shape: ClusterShape) -> u64 {
         let _ = shape;
-        catalog.regions().map(|(_, _, b, _)| b).sum()
+        let copies = u64::from(catalog.replication().min(catalog.nodes()));
+        catalog.tables().map(|t| catalog.geometry(t.id).region_bytes()).sum::<u64>() * copies
     }
     /// Loads the initial data into every replica.
     fn load(&self, engine: &Engine, shape: ClusterShape) -> Result<(), StoreError>;

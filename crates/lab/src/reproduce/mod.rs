@@ -29,6 +29,7 @@ use hytra_workloads::tpcc::{TpcC, TpccMix, TpccParams};
 use hytra_workloads::tpce::{Tpce, TpceParams};
 use serde_json::json;
 
+use crate::run::{memory_needed, CacheMemory};
 use crate::table::Table;
 use crate::CpuProfile;
 
@@ -1408,11 +1409,13 @@ fn workload_of(j: &BenchJob, s: &Scale, seed: u64) -> JobWorkload {
 /// Bytes a transactional job touches (`run::memory_needed`, all nodes).
 fn job_bytes(j: &BenchJob, s: &Scale) -> u64 {
     let (shape, cfg, co) = (j.shape, &j.cfg, j.coroutines);
+    // The matrix's runs are simulated in this process, their caches warmed.
+    let caches = CacheMemory::of(cfg, bench_params(s, co, 0, 1).warm_cache, false);
     // Any seed: it draws the data, not the tables' sizes.
     match workload_of(j, s, 1) {
-        JobWorkload::SmallBank(w) => crate::run::memory_needed(&w, shape, cfg, co),
-        JobWorkload::TpccNo(w) => crate::run::memory_needed(&w, shape, cfg, co),
-        JobWorkload::TpceCp(w) => crate::run::memory_needed(&w, shape, cfg, co),
+        JobWorkload::SmallBank(w) => memory_needed(&w, shape, cfg, co, caches),
+        JobWorkload::TpccNo(w) => memory_needed(&w, shape, cfg, co, caches),
+        JobWorkload::TpceCp(w) => memory_needed(&w, shape, cfg, co, caches),
     }
 }
 
