@@ -145,11 +145,12 @@ impl Executor {
         let mut polled = 0;
         // Per word, what was read of it and is not yet polled.
         let mut read: [Option<u64>; WORDS] = [None; WORDS];
-        for word in 0..WORDS {
-            if self.first[word] != 0 {
+        for (word, r) in read.iter_mut().enumerate() {
+            let first = self.first[word];
+            if first != 0 {
                 let bits = self.ready.take(word);
-                polled += self.poll_word(word, bits & self.first[word], &mut before_poll);
-                read[word] = Some(bits & !self.first[word]);
+                polled += self.poll_word(word, bits & first, &mut before_poll);
+                *r = Some(bits & !first);
             }
         }
         let start = self.cursor;
