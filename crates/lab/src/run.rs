@@ -2,8 +2,10 @@
 //! configuration and the run's parameters in, the measured and judged result out.
 //! Not for: choosing what to run (the command line and the swarm do) or printing it.
 
+use hytra_fabric::NodeFaultKind;
 use hytra_fabric::{Backend, ClusterShape};
 use hytra_offload::lookup::Redn;
+use hytra_store::cache::ENTRY_BYTES;
 use hytra_store::{Catalog, Fill, NodeStore};
 use hytra_txn::{ExecStrategy, NicLookups, TxnConfig, SCRATCH_CO_BYTES};
 use hytra_workloads::bench::{run_partial_in, BenchError, BenchParams, BenchResult, Workload};
@@ -53,7 +55,16 @@ impl RunSpec {
                 let shape = spec.backend.shape();
                 let caches =
                     CacheMemory::of(&spec.txn, spec.params.warm_cache, spec.backend.spread());
-                memory_needed(w, shape, &spec.txn, spec.params.coroutines, caches)
+                let faults = spec.backend.node_faults();
+                let count = |kind: fn(&NodeFaultKind) -> bool| {
+                    faults.iter().filter(|f| kind(&f.kind)).count() as u64
+                };
+                let failures = Failures {
+                    crashes: count(|k| matches!(k, NodeFaultKind::Crash)),
+                    restarts: count(|k| matches!(k, NodeFaultKind::Restart)),
+                };
+                let co = spec.params.coroutines;
+                memory_needed(w, shape, &spec.txn, co, caches, failures)
             }
         }
         self.workload.with(self.span_s(), self.params.seed, Estimate(self))
@@ -86,9 +97,22 @@ pub enum CacheMemory {
     /// (`Engine::warm_caches`). A node copies the sets it changes: on every node, the
     /// bands of tables that grow (`Fill::Sparse`, TPC-C's orders) count whole, since
     /// each node caches the records it inserts there; the image, the other bands,
-    /// counts once, and what the nodes copy of it is not counted (about 0.08 GB over the sixteen nodes of a
-    /// 16 x 24 SmallBank run, docs/PERFORMANCE.md §40).
+    /// counts once, and what the nodes copy of it is not counted (about 0.08 GB over
+    /// the sixteen nodes of a 16 x 24 SmallBank run, docs/PERFORMANCE.md §40). Only
+    /// while the cache holds an entry per key: a smaller one evicts while the image is
+    /// built, and every node then warms a cache of its own, counted as
+    /// [`CacheMemory::PerNode`].
     SharedImage,
+}
+
+/// Node failures a run meets, for the memory they add.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Failures {
+    /// Crashes: the survivors take new backups of the crashed node's partitions (up to
+    /// a node's store each), and the crashed node's memory stays in the process.
+    pub crashes: u64,
+    /// Restarts: the node takes backups again, with a cache of its own.
+    pub restarts: u64,
 }
 
 impl CacheMemory {
@@ -113,6 +137,7 @@ pub fn memory_needed<W: Workload>(
     cfg: &TxnConfig,
     coroutines: u16,
     caches: CacheMemory,
+    failures: Failures,
 ) -> u64 {
     let Ok(catalog) = Catalog::new(w.tables(shape), shape.nodes, cfg.replication) else {
         return 0;
@@ -129,23 +154,27 @@ pub fn memory_needed<W: Workload>(
         _ => 0,
     };
     let nodes = u64::from(shape.nodes);
-    match caches {
-        CacheMemory::PerNode => (store + log + scratch + cache + nic) * nodes,
-        CacheMemory::SharedImage => {
-            // Bands are in proportion to the tables' keys.
-            let keys = |sparse: bool| -> u128 {
-                let tables = catalog.tables().filter(|t| (t.fill == Fill::Sparse) == sparse);
-                tables.map(|t| u128::from(t.capacity)).sum()
-            };
-            let all = keys(true) + keys(false);
+    // Bands are in proportion to the tables' keys (per partition; the same factor of
+    // nodes on every table).
+    let keys = |sparse: bool| -> u128 {
+        let tables = catalog.tables().filter(|t| (t.fill == Fill::Sparse) == sparse);
+        tables.map(|t| u128::from(t.capacity)).sum()
+    };
+    let all = keys(true) + keys(false);
+    let whole = all * u128::from(nodes) * u128::from(ENTRY_BYTES) <= u128::from(cfg.cache_bytes);
+    let failed = failures.crashes * store + failures.restarts * (store + cache);
+    let caches = match (caches, whole) {
+        (CacheMemory::SharedImage, true) => {
             let growing = match all {
                 0 => 0,
                 _ => (u128::from(cache) * keys(true) / all) as u64,
             };
             // The image holds the other bands.
-            (store + log + scratch + growing + nic) * nodes + (cache - growing)
+            growing * nodes + (cache - growing)
         }
-    }
+        _ => cache * nodes,
+    };
+    (store + log + scratch + nic) * nodes + caches + failed
 }
 
 /// Runs `spec`: `Ok(None)` on a process of a cluster spread over processes that is not
@@ -218,7 +247,8 @@ mod tests {
 
     #[test]
     fn nodes_warmed_from_one_image_count_it_once_and_their_growing_bands_each() {
-        let cfg = TxnConfig::preset(Design::DrtmH);
+        // A cache with an entry for every key of both workloads' tables.
+        let cfg = TxnConfig { cache_bytes: 1 << 40, ..TxnConfig::preset(Design::DrtmH) };
         let one_image = |w: &dyn Fn(CacheMemory) -> u64, catalog: &Catalog| {
             let cache = NodeStore::cache_bytes(catalog, cfg.cache_bytes);
             assert!(cache > 0);
@@ -227,13 +257,47 @@ mod tests {
         // SmallBank grows no table: fifteen of sixteen caches are the shared image.
         let sb = SmallBank { accounts_per_worker: 1_000 };
         let catalog = Catalog::new(sb.tables(shape(16)), 16, cfg.replication).unwrap();
-        let (saved, cache) = one_image(&|c| memory_needed(&sb, shape(16), &cfg, 8, c), &catalog);
+        let (saved, cache) = one_image(
+            &|c| memory_needed(&sb, shape(16), &cfg, 8, c, Failures::default()),
+            &catalog,
+        );
         assert_eq!(saved, 15 * cache);
         // TPC-C inserts orders on every node: their bands count on each.
         let tpcc = TpcC::new(TpccParams::standard(1));
         let catalog = Catalog::new(tpcc.tables(shape(16)), 16, cfg.replication).unwrap();
-        let (saved, cache) = one_image(&|c| memory_needed(&tpcc, shape(16), &cfg, 8, c), &catalog);
+        let (saved, cache) = one_image(
+            &|c| memory_needed(&tpcc, shape(16), &cfg, 8, c, Failures::default()),
+            &catalog,
+        );
         assert!(saved > 0 && saved < 15 * cache / 2, "saved {saved} of 15 x {cache}");
+    }
+
+    #[test]
+    fn a_cache_smaller_than_its_keys_is_counted_on_every_node() {
+        // 16 x 4 x 100 000 accounts in two tables need 205 MB of entries: a 100 MiB cache
+        // evicts while its image is built, and every node warms its own.
+        let sb = SmallBank { accounts_per_worker: 100_000 };
+        let cfg = TxnConfig { cache_bytes: 100 << 20, ..TxnConfig::preset(Design::DrtmH) };
+        let need = |c| memory_needed(&sb, shape(16), &cfg, 8, c, Failures::default());
+        assert_eq!(need(CacheMemory::SharedImage), need(CacheMemory::PerNode));
+        let big = TxnConfig { cache_bytes: 300 << 20, ..cfg };
+        let need = |c| memory_needed(&sb, shape(16), &big, 8, c, Failures::default());
+        assert!(need(CacheMemory::SharedImage) < need(CacheMemory::PerNode), "an entry per key");
+    }
+
+    #[test]
+    fn a_crash_adds_a_store_and_a_restart_a_store_and_a_cache() {
+        let sb = SmallBank { accounts_per_worker: 1_000 };
+        let cfg = TxnConfig::preset(Design::DrtmH);
+        let catalog = Catalog::new(sb.tables(shape(6)), 6, cfg.replication).unwrap();
+        let (store, cache) =
+            (sb.store_bytes(&catalog, shape(6)), NodeStore::cache_bytes(&catalog, cfg.cache_bytes));
+        let need = |crashes, restarts| {
+            let f = Failures { crashes, restarts };
+            memory_needed(&sb, shape(6), &cfg, 8, CacheMemory::SharedImage, f)
+        };
+        assert_eq!(need(3, 0) - need(0, 0), 3 * store);
+        assert_eq!(need(1, 1) - need(1, 0), store + cache);
     }
 
     #[test]

@@ -130,10 +130,10 @@ pub struct Worker<E: Endpoint> {
 pub enum StepBudget {
     /// Every coroutine ready at the step's start is resumed in it.
     Unbounded,
-    /// Once the step has run this long since it began resuming coroutines (by the
-    /// worker's clock, after its completions, datagrams and pollers), the coroutines
-    /// still ready wait for the next step, which resumes them where this one stopped,
-    /// after those spawned by [`Worker::spawn_first`]. The simulator's clock moves
+    /// Once the step has run this long since it read its clock (by the worker's clock,
+    /// after its completions and datagrams: its timers, pollers and first tasks count
+    /// toward it), the coroutines still ready wait for the next step, which resumes them
+    /// where this one stopped, after those spawned by [`Worker::spawn_first`]. The simulator's clock moves
     /// within a step only by charged work: in its `measured` CPU mode, which adds a
     /// step's real time once the step ends, no budget is ever reached.
     Ns(u64),
@@ -206,8 +206,9 @@ impl<E: Endpoint + 'static> Worker<E> {
 
     /// Starts a coroutine that every step resumes (if ready) before the others, and that
     /// no step budget puts off: for short tasks, some of which keep time (a lease's
-    /// renewals). Spawned before any other, such tasks hold the lowest slots, so that a
-    /// step that reaches no budget resumes every task in plain slot order.
+    /// renewals). Spawned before any other, such tasks hold the lowest slots, so that
+    /// while no step stops at a budget, every step resumes its tasks in plain slot order.
+    /// A first task must yield often: no budget bounds its turn.
     pub fn spawn_first<F, Fut>(&mut self, f: F)
     where
         F: FnOnce(Co<E>) -> Fut,

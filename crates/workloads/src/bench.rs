@@ -83,7 +83,7 @@ pub trait Workload: Sync {
     /// writes only those of its replicas.
     fn store_bytes(&self, catalog: &Catalog, shape: ClusterShape) -> u64 {
         let _ = shape;
-        let copies = u64::from(catalog.replication().min(catalog.nodes()));
+        let copies = u64::from(catalog.replication());
         catalog.tables().map(|t| catalog.geometry(t.id).region_bytes()).sum::<u64>() * copies
     }
     /// Loads the initial data into every replica.

@@ -29,7 +29,7 @@ use hytra_workloads::tpcc::{TpcC, TpccMix, TpccParams};
 use hytra_workloads::tpce::{Tpce, TpceParams};
 use serde_json::json;
 
-use crate::run::{memory_needed, CacheMemory};
+use crate::run::{memory_needed, CacheMemory, Failures};
 use crate::table::Table;
 use crate::CpuProfile;
 
@@ -1411,11 +1411,12 @@ fn job_bytes(j: &BenchJob, s: &Scale) -> u64 {
     let (shape, cfg, co) = (j.shape, &j.cfg, j.coroutines);
     // The matrix's runs are simulated in this process, their caches warmed.
     let caches = CacheMemory::of(cfg, bench_params(s, co, 0, 1).warm_cache, false);
+    let none = Failures::default();
     // Any seed: it draws the data, not the tables' sizes.
     match workload_of(j, s, 1) {
-        JobWorkload::SmallBank(w) => memory_needed(&w, shape, cfg, co, caches),
-        JobWorkload::TpccNo(w) => memory_needed(&w, shape, cfg, co, caches),
-        JobWorkload::TpceCp(w) => memory_needed(&w, shape, cfg, co, caches),
+        JobWorkload::SmallBank(w) => memory_needed(&w, shape, cfg, co, caches, none),
+        JobWorkload::TpccNo(w) => memory_needed(&w, shape, cfg, co, caches, none),
+        JobWorkload::TpceCp(w) => memory_needed(&w, shape, cfg, co, caches, none),
     }
 }
 
