@@ -5,7 +5,6 @@
 use hytra_fabric::NodeFaultKind;
 use hytra_fabric::{Backend, ClusterShape};
 use hytra_offload::lookup::Redn;
-use hytra_store::cache::ENTRY_BYTES;
 use hytra_store::{Catalog, Fill, NodeStore};
 use hytra_txn::{ExecStrategy, NicLookups, TxnConfig, SCRATCH_CO_BYTES};
 use hytra_workloads::bench::{run_partial_in, BenchError, BenchParams, BenchResult, Workload};
@@ -44,8 +43,8 @@ impl RunSpec {
     }
 
     /// Bytes of memory the run touches, all nodes of this process together: the stores as
-    /// loaded, logs, scratch, location caches and NIC indexes. Refused parameters (the
-    /// run would refuse them too) count as 0.
+    /// loaded, logs, scratch, location caches and NIC indexes, and what its crashes and
+    /// restarts add. Refused parameters (the run would refuse them too) count as 0.
     pub fn memory_bytes(&self) -> u64 {
         struct Estimate<'a>(&'a RunSpec);
         impl WorkloadVisitor for Estimate<'_> {
@@ -98,14 +97,17 @@ pub enum CacheMemory {
     /// bands of tables that grow (`Fill::Sparse`, TPC-C's orders) count whole, since
     /// each node caches the records it inserts there; the image, the other bands,
     /// counts once, and what the nodes copy of it is not counted (about 0.08 GB over
-    /// the sixteen nodes of a 16 x 24 SmallBank run, docs/PERFORMANCE.md §40). Only
-    /// while the cache holds an entry per key: a smaller one evicts while the image is
-    /// built, and every node then warms a cache of its own, counted as
-    /// [`CacheMemory::PerNode`].
+    /// the sixteen nodes of a 16 x 24 SmallBank run, docs/PERFORMANCE.md §40). Counted
+    /// so only while the cache has a set for every block of keys
+    /// (`NodeStore::cache_holds_every_key`), since an image that evicts is not shared,
+    /// and in runs without crashes, since the survivors of one copy most of the image
+    /// once primaries move: else as [`CacheMemory::PerNode`].
     SharedImage,
 }
 
-/// Node failures a run meets, for the memory they add.
+/// Node failures a run meets, for the memory they add. Pauses add none: a node paused
+/// past its lease is removed as a crashed one would be, but the bench command draws no
+/// pauses, only the swarm does, and it checks no memory.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Failures {
     /// Crashes: the survivors take new backups of the crashed node's partitions (up to
@@ -130,7 +132,8 @@ impl CacheMemory {
     }
 }
 
-/// Bytes of memory a run of `w` touches on a cluster of `shape` (all nodes).
+/// Bytes of memory a run of `w` touches on a cluster of `shape` (all nodes), its caches
+/// counted as `caches` says, with what `failures` add.
 pub fn memory_needed<W: Workload>(
     w: &W,
     shape: ClusterShape,
@@ -161,10 +164,12 @@ pub fn memory_needed<W: Workload>(
         tables.map(|t| u128::from(t.capacity)).sum()
     };
     let all = keys(true) + keys(false);
-    let whole = all * u128::from(nodes) * u128::from(ENTRY_BYTES) <= u128::from(cfg.cache_bytes);
+    let whole = NodeStore::cache_holds_every_key(&catalog, cfg.cache_bytes);
     let failed = failures.crashes * store + failures.restarts * (store + cache);
-    let caches = match (caches, whole) {
-        (CacheMemory::SharedImage, true) => {
+    // A crash moves primaries: the survivors miss on every key of the moved partitions,
+    // whose sets are spread over the whole cache, and copy them from the image.
+    let caches = match (caches, whole, failures.crashes) {
+        (CacheMemory::SharedImage, true, 0) => {
             let growing = match all {
                 0 => 0,
                 _ => (u128::from(cache) * keys(true) / all) as u64,
@@ -286,7 +291,7 @@ mod tests {
     }
 
     #[test]
-    fn a_crash_adds_a_store_and_a_restart_a_store_and_a_cache() {
+    fn crashes_and_restarts_add_stores_and_caches() {
         let sb = SmallBank { accounts_per_worker: 1_000 };
         let cfg = TxnConfig::preset(Design::DrtmH);
         let catalog = Catalog::new(sb.tables(shape(6)), 6, cfg.replication).unwrap();
@@ -296,7 +301,8 @@ mod tests {
             let f = Failures { crashes, restarts };
             memory_needed(&sb, shape(6), &cfg, 8, CacheMemory::SharedImage, f)
         };
-        assert_eq!(need(3, 0) - need(0, 0), 3 * store);
+        // With a crash, every survivor copies the image: a cache per node.
+        assert_eq!(need(3, 0) - need(0, 0), 3 * store + 5 * cache);
         assert_eq!(need(1, 1) - need(1, 0), store + cache);
     }
 

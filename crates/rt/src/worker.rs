@@ -133,9 +133,9 @@ pub enum StepBudget {
     /// Once the step has run this long since it read its clock (by the worker's clock,
     /// after its completions and datagrams: its timers, pollers and first tasks count
     /// toward it), the coroutines still ready wait for the next step, which resumes them
-    /// where this one stopped, after those spawned by [`Worker::spawn_first`]. The simulator's clock moves
-    /// within a step only by charged work: in its `measured` CPU mode, which adds a
-    /// step's real time once the step ends, no budget is ever reached.
+    /// where this one stopped, after those spawned by [`Worker::spawn_first`]. The
+    /// simulator's clock moves within a step only by charged work: in its `measured` CPU
+    /// mode, which adds a step's real time once the step ends, no budget is ever reached.
     Ns(u64),
 }
 

@@ -72,34 +72,41 @@ pub struct LocationCache {
     bands: Vec<(usize, usize)>,
 }
 
+/// The sets of a cache of at most `bytes` for `tables`, and per table id its band (first
+/// set, sets): a share of the sets proportional to its keys.
+fn layout(bytes: u64, tables: &[(TableId, u64)]) -> (usize, Vec<(usize, usize)>) {
+    let entries = (bytes / ENTRY_BYTES) as usize;
+    let mut sets = entries / WAYS;
+    if sets < tables.len() {
+        sets = 0; // Too small to give every table a set: no cache at all.
+    }
+    let total: u64 = tables.iter().map(|&(_, k)| k.max(1)).sum();
+    let max_id = tables.iter().map(|(t, _)| usize::from(t.0)).max().unwrap_or(0);
+    let mut bands = vec![(0, 0); if sets == 0 { 0 } else { max_id + 1 }];
+    let mut next = 0;
+    for (i, &(t, keys)) in tables.iter().enumerate() {
+        if sets == 0 {
+            break;
+        }
+        // Proportional share, at least one set; the last table takes what is left.
+        let share = if i + 1 == tables.len() {
+            sets - next
+        } else {
+            ((sets as u128 * u128::from(keys.max(1)) / u128::from(total)) as usize)
+                .clamp(1, sets - next - (tables.len() - i - 1))
+        };
+        assert_eq!(bands[usize::from(t.0)], (0, 0), "table {t:?} listed twice");
+        bands[usize::from(t.0)] = (next, share);
+        next += share;
+    }
+    (sets, bands)
+}
+
 impl LocationCache {
     /// A cache of at most `bytes` (0 disables it) for the given tables and their key
     /// counts; each table gets a share of the sets proportional to its keys.
     pub fn new(bytes: u64, tables: &[(TableId, u64)]) -> LocationCache {
-        let entries = (bytes / ENTRY_BYTES) as usize;
-        let mut sets = entries / WAYS;
-        if sets < tables.len() {
-            sets = 0; // Too small to give every table a set: no cache at all.
-        }
-        let total: u64 = tables.iter().map(|&(_, k)| k.max(1)).sum();
-        let max_id = tables.iter().map(|(t, _)| usize::from(t.0)).max().unwrap_or(0);
-        let mut bands = vec![(0, 0); if sets == 0 { 0 } else { max_id + 1 }];
-        let mut next = 0;
-        for (i, &(t, keys)) in tables.iter().enumerate() {
-            if sets == 0 {
-                break;
-            }
-            // Proportional share, at least one set; the last table takes what is left.
-            let share = if i + 1 == tables.len() {
-                sets - next
-            } else {
-                ((sets as u128 * u128::from(keys.max(1)) / u128::from(total)) as usize)
-                    .clamp(1, sets - next - (tables.len() - i - 1))
-            };
-            assert_eq!(bands[usize::from(t.0)], (0, 0), "table {t:?} listed twice");
-            bands[usize::from(t.0)] = (next, share);
-            next += share;
-        }
+        let (sets, bands) = layout(bytes, tables);
         LocationCache {
             // Sparse: most bands stay empty, so no huge pages (see `zeroed_words_small_pages`).
             words: hytra_fabric::zeroed_words_small_pages(sets * WAYS * 2),
@@ -111,6 +118,18 @@ impl LocationCache {
             sets,
             bands,
         }
+    }
+
+    /// Whether a cache of `bytes` for `tables` gives every table a set per block of
+    /// `WAYS` keys: one whose tables' keys are dense then never evicts, so a warm image
+    /// of it is whole.
+    pub fn holds_every_key(bytes: u64, tables: &[(TableId, u64)]) -> bool {
+        let (sets, bands) = layout(bytes, tables);
+        sets > 0
+            && tables.iter().all(|&(t, keys)| {
+                let (_, share) = bands[usize::from(t.0)];
+                share as u64 >= keys.div_ceil(WAYS as u64)
+            })
     }
 
     /// An empty cache of the same size and bands, to fill as a warm image.
@@ -321,6 +340,26 @@ mod tests {
                 assert_eq!(c.get(t, k, 0), Some((k + 1) * 8), "{t:?}/{k} evicted");
             }
         }
+    }
+
+    #[test]
+    fn a_cache_holds_every_key_only_with_a_set_for_every_block_of_each_table() {
+        // As many entries as keys, but 9 keys get 2 sets of 4: key 8 evicts one.
+        let tables = [(T0, 9), (T1, 1000)];
+        let fill = |bytes: u64| {
+            let c = LocationCache::new(bytes, &tables);
+            for &(t, keys) in &tables {
+                (0..keys).for_each(|k| c.put(t, k, 0, k * 8));
+            }
+            c.evicted()
+        };
+        let tight = 1009 * ENTRY_BYTES;
+        assert!(!LocationCache::holds_every_key(tight, &tables));
+        assert!(fill(tight) > 0);
+        let roomy = 2 * tight;
+        assert!(LocationCache::holds_every_key(roomy, &tables));
+        assert_eq!(fill(roomy), 0);
+        assert!(!LocationCache::holds_every_key(0, &tables), "no cache holds nothing");
     }
 
     #[test]

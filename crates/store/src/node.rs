@@ -100,9 +100,21 @@ impl NodeStore {
     /// An empty location cache of `limit` bytes at most, with a band for every table's
     /// keys on every node.
     fn new_cache(catalog: &Catalog, limit: u64) -> LocationCache {
+        LocationCache::new(NodeStore::cache_bytes(catalog, limit), &Self::cache_keys(catalog))
+    }
+
+    /// Whether each node's location cache of `limit` bytes at most has a set for every
+    /// block of its tables' keys: dense keys then fill it without an eviction, and nodes
+    /// that know the same partitions can share one warm image of it.
+    pub fn cache_holds_every_key(catalog: &Catalog, limit: u64) -> bool {
+        let bytes = NodeStore::cache_bytes(catalog, limit);
+        LocationCache::holds_every_key(bytes, &Self::cache_keys(catalog))
+    }
+
+    /// Each table and its keys on every node, as the location cache sizes its bands.
+    fn cache_keys(catalog: &Catalog) -> Vec<(TableId, u64)> {
         let nodes = u64::from(catalog.nodes());
-        let tables: Vec<_> = catalog.tables().map(|t| (t.id, t.capacity * nodes)).collect();
-        LocationCache::new(NodeStore::cache_bytes(catalog, limit), &tables)
+        catalog.tables().map(|t| (t.id, t.capacity * nodes)).collect()
     }
 
     /// The catalog.
