@@ -555,11 +555,11 @@ impl NodeRecovery {
             && self.flushed.load(Ordering::Acquire) == self.quiesced.len() as u64
     }
 
-    /// How long a worker's step may resume coroutines: a renewal's interval, so a
-    /// renewal is sent at most about one interval plus one coroutine's turn after it falls
-    /// due, and a re-replication copy gets a turn as often (TPC-C's Stock-Level takes
-    /// 0.1-0.17 ms per turn under the paper's CPU costs, and twenty such turns in one step
-    /// outlast a 2 ms lease).
+    /// How long the step of a worker that renews or grants leases may resume coroutines:
+    /// a renewal's interval, so a renewal is sent at most about one interval plus one
+    /// coroutine's turn after it falls due (TPC-C's Stock-Level takes 0.1-0.17 ms per turn
+    /// under the paper's CPU costs, and twenty such turns in one step outlast a 2 ms
+    /// lease).
     pub fn step_budget_ns(&self) -> u64 {
         self.params.lease_ns / RENEWALS_PER_LEASE
     }
