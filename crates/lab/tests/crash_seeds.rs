@@ -5,7 +5,7 @@ use hytra_lab::swarm::{draw, run_seed, SwarmBackend};
 use hytra_txn::ProtocolPoint;
 
 /// (seed, what it found).
-const FOUND: [(u64, &str); 15] = [
+const FOUND: [(u64, &str); 17] = [
     (19, "a crashed coordinator's updates that recovery committed were not counted"),
     (124, "an answer from before a recovery started a log ring over below its new head: a new backup never applied what was logged there"),
     (228, "a takeover counted a new backup that never took a transaction's log among those that must hold it"),
@@ -20,6 +20,8 @@ const FOUND: [(u64, &str); 15] = [
     (7651, "one slow member held up the retries to the others, and the live one was removed"),
     (31701, "scans queued 4 096 READs at the manager's worker: the callers timed out and resent them, the renewals queued behind them lapsed, and live nodes were removed until a partition was lost"),
     (52199, "a copy took four blocks per round of its worker's coroutines, and rounds of Stock-Level attempts (170 us each) held it to a tenth of its pace: three partitions per survivor were still copying when the run ended"),
+    (77058, "with a step budget on worker 0 alone, Stock-Level turns on the other workers held re-replication's copies to one turn per 2-3 ms: two were still copying when the run ended"),
+    (78515, "a new backup asked the primary's worker for its record counts with a 1 ms timeout, and that worker's steps (a budget of 625 us and a Stock-Level turn) took 2 ms to answer: every request timed out, each answer arriving during the next, and two copies never began"),
     (74837, "twenty Stock-Level turns of 100-170 us in one step held a member's renewals back for 3.4 ms, past its 2 ms lease: the manager, hearing no member, stepped down, and every node stopped"),
 ];
 

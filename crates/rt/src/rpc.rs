@@ -385,6 +385,10 @@ pub(crate) struct Calls {
     pub(crate) stats: RpcStats,
     /// The generation a new slot's first call gets (see [`Calls::of_life`]).
     first_gen: u32,
+    /// Per source (dense worker index): when the newest reply arrived that found its
+    /// call over (timed out, or answered already); 0 if none did. A late reply shows its
+    /// source alive though slower than the call's timeout (see [`Calls::late_reply_at`]).
+    late_replies: Vec<u64>,
 }
 
 /// What a call is for, which decides whether it needs a credit with its destination.
@@ -412,6 +416,7 @@ impl Calls {
             started: 0,
             stats: RpcStats::default(),
             first_gen: 1,
+            late_replies: vec![0; workers],
         }
     }
 
@@ -493,11 +498,15 @@ impl Calls {
         }
     }
 
-    /// A reply (or error) arrived; returns the waker of the waiting coroutine.
+    /// A reply (or error) arrived from `src` (a dense worker index); returns the waker of
+    /// the waiting coroutine. A reply whose call is over is stale: it is dropped, and
+    /// `now_ns()` noted as the time `src` last answered late.
     pub(crate) fn settle(
         &mut self,
         call_id: u64,
+        src: usize,
         outcome: Result<&[u8], RemoteError>,
+        now_ns: impl FnOnce() -> u64,
     ) -> Option<Waker> {
         let (idx, gen) = ((call_id & 0xFFFF_FFFF) as usize, (call_id >> 32) as u32);
         let Some(s) = self
@@ -506,6 +515,9 @@ impl Calls {
             .filter(|s| s.gen == gen && matches!(s.state, CallState::Waiting))
         else {
             self.stats.stale_replies += 1;
+            if let Some(at) = self.late_replies.get_mut(src) {
+                *at = (*at).max(now_ns());
+            }
             return None;
         };
         Self::return_credit(&mut self.in_flight, s);
@@ -520,6 +532,12 @@ impl Calls {
         let w = s.waker.take();
         self.stats.replies += 1;
         w
+    }
+
+    /// When the newest late reply from `src` (a dense worker index) arrived: one whose
+    /// call had timed out (or was answered already) by then; 0 if none did.
+    pub(crate) fn late_reply_at(&self, src: usize) -> u64 {
+        self.late_replies.get(src).copied().unwrap_or(0)
     }
 
     /// Fails every call whose deadline passed; returns how many coroutines to wake via
@@ -732,9 +750,12 @@ mod tests {
         assert!(calls.poll(a, waker, |_| ()).is_none());
         calls.expire(150, |_| {});
         assert_eq!(calls.poll(a, waker, |_| ()), Some(Err(RpcError::TimedOut)));
-        assert!(calls.settle(a.call_id(), Ok(&[1])).is_none());
+        assert_eq!(calls.late_reply_at(0), 0);
+        assert!(calls.settle(a.call_id(), 0, Ok(&[1]), || 170).is_none());
         assert_eq!(calls.stats.stale_replies, 1);
-        calls.settle(b.call_id(), Ok(&[5, 6]));
+        assert_eq!(calls.late_reply_at(0), 170, "a late reply is noted");
+        calls.settle(b.call_id(), 0, Ok(&[5, 6]), || unreachable!("a reply in time"));
+        assert_eq!(calls.late_reply_at(0), 170);
         assert_eq!(calls.poll(b, waker, |r| r.to_vec()), Some(Ok(vec![5, 6])));
         assert_eq!(calls.next_deadline(), None);
         assert_eq!(calls.live(), 0);
@@ -756,17 +777,17 @@ mod tests {
         let control = calls.start(500, 0, CallClass::Control).unwrap();
         assert_eq!(calls.in_flight, [CALLS_PER_PEER, 1]);
         // A reply returns a credit before its caller collects it, a timeout too.
-        calls.settle(held[0].call_id(), Ok(&[]));
+        calls.settle(held[0].call_id(), 0, Ok(&[]), || 1);
         calls.expire(101, |_| {});
         assert_eq!(calls.in_flight[0], CALLS_PER_PEER - 2);
         assert_eq!(calls.poll(held[1], waker, |_| ()), Some(Err(RpcError::TimedOut)));
         let again = calls.start(500, 0, CallClass::Data).unwrap();
         calls.cancel(again);
-        calls.settle(control.call_id(), Ok(&[]));
-        calls.settle(other.call_id(), Ok(&[]));
+        calls.settle(control.call_id(), 0, Ok(&[]), || 1);
+        calls.settle(other.call_id(), 0, Ok(&[]), || 1);
         assert_eq!(calls.in_flight, [CALLS_PER_PEER - 2, 0]);
         // A late reply to a call that timed out returns nothing.
-        calls.settle(held[1].call_id(), Ok(&[]));
+        calls.settle(held[1].call_id(), 0, Ok(&[]), || 1);
         assert_eq!(calls.in_flight, [CALLS_PER_PEER - 2, 0]);
     }
 

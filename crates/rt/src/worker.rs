@@ -300,20 +300,18 @@ impl<E: Endpoint + 'static> Worker<E> {
             let mut ep = inner.ep.borrow_mut();
             ep.charge(crate::config::DISPATCH, 1);
             match kind {
-                FrameKind::Reply => {
-                    drop(ep);
-                    let w = inner.calls.borrow_mut().settle(call_id, Ok(payload));
-                    if let Some(w) = w {
-                        w.wake();
-                    }
-                }
-                FrameKind::Error => {
-                    drop(ep);
-                    let e = match payload.first() {
-                        Some(1) => RemoteError::NoHandler,
-                        _ => RemoteError::ReplyTooLarge,
+                FrameKind::Reply | FrameKind::Error => {
+                    let outcome = match (kind, payload.first()) {
+                        (FrameKind::Reply, _) => Ok(payload),
+                        (_, Some(1)) => Err(RemoteError::NoHandler),
+                        _ => Err(RemoteError::ReplyTooLarge),
                     };
-                    let w = inner.calls.borrow_mut().settle(call_id, Err(e));
+                    let src_idx = inner.shape.worker_index(src);
+                    // The clock is read only for a late reply: rare, and a real clock
+                    // costs on the real-time backends.
+                    let w =
+                        inner.calls.borrow_mut().settle(call_id, src_idx, outcome, || ep.now_ns());
+                    drop(ep);
                     if let Some(w) = w {
                         w.wake();
                     }
@@ -763,6 +761,16 @@ impl<E: Endpoint> Co<E> {
             .borrow_mut()
             .push(&mut *ep, dest, dest_idx, header, payload)
             .map_err(RpcError::Post)
+    }
+
+    /// When the newest reply from `dest` arrived that came after its call had timed out
+    /// (or been answered already); 0 if none did. Shows `dest` alive, though slower than
+    /// that call's timeout: a caller that retries may then wait longer.
+    pub fn late_reply_at(&self, dest: WorkerId) -> u64 {
+        if !self.inner.shape.contains(dest) {
+            return 0;
+        }
+        self.inner.calls.borrow().late_reply_at(self.inner.shape.worker_index(dest))
     }
 
     /// Waits for the reply of a call and hands its bytes to `read`.

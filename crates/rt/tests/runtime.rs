@@ -529,3 +529,41 @@ fn measured_cpu_mode_runs_the_same_programs() {
     let kept: u64 = samples.by_mix.values().map(|v| v.len() as u64).sum();
     assert_eq!(kept + samples.dropped, samples.steps);
 }
+
+#[test]
+fn a_reply_after_its_call_timed_out_is_noted_as_late() {
+    // Node 1's worker runs a coroutine whose every turn takes 400 us: a request is
+    // served at the start of a step and its reply leaves only at the end, well after
+    // node 0's call (100 us) timed out.
+    let mut b = sim(2, 1, 24, FaultConfig::none());
+    let cfg = RtConfig { rpc_timeout_ns: 100_000, ..RtConfig::default() };
+    let seen = Arc::new(Mutex::new(None));
+    let (_, stats) = run_workers(&mut b, cfg, SIM_LIMITS, |w| {
+        echo_handler(w);
+        let seen = seen.clone();
+        w.spawn(move |co| async move {
+            let me = co.me();
+            if me.node == NodeId(1) {
+                for _ in 0..10 {
+                    co.charge(400_000);
+                    co.yield_now().await;
+                }
+                return;
+            }
+            let peer = WorkerId { node: NodeId(1), index: 0 };
+            // Let the peer's heavy coroutine start first.
+            co.sleep_until(co.now_ns() + 10_000).await;
+            assert_eq!(co.late_reply_at(peer), 0, "no reply came late yet");
+            let sent = co.now_ns();
+            let t = co.call(peer, ECHO, b"hi").unwrap();
+            let outcome = co.reply(t, |_| ()).await;
+            co.sleep_until(co.now_ns() + 2_000_000).await;
+            *seen.lock().unwrap() = Some((outcome, sent, co.late_reply_at(peer)));
+        });
+    })
+    .unwrap();
+    assert!(stats.all_done);
+    let (outcome, sent, late) = seen.lock().unwrap().take().expect("the caller finished");
+    assert_eq!(outcome, Err(RpcError::TimedOut));
+    assert!(late > sent + 100_000, "the reply came after the timeout: sent {sent}, late {late}");
+}

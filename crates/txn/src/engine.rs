@@ -638,16 +638,16 @@ impl Engine {
             waits,
             view,
         });
-        // The engine's own tasks go first in every step: they are short, and the lease
-        // tasks among them must keep time. Worker 0's steps, which run the lease tasks,
-        // stop resuming the clients at a budget, so heavy client turns cannot hold a
-        // renewal back past a lease.
+        // The engine's own tasks go first in every step: they are short, and some keep
+        // time (lease renewals on worker 0, re-replication's paced copies on every
+        // worker). Steps stop resuming the clients at a budget, so heavy client turns
+        // cannot hold a renewal back past a lease, nor a copy below its pace.
+        w.set_step_budget(StepBudget::Ns(step_budget_ns));
         let bg = wt.clone();
         w.spawn_first(move |co| async move { crate::commit::background(co, bg).await });
         let q = wt.clone();
         w.spawn_first(move |co| async move { crate::recover::quiescer(co, q).await });
         if me.index == 0 {
-            w.set_step_budget(StepBudget::Ns(step_budget_ns));
             let m = wt.clone();
             w.spawn_first(move |co| async move { crate::recover::membership(co, m).await });
             let g = wt.clone();

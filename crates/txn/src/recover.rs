@@ -555,11 +555,11 @@ impl NodeRecovery {
             && self.flushed.load(Ordering::Acquire) == self.quiesced.len() as u64
     }
 
-    /// How long the step of a worker that renews or grants leases may resume coroutines:
-    /// a renewal's interval, so a renewal is sent at most about one interval plus one
-    /// coroutine's turn after it falls due (TPC-C's Stock-Level takes 0.1-0.17 ms per turn
-    /// under the paper's CPU costs, and twenty such turns in one step outlast a 2 ms
-    /// lease).
+    /// How long a worker's step may resume coroutines: a renewal's interval, so a
+    /// renewal is sent at most about one interval plus one coroutine's turn after it falls
+    /// due, and a re-replication copy gets a turn as often (TPC-C's Stock-Level takes
+    /// 0.1-0.17 ms per turn under the paper's CPU costs, and twenty such turns in one step
+    /// outlast a 2 ms lease).
     pub fn step_budget_ns(&self) -> u64 {
         self.params.lease_ns / RENEWALS_PER_LEASE
     }
@@ -1419,6 +1419,13 @@ async fn call_all<E: Endpoint, T>(
     // several requests may go to one destination, and a pass over many requests takes a
     // while to reach the last ones (which must not count as silent before they are sent).
     let mut heard: BTreeMap<WorkerId, u64> = BTreeMap::new();
+    // Per destination, how long an attempt waits: doubled, up to half the silence, each
+    // time one timed out though the destination answered an earlier attempt late. Its
+    // worker may take longer per step than an attempt waits (a handful of heavy
+    // coroutine turns), and every attempt would then time out, each reply arriving after
+    // its own call is over; a destination that merely loses requests keeps the short
+    // wait, and so is asked as often.
+    let mut wait: BTreeMap<WorkerId, u64> = BTreeMap::new();
     let dest = |k: usize| reqs[k].0;
     let mut pending: Vec<usize> = (0..reqs.len()).collect();
     // Bounded: every pass waits for its replies or sleeps, and the patience below ends it.
@@ -1430,17 +1437,35 @@ async fn call_all<E: Endpoint, T>(
             }
             let tickets: Vec<_> = batch
                 .iter()
-                .map(|&k| co.call_control(reqs[k].0, ty, &reqs[k].1, attempt_ns).ok())
+                .map(|&k| {
+                    let wait_ns = *wait.entry(dest(k)).or_insert(attempt_ns);
+                    co.call_control(reqs[k].0, ty, &reqs[k].1, wait_ns).ok()
+                })
                 .collect();
             for (&k, t) in batch.iter().zip(tickets) {
                 let Some(t) = t else { continue };
-                // Any reply shows the destination alive, accepted or not.
-                if let Ok(v) = co.reply(t, |r| accept(r)).await {
-                    heard.insert(dest(k), co.now_ns());
-                    if let Some(w) = watch {
-                        w.answered(dest(k).node, co.now_ns());
+                // Any reply shows the destination alive, accepted or not, and so does a
+                // late one (to an attempt that timed out).
+                match co.reply(t, |r| accept(r)).await {
+                    Ok(v) => {
+                        heard.insert(dest(k), co.now_ns());
+                        if let Some(w) = watch {
+                            w.answered(dest(k).node, co.now_ns());
+                        }
+                        out[k] = v;
                     }
-                    out[k] = v;
+                    Err(_) => {
+                        let late = co.late_reply_at(dest(k));
+                        let last = heard.get_mut(&dest(k)).expect("noted before it was asked");
+                        if late > *last {
+                            *last = late;
+                            if let Some(w) = watch {
+                                w.answered(dest(k).node, late);
+                            }
+                            let d = wait.get_mut(&dest(k)).expect("noted before it was asked");
+                            *d = (*d * 2).min((silent_ns / 2).max(attempt_ns));
+                        }
+                    }
                 }
             }
         }
@@ -1919,6 +1944,7 @@ async fn reconfigure<E: Endpoint>(co: &Co<E>, wt: &Rc<WorkerTxn>, mut change: Ch
         let old = node.membership.current();
         let next = match &change {
             Change::Remove(dead) => {
+                assert!(!dead.contains(&node.node), "{} would remove itself", node.node);
                 rec.event(
                     RecoveryStep::Removing { dead: dead.clone(), from_epoch: old.epoch },
                     co.now_ns(),
@@ -1988,9 +2014,12 @@ async fn reconfigure<E: Endpoint>(co: &Co<E>, wt: &Rc<WorkerTxn>, mut change: Ch
                 // A member did not answer: remove it too, from the new configuration. But
                 // of two or more others none answered anything: this manager is cut off
                 // (perhaps one way), and would remove them one by one; it steps down, and
-                // they take over from it.
+                // they take over from it. So it does if the silent one is its own worker
+                // 0 (its requests to itself lost for a whole silence; late answers count
+                // as heard): it must not remove itself and go on as the manager of a
+                // configuration without it.
                 let others = next.members().filter(|&m| m != node.node).count();
-                if others > 1 && alone {
+                if (others > 1 && alone) || n == node.node {
                     rec.stopped.store(true, Ordering::Release);
                     return;
                 }

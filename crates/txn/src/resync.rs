@@ -257,6 +257,9 @@ struct Job {
     torn: Vec<Torn>,
     /// Bytes read so far (for the event at the end).
     bytes: u64,
+    /// How long the next [`SYNC`] waits for its reply: the RPC timeout at first, doubled
+    /// (up to a lease) each time one timed out while the primary answered late.
+    counts_wait_ns: u64,
 }
 
 /// A block read: where it came from and which records it holds.
@@ -323,6 +326,7 @@ impl Copier {
                 slot: 0,
                 torn: Vec::new(),
                 bytes: 0,
+                counts_wait_ns: co.config().rpc_timeout_ns,
             });
             self.next_at = now;
         }
@@ -382,19 +386,22 @@ fn record_bytes(node: &NodeEngine, table: usize) -> u64 {
 }
 
 /// Asks the primary of `job`'s partition for its tables' record counts; `None` if it
-/// did not answer as the primary of `epoch`.
+/// did not answer as the primary of `epoch`. A primary whose worker runs long steps (a
+/// few heavy coroutine turns each) may answer only after the request timed out, every
+/// time: an answer that arrives late makes the next request wait twice as long.
 async fn ask_counts<E: Endpoint>(
     co: &Co<E>,
     node: &NodeEngine,
     epoch: u64,
-    job: &Job,
+    job: &mut Job,
 ) -> Option<Vec<u64>> {
     let mut req = Vec::new();
     Out(&mut req).u64(epoch).u16(job.partition);
     let dest = WorkerId { node: job.primary, index: co.me().index };
-    let ticket = co.call(dest, SYNC, &req).ok()?;
+    let sent = co.now_ns();
+    let ticket = co.call_within(dest, SYNC, &req, job.counts_wait_ns).ok()?;
     let tables = node.catalog.tables().count();
-    let counts = co
+    let reply = co
         .reply(ticket, |r| {
             let mut i = In(r);
             let (e, serving) = (i.u64()?, i.u8()?);
@@ -403,8 +410,17 @@ async fn ask_counts<E: Endpoint>(
             }
             (0..tables).map(|_| i.u64()).collect::<Option<Vec<u64>>>()
         })
-        .await
-        .ok()??;
+        .await;
+    let counts = match reply {
+        Ok(counts) => counts?,
+        Err(_) => {
+            if co.late_reply_at(dest) > sent {
+                let lease = node.recovery.params().lease_ns;
+                job.counts_wait_ns = (job.counts_wait_ns * 2).min(lease.max(job.counts_wait_ns));
+            }
+            return None;
+        }
+    };
     // A count beyond a table's capacity cannot be the primary's: read nothing of it.
     let sane = counts
         .iter()
