@@ -329,6 +329,11 @@ struct CallSlot {
     credit: Option<u32>,
     reply: Vec<u8>,
     waker: Option<Waker>,
+    /// The generation of this slot's newest call that timed out (0: none; generations
+    /// start at 1): a reply to it that arrives now is late, where a duplicate of a reply
+    /// already taken is not. The slot may have been reused since (a caller that retries
+    /// often takes the slot it just freed).
+    timed_out_gen: u32,
 }
 
 /// Identifies a call; wait for its reply with [`Co::reply`](crate::Co::reply).
@@ -385,9 +390,9 @@ pub(crate) struct Calls {
     pub(crate) stats: RpcStats,
     /// The generation a new slot's first call gets (see [`Calls::of_life`]).
     first_gen: u32,
-    /// Per source (dense worker index): when the newest reply arrived that found its
-    /// call over (timed out, or answered already); 0 if none did. A late reply shows its
-    /// source alive though slower than the call's timeout (see [`Calls::late_reply_at`]).
+    /// Per source (dense worker index): when the newest reply arrived to a call that had
+    /// timed out; 0 if none did. A late reply shows its source alive though slower than
+    /// the call's timeout (see [`Calls::late_reply_at`]).
     late_replies: Vec<u64>,
 }
 
@@ -458,6 +463,7 @@ impl Calls {
                     credit: None,
                     reply: Vec::new(),
                     waker: None,
+                    timed_out_gen: 0,
                 });
                 (self.slots.len() - 1) as u32
             }
@@ -499,8 +505,8 @@ impl Calls {
     }
 
     /// A reply (or error) arrived from `src` (a dense worker index); returns the waker of
-    /// the waiting coroutine. A reply whose call is over is stale: it is dropped, and
-    /// `now_ns()` noted as the time `src` last answered late.
+    /// the waiting coroutine. A reply whose call is over is stale: it is dropped, and if
+    /// that call timed out, `now_ns()` is noted as the time `src` last answered late.
     pub(crate) fn settle(
         &mut self,
         call_id: u64,
@@ -515,7 +521,10 @@ impl Calls {
             .filter(|s| s.gen == gen && matches!(s.state, CallState::Waiting))
         else {
             self.stats.stale_replies += 1;
-            if let Some(at) = self.late_replies.get_mut(src) {
+            // Late only if it answers the slot's newest call that timed out: a duplicate
+            // of a reply already taken says nothing of how long the source takes.
+            let late = self.slots.get(idx).is_some_and(|s| s.timed_out_gen == gen);
+            if let Some(at) = self.late_replies.get_mut(src).filter(|_| late) {
                 *at = (*at).max(now_ns());
             }
             return None;
@@ -534,8 +543,8 @@ impl Calls {
         w
     }
 
-    /// When the newest late reply from `src` (a dense worker index) arrived: one whose
-    /// call had timed out (or was answered already) by then; 0 if none did.
+    /// When the newest late reply from `src` (a dense worker index) arrived: one to a
+    /// call that had timed out by then; 0 if none did.
     pub(crate) fn late_reply_at(&self, src: usize) -> u64 {
         self.late_replies.get(src).copied().unwrap_or(0)
     }
@@ -553,6 +562,7 @@ impl Calls {
             if live {
                 Self::return_credit(&mut self.in_flight, s);
                 s.state = CallState::Failed(RpcError::TimedOut);
+                s.timed_out_gen = s.gen;
                 self.stats.timeouts += 1;
                 if let Some(w) = s.waker.take() {
                     wake(w);
@@ -751,10 +761,17 @@ mod tests {
         calls.expire(150, |_| {});
         assert_eq!(calls.poll(a, waker, |_| ()), Some(Err(RpcError::TimedOut)));
         assert_eq!(calls.late_reply_at(0), 0);
+        // The caller asks again, in the slot it just freed; then the late reply comes.
+        let c = calls.start(300, 0, CallClass::Data).unwrap();
+        assert_eq!(c.idx, a.idx, "the freed slot is taken again");
         assert!(calls.settle(a.call_id(), 0, Ok(&[1]), || 170).is_none());
         assert_eq!(calls.stats.stale_replies, 1);
         assert_eq!(calls.late_reply_at(0), 170, "a late reply is noted");
+        calls.settle(c.call_id(), 0, Ok(&[]), || unreachable!("a reply in time"));
+        assert_eq!(calls.poll(c, waker, |_| ()), Some(Ok(())));
         calls.settle(b.call_id(), 0, Ok(&[5, 6]), || unreachable!("a reply in time"));
+        calls.settle(b.call_id(), 0, Ok(&[5, 6]), || unreachable!("a duplicate is not late"));
+        assert_eq!(calls.stats.stale_replies, 2);
         assert_eq!(calls.late_reply_at(0), 170);
         assert_eq!(calls.poll(b, waker, |r| r.to_vec()), Some(Ok(vec![5, 6])));
         assert_eq!(calls.next_deadline(), None);

@@ -763,9 +763,9 @@ impl<E: Endpoint> Co<E> {
             .map_err(RpcError::Post)
     }
 
-    /// When the newest reply from `dest` arrived that came after its call had timed out
-    /// (or been answered already); 0 if none did. Shows `dest` alive, though slower than
-    /// that call's timeout: a caller that retries may then wait longer.
+    /// When the newest reply from `dest` arrived that came after its call (any of this
+    /// worker's coroutines') had timed out; 0 if none did. Shows `dest` alive, though
+    /// slower than that call's timeout: a caller that retries may then wait longer.
     pub fn late_reply_at(&self, dest: WorkerId) -> u64 {
         if !self.inner.shape.contains(dest) {
             return 0;

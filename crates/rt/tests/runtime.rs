@@ -532,10 +532,10 @@ fn measured_cpu_mode_runs_the_same_programs() {
 
 #[test]
 fn a_reply_after_its_call_timed_out_is_noted_as_late() {
-    // Node 1's worker runs a coroutine whose every turn takes 400 us: a request is
+    // Node 1's workers run a coroutine whose every turn takes 400 us: a request is
     // served at the start of a step and its reply leaves only at the end, well after
-    // node 0's call (100 us) timed out.
-    let mut b = sim(2, 1, 24, FaultConfig::none());
+    // the call of node 0's worker 0 (100 us) timed out.
+    let mut b = sim(2, 2, 24, FaultConfig::none());
     let cfg = RtConfig { rpc_timeout_ns: 100_000, ..RtConfig::default() };
     let seen = Arc::new(Mutex::new(None));
     let (_, stats) = run_workers(&mut b, cfg, SIM_LIMITS, |w| {
@@ -550,7 +550,11 @@ fn a_reply_after_its_call_timed_out_is_noted_as_late() {
                 }
                 return;
             }
-            let peer = WorkerId { node: NodeId(1), index: 0 };
+            if me.index != 0 {
+                return;
+            }
+            let peer = WorkerId { node: NodeId(1), index: 1 };
+            let other = WorkerId { node: NodeId(1), index: 0 };
             // Let the peer's heavy coroutine start first.
             co.sleep_until(co.now_ns() + 10_000).await;
             assert_eq!(co.late_reply_at(peer), 0, "no reply came late yet");
@@ -558,12 +562,14 @@ fn a_reply_after_its_call_timed_out_is_noted_as_late() {
             let t = co.call(peer, ECHO, b"hi").unwrap();
             let outcome = co.reply(t, |_| ()).await;
             co.sleep_until(co.now_ns() + 2_000_000).await;
-            *seen.lock().unwrap() = Some((outcome, sent, co.late_reply_at(peer)));
+            let late = (co.late_reply_at(peer), co.late_reply_at(other));
+            *seen.lock().unwrap() = Some((outcome, sent, late));
         });
     })
     .unwrap();
     assert!(stats.all_done);
-    let (outcome, sent, late) = seen.lock().unwrap().take().expect("the caller finished");
+    let (outcome, sent, (late, other)) = seen.lock().unwrap().take().expect("the caller finished");
     assert_eq!(outcome, Err(RpcError::TimedOut));
     assert!(late > sent + 100_000, "the reply came after the timeout: sent {sent}, late {late}");
+    assert_eq!(other, 0, "noted for the worker that answered, not another of its node");
 }

@@ -1411,7 +1411,8 @@ async fn call_all<E: Endpoint, T>(
     // Each attempt waits for its reply an RPC timeout at most, and at most an eighth of
     // the silence that removes a member: a member is asked at least eight times before it
     // is taken for dead (three requests lost in a row, at 5% loss, once removed a live
-    // node when each attempt waited a quarter of it).
+    // node when each attempt waited a quarter of it), four while another destination of
+    // the round answers late (below).
     let attempt_ns = co.config().rpc_timeout_ns.min(silent_ns / ATTEMPTS_PER_SILENCE).max(1);
     let start = co.now_ns();
     let mut out: Vec<Option<T>> = reqs.iter().map(|_| None).collect();
@@ -1419,12 +1420,12 @@ async fn call_all<E: Endpoint, T>(
     // several requests may go to one destination, and a pass over many requests takes a
     // while to reach the last ones (which must not count as silent before they are sent).
     let mut heard: BTreeMap<WorkerId, u64> = BTreeMap::new();
-    // Per destination, how long an attempt waits: doubled, up to half the silence, each
-    // time one timed out though the destination answered an earlier attempt late. Its
-    // worker may take longer per step than an attempt waits (a handful of heavy
-    // coroutine turns), and every attempt would then time out, each reply arriving after
-    // its own call is over; a destination that merely loses requests keeps the short
-    // wait, and so is asked as often.
+    // Per destination, how long an attempt waits: doubled, up to a quarter of the
+    // silence, each time one timed out while the destination answered a call of this
+    // worker that had timed out. Its worker may take longer per step than an attempt
+    // waits (a handful of heavy coroutine turns), and every attempt would then time out,
+    // each reply arriving after its own call is over. A pass waits for its longest
+    // attempt, so the others of the round are asked less often meanwhile: hence the cap.
     let mut wait: BTreeMap<WorkerId, u64> = BTreeMap::new();
     let dest = |k: usize| reqs[k].0;
     let mut pending: Vec<usize> = (0..reqs.len()).collect();
@@ -1463,7 +1464,7 @@ async fn call_all<E: Endpoint, T>(
                                 w.answered(dest(k).node, late);
                             }
                             let d = wait.get_mut(&dest(k)).expect("noted before it was asked");
-                            *d = (*d * 2).min((silent_ns / 2).max(attempt_ns));
+                            *d = (*d * 2).min((silent_ns / 4).max(attempt_ns));
                         }
                     }
                 }

@@ -54,6 +54,9 @@ pub const BLOCKS_BEHIND_MAX: u64 = 16;
 /// Bytes of each worker's copy buffer (after the fence slots of the scratch region).
 pub const COPY_BUFFER_BYTES: u64 = BLOCK_BYTES * BLOCKS_BEHIND_MAX;
 
+/// RPC timeouts a [`SYNC`] waits at most, once the primary answered late.
+const SYNC_WAIT_TIMEOUTS: u64 = 4;
+
 /// Times a record read torn is read again before the copy gives up on it (a write-back
 /// tears a read for the few hundred nanoseconds it takes; every retry waits for the
 /// next block's turn).
@@ -258,7 +261,9 @@ struct Job {
     /// Bytes read so far (for the event at the end).
     bytes: u64,
     /// How long the next [`SYNC`] waits for its reply: the RPC timeout at first, doubled
-    /// (up to a lease) each time one timed out while the primary answered late.
+    /// (up to four RPC timeouts, and a lease) each time one timed out while the primary
+    /// answered late. The engine task that copies also quiesces its worker for a new
+    /// epoch, so it must not wait long.
     counts_wait_ns: u64,
 }
 
@@ -415,8 +420,9 @@ async fn ask_counts<E: Endpoint>(
         Ok(counts) => counts?,
         Err(_) => {
             if co.late_reply_at(dest) > sent {
-                let lease = node.recovery.params().lease_ns;
-                job.counts_wait_ns = (job.counts_wait_ns * 2).min(lease.max(job.counts_wait_ns));
+                let timeout = co.config().rpc_timeout_ns;
+                let cap = (SYNC_WAIT_TIMEOUTS * timeout).min(node.recovery.params().lease_ns);
+                job.counts_wait_ns = (job.counts_wait_ns * 2).min(cap.max(timeout));
             }
             return None;
         }
