@@ -329,10 +329,13 @@ struct CallSlot {
     credit: Option<u32>,
     reply: Vec<u8>,
     waker: Option<Waker>,
-    /// The generation of this slot's newest call that timed out (0: none; generations
-    /// start at 1): a reply to it that arrives now is late, where a duplicate of a reply
-    /// already taken is not. The slot may have been reused since (a caller that retries
-    /// often takes the slot it just freed).
+    /// The generations of this slot's newest call answered in time and of its newest
+    /// call that timed out (both the slot's first generation less one until then): a
+    /// reply to a call after the one answered and at most the one timed out is late (the
+    /// calls between were not answered in time either), where a duplicate of a reply
+    /// already taken is not. The slot may have been taken again meanwhile, and more than
+    /// once (a caller that retries often takes the slot it just freed).
+    answered_gen: u32,
     timed_out_gen: u32,
 }
 
@@ -463,7 +466,8 @@ impl Calls {
                     credit: None,
                     reply: Vec::new(),
                     waker: None,
-                    timed_out_gen: 0,
+                    answered_gen: self.first_gen.wrapping_sub(1),
+                    timed_out_gen: self.first_gen.wrapping_sub(1),
                 });
                 (self.slots.len() - 1) as u32
             }
@@ -521,15 +525,20 @@ impl Calls {
             .filter(|s| s.gen == gen && matches!(s.state, CallState::Waiting))
         else {
             self.stats.stale_replies += 1;
-            // Late only if it answers the slot's newest call that timed out: a duplicate
-            // of a reply already taken says nothing of how long the source takes.
-            let late = self.slots.get(idx).is_some_and(|s| s.timed_out_gen == gen);
+            // Late only if it answers a call that timed out: a duplicate of a reply
+            // already taken says nothing of how long the source takes.
+            let late = gen != 0
+                && self
+                    .slots
+                    .get(idx)
+                    .is_some_and(|s| newer(gen, s.answered_gen) && !newer(gen, s.timed_out_gen));
             if let Some(at) = self.late_replies.get_mut(src).filter(|_| late) {
                 *at = (*at).max(now_ns());
             }
             return None;
         };
         Self::return_credit(&mut self.in_flight, s);
+        s.answered_gen = gen;
         match outcome {
             Ok(bytes) => {
                 s.reply.clear();
@@ -655,6 +664,12 @@ impl Dedup {
     }
 }
 
+/// Whether call generation `a` is newer than `b`: generations wrap, so `a` is newer if
+/// it is at most half the space ahead.
+fn newer(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) > 0
+}
+
 /// Checks that a handler can be registered for `ty`.
 pub(crate) fn check_type(ty: RpcType) {
     assert!(usize::from(ty.0) < RPC_TYPES_MAX, "RPC type {} outside 0..{RPC_TYPES_MAX}", ty.0);
@@ -772,8 +787,20 @@ mod tests {
         calls.settle(b.call_id(), 0, Ok(&[5, 6]), || unreachable!("a reply in time"));
         calls.settle(b.call_id(), 0, Ok(&[5, 6]), || unreachable!("a duplicate is not late"));
         assert_eq!(calls.stats.stale_replies, 2);
-        assert_eq!(calls.late_reply_at(0), 170);
         assert_eq!(calls.poll(b, waker, |r| r.to_vec()), Some(Ok(vec![5, 6])));
+        // Two calls of a slot time out before the first one's reply comes: still late.
+        let d = calls.start(400, 0, CallClass::Data).unwrap();
+        calls.expire(400, |_| {});
+        assert_eq!(calls.poll(d, waker, |_| ()), Some(Err(RpcError::TimedOut)));
+        let e = calls.start(500, 0, CallClass::Data).unwrap();
+        calls.expire(500, |_| {});
+        assert_eq!(calls.poll(e, waker, |_| ()), Some(Err(RpcError::TimedOut)));
+        assert_eq!(d.idx, e.idx);
+        assert!(calls.settle(d.call_id(), 0, Ok(&[]), || 520).is_none());
+        assert_eq!(calls.late_reply_at(0), 520, "a reply to the call before the newest");
+        // A duplicate of the reply to `c`, answered in time, is not late.
+        calls.settle(c.call_id(), 0, Ok(&[]), || unreachable!("a duplicate is not late"));
+        assert_eq!(calls.stats.stale_replies, 4);
         assert_eq!(calls.next_deadline(), None);
         assert_eq!(calls.live(), 0);
         assert_eq!(calls.in_flight, [0]);

@@ -1411,8 +1411,8 @@ async fn call_all<E: Endpoint, T>(
     // Each attempt waits for its reply an RPC timeout at most, and at most an eighth of
     // the silence that removes a member: a member is asked at least eight times before it
     // is taken for dead (three requests lost in a row, at 5% loss, once removed a live
-    // node when each attempt waited a quarter of it), four while another destination of
-    // the round answers late (below).
+    // node when each attempt waited a quarter of it), about four while another
+    // destination of the round answers late (below).
     let attempt_ns = co.config().rpc_timeout_ns.min(silent_ns / ATTEMPTS_PER_SILENCE).max(1);
     let start = co.now_ns();
     let mut out: Vec<Option<T>> = reqs.iter().map(|_| None).collect();
@@ -1421,14 +1421,16 @@ async fn call_all<E: Endpoint, T>(
     // while to reach the last ones (which must not count as silent before they are sent).
     let mut heard: BTreeMap<WorkerId, u64> = BTreeMap::new();
     // Per destination, how long an attempt waits: doubled, up to a quarter of the
-    // silence, each time one timed out while the destination answered a call of this
-    // worker that had timed out. Its worker may take longer per step than an attempt
-    // waits (a handful of heavy coroutine turns), and every attempt would then time out,
-    // each reply arriving after its own call is over. A pass waits for its longest
-    // attempt, so the others of the round are asked less often meanwhile: hence the cap.
+    // silence per batch of the round, each time one timed out while the destination
+    // answered a call of this worker that had timed out. Its worker may take longer per
+    // step than an attempt waits (a handful of heavy coroutine turns), and every attempt
+    // would then time out, each reply arriving after its own call is over. A pass waits
+    // for the longest attempt of each batch, so the others of the round are asked less
+    // often meanwhile: the cap keeps that to about four times per silence.
     let mut wait: BTreeMap<WorkerId, u64> = BTreeMap::new();
     let dest = |k: usize| reqs[k].0;
     let mut pending: Vec<usize> = (0..reqs.len()).collect();
+    let batches = (reqs.len().div_ceil(CALLS_AT_ONCE) as u64).max(1);
     // Bounded: every pass waits for its replies or sleeps, and the patience below ends it.
     loop {
         for batch in pending.chunks(CALLS_AT_ONCE) {
@@ -1464,7 +1466,7 @@ async fn call_all<E: Endpoint, T>(
                                 w.answered(dest(k).node, late);
                             }
                             let d = wait.get_mut(&dest(k)).expect("noted before it was asked");
-                            *d = (*d * 2).min((silent_ns / 4).max(attempt_ns));
+                            *d = (*d * 2).min((silent_ns / (4 * batches)).max(attempt_ns));
                         }
                     }
                 }

@@ -261,9 +261,9 @@ struct Job {
     /// Bytes read so far (for the event at the end).
     bytes: u64,
     /// How long the next [`SYNC`] waits for its reply: the RPC timeout at first, doubled
-    /// (up to four RPC timeouts, and a lease) each time one timed out while the primary
-    /// answered late. The engine task that copies also quiesces its worker for a new
-    /// epoch, so it must not wait long.
+    /// (up to four RPC timeouts and half a lease, never below the RPC timeout) each time
+    /// one timed out while the primary answered late. The engine task that copies also
+    /// quiesces its worker for a new epoch, so it must not wait long.
     counts_wait_ns: u64,
 }
 
@@ -421,7 +421,7 @@ async fn ask_counts<E: Endpoint>(
         Err(_) => {
             if co.late_reply_at(dest) > sent {
                 let timeout = co.config().rpc_timeout_ns;
-                let cap = (SYNC_WAIT_TIMEOUTS * timeout).min(node.recovery.params().lease_ns);
+                let cap = (SYNC_WAIT_TIMEOUTS * timeout).min(node.recovery.params().lease_ns / 2);
                 job.counts_wait_ns = (job.counts_wait_ns * 2).min(cap.max(timeout));
             }
             return None;
