@@ -284,24 +284,40 @@ mod tests {
         assert!(!ex.ready().any());
     }
 
-    /// Spawns `n` tasks (the first `first` of them to go first) that log their index
-    /// and yield, forever.
-    fn loggers(ex: &mut Executor, n: usize, first: usize) -> Rc<std::cell::RefCell<Vec<usize>>> {
+    /// Whether a test task wakes itself at every poll (yields) or waits to be woken.
+    #[derive(Clone, Copy)]
+    enum Wakes {
+        Itself,
+        Never,
+    }
+
+    /// Spawns `n` tasks (the first `first` of them to go first) that log their index at
+    /// every poll, forever, and wake themselves as `wakes` says.
+    fn spawn_logging(
+        ex: &mut Executor,
+        n: usize,
+        first: usize,
+        wakes: Wakes,
+    ) -> Rc<std::cell::RefCell<Vec<usize>>> {
         let log = Rc::new(std::cell::RefCell::new(Vec::new()));
         for i in 0..n {
             let log = log.clone();
+            let task = std::future::poll_fn(move |cx| {
+                log.borrow_mut().push(i);
+                if let Wakes::Itself = wakes {
+                    cx.waker().wake_by_ref();
+                }
+                std::task::Poll::<()>::Pending
+            });
             let order = if i < first { Order::First } else { Order::Slot };
-            ex.spawn_as(
-                Box::pin(async move {
-                    loop {
-                        log.borrow_mut().push(i);
-                        YieldNow::new().await;
-                    }
-                }),
-                order,
-            );
+            ex.spawn_as(Box::pin(task), order);
         }
         log
+    }
+
+    /// Tasks that yield at every poll: ready again for the next pass.
+    fn loggers(ex: &mut Executor, n: usize, first: usize) -> Rc<std::cell::RefCell<Vec<usize>>> {
+        spawn_logging(ex, n, first, Wakes::Itself)
     }
 
     #[test]
@@ -406,20 +422,9 @@ mod tests {
         assert!(!ex.ready().any());
     }
 
-    /// Spawns `n` tasks (the first `first` of them to go first) that log their index at
-    /// every poll and never wake themselves.
+    /// Tasks that never wake themselves: ready only when a test sets them.
     fn sleepers(ex: &mut Executor, n: usize, first: usize) -> Rc<std::cell::RefCell<Vec<usize>>> {
-        let log = Rc::new(std::cell::RefCell::new(Vec::new()));
-        for i in 0..n {
-            let log = log.clone();
-            let task = std::future::poll_fn(move |_| {
-                log.borrow_mut().push(i);
-                std::task::Poll::<()>::Pending
-            });
-            let order = if i < first { Order::First } else { Order::Slot };
-            ex.spawn_as(Box::pin(task), order);
-        }
-        log
+        spawn_logging(ex, n, first, Wakes::Never)
     }
 
     #[test]

@@ -43,9 +43,9 @@ fn io_args(f: &ClusterFile, json: Option<&Path>) -> Result<IoArgs, Usage> {
 }
 
 /// The `hytra bench` options of [`FileDesign::DrtmhTwoSided`]: every phase on RPCs, and
-/// no location cache, which two-sided execution never reads: `fasst`'s configuration, with the preset's passive ACK, which ran
-/// SmallBank over TCP at a median 1.12x `fasst`'s rate and YCSB at 1.10x
-/// (docs/PERFORMANCE.md §38).
+/// no location cache, which two-sided execution never reads: `fasst`'s configuration,
+/// with the preset's passive ACK, which ran SmallBank over TCP at a median 1.12x
+/// `fasst`'s rate and YCSB at 1.10x (docs/PERFORMANCE.md §38).
 const TWO_SIDED_PHASES: [(&str, &str); 5] = [
     ("exec", "two-sided"),
     ("lock", "at-execution"),
