@@ -8,7 +8,7 @@
 //! - `cache`: the per-node location cache of remote record offsets
 //! - `node`: a node's replicas and cache, and their registration on a backend
 //!
-//! See docs/INVARIANTS.md (S1-S4) for the rules that make CPU and NIC access safe
+//! See docs/INVARIANTS.md (S1-S5) for the rules that make CPU and NIC access safe
 //! together.
 
 pub mod cache;

@@ -228,6 +228,10 @@ pub struct Engine {
     hosted: Vec<bool>,
     /// The cluster configuration every node starts with (each keeps its own view).
     initial: Arc<Config>,
+    /// Set once loading is over and every hosted replica holds its records
+    /// ([`Engine::finish_loading`]); [`Engine::load`] fills one copy per partition until
+    /// then.
+    loaded: OnceLock<()>,
 }
 
 impl Engine {
@@ -354,7 +358,7 @@ impl Engine {
         let hosted = (0..shape.nodes).map(|n| backend.hosts(NodeId(n))).collect();
         let later =
             (0..shape.nodes).map(|_| (1..LIVES_MAX).map(|_| OnceLock::new()).collect()).collect();
-        Ok(Engine { catalog, nodes, later, cfg, hosted, initial })
+        Ok(Engine { catalog, nodes, later, cfg, hosted, initial, loaded: OnceLock::new() })
     }
 
     /// `node`'s engine of its latest life.
@@ -407,23 +411,49 @@ impl Engine {
         })
     }
 
-    /// Loads one record's initial value into every replica of its partition (before the
-    /// run: loading is not a transaction and takes no locks).
+    /// Loads one record's initial value into its partition (before the run: loading is
+    /// not a transaction and takes no locks). It lands in the first replica of the
+    /// partition this process hosts, the primary if it is here; [`Engine::finish_loading`]
+    /// makes the other hosted copies.
     pub fn load(&self, table: TableId, key: u64, payload: &[u64]) -> Result<(), StoreError> {
+        assert!(self.loaded.get().is_none(), "a record loaded after loading finished");
         let p = self.catalog.partition(table, key);
-        let config = &self.initial;
-        let place = config.placement.part(p);
-        for node in std::iter::once(place.primary).chain(place.backups.iter().map(|&(n, _)| n)) {
-            if !self.hosted[usize::from(node.0)] {
-                continue;
-            }
-            let here = &self.nodes[usize::from(node.0)];
-            let off = here.store.replica(table, p).load(key, payload)?;
-            if node == place.primary {
-                here.file(table, p, key, off);
-            }
+        let Some(node) = self.hosted_copies(p).next() else { return Ok(()) };
+        let here = &self.nodes[usize::from(node.0)];
+        let off = here.store.replica(table, p).load(key, payload)?;
+        if node == self.initial.placement.part(p).primary {
+            here.file(table, p, key, off);
         }
         Ok(())
+    }
+
+    /// The nodes of this process that hold a copy of partition `p` at the start, the
+    /// primary first.
+    fn hosted_copies(&self, p: u16) -> impl Iterator<Item = NodeId> + '_ {
+        let place = self.initial.placement.part(p);
+        std::iter::once(place.primary)
+            .chain(place.backups.iter().map(|&(n, _)| n))
+            .filter(|&n| self.hosts(n))
+    }
+
+    /// Ends loading: every hosted replica of a partition gets the records [`Engine::load`]
+    /// put into the first ([`Replica::copy_loaded_to`]). Until then nothing may change a
+    /// replica but `Engine::load` (the copies would carry it). Runs once: a call while
+    /// the copying runs waits for it (worker threads calling [`Engine::install`] at
+    /// once), and a call after it returns at once.
+    pub fn finish_loading(&self) {
+        self.loaded.get_or_init(|| {
+            for t in self.catalog.tables() {
+                for p in 0..self.catalog.partitions() {
+                    let mut copies = self
+                        .hosted_copies(p)
+                        .map(|n| self.nodes[usize::from(n.0)].store.replica(t.id, p));
+                    if let Some(first) = copies.next() {
+                        first.copy_loaded_to(&copies.collect::<Vec<_>>());
+                    }
+                }
+            }
+        });
     }
 
     /// The configuration in force at the end of a run: the newest one any node
@@ -465,6 +495,7 @@ impl Engine {
     /// cache holds a SmallBank index, DrTM+H §5.1), which a short simulated window would
     /// spend its whole length approaching. Does nothing for designs without a cache.
     pub fn warm_caches(&self) {
+        self.finish_loading();
         if !matches!(
             self.cfg.exec,
             ExecStrategy::Hybrid | ExecStrategy::OneSidedCached | ExecStrategy::Offload
@@ -484,11 +515,11 @@ impl Engine {
             let known: Known = (0..self.catalog.partitions())
                 .filter_map(|p| {
                     // The primary's replica if this process hosts it, or else a backup
-                    // replica here, which was loaded as its primary was (the same keys in
-                    // the same order), so its offsets are the primary's. An entry that is
-                    // not would be caught like any stale one (S4). With fewer copies than
-                    // nodes, only the partitions of other processes backed up here are
-                    // known.
+                    // replica here, which holds what its primary was loaded with at the
+                    // same offsets (S5; in another process, the same keys loaded in the
+                    // same order). An entry that is not would be caught like any stale
+                    // one (S4). With fewer copies than nodes, only the partitions of
+                    // other processes backed up here are known.
                     let primary = config.placement.part(p).primary;
                     if self.hosts(primary) {
                         Some((p, primary))
@@ -590,6 +621,7 @@ impl Engine {
         w: &mut Worker<E>,
         record_history: bool,
     ) -> Rc<WorkerTxn> {
+        self.finish_loading();
         let co = w.co();
         let me = co.me();
         let life = co.with_ep(|ep| ep.incarnation());

@@ -39,7 +39,7 @@
 //! }
 //! ```
 //!
-//! Protocol rules the code relies on are in docs/INVARIANTS.md (S1-S4, L1-L4, T1-T6).
+//! Protocol rules the code relies on are in docs/INVARIANTS.md (S1-S5, L1-L4, T1-T6).
 
 mod commit;
 pub mod config;

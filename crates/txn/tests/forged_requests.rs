@@ -35,6 +35,7 @@ fn answers(requests: Vec<(RpcType, Vec<u8>)>) -> Vec<Vec<u8>> {
     for key in 0..16u64 {
         engine.load(T, key, &[key, key]).unwrap();
     }
+    engine.finish_loading();
     let requests = Arc::new(requests);
     let (results, stats) = run_workers_with(
         &mut b,

@@ -86,7 +86,8 @@ pub trait Workload: Sync {
         let copies = u64::from(catalog.replication());
         catalog.tables().map(|t| catalog.geometry(t.id).region_bytes()).sum::<u64>() * copies
     }
-    /// Loads the initial data into every replica.
+    /// Loads the initial data ([`Engine::load`]: into one copy of each partition; the
+    /// caller then calls [`Engine::finish_loading`] to make the others).
     fn load(&self, engine: &Engine, shape: ClusterShape) -> Result<(), StoreError>;
     /// Starts the clients of one worker.
     fn spawn<E: Endpoint + 'static>(
@@ -656,6 +657,7 @@ pub fn run_partial_in<B: Backend, W: Workload>(
         Some(&hytra_offload::lookup::Redn),
     )?;
     workload.load(&engine, shape)?;
+    engine.finish_loading();
     let journal = procs.journal.as_deref().filter(|_| params.check);
     if params.warm_cache {
         engine.warm_caches();

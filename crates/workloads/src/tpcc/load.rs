@@ -222,8 +222,8 @@ fn customer_name_number(rng: &mut Rng, nu: &NuRand, c: u64, customers: u64) -> u
 }
 
 /// Loads warehouse `w` (with its districts, customers, history, orders, new orders,
-/// order lines, stock and the two helper tables) into every replica, and its customers
-/// into `names`.
+/// order lines, stock and the two helper tables) through [`Engine::load`], and its
+/// customers into `names`.
 pub fn load_warehouse(
     engine: &Engine,
     scale: &Scale,
