@@ -33,24 +33,34 @@ fn engine_on() -> (SimCluster, Engine) {
     (b, e)
 }
 
-/// Loads a few keys and asserts that only each partition's primary holds them.
-fn load_some(e: &Engine) {
-    for k in 0..40 {
+/// Loads `keys` (each with a payload made from it) and asserts that, loading not
+/// finished, only the primary of a partition holds them.
+fn load(e: &Engine, keys: &[u64]) {
+    for &k in keys {
         e.load(T, k, &[k, !k, k]).unwrap();
     }
-    for (n, found) in copies(e, 7) {
-        let primary = e.final_config().placement.primary(e.catalog.partition(T, 7));
+    let held = copies(e, keys[7]);
+    assert_eq!(held.len(), 3, "three copies of every partition");
+    let primary = e.final_config().placement.primary(e.catalog.partition(T, keys[7]));
+    for (n, found) in held {
         assert_eq!(found.is_some(), n == primary, "node {n:?} before loading finished");
     }
 }
 
-/// Asserts that every copy holds what [`load_some`] loaded.
-fn assert_all_loaded(e: &Engine) {
-    for k in 0..40 {
-        for (n, found) in copies(e, k) {
+/// Asserts that every copy holds what [`load`] loaded.
+fn assert_all_loaded(e: &Engine, keys: &[u64]) {
+    for &k in keys {
+        let held = copies(e, k);
+        assert_eq!(held.len(), 3);
+        for (n, found) in held {
             assert_eq!(found, Some(([k, !k, k], 0)), "key {k} on node {n:?}");
         }
     }
+}
+
+/// A few keys in order.
+fn few() -> Vec<u64> {
+    (0..40).collect()
 }
 
 /// A record's payload and version as one copy holds it.
@@ -78,26 +88,14 @@ fn copies(e: &Engine, key: u64) -> Vec<(NodeId, Held)> {
 #[test]
 fn every_replica_holds_the_loaded_records_once_loading_finishes() {
     let e = engine();
-    let key = |k: u64| k.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 20;
-    for k in 0..KEYS / 4 * 3 {
-        e.load(T, key(k), &[k, !k, key(k)]).unwrap();
-    }
-    // Until loading finishes, only the primary holds a partition's records.
-    let before = copies(&e, key(7));
-    assert_eq!(before.len(), 3, "three copies of every partition");
-    let primary = e.final_config().placement.primary(e.catalog.partition(T, key(7)));
-    for (n, found) in &before {
-        assert_eq!(found.is_some(), *n == primary, "node {n:?} before loading finished");
-    }
+    // Keys scattered over a wide range, not one dense run.
+    let keys: Vec<u64> =
+        (0..KEYS / 4 * 3).map(|k| k.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 20).collect();
+    load(&e, &keys);
+    // A second call would copy over the copies, which panics: it must do nothing.
     e.finish_loading();
     e.finish_loading();
-    for k in 0..KEYS / 4 * 3 {
-        let all = copies(&e, key(k));
-        assert_eq!(all.len(), 3);
-        for (n, found) in all {
-            assert_eq!(found, Some(([k, !k, key(k)], 0)), "key {} on node {n:?}", key(k));
-        }
-    }
+    assert_all_loaded(&e, &keys);
 }
 
 #[test]
@@ -112,7 +110,7 @@ fn nothing_is_loaded_after_loading_finished() {
 #[test]
 fn workers_start_only_once_loading_finished() {
     let (mut b, e) = engine_on();
-    load_some(&e);
+    load(&e, &few());
     // Nobody finishes loading by hand: installing the first worker does.
     let (_, _) = run_workers_with(
         &mut b,
@@ -124,13 +122,13 @@ fn workers_start_only_once_loading_finished() {
         |_, ()| (),
     )
     .unwrap();
-    assert_all_loaded(&e);
+    assert_all_loaded(&e, &few());
 }
 
 #[test]
 fn warming_the_caches_finishes_loading_first() {
     let e = engine();
-    load_some(&e);
+    load(&e, &few());
     e.warm_caches();
-    assert_all_loaded(&e);
+    assert_all_loaded(&e, &few());
 }
