@@ -4,15 +4,15 @@
 
 use std::io::{IsTerminal, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hytra_lab::auto::{pick_design, AutoError, Refine};
 use hytra_lab::bench::{BenchReport, Crash, TrialReport};
 use hytra_lab::cmd::bench::{lease_of, plan, report, BenchArgs, BenchPlan};
 use hytra_lab::span::Span;
-use hytra_lab::{BackendSpec, RunSpec};
-use hytra_workloads::bench::BenchError;
+use hytra_lab::{BackendSpec, RunSpec, Watch};
+use hytra_workloads::bench::{BenchError, Stage};
 
 use crate::table::{open_output, rate, write_json};
 use crate::CliError;
@@ -88,22 +88,40 @@ fn run_once(
     // The run's own wall time, after any trials.
     let started = Instant::now();
     let total_ns = spec.params.warmup_ns + spec.params.measure_ns;
-    let result = if let BackendSpec::Sim(sc) = &spec.backend {
-        if first {
+    let sim = spec.backend.is_sim();
+    if first {
+        if let BackendSpec::Sim(sc) = &spec.backend {
             eprintln!("{}", sc.describe());
         }
-        let mut bar = ProgressBar::new(started, total_ns, "virtual");
-        hytra_lab::run(spec, Some(Box::new(move |now| bar.show(now))))
-    } else {
-        let stop = Arc::new(AtomicBool::new(false));
-        let ticker = wall_progress(started, total_ns, stop.clone());
-        let r = hytra_lab::run(spec, None);
-        stop.store(true, Ordering::Relaxed);
-        let _ = ticker.join();
-        r
+    }
+    let status = Arc::new(Mutex::new(Status::new(started, total_ns, sim)));
+    // Only people watching a terminal want it; logs and pipes do not.
+    let shown = std::io::stderr().is_terminal();
+    let stop = Arc::new(AtomicBool::new(false));
+    let ticker = shown.then(|| ticker(status.clone(), stop.clone()));
+    let on_stage = {
+        let status = status.clone();
+        move |s: Stage| lock(&status).enter(s, Instant::now())
     };
-    if std::io::stderr().is_terminal() {
-        eprint!("\r{:60}\r", "");
+    let on_clock = {
+        let status = status.clone();
+        move |now_ns: u64| {
+            if shown {
+                show(lock(&status).line(Instant::now(), Some(now_ns)));
+            }
+        }
+    };
+    let watch = Watch {
+        virtual_time: sim.then(|| Box::new(on_clock) as Box<dyn FnMut(u64)>),
+        stage: Some(Box::new(on_stage)),
+    };
+    let result = hytra_lab::run(spec, watch);
+    stop.store(true, Ordering::Relaxed);
+    if let Some(t) = ticker {
+        let _ = t.join();
+    }
+    if shown {
+        eprint!("\r{:72}\r", "");
     }
     let outcome = match result {
         Ok(Some(o)) => o,
@@ -123,49 +141,106 @@ fn run_once(
     Ok(Some((report, outcome.txn_types)))
 }
 
-/// A progress bar on standard error, shown once a run has lasted two seconds.
-struct ProgressBar {
+/// What `hytra bench` shows on standard error while a run goes on, once it has lasted
+/// two seconds: the stage its setup or checks are in, and while it runs a bar of its
+/// clock (virtual on the simulator, else wall).
+struct Status {
     started: Instant,
     total_ns: u64,
-    clock: &'static str,
+    /// The simulator's bar is drawn where the simulation reports its virtual time.
+    sim: bool,
+    /// The stage the run is in, and since when.
+    stage: Option<(Stage, Instant)>,
 }
 
-impl ProgressBar {
-    fn new(started: Instant, total_ns: u64, clock: &'static str) -> ProgressBar {
-        ProgressBar { started, total_ns, clock }
+impl Status {
+    fn new(started: Instant, total_ns: u64, sim: bool) -> Status {
+        Status { started, total_ns, sim, stage: None }
     }
 
-    fn show(&mut self, now_ns: u64) {
-        let wall = self.started.elapsed();
-        // Only people watching a terminal want it; logs and pipes do not.
-        if wall < Duration::from_secs(2) || !std::io::stderr().is_terminal() {
-            return;
+    fn enter(&mut self, stage: Stage, now: Instant) {
+        self.stage = Some((stage, now));
+    }
+
+    /// The line to show at `now`, if any; `virtual_ns` is the simulation's clock when the
+    /// simulation itself asks (a ticker asks with `None`).
+    fn line(&self, now: Instant, virtual_ns: Option<u64>) -> Option<String> {
+        if now.saturating_duration_since(self.started) < Duration::from_secs(2) {
+            return None;
         }
-        let frac = (now_ns as f64 / self.total_ns as f64).min(1.0);
+        let (stage, since) = self.stage?;
+        let in_stage = now.saturating_duration_since(since);
+        if stage != Stage::Running {
+            return Some(format!("{stage}: {:.1} s", in_stage.as_secs_f64()));
+        }
+        let (ran_ns, clock) = match (self.sim, virtual_ns) {
+            (true, Some(ns)) => (ns, "virtual"),
+            (false, _) => (u64::try_from(in_stage.as_nanos()).unwrap_or(u64::MAX), "wall"),
+            // The simulation draws its own bar.
+            (true, None) => return None,
+        };
+        let frac = (ran_ns as f64 / self.total_ns as f64).min(1.0);
         let filled = (frac * 30.0) as usize;
-        let eta = if frac > 0.0 { wall.as_secs_f64() * (1.0 - frac) / frac } else { 0.0 };
-        eprint!(
-            "\r[{}{}] {:>3.0}% of {} time, ETA {:.0} s  ",
+        let wall = in_stage.as_secs_f64();
+        let eta = if frac > 0.0 { wall * (1.0 - frac) / frac } else { 0.0 };
+        Some(format!(
+            "[{}{}] {:>3.0}% of {clock} time, ETA {eta:.0} s",
             "#".repeat(filled),
             " ".repeat(30 - filled),
             frac * 100.0,
-            self.clock,
-            eta
-        );
+        ))
+    }
+}
+
+fn lock(status: &Mutex<Status>) -> std::sync::MutexGuard<'_, Status> {
+    // The status is only ever overwritten whole: a panic elsewhere leaves it usable.
+    status.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn show(line: Option<String>) {
+    if let Some(line) = line {
+        eprint!("\r{line:72}");
         let _ = std::io::stderr().flush();
     }
 }
 
-fn wall_progress(
-    started: Instant,
-    total_ns: u64,
-    stop: Arc<AtomicBool>,
-) -> std::thread::JoinHandle<()> {
+/// Redraws the status every fifth of a second until `stop`.
+fn ticker(status: Arc<Mutex<Status>>, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
-        let mut bar = ProgressBar::new(started, total_ns, "wall");
         while !stop.load(Ordering::Relaxed) {
             std::thread::sleep(Duration::from_millis(200));
-            bar.show(started.elapsed().as_nanos() as u64);
+            show(lock(&status).line(Instant::now(), None));
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_status_waits_two_seconds_then_names_the_stage_or_draws_the_bar() {
+        let t0 = Instant::now();
+        let at = |s: f64| t0 + Duration::from_secs_f64(s);
+        let mut sim = Status::new(t0, 10_000_000, true);
+        sim.enter(Stage::Loading, at(0.0));
+        assert_eq!(sim.line(at(1.9), None), None, "nothing before two seconds");
+        assert_eq!(sim.line(at(2.5), None).as_deref(), Some("loading the tables: 2.5 s"));
+        sim.enter(Stage::Running, at(3.0));
+        assert_eq!(sim.line(at(4.0), None), None, "the simulation draws its own bar");
+        let bar = sim.line(at(4.0), Some(5_000_000)).unwrap();
+        assert!(bar.contains(" 50% of virtual time, ETA 1 s"), "{bar}");
+        assert!(bar.starts_with(&format!("[{}{}]", "#".repeat(15), " ".repeat(15))), "{bar}");
+        sim.enter(Stage::Checking, at(5.0));
+        let line = sim.line(at(5.5), Some(10_000_000));
+        assert_eq!(line.as_deref(), Some("checking the history and the database: 0.5 s"));
+
+        let mut wall = Status::new(t0, 4_000_000_000, false);
+        assert_eq!(wall.line(at(3.0), None), None, "no stage yet");
+        wall.enter(Stage::Running, at(2.0));
+        let bar = wall.line(at(3.0), None).unwrap();
+        assert!(bar.contains(" 25% of wall time, ETA 3 s"), "{bar}");
+        let bar = wall.line(at(9.0), None).unwrap();
+        assert!(bar.contains("100% of wall time, ETA 0 s"), "past the end: {bar}");
+    }
 }

@@ -10,7 +10,7 @@ use hytra_txn::{ExecStrategy, LockStrategy, Primitive, TxnConfig};
 use hytra_workloads::bench::{BenchError, BenchParams};
 
 use crate::bench::{AutoReport, TrialReport};
-use crate::run::{run, RunSpec};
+use crate::run::{run, RunSpec, Watch};
 
 /// A trial's measured window on the simulator: thousands of transactions of the slowest
 /// workload.
@@ -94,7 +94,7 @@ pub fn pick_design(
     let mut trial = |label: String, txn: TxnConfig| -> Result<f64, AutoError> {
         let trial =
             RunSpec { backend: backend.clone(), workload: spec.workload.clone(), txn, params };
-        let outcome = run(&trial, None).map_err(|e| match e {
+        let outcome = run(&trial, Watch::default()).map_err(|e| match e {
             BenchError::Params(m) => AutoError::Params(m),
             source => AutoError::Trial { label: label.clone(), source },
         })?;

@@ -225,7 +225,7 @@ pub(crate) mod tests {
 
     /// The report of a run of `spec`.
     pub(crate) fn report(spec: &RunSpec) -> BenchReport {
-        let o = crate::run(spec, None).unwrap().unwrap();
+        let o = crate::run(spec, crate::run::Watch::default()).unwrap().unwrap();
         let setup = BenchSetup {
             workload: o.workload,
             backend: "sim",

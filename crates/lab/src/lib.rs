@@ -53,7 +53,7 @@ pub mod workload;
 
 pub use backend::{BackendSpec, Bootstrap, Launcher, Placement, StoreAt, UcxSpec};
 pub use cpu_profile::{CpuProfile, CPU_PROFILES};
-pub use run::{run, Outcome, RunSpec};
+pub use run::{run, Outcome, RunSpec, Watch};
 pub use workload::{unknown_workload, WorkloadSpec, WORKLOADS};
 
 /// The CPU profile of simulated transactional runs unless one is named: the paper's

@@ -7,7 +7,9 @@ use hytra_fabric::{Backend, ClusterShape};
 use hytra_offload::lookup::Redn;
 use hytra_store::{Catalog, Fill, NodeStore};
 use hytra_txn::{ExecStrategy, NicLookups, TxnConfig, SCRATCH_CO_BYTES};
-use hytra_workloads::bench::{run_partial_in, BenchError, BenchParams, BenchResult, Workload};
+use hytra_workloads::bench::{
+    run_partial_in, BenchError, BenchParams, BenchResult, Stage, Workload,
+};
 
 use crate::backend::{BackendSpec, BackendVisitor, Progress};
 use crate::workload::{WorkloadSpec, WorkloadVisitor};
@@ -182,29 +184,41 @@ pub fn memory_needed<W: Workload>(
     (store + log + scratch + nic) * nodes + caches + failed
 }
 
+/// What the caller of [`run`] hears while the run goes on.
+#[derive(Default)]
+pub struct Watch {
+    /// Called with the virtual time every so often while a simulation runs.
+    pub virtual_time: Option<Progress>,
+    /// Told each stage as the run enters it.
+    pub stage: Option<Box<dyn Fn(Stage)>>,
+}
+
 /// Runs `spec`: `Ok(None)` on a process of a cluster spread over processes that is not
-/// the first (the first reports for everyone). `progress` gets the virtual time while a
-/// simulation runs.
-pub fn run(spec: &RunSpec, progress: Option<Progress>) -> Result<Option<Outcome>, BenchError> {
+/// the first (the first reports for everyone).
+pub fn run(spec: &RunSpec, watch: Watch) -> Result<Option<Outcome>, BenchError> {
     struct OnBackend<'a> {
         spec: &'a RunSpec,
+        stage: &'a dyn Fn(Stage),
     }
     impl BackendVisitor for OnBackend<'_> {
         type Out = Result<Option<Outcome>, BenchError>;
         fn visit<B: Backend>(self, b: &mut B) -> Self::Out {
             let s = self.spec;
-            s.workload.with(s.span_s(), s.params.seed, OnWorkload { spec: s, backend: b })
+            let on = OnWorkload { spec: s, backend: b, stage: self.stage };
+            s.workload.with(s.span_s(), s.params.seed, on)
         }
     }
     struct OnWorkload<'a, B> {
         spec: &'a RunSpec,
         backend: &'a mut B,
+        stage: &'a dyn Fn(Stage),
     }
     impl<B: Backend> WorkloadVisitor for OnWorkload<'_, B> {
         type Out = Result<Option<Outcome>, BenchError>;
         fn visit<W: Workload>(self, w: &W) -> Self::Out {
             let procs = self.spec.backend.processes();
-            let r = run_partial_in(self.backend, w, self.spec.txn, self.spec.params, procs)?;
+            let (txn, params) = (self.spec.txn, self.spec.params);
+            let r = run_partial_in(self.backend, w, txn, params, procs, self.stage)?;
             Ok(r.map(|r| Outcome {
                 result: BenchResult {
                     stats: r.stats,
@@ -224,7 +238,9 @@ pub fn run(spec: &RunSpec, progress: Option<Progress>) -> Result<Option<Outcome>
             }))
         }
     }
-    spec.backend.with(progress, OnBackend { spec })?
+    let quiet = |_| {};
+    let stage: &dyn Fn(Stage) = watch.stage.as_deref().unwrap_or(&quiet);
+    spec.backend.with(watch.virtual_time, OnBackend { spec, stage })?
 }
 
 #[cfg(test)]

@@ -41,7 +41,7 @@ use serde::{Deserialize, Serialize};
 use crate::backend::{BackendSpec, UcxSpec};
 use crate::cluster_file::Wait;
 use crate::cpu_profile::CpuProfile;
-use crate::run::{run, Outcome, RunSpec};
+use crate::run::{run, Outcome, RunSpec, Watch};
 use crate::workload::{partition_bytes, WorkloadSpec};
 
 /// The backend a swarm runs on.
@@ -1188,7 +1188,7 @@ fn hytra_frames(trace: &str) -> String {
 /// Runs a draw, catching a panic as a finding.
 fn run_caught(d: &Draw) -> Result<Outcome, String> {
     CAPTURING.with(|c| *c.borrow_mut() = true);
-    let r = catch_unwind(AssertUnwindSafe(|| run(&d.spec, None)));
+    let r = catch_unwind(AssertUnwindSafe(|| run(&d.spec, Watch::default())));
     CAPTURING.with(|c| *c.borrow_mut() = false);
     match r {
         Ok(Ok(Some(o))) => Ok(o),

@@ -516,7 +516,35 @@ pub fn run_partial<B: Backend, W: Workload>(
     cfg: TxnConfig,
     params: BenchParams,
 ) -> Result<Option<BenchResult<W::Report>>, BenchError> {
-    run_partial_in(backend, workload, cfg, params, Processes::default())
+    run_partial_in(backend, workload, cfg, params, Processes::default(), &|_| {})
+}
+
+/// The stages of a run, in the order [`run_partial_in`] enters them; a run skips those
+/// it has no work for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stage {
+    /// Registering the store's memory and loading the workload's records into it.
+    Loading,
+    /// Filling every node's location cache before the first transaction.
+    Warming,
+    /// The workers run: warm-up, window and drain.
+    Running,
+    /// Every process sends its part to the first (a cluster spread over processes).
+    Gathering,
+    /// Checking the history and the database.
+    Checking,
+}
+
+impl std::fmt::Display for Stage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Stage::Loading => "loading the tables",
+            Stage::Warming => "warming the location caches",
+            Stage::Running => "running",
+            Stage::Gathering => "gathering the processes' results",
+            Stage::Checking => "checking the history and the database",
+        })
+    }
 }
 
 /// What the processes of a cluster share beyond the fabric, so that the run survives
@@ -622,7 +650,8 @@ fn parse_journal_line(line: &[u8]) -> Option<JournalLine<'_>> {
     })
 }
 
-/// As [`run_partial`], for a process of a cluster that shares `procs`.
+/// As [`run_partial`], for a process of a cluster that shares `procs`. `stage` hears of
+/// each [`Stage`] as the run enters it (a command line shows what a long setup is doing).
 #[allow(
     clippy::too_many_lines,
     reason = "longer than the limit before the limit was set; split it when it next changes"
@@ -633,6 +662,7 @@ pub fn run_partial_in<B: Backend, W: Workload>(
     cfg: TxnConfig,
     params: BenchParams,
     procs: Processes,
+    stage: &dyn Fn(Stage),
 ) -> Result<Option<BenchResult<W::Report>>, BenchError> {
     let shape = backend.shape();
     if params.coroutines == 0 || params.measure_ns == 0 {
@@ -647,6 +677,7 @@ pub fn run_partial_in<B: Backend, W: Workload>(
         )));
     }
     workload.validate(shape).map_err(BenchError::Params)?;
+    stage(Stage::Loading);
     let catalog = Catalog::new(workload.tables(shape), shape.nodes, cfg.replication)?;
     let engine = Engine::setup_with_store(
         backend,
@@ -660,8 +691,10 @@ pub fn run_partial_in<B: Backend, W: Workload>(
     engine.finish_loading();
     let journal = procs.journal.as_deref().filter(|_| params.check);
     if params.warm_cache {
+        stage(Stage::Warming);
         engine.warm_caches();
     }
+    stage(Stage::Running);
     let end_ns = params.warmup_ns + params.measure_ns;
     let plan = ClientPlan {
         coroutines: params.coroutines,
@@ -757,6 +790,7 @@ pub fn run_partial_in<B: Backend, W: Workload>(
             partition: r.partition,
             image: r.image(),
         });
+        stage(Stage::Gathering);
         let Some(blobs) = backend.gather(part.encode(images))? else { return Ok(None) };
         let mut parts = Vec::with_capacity(blobs.len());
         for b in blobs {
@@ -837,6 +871,7 @@ pub fn run_partial_in<B: Backend, W: Workload>(
     }
     reports.sort_by_key(|(i, _)| *i);
     let reports: Vec<W::Report> = reports.into_iter().map(|(_, r)| r).collect();
+    stage(Stage::Checking);
     let checker = params.check.then(|| hytra_check::check(&history));
     let mut invariant = workload.check(&engine, &reports);
     // Every ticket and call is collected exactly once (R5): a leak is a bug of the

@@ -7,7 +7,9 @@ use hytra_fabric::sim::{SimCluster, SimConfig};
 use hytra_fabric::ClusterShape;
 use hytra_rt::RtConfig;
 use hytra_txn::{Design, PlantedFault, TxnConfig};
-use hytra_workloads::bench::{run, BenchParams, BenchResult, Workload};
+use hytra_workloads::bench::{
+    run, run_partial_in, BenchParams, BenchResult, Processes, Stage, Workload,
+};
 use hytra_workloads::tatp::{Tatp, TatpParams};
 use hytra_workloads::tpce::{Tpce, TpceParams};
 use hytra_workloads::ycsb::{KeyDist, Mix, Ycsb, YcsbParams};
@@ -163,4 +165,24 @@ fn bad_parameters_are_refused() {
     assert!(Tpce::new(TpceParams { market_feed_pct: 101, ..TpceParams::standard(1) })
         .validate(s)
         .is_err());
+}
+
+#[test]
+fn a_run_tells_its_stages_in_order() {
+    let w = ycsb(Mix::A);
+    for warm_cache in [true, false] {
+        let seen = std::cell::RefCell::new(Vec::new());
+        let mut b = SimCluster::new(SimConfig::new(shape(), 1)).unwrap();
+        let p = BenchParams { warm_cache, ..params(1, 100_000) };
+        let cfg = TxnConfig::preset(Design::DrtmH);
+        let r = run_partial_in(&mut b, &w, cfg, p, Processes::default(), &|s| {
+            seen.borrow_mut().push(s);
+        });
+        assert_correct(&r.unwrap().unwrap(), "ycsb", w.txn_types(), 1);
+        let mut want = vec![Stage::Loading, Stage::Warming, Stage::Running, Stage::Checking];
+        if !warm_cache {
+            want.retain(|&s| s != Stage::Warming);
+        }
+        assert_eq!(seen.into_inner(), want, "warm_cache {warm_cache}");
+    }
 }
