@@ -118,6 +118,8 @@ fn run_once(
     let result = hytra_lab::run(spec, watch);
     stop.store(true, Ordering::Relaxed);
     if let Some(t) = ticker {
+        // Woken, not waited out: its nap would count in the run's wall time.
+        t.thread().unpark();
         let _ = t.join();
     }
     if shown {
@@ -204,13 +206,15 @@ fn show(line: Option<String>) {
     }
 }
 
-/// Redraws the status every fifth of a second until `stop`.
+/// Redraws the status every fifth of a second until `stop` (set before the thread is
+/// unparked).
 fn ticker(status: Arc<Mutex<Status>>, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
-    std::thread::spawn(move || {
-        while !stop.load(Ordering::Relaxed) {
-            std::thread::sleep(Duration::from_millis(200));
-            show(lock(&status).line(Instant::now(), None));
+    std::thread::spawn(move || loop {
+        std::thread::park_timeout(Duration::from_millis(200));
+        if stop.load(Ordering::Relaxed) {
+            return;
         }
+        show(lock(&status).line(Instant::now(), None));
     })
 }
 
@@ -231,9 +235,11 @@ mod tests {
         let bar = sim.line(at(4.0), Some(5_000_000)).unwrap();
         assert!(bar.contains(" 50% of virtual time, ETA 1 s"), "{bar}");
         assert!(bar.starts_with(&format!("[{}{}]", "#".repeat(15), " ".repeat(15))), "{bar}");
-        sim.enter(Stage::Checking, at(5.0));
+        sim.enter(Stage::Checking { history: true }, at(5.0));
         let line = sim.line(at(5.5), Some(10_000_000));
         assert_eq!(line.as_deref(), Some("checking the history and the database: 0.5 s"));
+        sim.enter(Stage::Checking { history: false }, at(5.0));
+        assert_eq!(sim.line(at(6.0), None).as_deref(), Some("checking the database: 1.0 s"));
 
         let mut wall = Status::new(t0, 4_000_000_000, false);
         assert_eq!(wall.line(at(3.0), None), None, "no stage yet");

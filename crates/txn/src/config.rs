@@ -24,6 +24,16 @@ pub enum ExecStrategy {
     Offload,
 }
 
+impl ExecStrategy {
+    /// Whether execution looks records up in the location cache first.
+    pub fn reads_cache(self) -> bool {
+        match self {
+            ExecStrategy::OneSidedCached | ExecStrategy::Hybrid | ExecStrategy::Offload => true,
+            ExecStrategy::OneSided | ExecStrategy::TwoSided => false,
+        }
+    }
+}
+
 /// How the write set is locked.
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]
 pub enum LockStrategy {

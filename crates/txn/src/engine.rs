@@ -23,7 +23,7 @@ use hytra_rt::{CallTicket, Co, OpTicket, RpcType, StepBudget, Waits, Worker};
 use hytra_store::{Catalog, LocationCache, NodeStore, Replica, StoreError, TableId};
 use thiserror::Error;
 
-use crate::config::{ConfigError, ExecStrategy, ProtocolPoint, TxnConfig};
+use crate::config::{ConfigError, ProtocolPoint, TxnConfig};
 use crate::config_store::{Cas, ConfigStore, MemoryStore};
 use crate::handlers;
 use crate::log::{LogLayout, RingOut};
@@ -496,10 +496,7 @@ impl Engine {
     /// spend its whole length approaching. Does nothing for designs without a cache.
     pub fn warm_caches(&self) {
         self.finish_loading();
-        if !matches!(
-            self.cfg.exec,
-            ExecStrategy::Hybrid | ExecStrategy::OneSidedCached | ExecStrategy::Offload
-        ) {
+        if !self.cfg.exec.reads_cache() {
             return;
         }
         let config = &self.initial;

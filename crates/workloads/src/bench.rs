@@ -531,8 +531,12 @@ pub enum Stage {
     Running,
     /// Every process sends its part to the first (a cluster spread over processes).
     Gathering,
-    /// Checking the history and the database.
-    Checking,
+    /// Checking the database's invariants, and with `history` the history's
+    /// serializability.
+    Checking {
+        /// Whether the history is checked too (`BenchParams::check`).
+        history: bool,
+    },
 }
 
 impl std::fmt::Display for Stage {
@@ -542,7 +546,8 @@ impl std::fmt::Display for Stage {
             Stage::Warming => "warming the location caches",
             Stage::Running => "running",
             Stage::Gathering => "gathering the processes' results",
-            Stage::Checking => "checking the history and the database",
+            Stage::Checking { history: true } => "checking the history and the database",
+            Stage::Checking { history: false } => "checking the database",
         })
     }
 }
@@ -690,7 +695,7 @@ pub fn run_partial_in<B: Backend, W: Workload>(
     workload.load(&engine, shape)?;
     engine.finish_loading();
     let journal = procs.journal.as_deref().filter(|_| params.check);
-    if params.warm_cache {
+    if params.warm_cache && engine.cfg.exec.reads_cache() {
         stage(Stage::Warming);
         engine.warm_caches();
     }
@@ -871,7 +876,7 @@ pub fn run_partial_in<B: Backend, W: Workload>(
     }
     reports.sort_by_key(|(i, _)| *i);
     let reports: Vec<W::Report> = reports.into_iter().map(|(_, r)| r).collect();
-    stage(Stage::Checking);
+    stage(Stage::Checking { history: params.check });
     let checker = params.check.then(|| hytra_check::check(&history));
     let mut invariant = workload.check(&engine, &reports);
     // Every ticket and call is collected exactly once (R5): a leak is a bug of the

@@ -7,8 +7,15 @@ use hytra_fabric::sim::{SimCluster, SimConfig};
 use hytra_fabric::ClusterShape;
 use hytra_rt::RtConfig;
 use hytra_txn::{Design, PlantedFault, TxnConfig};
+use std::rc::Rc;
+
+use hytra_fabric::Endpoint;
+use hytra_rt::Worker;
+use hytra_store::StoreError;
+use hytra_txn::WorkerTxn;
 use hytra_workloads::bench::{
-    run, run_partial_in, BenchParams, BenchResult, Processes, Stage, Workload,
+    run, run_partial_in, BenchParams, BenchResult, ClientPlan, InvariantReport, Processes, Stage,
+    Workload,
 };
 use hytra_workloads::tatp::{Tatp, TatpParams};
 use hytra_workloads::tpce::{Tpce, TpceParams};
@@ -167,22 +174,97 @@ fn bad_parameters_are_refused() {
         .is_err());
 }
 
+/// What a run did, in order: the stages it told and the workload calls it made.
+#[derive(Debug, Clone, PartialEq)]
+enum Seen {
+    Stage(Stage),
+    Load,
+    Spawn,
+    Check,
+}
+
+/// `W`, noting the calls that mark a run's stages.
+struct Noted<'a, W> {
+    inner: W,
+    seen: &'a std::sync::Mutex<Vec<Seen>>,
+}
+
+impl<W> Noted<'_, W> {
+    fn note(&self, s: Seen) {
+        let mut seen = self.seen.lock().unwrap();
+        // Every worker spawns: one note for them all.
+        if seen.last() != Some(&s) {
+            seen.push(s);
+        }
+    }
+}
+
+impl<W: Workload> Workload for Noted<'_, W> {
+    type State = W::State;
+    type Report = W::Report;
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+    fn txn_types(&self) -> &'static [&'static str] {
+        self.inner.txn_types()
+    }
+    fn validate(&self, shape: ClusterShape) -> Result<(), String> {
+        self.inner.validate(shape)
+    }
+    fn tables(&self, shape: ClusterShape) -> Vec<hytra_store::TableSpec> {
+        self.inner.tables(shape)
+    }
+    fn load(&self, e: &hytra_txn::Engine, shape: ClusterShape) -> Result<(), StoreError> {
+        self.note(Seen::Load);
+        self.inner.load(e, shape)
+    }
+    fn spawn<E: Endpoint + 'static>(
+        &self,
+        w: &mut Worker<E>,
+        wt: &Rc<WorkerTxn>,
+        plan: ClientPlan,
+    ) -> W::State {
+        self.note(Seen::Spawn);
+        self.inner.spawn(w, wt, plan)
+    }
+    fn report(&self, state: W::State) -> W::Report {
+        self.inner.report(state)
+    }
+    fn check(&self, e: &hytra_txn::Engine, reports: &[W::Report]) -> InvariantReport {
+        self.note(Seen::Check);
+        self.inner.check(e, reports)
+    }
+}
+
 #[test]
 fn a_run_tells_its_stages_in_order() {
-    let w = ycsb(Mix::A);
-    for warm_cache in [true, false] {
-        let seen = std::cell::RefCell::new(Vec::new());
+    use Seen::{Check, Load, Spawn};
+    let cases = [
+        (Design::DrtmH, true, true),
+        (Design::DrtmH, false, true),
+        // No location cache to warm.
+        (Design::Fasst, true, true),
+        (Design::DrtmH, true, false),
+    ];
+    for (design, warm_cache, check) in cases {
+        let seen = std::sync::Mutex::new(Vec::new());
+        let w = Noted { inner: ycsb(Mix::A), seen: &seen };
         let mut b = SimCluster::new(SimConfig::new(shape(), 1)).unwrap();
-        let p = BenchParams { warm_cache, ..params(1, 100_000) };
-        let cfg = TxnConfig::preset(Design::DrtmH);
+        let p = BenchParams { warm_cache, check, ..params(1, 100_000) };
+        let cfg = TxnConfig::preset(design);
         let r = run_partial_in(&mut b, &w, cfg, p, Processes::default(), &|s| {
-            seen.borrow_mut().push(s);
+            w.note(Seen::Stage(s));
         });
-        assert_correct(&r.unwrap().unwrap(), "ycsb", w.txn_types(), 1);
-        let mut want = vec![Stage::Loading, Stage::Warming, Stage::Running, Stage::Checking];
-        if !warm_cache {
-            want.retain(|&s| s != Stage::Warming);
+        let r = r.unwrap().unwrap();
+        assert_eq!(r.checker.is_some(), check);
+        assert!(r.invariant.ok, "{:?}", r.invariant.details);
+        let mut want = vec![Seen::Stage(Stage::Loading), Load];
+        if warm_cache && design != Design::Fasst {
+            want.push(Seen::Stage(Stage::Warming));
         }
-        assert_eq!(seen.into_inner(), want, "warm_cache {warm_cache}");
+        want.extend([Seen::Stage(Stage::Running), Spawn]);
+        want.extend([Seen::Stage(Stage::Checking { history: check }), Check]);
+        let case = format!("{design:?}, warm_cache {warm_cache}, check {check}");
+        assert_eq!(seen.into_inner().unwrap(), want, "{case}");
     }
 }
