@@ -107,7 +107,10 @@ fn run_once(
         let status = status.clone();
         move |now_ns: u64| {
             if shown {
-                show(lock(&status).line(Instant::now(), Some(now_ns)));
+                // Drawn after the lock is let go: a stalled terminal must not hold up
+                // the run's thread, which takes it to enter a stage.
+                let line = lock(&status).line(Instant::now(), Some(now_ns));
+                show(line);
             }
         }
     };
@@ -214,7 +217,8 @@ fn ticker(status: Arc<Mutex<Status>>, stop: Arc<AtomicBool>) -> std::thread::Joi
         if stop.load(Ordering::Relaxed) {
             return;
         }
-        show(lock(&status).line(Instant::now(), None));
+        let line = lock(&status).line(Instant::now(), None);
+        show(line);
     })
 }
 

@@ -123,11 +123,7 @@ impl CacheMemory {
     /// The caches of a run of `cfg`, warmed or not, in a process that hosts one node of
     /// a cluster spread over processes (`spread`) or every node.
     pub fn of(cfg: &TxnConfig, warm: bool, spread: bool) -> CacheMemory {
-        let warmed = matches!(
-            cfg.exec,
-            ExecStrategy::Hybrid | ExecStrategy::OneSidedCached | ExecStrategy::Offload
-        );
-        match warm && warmed && !spread {
+        match warm && cfg.exec.reads_cache() && !spread {
             true => CacheMemory::SharedImage,
             false => CacheMemory::PerNode,
         }

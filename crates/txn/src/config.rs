@@ -25,7 +25,8 @@ pub enum ExecStrategy {
 }
 
 impl ExecStrategy {
-    /// Whether execution looks records up in the location cache first.
+    /// Whether execution looks records up in the location cache first (if the
+    /// configuration gives it one: see [`TxnConfig::has_cache`]).
     pub fn reads_cache(self) -> bool {
         match self {
             ExecStrategy::OneSidedCached | ExecStrategy::Hybrid | ExecStrategy::Offload => true,
@@ -262,6 +263,12 @@ pub enum ConfigError {
 pub const CACHE_BYTES_DEFAULT: u64 = 300 << 20;
 
 impl TxnConfig {
+    /// Whether execution reads a location cache: its strategy reads one and it has
+    /// memory for one (`Offload` runs without).
+    pub fn has_cache(&self) -> bool {
+        self.exec.reads_cache() && self.cache_bytes > 0
+    }
+
     /// The preset of a design, with 3-way replication.
     pub fn preset(design: Design) -> TxnConfig {
         use ExecStrategy as E;

@@ -835,18 +835,17 @@ impl<E: Endpoint> TxnCtx<E> {
             return Ok(None);
         }
         let lock_now = for_update && self.node.cfg.lock == LockStrategy::AtExecution;
-        let cached = match self.node.cfg.exec {
-            ExecStrategy::Hybrid | ExecStrategy::OneSidedCached | ExecStrategy::Offload => {
-                let hit = self.node.store.cache().get(a.table, a.key, self.generation(&a));
-                let mut s = self.wt.stats.borrow_mut();
-                if hit.is_some() {
-                    s.cache_hits += 1
-                } else {
-                    s.cache_misses += 1
-                }
-                hit
+        let cached = if self.node.cfg.exec.reads_cache() {
+            let hit = self.node.store.cache().get(a.table, a.key, self.generation(&a));
+            let mut s = self.wt.stats.borrow_mut();
+            if hit.is_some() {
+                s.cache_hits += 1
+            } else {
+                s.cache_misses += 1
             }
-            _ => None,
+            hit
+        } else {
+            None
         };
         let by_rpc = match (self.node.cfg.exec, cached) {
             (ExecStrategy::TwoSided, _) => true,

@@ -695,7 +695,7 @@ pub fn run_partial_in<B: Backend, W: Workload>(
     workload.load(&engine, shape)?;
     engine.finish_loading();
     let journal = procs.journal.as_deref().filter(|_| params.check);
-    if params.warm_cache && engine.cfg.exec.reads_cache() {
+    if params.warm_cache && engine.cfg.has_cache() {
         stage(Stage::Warming);
         engine.warm_caches();
     }

@@ -192,8 +192,8 @@ struct Noted<'a, W> {
 impl<W> Noted<'_, W> {
     fn note(&self, s: Seen) {
         let mut seen = self.seen.lock().unwrap();
-        // Every worker spawns: one note for them all.
-        if seen.last() != Some(&s) {
+        // Every worker spawns: one note for them all (and only for them).
+        if s != Seen::Spawn || seen.last() != Some(&s) {
             seen.push(s);
         }
     }
