@@ -147,6 +147,8 @@ pub fn memory_needed<W: Workload>(
     let log = shape.workers_total() as u64 * cfg.log_ring_bytes;
     let scratch = u64::from(shape.workers_per_node) * u64::from(coroutines) * SCRATCH_CO_BYTES;
     let cache = NodeStore::cache_bytes(&catalog, cfg.cache_bytes);
+    // An upper bound: the index's arrays are sparse (base pages), and the arrays of
+    // tables sized for the rows a run may insert are mostly never touched.
     let nic = match cfg.exec {
         ExecStrategy::Offload => {
             NicLookups::bytes_per_node(&catalog, shape.workers_per_node, coroutines, &Redn)

@@ -556,7 +556,12 @@ impl Replica {
 
     /// Every allocated record as (offset, key), in allocation order.
     pub fn records(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
-        (0..self.len()).map(move |i| {
+        self.records_from(0)
+    }
+
+    /// As [`Replica::records`], from the `first`-th record allocated on.
+    pub fn records_from(&self, first: u64) -> impl Iterator<Item = (u64, u64)> + '_ {
+        (first.min(self.len())..self.len()).map(move |i| {
             let off = self.geom.record_offset(i);
             (off, self.region.load(off + KEY_WORD * 8))
         })

@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use hytra_fabric::wq::{Sge, WqId};
-use hytra_fabric::{Backend, LocalAddr, NodeId, Region, RegionSpec, Rkey, WorkerId};
+use hytra_fabric::{Backend, LocalAddr, NodeId, Pages, Region, RegionSpec, Rkey, WorkerId};
 use hytra_nicindex::hash::{self, Buckets};
 use hytra_nicindex::lookup::{Answer, LookupPrograms, ENTRIES_BYTES};
 use hytra_store::{Catalog, TableId};
@@ -125,7 +125,11 @@ impl NicLookups {
             at += b.bytes();
             tables.push(b);
         }
-        let index_rkey = backend.register_all(RegionSpec::new(at.max(8)))?;
+        // Base pages: entries land at random across the arrays, which are sized for every
+        // key a run may insert (most never are), so with huge pages each entry would make
+        // 2 MiB resident and the load alone would touch all of it.
+        let index_rkey =
+            backend.register_all(RegionSpec::new(at.max(8)).with_pages(Pages::Base))?;
         for t in &mut tables {
             t.rkey = index_rkey;
         }
@@ -319,6 +323,12 @@ impl NodeIndex {
     /// The entry filed under `key`'s tag in `b` (the CPU's lookup).
     pub(crate) fn find(&self, b: Buckets, key: u64) -> Option<Sge> {
         hash::find(&self.region, b, hash::tag(key))
+    }
+
+    /// (resident, mapped) bytes of the index's arrays (resident `None` where that
+    /// cannot be told).
+    pub(crate) fn memory(&self) -> (Option<u64>, u64) {
+        (self.region.resident_bytes(), self.region.len_bytes())
     }
 
     /// Entries lost to a full array so far.

@@ -44,7 +44,7 @@ use hytra_store::{BackupState, PartitionPlace, Placement, TableId};
 
 use crate::config::ProtocolPoint;
 use crate::config_store::{Cas, ConfigStore, StoreFailure};
-use crate::engine::{crash_point, NodeEngine, WorkerTxn};
+use crate::engine::{crash_point, NodeEngine, Refile, WorkerTxn};
 use crate::log::{records, resolve, scan, InDoubt};
 use crate::membership::{Config, EPOCH_FIRST};
 use crate::resync::{
@@ -318,7 +318,8 @@ pub struct NodeRecovery {
     /// Manager: per node, the member's clock of a renewal not yet granted (0: none).
     to_grant: Vec<AtomicU64>,
     /// Manager: per node, when (its clock) it last granted it a lease, and the epoch in
-    /// which it stopped granting it, to remove it by suspicion (0: never).
+    /// which it stopped granting it, to remove it once that lease ran out (a suspect, or
+    /// a member whose grants are lost; 0: never).
     granted_to: Vec<AtomicU64>,
     revoked: Vec<AtomicU64>,
     /// Manager: per node, the newest of its grants (by this node's clock) the member said
@@ -681,8 +682,11 @@ fn lease<E: Endpoint>(node: &NodeEngine, ctx: &mut HandlerCtx<'_, E>, req: &[u8]
         // A renewal that says a grant newer than any before arrived closes a round trip:
         // a member whose grants are lost one way (its lease lapses, and it takes no one
         // over, see `others_agree`) renews on, and is removed once none closed for
-        // `ROUND_TRIP_LEASES`.
-        if rec.acked[from].fetch_max(echo, Ordering::AcqRel) < echo {
+        // `ROUND_TRIP_LEASES`. Not for a member granted nothing more (to be removed once
+        // its last lease ran out, see `changes`): the grants sent before that may still
+        // arrive, and must not take it off the way to its removal.
+        let revoked = rec.revoked[from].load(Ordering::Acquire) == epoch;
+        if rec.acked[from].fetch_max(echo, Ordering::AcqRel) < echo && !revoked {
             rec.round_trip[from].fetch_max(now, Ordering::AcqRel);
         }
         // What follows, if anything: the partitions the member copied whole (F5).
@@ -1375,6 +1379,10 @@ fn lease_over(rec: &NodeRecovery, since: u64, now: u64) -> bool {
 /// without a lease (its partitions unserved meanwhile).
 const ROUND_TRIP_LEASES: u64 = 2;
 
+/// Records recovery files in the NIC index per turn of its task (see
+/// `NodeEngine::refile_primaries`): at most a few milliseconds of page faults.
+const REFILE_PER_TURN: u64 = 512;
+
 /// Attempts [`call_all`] makes, at least, before it takes a member for silent.
 const ATTEMPTS_PER_SILENCE: u64 = 8;
 
@@ -1746,6 +1754,20 @@ fn changes(
     if !dead.is_empty() && others > 1 && !cfg.members().any(|n| n != me && heard(n)) {
         return None;
     }
+    // A member whose grants are lost still renews, and the grants sent it meanwhile may
+    // yet arrive (a one-way cut that heals) and give it a lease that outlasts its
+    // removal: where it cannot be fenced off, only a lapsed lease stops it. So, as a
+    // suspect below, it is granted nothing more and removed once the last lease granted
+    // to it ran out by any clock. (A member whose renewals lapsed was granted nothing
+    // past its last renewal's lease.)
+    dead.retain(|&n| {
+        if renewals_lapsed(rec, n, now) {
+            return true;
+        }
+        let i = usize::from(n.0);
+        rec.revoked[i].fetch_max(cfg.epoch, Ordering::AcqRel);
+        lease_over(rec, rec.granted_to[i].load(Ordering::Acquire), now)
+    });
     // Members whose connections broke while both kept their leases (see `suspect`).
     let own = rec.suspicions.standing(cfg.epoch, now, suspicion_age(rec));
     let suspects = rec.suspicions.to_remove(cfg, &own, now, lease);
@@ -1890,7 +1912,7 @@ pub(crate) async fn granter<E: Endpoint>(co: Co<E>, wt: Rc<WorkerTxn>) {
             for n in cfg.members().filter(|&n| n != me) {
                 let i = usize::from(n.0);
                 if rec.revoked[i].load(Ordering::Acquire) == cfg.epoch {
-                    continue; // suspected: to be removed once its lease ran out
+                    continue; // to be removed once its lease ran out (see `changes`)
                 }
                 let sent = rec.to_grant[i].swap(0, Ordering::AcqRel);
                 if sent != 0 {
@@ -2398,7 +2420,14 @@ async fn apply_decisions<E: Endpoint>(co: &Co<E>, node: &NodeEngine) {
             break;
         }
     }
-    node.refile_primaries(&cfg);
+    // A newer configuration installed meanwhile files its own primaries when it applies.
+    let mut refile = Some(Refile::default());
+    while let Some(from) = refile.filter(|_| node.membership.epoch() == epoch) {
+        refile = node.refile_primaries(&cfg, from, REFILE_PER_TURN);
+        if refile.is_some() {
+            co.yield_now().await;
+        }
+    }
     let mut d = rec.decisions.lock().expect("no recorder panicked");
     if d.epoch == epoch && d.stage == Stage::Applying {
         d.stage = Stage::Applied;
@@ -2430,6 +2459,47 @@ mod tests {
         assert!(syncing(&empty).is_empty() && empty.is_member(NodeId(1)));
         assert!(join_config(&back, &[NodeId(1)], 3).is_err(), "a member cannot join");
         assert!(join_config(&without, &[NodeId(7)], 3).is_err(), "nor a node outside the cluster");
+    }
+
+    /// A member whose renewals arrive but whose grants are lost is removed only once the
+    /// last lease granted to it ran out, and is granted nothing meanwhile: grants sent
+    /// before the decision may still arrive (a one-way cut that heals) and, where it
+    /// cannot be fenced off, only a lapsed lease stops it from posting in the epoch
+    /// that removed it.
+    #[test]
+    fn a_member_whose_grants_are_lost_is_removed_only_after_its_last_lease() {
+        let lease = 1_000_000;
+        let params = RecoveryParams { lease_ns: lease, ..RecoveryParams::simulated() };
+        let store = Arc::new(crate::config_store::MemoryStore::default());
+        let rec = NodeRecovery::new(3, 1, store, params);
+        let cfg = Config::initial(3, 3);
+        let me = cfg.manager();
+        let (cut, fine) = (NodeId(1), NodeId(2));
+        assert_eq!(me, NodeId(0));
+        // Both renew on; the last round trip with node 1 closed at 0, and the manager
+        // granted its renewals until 2.4 leases.
+        let now = 2 * lease + lease / 2;
+        let granted = 2 * lease + 2 * lease / 5;
+        for n in [cut, fine] {
+            rec.renewed[usize::from(n.0)].store(now, Ordering::Release);
+            rec.granted_to[usize::from(n.0)].store(granted, Ordering::Release);
+        }
+        rec.round_trip[usize::from(fine.0)].store(now, Ordering::Release);
+        let mut readying = None;
+        assert!(changes(&rec, &cfg, me, now, &mut readying).is_none(), "removed under a lease");
+        assert_eq!(rec.revoked[usize::from(cut.0)].load(Ordering::Acquire), cfg.epoch);
+        assert_eq!(rec.revoked[usize::from(fine.0)].load(Ordering::Acquire), 0);
+        let over = granted + lease + lease / 16;
+        // Both still renew.
+        for n in [cut, fine] {
+            rec.renewed[usize::from(n.0)].store(over, Ordering::Release);
+        }
+        rec.round_trip[usize::from(fine.0)].store(over, Ordering::Release);
+        assert!(changes(&rec, &cfg, me, over, &mut readying).is_none(), "removed at its end");
+        match changes(&rec, &cfg, me, over + 1, &mut readying) {
+            Some(Change::Remove(dead)) => assert_eq!(dead, vec![cut]),
+            _ => panic!("the member whose grants are lost is not removed after its lease"),
+        }
     }
 
     /// A forwarded record of `words` payload words, its key and version both `key`.

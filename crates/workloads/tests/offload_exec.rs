@@ -107,6 +107,36 @@ fn records_inserted_by_tpcc_are_filed_and_found() {
     assert_correct(&r, "tpcc");
 }
 
+/// Tables sized for the rows a long run may insert cost memory only where rows land; the
+/// NIC index, whose entries land at random across arrays sized alike, must too (base
+/// pages: with huge pages, the load alone made every array resident).
+#[test]
+fn the_nic_index_costs_the_pages_its_entries_touch() {
+    let w = TpcC::new(TpccParams {
+        mix: TpccMix::Standard,
+        customers: 30,
+        items: 100,
+        // Room for 1.6 M order lines per district: 3.2 GB of index arrays per node.
+        new_orders_max: 100_000,
+        ..TpccParams::standard(1)
+    });
+    let r =
+        run(&mut cx5(5), &w, offload(0), BenchParams { measure_ns: 50_000, ..params(5) }).unwrap();
+    assert!(r.invariant.ok, "{:#?}", r.invariant.details);
+    let line = r.invariant.details.iter().find(|d| d.starts_with("nic index:")).expect("checked");
+    if line.ends_with(" bytes mapped") {
+        return; // this host cannot tell what is resident
+    }
+    let (resident, mapped) = line
+        .rsplit_once("), ")
+        .and_then(|(_, m)| m.strip_suffix(" bytes resident"))
+        .and_then(|m| m.split_once(" of "))
+        .and_then(|(r, m)| Some((r.parse::<u64>().ok()?, m.parse::<u64>().ok()?)))
+        .unwrap_or_else(|| panic!("no memory in {line}"));
+    assert!(mapped > 8 << 30, "{line}");
+    assert!(resident < mapped / 16, "{line}");
+}
+
 #[test]
 fn late_answers_fall_back_to_rpc_and_free_their_slot() {
     // A timeout shorter than an offloaded lookup (about 6 us on cx5): every lookup is
