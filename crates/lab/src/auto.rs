@@ -152,8 +152,8 @@ fn one_phase_changes(c: &TxnConfig, cache_bytes: u64) -> Vec<(String, TxnConfig)
     let mut out = Vec::new();
     for &exec in ExecStrategy::ALL.iter().filter(|&&e| e != ExecStrategy::Offload) {
         if exec != c.exec {
-            let cached = matches!(exec, ExecStrategy::OneSidedCached | ExecStrategy::Hybrid);
-            let cache = if cached && c.cache_bytes == 0 { cache_bytes } else { c.cache_bytes };
+            let cache =
+                if exec.needs_cache() && c.cache_bytes == 0 { cache_bytes } else { c.cache_bytes };
             out.push((
                 format!("exec {}", exec.name()),
                 TxnConfig { exec, cache_bytes: cache, ..*c },

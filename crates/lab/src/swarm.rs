@@ -823,9 +823,7 @@ fn draw_txn(
             CacheSize::Full => base.cache_bytes.max(hytra_txn::config::CACHE_BYTES_DEFAULT),
         };
         // Strategies that need a cache get a tiny one rather than a refusal.
-        if c.cache_bytes == 0
-            && matches!(c.exec, ExecStrategy::Hybrid | ExecStrategy::OneSidedCached)
-        {
+        if c.cache_bytes == 0 && c.exec.needs_cache() {
             c.cache_bytes = 4 << 10;
         }
         if c.check(nodes).is_ok() {

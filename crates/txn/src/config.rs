@@ -33,6 +33,15 @@ impl ExecStrategy {
             ExecStrategy::OneSided | ExecStrategy::TwoSided => false,
         }
     }
+
+    /// Whether execution cannot run without a location cache: `Offload` reads one only
+    /// if it is there, and falls back to its verb program without.
+    pub fn needs_cache(self) -> bool {
+        match self {
+            ExecStrategy::OneSidedCached | ExecStrategy::Hybrid => true,
+            ExecStrategy::Offload | ExecStrategy::OneSided | ExecStrategy::TwoSided => false,
+        }
+    }
 }
 
 /// How the write set is locked.
@@ -329,9 +338,7 @@ impl TxnConfig {
                 self.replication
             ));
         }
-        if matches!(self.exec, ExecStrategy::OneSidedCached | ExecStrategy::Hybrid)
-            && self.cache_bytes == 0
-        {
+        if self.exec.needs_cache() && self.cache_bytes == 0 {
             return Err(ConfigError::NoCache(self.exec));
         }
         if self.commit == Primitive::TwoSided && self.lock == LockStrategy::OneSided {

@@ -26,9 +26,21 @@ const GRAIN: Ps = 8_000;
 /// Initial ring: 4096 x 8 ns = 33 us of backlog.
 const MIN_SLOTS: u64 = 1 << 12;
 
-/// Largest ring: 2^20 x 8 ns = 8.4 ms of backlog (12 MiB of buckets), far beyond any
+/// Largest ring: 2^20 x 8 ns = 8.4 ms of backlog (8 MiB of slots), far beyond any
 /// queue a benchmark in steady state builds.
 const MAX_SLOTS: u64 = 1 << 20;
+
+/// One bucket's slot in the ring: its used capacity and its skip pointer side by side,
+/// since every booking reads both and one cache line then serves it.
+#[derive(Clone, Copy, Default)]
+struct Slot {
+    used: u32,
+    /// How many buckets onwards one may have capacity left (0: this one): full buckets
+    /// point onwards, so a long backlog is skipped in near-constant time (union-find
+    /// with path compression; pointers only ever point forward). Relative, so that a
+    /// clean slot stays right for whichever bucket it stands for next.
+    skip: u32,
+}
 
 /// Capacity used per bucket, in a ring indexed by bucket number.
 ///
@@ -40,12 +52,7 @@ const MAX_SLOTS: u64 = 1 << 20;
 pub(crate) struct Timeline {
     /// Buckets in the ring (a power of two).
     slots: u64,
-    used: Vec<u32>,
-    /// Per bucket, how many buckets onwards one may have capacity left (0: this one):
-    /// full buckets point onwards, so a long backlog is skipped in near-constant time
-    /// (union-find with path compression; pointers only ever point forward). Relative,
-    /// so that a clean slot stays right for whichever bucket it stands for next.
-    skip: Vec<u32>,
+    ring: Vec<Slot>,
     /// Bucket number of the oldest live bucket.
     base: u64,
     /// One past the last bucket whose slot may not be clean (at most the horizon).
@@ -64,8 +71,7 @@ impl Default for Timeline {
     fn default() -> Self {
         Timeline {
             slots: MIN_SLOTS,
-            used: vec![0; MIN_SLOTS as usize],
-            skip: vec![0; MIN_SLOTS as usize],
+            ring: vec![Slot::default(); MIN_SLOTS as usize],
             base: 0,
             dirty_end: 0,
             far: BTreeMap::new(),
@@ -92,8 +98,7 @@ impl Timeline {
             // clean need resetting (they lie within one ring, so each once).
             for b in self.base..bucket.min(self.dirty_end) {
                 let slot = self.slot(b);
-                self.used[slot] = 0;
-                self.skip[slot] = 0;
+                self.ring[slot] = Slot::default();
             }
             self.base = bucket;
             return;
@@ -105,8 +110,7 @@ impl Timeline {
         for b in from..bucket {
             let slot = self.slot(b);
             let taken = self.enter(b + slots);
-            self.used[slot] = taken as u32;
-            self.skip[slot] = u32::from(taken == GRAIN);
+            self.ring[slot] = Slot { used: taken as u32, skip: u32::from(taken == GRAIN) };
         }
         self.base = bucket;
         // Every slot may have taken far time (a rare overload): all count as not clean.
@@ -119,24 +123,21 @@ impl Timeline {
     fn grow(&mut self) {
         let (old, new) = (self.slots, self.slots * 2);
         debug_assert!(new <= MAX_SLOTS);
-        let mut used = vec![0; new as usize];
-        let mut skip = vec![0; new as usize];
+        let mut ring = vec![Slot::default(); new as usize];
         let (old_mask, new_mask) = (old - 1, new - 1);
         for b in self.base..self.dirty_end {
-            used[(b & new_mask) as usize] = self.used[(b & old_mask) as usize];
-            skip[(b & new_mask) as usize] = self.skip[(b & old_mask) as usize];
+            ring[(b & new_mask) as usize] = self.ring[(b & old_mask) as usize];
         }
         for b in self.base + old..self.base + new {
             let taken = self.enter(b);
             if taken > 0 {
-                used[(b & new_mask) as usize] = taken as u32;
-                skip[(b & new_mask) as usize] = u32::from(taken == GRAIN);
+                ring[(b & new_mask) as usize] =
+                    Slot { used: taken as u32, skip: u32::from(taken == GRAIN) };
                 self.dirty_end = b + 1;
             }
         }
         self.slots = new;
-        self.used = used;
-        self.skip = skip;
+        self.ring = ring;
     }
 
     /// Bucket `b` enters the ring: returns the time booked in it beyond the horizon,
@@ -205,7 +206,7 @@ impl Timeline {
         debug_assert!(b >= self.base, "bucket {b} is behind the ring's oldest, {}", self.base);
         let mut root = b;
         while root < horizon {
-            let s = self.skip[self.slot(root)];
+            let s = self.ring[self.slot(root)].skip;
             if s == 0 {
                 break;
             }
@@ -214,9 +215,9 @@ impl Timeline {
         let mut x = b;
         while x < root {
             let slot = self.slot(x);
-            let s = self.skip[slot];
+            let s = self.ring[slot].skip;
             debug_assert!(s > 0, "the chain to the root is the one just walked");
-            self.skip[slot] = (root - x) as u32;
+            self.ring[slot].skip = (root - x) as u32;
             x += u64::from(s);
         }
         root
@@ -242,15 +243,15 @@ impl Timeline {
                 let end = self.book_far((b * GRAIN).max(at), remaining);
                 return end.max(at + dur);
             }
-            let index = self.slot(b);
-            let used = Ps::from(self.used[index]);
+            let slot = &mut self.ring[(b & (self.slots - 1)) as usize];
+            let used = Ps::from(slot.used);
             let take = (GRAIN - used).min(remaining);
-            self.used[index] += take as u32;
+            slot.used += take as u32;
+            if used + take == GRAIN {
+                slot.skip = 1;
+            }
             self.dirty_end = self.dirty_end.max(b + 1);
             remaining -= take;
-            if used + take == GRAIN {
-                self.skip[index] = 1;
-            }
             if remaining == 0 {
                 return (b * GRAIN + used + take).max(at + dur);
             }
@@ -433,7 +434,7 @@ mod tests {
             let at = later + k * GRAIN;
             assert_eq!(t.book(at, GRAIN, at), at + GRAIN, "bucket {k} after the jump");
         }
-        assert!(t.used.iter().all(|&u| u == 0 || u == GRAIN as u32));
+        assert!(t.ring.iter().all(|s| s.used == 0 || s.used == GRAIN as u32));
     }
 
     #[test]
