@@ -273,6 +273,9 @@ pub(super) struct Core {
     /// The limit of the `pop` that took the event being processed: an event past it
     /// waits for a later loop, so nothing may run it in line now.
     pub(super) limit: Ps,
+    /// Tests compare runs with every line queued against runs with lines run in line.
+    #[cfg(test)]
+    pub(super) queue_every_line: bool,
     pub(super) shape: ClusterShape,
     pub(super) model: Model,
     /// How the programs' own CPU work is charged (the NIC's host costs always are).
@@ -335,6 +338,8 @@ impl Core {
             events: Vec::new(),
             free: Vec::new(),
             limit: 0,
+            #[cfg(test)]
+            queue_every_line: false,
             shape,
             model: Model::new(profile),
             program_cpu,
@@ -482,10 +487,15 @@ impl Core {
     /// running it at once, with time, event count and trace moved as `pop` moves them,
     /// is the same run; it only skips the queue. Returns whether the caller runs it.
     pub(super) fn run_next_in_line(&mut self, at: Ps) -> bool {
+        #[cfg(test)]
+        if self.queue_every_line {
+            return false;
+        }
         if at > self.limit || self.queue.any_due_by(at) {
             return false;
         }
         self.enter_event(at);
+        self.queue.passed(at);
         true
     }
 

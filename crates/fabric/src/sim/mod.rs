@@ -132,7 +132,8 @@ impl SimConfig {
     }
 }
 
-/// Events between two calls of a progress callback.
+/// Events taken from the queue between two calls of a progress callback (lines run in
+/// line, `Core::run_next_in_line`, do not count: the calls only show progress).
 const PROGRESS_EVERY_EVENTS: u64 = 1 << 16;
 
 /// After every worker is done, the simulation goes on for at most this long (virtual

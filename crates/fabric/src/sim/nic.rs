@@ -688,13 +688,13 @@ impl Core {
             let inline = op.inline.map(|i| self.inline_pool.get(i));
             let target_op = op.flat.target_op(&regions[usize::from(src_node.0)], inline);
             let target = regions[usize::from(remote.node.0)].get(remote.rkey.0 as usize);
-            let (at, total) = (u64::from(from), u64::from(op.flat.len));
-            let len = LINE_BYTES.min(total - at);
-            let (status, _) = execute(target, target_op.piece(at, len));
+            let (offset, total) = (u64::from(from), u64::from(op.flat.len));
+            let len = LINE_BYTES.min(total - offset);
+            let (status, _) = execute(target, target_op.piece(offset, len));
             assert_eq!(status, Status::Success, "a line of a checked transfer");
-            self.trace.add(0x11E << 48 ^ op.wr_id ^ at);
-            if at + len < total {
-                let next = (at + len) as u32;
+            self.trace.add(0x11E << 48 ^ op.wr_id ^ offset);
+            if offset + len < total {
+                let next = (offset + len) as u32;
                 let due = self.now + self.model.line(op.flat.kind);
                 if self.run_next_in_line(due) {
                     from = next;
@@ -778,6 +778,7 @@ mod tests {
     use crate::memory::Region;
     use crate::sim::faults::FaultConfig;
     use crate::sim::measure::ProgramCpu;
+    use crate::verbs::WriteSrc;
 
     /// What a 1 KiB READ between two nodes looked like from outside.
     struct LineByLine {
@@ -855,6 +856,154 @@ mod tests {
         }
     }
 
+    /// Everything a run shows: its trace, time and counts, every completion queued and
+    /// every word of memory.
+    #[derive(PartialEq, Debug)]
+    struct Seen {
+        trace: u64,
+        now: Ps,
+        events: u64,
+        one_sided: u64,
+        cqs: Vec<Vec<(Ps, WrId, String)>>,
+        memory: Vec<Vec<u64>>,
+    }
+
+    fn seen(core: &Core) -> Seen {
+        Seen {
+            trace: core.trace_hash(),
+            now: core.now,
+            events: core.stats.events,
+            one_sided: core.stats.one_sided,
+            cqs: core
+                .workers
+                .iter()
+                .map(|w| {
+                    let cqe =
+                        |c: &Timed<CqEntry>| (c.at, c.item.cqe.wr_id, format!("{:?}", c.item));
+                    w.cq.items.iter().map(cqe).collect()
+                })
+                .collect(),
+            memory: core
+                .regions
+                .iter()
+                .map(|r| (0..r[0].len_bytes() / 8).map(|w| r[0].load(w * 8)).collect())
+                .collect(),
+        }
+    }
+
+    /// What one run of random transfers showed.
+    struct Transfers {
+        /// At the first loop's limit, and at the end.
+        at_limit: Seen,
+        at_end: Seen,
+        /// When each line handed out by the queue ran.
+        line_times: Vec<Ps>,
+        /// Lines that ran in line.
+        in_line: u64,
+    }
+
+    /// Twenty-four READs and WRITEs of 8 bytes to 4 KiB among three nodes of two workers,
+    /// posted at once, between filler events at random times and at `extra`; the events
+    /// run in two loops, the first up to `limit`, as `SimCluster` runs a window.
+    fn transfers(seed: u64, queue_every_line: bool, extra: &[Ps], limit: Ps) -> Transfers {
+        const REGION: u64 = 16 << 10;
+        let shape = ClusterShape { nodes: 3, workers_per_node: 2, lanes_per_peer: 1 };
+        let mut core = Core::new(
+            shape,
+            &NicProfile::cx4(),
+            FaultConfig::none(),
+            1,
+            ProgramCpu::Model(crate::cpu::CpuTable::assumed()),
+        );
+        core.queue_every_line = queue_every_line;
+        for n in 0..3u16 {
+            let r = Region::zeroed(REGION);
+            for w in 0..REGION / 8 {
+                r.store(w * 8, u64::from(n) << 32 | w);
+            }
+            core.add_region(NodeId(n), r, None);
+        }
+        let mut rng = crate::rng::Rng::derive(seed, 11);
+        for _ in 0..200 {
+            core.schedule(rng.below(30_000_000), Event::Step { worker: 5, token: 0 });
+        }
+        for &at in extra {
+            core.schedule(at, Event::Step { worker: 5, token: 0 });
+        }
+        for id in 0..24 {
+            let w = rng.below(6) as u32;
+            let own = w / 2;
+            let target = NodeId(((own + 1 + rng.below(2) as u32) % 3) as u16);
+            let len = 8 * (1 + rng.below(512));
+            let remote = RemoteAddr {
+                node: target,
+                rkey: crate::ids::Rkey(0),
+                offset: 8 * rng.below((REGION - len) / 8 + 1),
+            };
+            let local = LocalAddr {
+                rkey: crate::ids::Rkey(0),
+                offset: 8 * rng.below((REGION - len) / 8 + 1),
+            };
+            let wr = match rng.below(2) {
+                0 => WorkRequest::Read { remote, local, len: len as u32 },
+                _ => WorkRequest::Write {
+                    remote,
+                    src: WriteSrc::Local { addr: local, len: len as u32 },
+                },
+            };
+            let qp = Qp::to(target);
+            core.post(w, qp, id, &wr, OpFlags::SIGNALED).expect("a valid request");
+        }
+        let mut line_times = Vec::new();
+        let mut popped = 0;
+        let mut run = |core: &mut Core, limit: Ps| {
+            while let Some(e) = core.pop(limit) {
+                popped += 1;
+                match e {
+                    Event::Arrive(op) => core.arrive(op),
+                    Event::Line { op, from, cqe_at, answer } => {
+                        line_times.push(core.now);
+                        core.line(op, from, cqe_at, answer)
+                    }
+                    _ => {}
+                }
+            }
+        };
+        run(&mut core, limit);
+        let at_limit = seen(&core);
+        run(&mut core, u64::MAX);
+        let at_end = seen(&core);
+        let in_line = core.stats.events - popped;
+        Transfers { at_limit, at_end, line_times, in_line }
+    }
+
+    /// Runs with lines run in line show exactly what runs with every line queued show,
+    /// at a loop's limit that falls between two lines and at the end, also with events
+    /// due at the very times of lines (which come first, as they were scheduled first).
+    #[test]
+    fn lines_run_in_line_change_nothing_a_run_shows() {
+        let (mut queued_lines, mut in_line) = (0, 0);
+        for seed in 0..8 {
+            let reference = transfers(seed, true, &[], u64::MAX);
+            assert!(reference.line_times.len() > 20, "the transfers span lines");
+            // Ties at every third line's time, and limits at others' times.
+            let ties: Vec<Ps> = reference.line_times.iter().step_by(3).copied().collect();
+            let lines = reference.line_times.len();
+            for limit in (1..8).map(|k| reference.line_times[lines * k / 8 + 1]) {
+                let queued = transfers(seed, true, &ties, limit);
+                let fast = transfers(seed, false, &ties, limit);
+                assert_eq!(fast.at_limit, queued.at_limit, "seed {seed}: at the limit {limit}");
+                assert_eq!(fast.at_end, queued.at_end, "seed {seed}: at the end");
+                queued_lines += fast.line_times.len();
+                in_line += fast.in_line;
+            }
+        }
+        assert!(
+            queued_lines > 0 && in_line > 0,
+            "both paths ran: {queued_lines} queued, {in_line} in line"
+        );
+    }
+
     /// A worker's clock may run ahead of the events within a step; were a READ's
     /// completion queued before its last line took effect, such a worker could see it and
     /// read a destination half written. It is queued with the last line.
@@ -865,8 +1014,9 @@ mod tests {
         assert!(busy.seen_partly, "events between lines see the transfer partly done");
     }
 
-    /// Lines that nothing else could come between run in line, and the run is the same:
-    /// the same events counted, the completion at the same time.
+    /// Lines that nothing else could come between run in line: none waits in the queue,
+    /// yet they count as events and the completion comes when it does between other
+    /// events (`lines_run_in_line_change_nothing_a_run_shows` compares whole runs).
     #[test]
     fn lines_nothing_comes_between_run_in_line() {
         let (busy, alone) = (read_line_by_line(true), read_line_by_line(false));

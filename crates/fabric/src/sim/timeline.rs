@@ -52,6 +52,7 @@ struct Slot {
 pub(crate) struct Timeline {
     /// Buckets in the ring (a power of two).
     slots: u64,
+    /// The buckets' slots, bucket `b` at `b % slots`.
     ring: Vec<Slot>,
     /// Bucket number of the oldest live bucket.
     base: u64,
@@ -243,7 +244,8 @@ impl Timeline {
                 let end = self.book_far((b * GRAIN).max(at), remaining);
                 return end.max(at + dur);
             }
-            let slot = &mut self.ring[(b & (self.slots - 1)) as usize];
+            let index = self.slot(b);
+            let slot = &mut self.ring[index];
             let used = Ps::from(slot.used);
             let take = (GRAIN - used).min(remaining);
             slot.used += take as u32;
