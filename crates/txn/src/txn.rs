@@ -47,6 +47,10 @@ use hytra_nicindex::lookup::{fired, request, ENTRIES_BYTES, REQUEST_WORDS};
 /// Times a read is retried after finding its record torn before the attempt aborts.
 const TORN_RETRIES_MAX: u32 = 16;
 
+/// Doublings of the wait after an attempt that found a node unreachable
+/// ([`TxnCtx::await_reconfiguration`]): from a sixty-fourth of a lease to a quarter.
+const UNREACHABLE_BACKOFF_DOUBLINGS: u32 = 4;
+
 /// Times one access's READ, LOCK or VALIDATE call is sent again after timing out before
 /// the attempt aborts: these calls are idempotent for an attempt, so a lost datagram
 /// need not cost the transaction (a big one, hundreds of calls, would otherwise hardly
@@ -415,6 +419,23 @@ impl<E: Endpoint> TxnCtx<E> {
     /// Whether this node left the cluster or the run cannot go on: clients stop.
     pub fn halted(&self) -> bool {
         self.node.recovery.ended()
+    }
+
+    /// Waits before the next attempt of a transaction whose last attempt found a node
+    /// unreachable: until a configuration newer than that attempt's is in force (the
+    /// node was removed), this node stops, or a backoff passes that doubles with the
+    /// attempts from a sixty-fourth of a lease up to a quarter of one. Attempts against
+    /// the same configuration fail the same way, and on a fabric that reports a dead
+    /// peer at once they would spend all of a transaction's attempts within a
+    /// millisecond, long before recovery (a lease or more) can remove it.
+    pub async fn await_reconfiguration(&self) {
+        let rec = &self.node.recovery;
+        let polls = 1u64 << self.attempts.saturating_sub(1).min(UNREACHABLE_BACKOFF_DOUBLINGS);
+        let until = self.co.now_ns().saturating_add(polls * rec.poll_ns());
+        // Bounded by `until`: a poll interval is at least a microsecond.
+        while !self.frozen() && !rec.ended() && self.co.now_ns() < until {
+            self.co.sleep_until((self.co.now_ns() + rec.poll_ns()).min(until)).await;
+        }
     }
 
     /// Appends one of the clients' tally events to the worker's journal, if it keeps one

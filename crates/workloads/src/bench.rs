@@ -20,8 +20,8 @@ use hytra_store::{
 };
 use hytra_txn::config_store::{ConfigStore, MemoryStore};
 use hytra_txn::{
-    Abort, Engine, EngineError, Outcome, RecoveryEvent, RecoveryStep, Txn, TxnConfig, TxnCtx,
-    TxnStats, WorkerTxn,
+    Abort, AbortReason, Engine, EngineError, Outcome, RecoveryEvent, RecoveryStep, Txn, TxnConfig,
+    TxnCtx, TxnStats, WorkerTxn,
 };
 use thiserror::Error;
 
@@ -998,7 +998,9 @@ where
 }
 
 /// Runs one transaction until it commits, aborts for good, or exhausts its attempts,
-/// backing off (a random number of yields growing with the attempts) between retries.
+/// backing off between retries: a random number of yields growing with the attempts, or
+/// after an unreachable node until the configuration changes
+/// ([`TxnCtx::await_reconfiguration`]).
 /// `attempt` runs the body of one attempt on the context.
 pub async fn run_txn<E, F>(
     ctx: &mut TxnCtx<E>,
@@ -1019,6 +1021,13 @@ where
         match outcome {
             // A node that left the cluster runs nothing more.
             Outcome::Aborted(_) if ctx.halted() => break outcome,
+            // Nothing changes for an unreachable node until recovery removes it.
+            Outcome::Aborted(AbortReason::Unreachable) if ctx.attempts() < retries_max => {
+                ctx.await_reconfiguration().await;
+                if ctx.halted() {
+                    break outcome;
+                }
+            }
             Outcome::Aborted(r) if r.retryable() && ctx.attempts() < retries_max => {
                 let spins = rng.below(u64::from(ctx.attempts().min(16)) * 2 + 1);
                 for _ in 0..spins {

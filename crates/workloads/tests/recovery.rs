@@ -1,14 +1,17 @@
-//! Recovery from a crashed node on the simulator: with 3-way replication the cluster goes
-//! on without it, loses no committed transaction, and stays serializable, whichever node
-//! dies (the configuration manager included) and whatever it was doing.
+//! Recovery from a crashed node on the simulator (and, where the backend matters, on
+//! threads): with 3-way replication the cluster goes on without it, loses no committed
+//! transaction, and stays serializable, whichever node dies (the configuration manager
+//! included) and whatever it was doing.
 
+use hytra_fabric::local::{LocalCluster, LocalConfig};
 use hytra_fabric::sim::faults::{FaultConfig, NodeFault, NodeFaultKind};
 use hytra_fabric::sim::{SimCluster, SimConfig};
 use hytra_fabric::{ClusterShape, NodeId};
 use hytra_rt::RtConfig;
-use hytra_txn::{Design, RecoveryStep, TxnConfig};
+use hytra_txn::{AbortReason, Design, RecoveryParams, RecoveryStep, TxnConfig};
 use hytra_workloads::bench::{run, BenchParams, BenchResult};
 use hytra_workloads::smallbank::{SmallBank, SmallBankReport};
+use hytra_workloads::ycsb::{KeyDist, Mix, Ycsb, YcsbParams};
 
 fn crash_run(design: Design, node: u16, at_ns: u64, seed: u64) -> BenchResult<SmallBankReport> {
     crashes_run(design, 4, &[(node, at_ns)], seed)
@@ -83,6 +86,61 @@ fn a_crashed_backup_or_primary_is_recovered_from() {
         let r = crash_run(design, 3, 5_000_000, 7);
         assert_recovered(&r, &format!("{design:?}, n3 crashed"));
     }
+}
+
+/// On threads a request to a crashed node fails at once, so before recovery removes the
+/// node (a lease later) a transaction that needs it would spend its 64 attempts within a
+/// millisecond and give up. Its clients wait for the new configuration instead: none
+/// gives up, and the run goes on serializable without the node.
+#[test]
+fn clients_wait_for_an_unreachable_node_to_be_removed() {
+    let shape = ClusterShape { nodes: 3, workers_per_node: 1, lanes_per_peer: 1 };
+    let crash = NodeFault { node: NodeId(2), at_ns: 150_000_000, kind: NodeFaultKind::Crash };
+    let config =
+        LocalConfig { threads: Some(2), node_faults: vec![crash], ..LocalConfig::new(shape) };
+    // Long enough that no live node's lease lapses on a loaded 2-core host.
+    let lease_ns = 200_000_000;
+    let params = BenchParams {
+        coroutines: 4,
+        warmup_ns: 0,
+        measure_ns: 700_000_000,
+        seed: 5,
+        check: true,
+        rt: RtConfig { rpc_timeout_ns: lease_ns / 2, ..RtConfig::default() },
+        drain_ns: 20_000_000_000,
+        warm_cache: true,
+        timeline_ns: 10_000_000,
+    };
+    let recovery = RecoveryParams { lease_ns, ..RecoveryParams::real() };
+    let cfg =
+        TxnConfig { replication: 3, recovery: Some(recovery), ..TxnConfig::preset(Design::DrtmH) };
+    // Few conflicts (uniform keys, mostly reads), so that only the crash can exhaust a
+    // transaction's attempts; four records each, so that most meet the crashed node.
+    let workload = Ycsb::new(YcsbParams {
+        records_per_worker: 20_000,
+        fields: 2,
+        field_bytes: 32,
+        ops_per_txn: 4,
+        dist: KeyDist::Uniform,
+        ..YcsbParams::core(Mix::B)
+    });
+    let r = run(&mut LocalCluster::new(config).unwrap(), &workload, cfg, params).unwrap();
+    let c = r.checker.as_ref().expect("checked");
+    assert!(c.serializable(), "not serializable: {:?}", &c.violations[..c.violations.len().min(3)]);
+    assert!(r.invariant.ok, "{:?}", r.invariant.details);
+    let unreachable = r.stats.aborts[AbortReason::Unreachable.index_pub()];
+    assert!(unreachable > 0, "no attempt met the crashed node");
+    assert_eq!(r.stats.gave_up, 0, "aborts {:?}", r.stats.aborts);
+    let removed = r.recovery.events.iter().find_map(|(_, e)| match &e.step {
+        RecoveryStep::Removing { dead, .. } if dead.contains(&NodeId(2)) => Some(e.at_ns),
+        _ => None,
+    });
+    let removed = removed.expect("the crashed node was removed");
+    // Commits go on after the removal, in the window's last tenth.
+    let t = &r.recovery.survivors_timeline;
+    let last = t.len() - t.len() / 10;
+    assert!(removed < 650_000_000, "removed only at {removed} ns");
+    assert!(t[last..].iter().sum::<u64>() > 0, "no commits at the end: {t:?}");
 }
 
 #[test]

@@ -780,6 +780,27 @@ mod tests {
     use crate::sim::measure::ProgramCpu;
     use crate::verbs::WriteSrc;
 
+    /// A cx4 cluster of `nodes` x `workers` with one region of `bytes` per node, whose
+    /// word `w` on node `n` holds `word(n, w)`.
+    fn filled_core(nodes: u16, workers: u16, bytes: u64, word: impl Fn(u16, u64) -> u64) -> Core {
+        let shape = ClusterShape { nodes, workers_per_node: workers, lanes_per_peer: 1 };
+        let mut core = Core::new(
+            shape,
+            &NicProfile::cx4(),
+            FaultConfig::none(),
+            1,
+            ProgramCpu::Model(crate::cpu::CpuTable::assumed()),
+        );
+        for n in 0..nodes {
+            let r = Region::zeroed(bytes);
+            for w in 0..bytes / 8 {
+                r.store(w * 8, word(n, w));
+            }
+            core.add_region(NodeId(n), r, None);
+        }
+        core
+    }
+
     /// What a 1 KiB READ between two nodes looked like from outside.
     struct LineByLine {
         /// Lines handed out by the queue as events of their own.
@@ -795,22 +816,8 @@ mod tests {
     /// Posts the READ and runs the events, with `ticks` other events every nanosecond
     /// (events that do nothing, as a busy cluster has) or none.
     fn read_line_by_line(ticks: bool) -> LineByLine {
-        let shape = ClusterShape { nodes: 2, workers_per_node: 1, lanes_per_peer: 1 };
-        let mut core = Core::new(
-            shape,
-            &NicProfile::cx4(),
-            FaultConfig::none(),
-            1,
-            ProgramCpu::Model(crate::cpu::CpuTable::assumed()),
-        );
         let bytes = 1024u64;
-        for n in 0..2 {
-            let r = Region::zeroed(bytes);
-            for w in 0..bytes / 8 {
-                r.store(w * 8, 7 + u64::from(n));
-            }
-            core.add_region(NodeId(n), r, None);
-        }
+        let mut core = filled_core(2, 1, bytes, |n, _| 7 + u64::from(n));
         if ticks {
             // Stale steps of worker 1 (token 0 was never issued): the loop ignores them.
             for k in 1..20_000 {
@@ -907,22 +914,8 @@ mod tests {
     /// run in two loops, the first up to `limit`, as `SimCluster` runs a window.
     fn transfers(seed: u64, queue_every_line: bool, extra: &[Ps], limit: Ps) -> Transfers {
         const REGION: u64 = 16 << 10;
-        let shape = ClusterShape { nodes: 3, workers_per_node: 2, lanes_per_peer: 1 };
-        let mut core = Core::new(
-            shape,
-            &NicProfile::cx4(),
-            FaultConfig::none(),
-            1,
-            ProgramCpu::Model(crate::cpu::CpuTable::assumed()),
-        );
+        let mut core = filled_core(3, 2, REGION, |n, w| u64::from(n) << 32 | w);
         core.queue_every_line = queue_every_line;
-        for n in 0..3u16 {
-            let r = Region::zeroed(REGION);
-            for w in 0..REGION / 8 {
-                r.store(w * 8, u64::from(n) << 32 | w);
-            }
-            core.add_region(NodeId(n), r, None);
-        }
         let mut rng = crate::rng::Rng::derive(seed, 11);
         for _ in 0..200 {
             core.schedule(rng.below(30_000_000), Event::Step { worker: 5, token: 0 });

@@ -362,7 +362,8 @@ impl Progress {
     }
 
     /// Whether everything this worker posted so far is complete at its target; starts
-    /// or polls a worker flush (call again after [`Progress::run`] until true).
+    /// or polls a flush of each of its endpoints that is not cut (call again after
+    /// [`Progress::run`] until true).
     pub(crate) fn flushed(self) -> bool {
         // SAFETY: as for `run`: the running thread, between steps, worker alive.
         unsafe { ffi::hx_worker_flush_poll(self.0.as_ptr()) != 0 }

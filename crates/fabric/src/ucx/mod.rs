@@ -514,6 +514,7 @@ impl Backend for UcxCluster {
             dropped: AtomicU64::new(0),
             cut: (0..shape.nodes).map(|_| AtomicBool::new(false)).collect(),
             cuts: AtomicUsize::new(0),
+            peers_elsewhere: hosted.len() < shape.workers_total(),
         });
         let own_regions: Vec<Vec<Region>> =
             self.regions.iter().map(|l| l.iter().map(|s| s.region().clone()).collect()).collect();
@@ -616,6 +617,9 @@ pub(crate) struct RunShared {
     /// cut, which a worker compares with what it has applied on every poll.
     pub(crate) cut: Vec<AtomicBool>,
     pub(crate) cuts: AtomicUsize,
+    /// Some nodes of the run are in other processes: a thread that reaches the time limit
+    /// before they agree the run is over fails the run rather than wait in a barrier.
+    peers_elsewhere: bool,
 }
 
 /// What the thread that talks to the other processes holds: the exchange, and the
@@ -623,6 +627,32 @@ pub(crate) struct RunShared {
 struct Coordinator<'a, 'x> {
     exchange: &'a Mutex<&'x mut Box<dyn Exchange>>,
     counts: &'a [endpoint::DatagramCounts],
+}
+
+/// Why a thread of a run across processes reached the run's time limit (`limit_ns`)
+/// before the processes agreed that the run is over: its workers (`ids`) unfinished,
+/// their requests incomplete (`flushed` false), or the others silent.
+fn overran<P: Program>(
+    ids: &[usize],
+    programs: &[P],
+    flushed: bool,
+    limit_ns: u64,
+) -> BackendError {
+    let not_done: Vec<usize> =
+        ids.iter().zip(programs).filter(|(_, p)| !p.is_done()).map(|(&i, _)| i).collect();
+    let why = if !not_done.is_empty() {
+        format!("workers {not_done:?} of this process never finished")
+    } else if !flushed {
+        format!(
+            "workers {ids:?} of this process finished, but not every request they posted completed"
+        )
+    } else {
+        "this process finished; the others never said the run was over".to_string()
+    };
+    BackendError::Cluster(format!(
+        "the run did not end within its time limit ({:.1} s): {why}",
+        limit_ns as f64 / 1e9
+    ))
 }
 
 /// The loop of one OS thread: steps its workers until the whole cluster is done, the
@@ -726,6 +756,16 @@ where
     if let Some(s) = &sleeper {
         shared.event_sleeps.fetch_add(s.sleeps, Ordering::Relaxed);
         shared.event_wakeups.fetch_add(s.wakeups, Ordering::Relaxed);
+    }
+    let timed_out = !shared.stop.load(Ordering::Acquire) && !shared.abort.load(Ordering::Relaxed);
+    if failure.is_none() && timed_out && shared.peers_elsewhere {
+        // The time limit passed before the processes agreed that the run is over. Other
+        // processes (or a hub) may still wait for this one's word, and would wait for it
+        // in the barrier after the run too: leave with the reason instead, and the closed
+        // connections tell them. (The exchange may end the run in the same instant; a
+        // run failed then had already overrun its window by the limit's margin.)
+        shared.abort.store(true, Ordering::Relaxed);
+        failure = Some(overran(&ids, &programs, flushed, limits.time_limit_ns));
     }
     if let Some(e) = failure {
         return Err(e);

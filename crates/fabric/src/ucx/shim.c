@@ -76,6 +76,7 @@ typedef struct hx_ep {
     int32_t stuck;    /* a flush of a cut endpoint never ended: its callback may still
                        * come, so the endpoint is never freed */
     struct hx_op *live; /* operations in flight, newest first (see abandon_live) */
+    void *quiesce;    /* this endpoint's flush of a worker's quiesce (polled, no callback) */
     uint32_t gets;    /* READs in flight (HX_ORDER_EMULATED) */
     struct hx_deferred *wait_head, *wait_tail;
 } hx_ep;
@@ -131,9 +132,13 @@ typedef struct hx_worker {
     uint64_t ops_live;
     uint64_t posted;    /* operations posted so far */
     uint64_t deferred;  /* operations waiting in endpoints for a flush */
-    void *flush_req;    /* a worker flush in progress (polled, no callback) */
-    uint64_t flush_from; /* `posted` when it started */
-    uint64_t clean_at;  /* `posted` when the last finished flush started */
+    /* The worker's endpoints (each leaves when destroyed), whose flushes make a quiesce
+     * (hx_worker_flush_poll). */
+    struct hx_ep **eps;
+    size_t eps_len, eps_cap;
+    int32_t quiescing;  /* flushes of the endpoints are in progress */
+    uint64_t flush_from; /* `posted` when they started */
+    uint64_t clean_at;  /* `posted` when the last finished quiesce started */
     /* hx_progress calls so far; and what was handed to UCP or queued for it (operations,
      * datagrams, deferred operations, endpoint flushes), in all and at the last call: the
      * run loop adds a progress call after a program's idle step only if the step made
@@ -643,10 +648,8 @@ void hx_worker_address_release(hx_worker *w, void *addr)
 
 void hx_worker_destroy(hx_worker *w)
 {
-    if (w->flush_req != NULL) {
-        ucp_request_free(w->flush_req);
-        w->flush_req = NULL;
-    }
+    /* Every endpoint was destroyed first, and released its part of a quiesce. */
+    free(w->eps);
     /* Operations still in flight hold pooled contexts; let them finish or fail first. */
     for (int i = 0; i < 100000 && w->ops_live > 0; i++) {
         ucp_worker_progress(w->worker);
@@ -681,22 +684,31 @@ int hx_submitted_since_progress(const hx_worker *w)
     return w->submits != w->submits_at_progress;
 }
 
-/* 1 once every operation posted on the worker so far is complete at its target (a
- * worker flush that started after the last post finished), else 0: call again after
- * progress. A flush that fails (a peer is gone) counts as finished: nothing more of it
- * will land, and the failed endpoint reports the error. */
+/* 1 once every operation posted on the worker so far is complete at its target (a flush
+ * of each open endpoint, started after the last post, finished), else 0: call again
+ * after progress. Endpoint by endpoint, not one worker flush: a flush that covers an
+ * endpoint to a peer that died waits for it forever over shared memory (UCX 1.13 fails
+ * nothing there), even once the endpoint is closed; a cut endpoint's part is dropped
+ * (hx_ep_cut), and nothing posted on it will land. A flush that fails (a peer is gone)
+ * counts as finished: the failed endpoint reports the error. */
 int hx_worker_flush_poll(hx_worker *w)
 {
     if (w->deferred > 0) {
         /* Operations still wait in endpoints for their flush: not posted yet. */
         return 0;
     }
-    if (w->flush_req != NULL) {
-        if (ucp_request_check_status(w->flush_req) == UCS_INPROGRESS) {
-            return 0;
+    if (w->quiescing) {
+        for (size_t i = 0; i < w->eps_len; i++) {
+            hx_ep *e = w->eps[i];
+            if (e->quiesce != NULL && ucp_request_check_status(e->quiesce) != UCS_INPROGRESS) {
+                ucp_request_free(e->quiesce);
+                e->quiesce = NULL;
+            }
+            if (e->quiesce != NULL) {
+                return 0;
+            }
         }
-        ucp_request_free(w->flush_req);
-        w->flush_req = NULL;
+        w->quiescing = 0;
         w->clean_at = w->flush_from;
     }
     if (w->clean_at == w->posted) {
@@ -705,12 +717,24 @@ int hx_worker_flush_poll(hx_worker *w)
     ucp_request_param_t p;
     memset(&p, 0, sizeof p);
     w->flush_from = w->posted;
-    ucs_status_ptr_t sp = ucp_worker_flush_nbx(w->worker, &p);
-    if (sp == NULL || UCS_PTR_IS_ERR(sp)) {
+    int pending = 0;
+    for (size_t i = 0; i < w->eps_len; i++) {
+        hx_ep *e = w->eps[i];
+        /* A failed endpoint's peer is gone: UCX promises only to close it. */
+        if (e->closed || e->failed != 0) {
+            continue;
+        }
+        ucs_status_ptr_t sp = ucp_ep_flush_nbx(e->ep, &p);
+        if (sp != NULL && !UCS_PTR_IS_ERR(sp)) {
+            e->quiesce = sp;
+            pending = 1;
+        }
+    }
+    if (!pending) {
         w->clean_at = w->flush_from;
         return 1;
     }
-    w->flush_req = sp;
+    w->quiescing = 1;
     return 0;
 }
 
@@ -827,9 +851,29 @@ hx_ep *hx_ep_create(hx_worker *w, const void *addr, int peer_errors, char *err, 
         free(e);
         return NULL;
     }
+    if (w->eps_len == w->eps_cap) {
+        size_t cap = w->eps_cap ? w->eps_cap * 2 : 16;
+        hx_ep **n = realloc(w->eps, cap * sizeof *n);
+        if (n == NULL) {
+            abort();
+        }
+        w->eps = n;
+        w->eps_cap = cap;
+    }
+    w->eps[w->eps_len++] = e;
     e->w = w;
     e->order = HX_ORDER_SYNC;
     return e;
+}
+
+/* Releases `e`'s part of a quiesce in progress: UCP frees the request once it is done,
+ * and nothing waits for it any more. */
+static void quiesce_release(hx_ep *e)
+{
+    if (e->quiesce != NULL) {
+        ucp_request_free(e->quiesce);
+        e->quiesce = NULL;
+    }
 }
 
 /* Writes UCP's description of the endpoint's lanes (ucp_ep_print_info) into `buf`,
@@ -932,6 +976,7 @@ void hx_ep_cut(hx_worker *w, hx_ep *e)
         e->flushing = 0;
         drain(e);
     }
+    quiesce_release(e);
 }
 
 void hx_ep_destroy(hx_worker *w, hx_ep *e)
@@ -942,6 +987,13 @@ void hx_ep_destroy(hx_worker *w, hx_ep *e)
         e->failed = UCS_ERR_CANCELED;
     }
     close_forced(w, e);
+    quiesce_release(e);
+    for (size_t i = 0; i < w->eps_len; i++) {
+        if (w->eps[i] == e) {
+            w->eps[i] = w->eps[--w->eps_len];
+            break;
+        }
+    }
     /* A callback that still comes (as the worker is destroyed) must not reach the freed
      * endpoint. */
     abandon_live(e);
