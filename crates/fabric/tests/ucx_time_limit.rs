@@ -7,12 +7,49 @@
 #[cfg(feature = "ucx")]
 mod with_ucx {
     use std::sync::atomic::{AtomicBool, Ordering};
+    use std::thread::JoinHandle;
     use std::time::{Duration, Instant};
 
-    use hytra_fabric::ucx::{Hub, TcpExchange, UcxCluster, UcxConfig};
+    use hytra_fabric::ucx::{Hub, HubOutcome, TcpExchange, UcxCluster, UcxConfig, UcxEndpoint};
     use hytra_fabric::{
-        Backend, ClusterShape, Endpoint, NodeId, OpFlags, Program, RunLimits, Step, WorkerId,
+        Backend, BackendError, ClusterShape, Endpoint, NodeId, OpFlags, Program, RunLimits, Step,
+        WorkerId,
     };
+
+    /// Bounds joining the hub and every exchange.
+    const TIMEOUT: Duration = Duration::from_secs(20);
+
+    /// A thread's outcome, joined.
+    type Joined<T> = JoinHandle<Result<T, BackendError>>;
+
+    /// A hub serving two "processes" of one node each, threads running `program` over
+    /// shared memory with a time limit of `limit_ns`: the hub's outcome and each node's.
+    fn two_processes<P: Program + 'static>(
+        limit_ns: u64,
+        program: fn(UcxEndpoint) -> P,
+    ) -> (Joined<HubOutcome>, Vec<Joined<()>>) {
+        let shape = ClusterShape { nodes: 2, workers_per_node: 1, lanes_per_peer: 1 };
+        let hub = Hub::bind(([127, 0, 0, 1], 0).into(), 2, "t", TIMEOUT).expect("the hub");
+        let at = hub.addr().expect("its address");
+        let served = std::thread::spawn(move || hub.serve(|_| {}, || false));
+        let nodes = (0..2u16)
+            .map(|me| {
+                std::thread::spawn(move || {
+                    let exchange = TcpExchange::join_hub(me, 2, at, "t", TIMEOUT)?;
+                    let config = UcxConfig {
+                        hosted: Some(vec![NodeId(me)]),
+                        transports: Some("sm".into()),
+                        threads: Some(1),
+                        ..UcxConfig::new(shape)
+                    };
+                    let mut b = UcxCluster::with_exchange(config, Box::new(exchange))?;
+                    let limits = RunLimits { time_limit_ns: limit_ns };
+                    b.run(program, |_| (), limits).map(|_| ())
+                })
+            })
+            .collect();
+        (served, nodes)
+    }
 
     /// Done at once on node 0, never on node 1.
     struct Stubborn<E> {
@@ -31,33 +68,13 @@ mod with_ucx {
 
     #[test]
     fn a_run_past_its_time_limit_fails_every_process_with_the_reason() {
-        let shape = ClusterShape { nodes: 2, workers_per_node: 1, lanes_per_peer: 1 };
-        let timeout = Duration::from_secs(20);
-        let hub = Hub::bind(([127, 0, 0, 1], 0).into(), 2, "t", timeout).expect("the hub");
-        let at = hub.addr().expect("its address");
-        let served = std::thread::spawn(move || hub.serve(|_| {}, || false));
         let started = Instant::now();
-        let nodes: Vec<_> = (0..2u16)
-            .map(|me| {
-                std::thread::spawn(move || {
-                    let exchange = TcpExchange::join_hub(me, 2, at, "t", timeout)?;
-                    let config = UcxConfig {
-                        hosted: Some(vec![NodeId(me)]),
-                        transports: Some("sm".into()),
-                        threads: Some(1),
-                        ..UcxConfig::new(shape)
-                    };
-                    let mut b = UcxCluster::with_exchange(config, Box::new(exchange))?;
-                    let limits = RunLimits { time_limit_ns: 1_000_000_000 };
-                    b.run(|ep| Stubborn { ep }, |_| (), limits).map(|_| ())
-                })
-            })
-            .collect();
+        let (served, nodes) = two_processes(1_000_000_000, |ep| Stubborn { ep });
         let errors: Vec<String> = nodes
             .into_iter()
             .map(|h| h.join().expect("no panic").expect_err("the run cannot end").to_string())
             .collect();
-        assert!(started.elapsed() < timeout, "a process waited past its time limit");
+        assert!(started.elapsed() < TIMEOUT, "a process waited past its time limit");
         for e in &errors {
             assert!(e.contains("did not end within its time limit (1.0 s)"), "{e}");
         }
@@ -136,28 +153,8 @@ mod with_ucx {
     /// must report itself done and its requests complete.
     #[test]
     fn a_flush_begun_before_a_fence_ends_with_it() {
-        let shape = ClusterShape { nodes: 2, workers_per_node: 1, lanes_per_peer: 1 };
-        let timeout = Duration::from_secs(20);
-        let hub = Hub::bind(([127, 0, 0, 1], 0).into(), 2, "f", timeout).expect("the hub");
-        let at = hub.addr().expect("its address");
-        let served = std::thread::spawn(move || hub.serve(|_| {}, || false));
-        let nodes: Vec<_> = (0..2u16)
-            .map(|me| {
-                std::thread::spawn(move || {
-                    let exchange = TcpExchange::join_hub(me, 2, at, "f", timeout)?;
-                    let config = UcxConfig {
-                        hosted: Some(vec![NodeId(me)]),
-                        transports: Some("sm".into()),
-                        threads: Some(1),
-                        ..UcxConfig::new(shape)
-                    };
-                    let mut b = UcxCluster::with_exchange(config, Box::new(exchange))?;
-                    let limits = RunLimits { time_limit_ns: 2_000_000_000 };
-                    let program = |ep| FenceLate { ep, sent: None, fenced: false };
-                    b.run(program, |_| (), limits).map(|_| ())
-                })
-            })
-            .collect();
+        let (served, nodes) =
+            two_processes(2_000_000_000, |ep| FenceLate { ep, sent: None, fenced: false });
         let release = Release;
         let mut nodes = nodes.into_iter();
         let first = nodes.next().expect("node 0").join().expect("no panic");
