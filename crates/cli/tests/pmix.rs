@@ -1,10 +1,13 @@
-//! `hytra node` under Open MPI's `mpirun`, whose PMIx server tells each process its
-//! rank and carries the addresses and results: SmallBank on three processes over UCX
-//! shared memory and TCP, checked serializable with its invariants; and the bad inputs
-//! of a launched job (a job size other than the file's node count, a libpmix that
-//! cannot be loaded) stop every process with exit 2; and with a hub, a rank killed
-//! mid-run is survived. Built only with the `pmix` feature; needs `mpirun` (Debian:
-//! apt-get install -y openmpi-bin), and etcd for the hub (etcd-server).
+//! `hytra node` under the launchers of clusters, whose PMIx servers tell each process its
+//! rank and carry the addresses and results: Open MPI's `mpirun`, and Slurm's `srun
+//! --mpi=pmix` on a one-node Slurm the tests start on 127.0.0.1. SmallBank on three
+//! processes over UCX shared memory and TCP, checked serializable with its invariants;
+//! the bad inputs of a launched job (a job size other than the file's node count, a
+//! libpmix that cannot be loaded) stop every process with exit 2; and with a hub, a rank
+//! killed mid-run is survived. Built only with the `pmix` feature; needs `mpirun`
+//! (Debian: apt-get install -y openmpi-bin), etcd for the hub (etcd-server), and Slurm
+//! and MUNGE for `srun` (slurmd slurmctld slurm-client munge: without them the Slurm
+//! tests say so and pass, unless `HYTRA_REQUIRE_SLURM=1`, which CI sets).
 
 #[cfg(feature = "pmix")]
 mod with_pmix {
@@ -70,8 +73,8 @@ mod with_pmix {
             .unwrap_or_else(|e| panic!("cannot start mpirun ({e}): apt-get install -y openmpi-bin"))
     }
 
-    /// Waits for `c` at most `limit`; past it, stops the job (mpirun passes SIGTERM on to
-    /// every process it started) and fails.
+    /// Waits for `c` at most `limit`; past it, stops the job (`mpirun` and `srun` pass
+    /// SIGTERM on to every process they started) and fails.
     fn wait_bounded(mut c: Child, limit: Duration) -> Output {
         let started = Instant::now();
         while c.try_wait().unwrap().is_none() {
@@ -81,7 +84,7 @@ mod with_pmix {
                 std::thread::sleep(Duration::from_secs(5));
                 let _ = c.kill();
                 let _ = c.wait();
-                panic!("mpirun still running after {limit:?}");
+                panic!("the launcher still running after {limit:?}");
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -89,7 +92,8 @@ mod with_pmix {
     }
 
     /// Jobs that run a benchmark go one at a time: on two cores, beside another job's
-    /// processes, their leases would lapse.
+    /// processes, their leases would lapse. So do the Slurm clusters: each numbers its
+    /// jobs from 1, and Slurm's PMIx plugin names its directories by job.
     static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
     /// A process killed and reaped when dropped (after a failed assertion too).
@@ -155,21 +159,24 @@ mod with_pmix {
         None
     }
 
-    /// Under `mpirun --enable-recovery` (the other ranks live on when one dies), a file
-    /// with a hub takes each process's place from PMIx and runs through `hytra hub`, the
-    /// configurations in etcd (started here on 127.0.0.1): rank 1 dies by SIGKILL
-    /// mid-run, the others remove it and carry on, and node 0 reports the whole history
-    /// checked, node 1's part read from its journal.
-    #[test]
-    fn mpirun_with_a_hub_outlives_a_killed_rank() {
+    /// A file with a hub takes each process's place from PMIx and runs through `hytra
+    /// hub`, the configurations in etcd (started here on 127.0.0.1): four ranks, started
+    /// by `launch` (given the file and the JSON output's path), of which rank 1 dies by
+    /// SIGKILL mid-run; the others remove it and carry on, and node 0 reports the whole
+    /// history checked, node 1's part read from its journal. `launched` checks how the
+    /// launcher itself ended. The caller holds [`ONE_AT_A_TIME`].
+    fn a_hub_outlives_a_killed_rank(
+        name: &str,
+        launch: impl FnOnce(&Path, &Path) -> Child,
+        launched: impl FnOnce(&Output),
+    ) {
         use hytra_txn::config_store::etcd::LocalEtcd;
         use std::io::BufRead;
-        let Some(etcd) = LocalEtcd::start("pmix-hub").unwrap() else {
+        let Some(etcd) = LocalEtcd::start(name).unwrap() else {
             eprintln!("no etcd binary (Debian: etcd-server): not run");
             return;
         };
-        let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let dir = Scratch::new("hub");
+        let dir = Scratch::new(name);
         let file = cluster_file(&dir.0, "tcp", 4);
         let hub_port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
         let text = std::fs::read_to_string(&file)
@@ -201,8 +208,7 @@ mod with_pmix {
             })
         });
         let json = dir.0.join("out.json");
-        let job =
-            mpirun_with(&["--enable-recovery"], 4, &file, &[], &["--json", json.to_str().unwrap()]);
+        let job = launch(&file, &json);
         let started = rx.iter().any(|line| line.contains("the run started"));
         std::thread::sleep(Duration::from_secs(1));
         let Some(victim) = rank_pid(&file, 1).filter(|_| started) else {
@@ -215,10 +221,8 @@ mod with_pmix {
         let out = wait_bounded(job, Duration::from_secs(120));
         let hub_out = wait_bounded(hub.0.take().unwrap(), Duration::from_secs(30));
         let (stdout, hub_said) = (String::from_utf8_lossy(&out.stdout), said.join().unwrap());
-        assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+        launched(&out);
         assert_eq!(stdout.matches("smallbank on ucx").count(), 1, "{stdout}");
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(!stderr.contains("--enable-recovery"), "no warning with it: {stderr}");
         let hub_stdout = String::from_utf8_lossy(&hub_out.stdout);
         assert!(hub_out.status.success(), "{hub_stdout}\n{hub_said}");
         assert!(hub_stdout.contains("nodes [1] died"), "{hub_stdout}");
@@ -229,6 +233,25 @@ mod with_pmix {
         assert_eq!(v["invariant_ok"], true, "{v}");
         assert!(v["committed"].as_u64().unwrap() > 100, "{v}");
         assert_eq!(etcd.keys_under("/hytra/"), Ok(0), "the hub left its keys in etcd");
+    }
+
+    /// Under `mpirun --enable-recovery` the other ranks live on when one dies, and the
+    /// job ends well.
+    #[test]
+    fn mpirun_with_a_hub_outlives_a_killed_rank() {
+        let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        a_hub_outlives_a_killed_rank(
+            "pmix-hub",
+            |file, json| {
+                let json = ["--json", json.to_str().unwrap()];
+                mpirun_with(&["--enable-recovery"], 4, file, &[], &json)
+            },
+            |out| {
+                let stderr = String::from_utf8_lossy(&out.stderr);
+                assert!(out.status.success(), "{}\n{stderr}", String::from_utf8_lossy(&out.stdout));
+                assert!(!stderr.contains("--enable-recovery"), "no warning with it: {stderr}");
+            },
+        );
     }
 
     /// Every process of a bad job sees the same problem before waiting for anyone, so the
@@ -254,6 +277,288 @@ mod with_pmix {
         let file = cluster_file(&dir.0, "sm", 2);
         let env = [("HYTRA_PMIX_LIB", "/nonexistent/libpmix.so.2")];
         refused(mpirun(2, &file, &env, &[]), "cannot load /nonexistent/libpmix.so.2");
+    }
+
+    /// A one-node Slurm cluster on 127.0.0.1 while it lives: MUNGE's `munged`,
+    /// `slurmctld` and `slurmd` as children of the test, their key, configuration, state,
+    /// logs and temporary files (`TmpFS`, where the PMIx plugin makes its directories) in
+    /// a scratch directory. The node says it has 8 CPUs (`config_overrides`
+    /// lets slurmd say more than the host has), so that four tasks fit on two cores; the
+    /// daemons bind the addresses their names resolve to (`NoInAddrAny`), 127.0.0.1.
+    struct LocalSlurm {
+        conf: PathBuf,
+        /// `munged`, `slurmctld`, `slurmd`: stopped in the reverse order.
+        daemons: Vec<Child>,
+        /// Removed after the daemons stopped (fields drop after `drop`).
+        dir: Scratch,
+    }
+
+    /// The programs of Slurm and MUNGE the tests run.
+    const SLURM_PROGRAMS: [&str; 8] =
+        ["munged", "mungekey", "slurmctld", "slurmd", "srun", "sinfo", "squeue", "scancel"];
+
+    /// `name` on the `PATH` or in the system directories daemons are installed to.
+    fn program(name: &str) -> Option<PathBuf> {
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        std::env::split_paths(&path)
+            .chain([PathBuf::from("/usr/sbin"), PathBuf::from("/sbin")])
+            .map(|d| d.join(name))
+            .find(|p| p.is_file())
+    }
+
+    /// A TCP port of 127.0.0.1 that was free a moment ago.
+    fn free_port() -> u16 {
+        std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    }
+
+    /// Polls `done` every 50 ms for at most `limit`.
+    fn within(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
+        let started = Instant::now();
+        while !done() {
+            if started.elapsed() > limit {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        true
+    }
+
+    /// The configuration of a [`LocalSlurm`] whose files are in `dir`, authenticated by
+    /// the munged listening at `socket`, on two ports of 127.0.0.1 free a moment ago.
+    fn slurm_conf(dir: &Path, socket: &Path) -> String {
+        // slurmctld runs only where the host's own name is the controller's.
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+        let host = host.trim().split('.').next().unwrap().to_string();
+        format!(
+            "ClusterName=hytra\n\
+             SlurmctldHost={host}(127.0.0.1)\n\
+             SlurmctldPort={ctld}\n\
+             SlurmdPort={slurmd}\n\
+             CommunicationParameters=NoInAddrAny\n\
+             AuthType=auth/munge\n\
+             AuthInfo=socket={socket}\n\
+             CredType=cred/munge\n\
+             SlurmUser=root\n\
+             SlurmdUser=root\n\
+             StateSaveLocation={state}\n\
+             SlurmdSpoolDir={spool}\n\
+             TmpFS={tmp}\n\
+             SlurmctldPidFile={d}/slurmctld.pid\n\
+             SlurmdPidFile={d}/slurmd.pid\n\
+             SlurmctldLogFile={d}/slurmctld.log\n\
+             SlurmdLogFile={d}/slurmd.log\n\
+             ProctrackType=proctrack/linuxproc\n\
+             TaskPlugin=task/none\n\
+             JobAcctGatherType=jobacct_gather/none\n\
+             AccountingStorageType=accounting_storage/none\n\
+             SelectType=select/cons_tres\n\
+             SelectTypeParameters=CR_CPU\n\
+             SlurmdParameters=config_overrides\n\
+             MpiDefault=none\n\
+             ReturnToService=2\n\
+             NodeName=hytra NodeHostname={host} NodeAddr=127.0.0.1 CPUs=8 State=UNKNOWN\n\
+             PartitionName=hytra Nodes=hytra Default=YES MaxTime=10 State=UP OverSubscribe=YES\n",
+            ctld = free_port(),
+            slurmd = free_port(),
+            socket = socket.display(),
+            state = dir.join("state").display(),
+            spool = dir.join("spool").display(),
+            tmp = dir.join("tmp").display(),
+            d = dir.display(),
+        )
+    }
+
+    impl LocalSlurm {
+        /// Starts the daemons and waits (at most 30 s) until the node takes jobs. `None`
+        /// when a program is missing, unless `HYTRA_REQUIRE_SLURM=1`.
+        fn start(name: &str) -> Option<LocalSlurm> {
+            let missing: Vec<&str> =
+                SLURM_PROGRAMS.into_iter().filter(|p| program(p).is_none()).collect();
+            if !missing.is_empty() {
+                let say = format!("no {missing:?} (Debian: slurmd slurmctld slurm-client munge)");
+                let required = std::env::var("HYTRA_REQUIRE_SLURM").as_deref() == Ok("1");
+                assert!(!required, "HYTRA_REQUIRE_SLURM=1 but {say}");
+                eprintln!("{say}: not run");
+                return None;
+            }
+            let dir = Scratch::new(name);
+            let base = dir.0.clone();
+            let at = |f: &str| base.join(f);
+            for d in ["state", "spool", "tmp"] {
+                std::fs::create_dir_all(at(d)).unwrap();
+            }
+            let ok = Command::new(program("mungekey").unwrap())
+                .args(["--create", "--keyfile"])
+                .arg(at("munge.key"))
+                .status()
+                .unwrap();
+            assert!(ok.success(), "mungekey failed");
+            let socket = at("munge.sock");
+            let mut slurm = LocalSlurm { conf: at("slurm.conf"), daemons: Vec::new(), dir };
+            // `--force`: munged runs as root in a container.
+            let munged = Command::new(program("munged").unwrap())
+                .args(["--foreground", "--force"])
+                .arg(format!("--socket={}", socket.display()))
+                .arg(format!("--key-file={}", at("munge.key").display()))
+                .arg(format!("--log-file={}", at("munged.log").display()))
+                .arg(format!("--pid-file={}", at("munged.pid").display()))
+                .arg(format!("--seed-file={}", at("munged.seed").display()))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            slurm.daemons.push(munged);
+            assert!(within(Duration::from_secs(10), || socket.exists()), "munged never started");
+            std::fs::write(&slurm.conf, slurm_conf(&base, &socket)).unwrap();
+            for (daemon, args) in [("slurmctld", &["-D"][..]), ("slurmd", &["-D", "-N", "hytra"])] {
+                let child = Command::new(program(daemon).unwrap())
+                    .args(args)
+                    .env("SLURM_CONF", &slurm.conf)
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .unwrap();
+                slurm.daemons.push(child);
+            }
+            let idle = within(Duration::from_secs(30), || {
+                let out = slurm.command("sinfo").args(["-h", "-o", "%T"]).output().unwrap();
+                String::from_utf8_lossy(&out.stdout).trim() == "idle"
+            });
+            let log = |f: &str| std::fs::read_to_string(at(f)).unwrap_or_default();
+            assert!(
+                idle,
+                "the node never took jobs: {}{}",
+                log("slurmctld.log"),
+                log("slurmd.log")
+            );
+            Some(slurm)
+        }
+
+        /// A Slurm client program of this cluster.
+        fn command(&self, name: &str) -> Command {
+            let mut c = Command::new(program(name).unwrap());
+            c.env("SLURM_CONF", &self.conf);
+            c
+        }
+
+        /// The slurmstepd processes of this cluster: those that hold its slurmd's log open
+        /// (they log there; their environment and working directory are not ours to
+        /// tell by).
+        fn step_daemons(&self) -> Vec<libc::pid_t> {
+            let log = self.dir.0.join("slurmd.log");
+            let Ok(procs) = std::fs::read_dir("/proc") else { return Vec::new() };
+            procs
+                .flatten()
+                .filter_map(|e| {
+                    let pid = e.file_name().to_string_lossy().parse::<libc::pid_t>().ok()?;
+                    let comm = std::fs::read_to_string(e.path().join("comm")).ok()?;
+                    if comm.trim() != "slurmstepd" {
+                        return None;
+                    }
+                    let mut fds = std::fs::read_dir(e.path().join("fd")).ok()?.flatten();
+                    fds.any(|fd| std::fs::read_link(fd.path()).is_ok_and(|to| to == log))
+                        .then_some(pid)
+                })
+                .collect()
+        }
+
+        /// `srun --mpi=pmix -n n hytra node --config file [extra]`, UCX's TCP held to the
+        /// loopback device.
+        fn srun(&self, n: u16, file: &Path, extra: &[&str]) -> Child {
+            let mut c = self.command("srun");
+            c.args(["--mpi=pmix", "-n", &n.to_string()]).env("UCX_NET_DEVICES", "lo");
+            c.arg(env!("CARGO_BIN_EXE_hytra")).args(["node", "--config"]).arg(file).args(extra);
+            c.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap()
+        }
+    }
+
+    impl Drop for LocalSlurm {
+        fn drop(&mut self) {
+            // A job left by a failed assertion is cancelled before its node goes.
+            let _ = self.command("scancel").args(["--partition", "hytra"]).status();
+            let _ = within(Duration::from_secs(10), || {
+                let out = self.command("squeue").args(["-h", "-o", "%i"]).output();
+                out.is_ok_and(|o| o.stdout.is_empty())
+            });
+            // A step's slurmstepd may outlive its job briefly.
+            if !within(Duration::from_secs(10), || self.step_daemons().is_empty()) {
+                for pid in self.step_daemons() {
+                    // SAFETY: kill(2) on a slurmstepd of this test's Slurm, found by the
+                    // configuration in its environment.
+                    unsafe { libc::kill(pid, libc::SIGKILL) };
+                }
+            }
+            while let Some(mut d) = self.daemons.pop() {
+                // SAFETY: kill(2) on the pid of a child this test started and has not reaped.
+                unsafe { libc::kill(d.id() as libc::pid_t, libc::SIGTERM) };
+                if !within(Duration::from_secs(10), || d.try_wait().is_ok_and(|s| s.is_some())) {
+                    let _ = d.kill();
+                    let _ = d.wait();
+                }
+            }
+        }
+    }
+
+    fn srun_runs_three_ranks(transports: &str) {
+        let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let Some(slurm) = LocalSlurm::start(&format!("slurm-{transports}")) else { return };
+        let dir = Scratch::new(&format!("srun-{transports}"));
+        let file = cluster_file(&dir.0, transports, 3);
+        let json = dir.0.join("out.json");
+        let out = wait_bounded(slurm.srun(3, &file, &["--json", json.to_str().unwrap()]), LIMIT);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(stdout.matches("smallbank on ucx").count(), 1, "{stdout}");
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        assert_eq!(v["nodes"], 3);
+        assert_eq!(v["checker"]["serializable"], true, "{v}");
+        assert_eq!(v["invariant_ok"], true, "{v}");
+        assert!(v["committed"].as_u64().unwrap() > 100, "{v}");
+    }
+
+    /// How long a launched job may take.
+    const LIMIT: Duration = Duration::from_secs(120);
+
+    #[test]
+    fn srun_runs_three_ranks_over_shared_memory() {
+        srun_runs_three_ranks("sm");
+    }
+
+    #[test]
+    fn srun_runs_three_ranks_over_tcp() {
+        srun_runs_three_ranks("tcp");
+    }
+
+    /// Slurm's default (`KillOnBadExit=0`) lets the other tasks of a step live on when
+    /// one dies; `srun` then exits as the dead task did, and says which task died.
+    #[test]
+    fn srun_with_a_hub_outlives_a_killed_rank() {
+        let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let Some(slurm) = LocalSlurm::start("slurm-hub") else { return };
+        a_hub_outlives_a_killed_rank(
+            "srun-hub",
+            |file, json| slurm.srun(4, file, &["--json", json.to_str().unwrap()]),
+            |out| {
+                let stderr = String::from_utf8_lossy(&out.stderr);
+                // 128 + SIGKILL, from the dead task.
+                assert_eq!(out.status.code(), Some(137), "{stderr}");
+                assert!(stderr.contains("task 1: Killed"), "{stderr}");
+                assert!(
+                    !stderr.contains("Exited with exit code"),
+                    "no other task failed: {stderr}"
+                );
+            },
+        );
+    }
+
+    #[test]
+    fn srun_job_of_another_size_than_the_file_is_refused() {
+        let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let Some(slurm) = LocalSlurm::start("slurm-size") else { return };
+        let dir = Scratch::new("srun-size");
+        let file = cluster_file(&dir.0, "sm", 3);
+        refused(slurm.srun(2, &file, &[]), "the PMIx job has 2 processes but");
     }
 }
 
