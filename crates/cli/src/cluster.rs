@@ -243,7 +243,15 @@ fn launch(a: &ClusterArgs, f: &ClusterFile, job: LaunchJob, run_s: f64) -> Resul
     crate::signals::catch_stop_signals();
     let exe = std::env::current_exe()
         .map_err(|e| CliError::Run(anyhow::anyhow!("cannot find the hytra binary: {e}")))?;
-    let spec = LaunchSpec { exe, config: &a.config, file: f, json: a.json.as_deref(), job, run_s };
+    let spec = LaunchSpec {
+        exe,
+        config: &a.config,
+        file: f,
+        json: a.json.as_deref(),
+        job,
+        run_s,
+        logs: None,
+    };
     let mut notice = |m: String| eprintln!("hytra cluster: {m}");
     launch(&spec, &crate::signals::interrupted, &mut notice).map_err(|e| CliError::Run(e.into()))
 }

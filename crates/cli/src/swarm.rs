@@ -4,7 +4,7 @@
 use std::io::{IsTerminal, Write};
 
 use hytra_lab::cmd::swarm::{options, SwarmArgs};
-use hytra_lab::swarm::{run_seed, run_swarm, SeedReport, SwarmBackend, SwarmSummary};
+use hytra_lab::swarm::{run_seed_on, run_swarm, SeedReport, SwarmBackend, SwarmSummary};
 use hytra_txn::PlantedFault;
 
 use crate::table::{open_output, write_json};
@@ -40,7 +40,14 @@ fn run_one(
     planted: Option<PlantedFault>,
     out: Option<(std::fs::File, &std::path::Path)>,
 ) -> Result<(), CliError> {
-    let r = run_seed(seed, backend, planted);
+    if backend == SwarmBackend::Processes {
+        // Ctrl-C stops the seed's processes before this one ends.
+        crate::signals::catch_stop_signals();
+    }
+    let Some(r) = run_seed_on(seed, backend, planted, crate::signals::interrupted) else {
+        let sig = crate::signals::stop_signal().expect("only a signal stops a seed");
+        return Err(CliError::Stopped(sig));
+    };
     println!("seed {seed}: {}", r.summary);
     if let Some(h) = r.trace_hash {
         println!("trace hash {h:#018x}");
@@ -92,7 +99,9 @@ pub fn run(a: SwarmArgs) -> Result<(), CliError> {
     };
     let at_once = match backend {
         SwarmBackend::Sim => format!("{} at once", opts.jobs),
-        SwarmBackend::Local | SwarmBackend::Ucx => "one at a time".to_string(),
+        SwarmBackend::Local | SwarmBackend::Ucx | SwarmBackend::Processes => {
+            "one at a time".to_string()
+        }
     };
     eprintln!("swarm on {}: {bound}, {at_once}", backend.name());
     // Ctrl-C stops starting seeds; the running ones finish and the summary says what ran.

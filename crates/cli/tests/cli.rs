@@ -844,6 +844,7 @@ fn the_ucx_backend_says_how_to_get_it() {
         &["bench", "--backend", "ucx"][..],
         &["node", "--config", file, "--id", "0"],
         &["swarm", "--backend", "ucx"],
+        &["swarm", "--backend", "processes"],
     ];
     for args in commands {
         let out = hytra(args);

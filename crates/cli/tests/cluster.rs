@@ -637,6 +637,92 @@ mod with_ucx {
         std::fs::remove_file(data).unwrap();
     }
 
+    /// `hytra swarm --backend processes` over seeds that kill a node and seeds that do
+    /// not: every seed passes every oracle, and no process or file of theirs is left.
+    #[test]
+    fn a_swarm_of_processes_passes_its_seeds() {
+        use hytra_lab::swarm_processes::draw;
+        // The first two seeds from 1 with SmallBank or YCSB (the quickest), one killed and
+        // one not.
+        let quick = |s: &u64| matches!(draw(*s).workload, "smallbank" | "ycsb");
+        let killed = (1..).filter(quick).find(|&s| draw(s).kill.is_some()).unwrap();
+        let whole = (1..).filter(quick).find(|&s| draw(s).kill.is_none()).unwrap();
+        let planted = hytra()
+            .args(["swarm", "--backend", "processes", "--plant"])
+            .arg("skip-version-bump")
+            .output()
+            .unwrap();
+        let msg = String::from_utf8_lossy(&planted.stderr);
+        assert_eq!((planted.status.code(), msg.lines().count()), (Some(2), 1), "{msg}");
+        assert!(msg.contains("not with --backend processes"), "{msg}");
+        for seed in [killed, whole] {
+            let json = scratch(&format!("swarm-processes-{seed}.json"));
+            let out = hytra()
+                .args(["swarm", "--backend", "processes", "--seed", &seed.to_string()])
+                .args(["--json", json.to_str().unwrap()])
+                .env("UCX_NET_DEVICES", "lo")
+                .output()
+                .unwrap();
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+            assert!(stdout.contains("ok: every oracle passed"), "{stdout}");
+            let row: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+            assert_eq!(row["passed"], true, "{row}");
+            assert!(row["commits"].as_u64().unwrap() > 0, "{row}");
+            let kill = draw(seed).kill.map(|k| format!("kill node {}", k.node));
+            let said = row["configuration"].as_str().unwrap();
+            assert!(said.contains(kill.as_deref().unwrap_or("no kill")), "{said}");
+        }
+    }
+
+    /// A swarm of processes stopped by SIGINT mid-seed stops that seed's processes, keeps
+    /// none of its files, reports what ran, and ends as SIGINT ends a process.
+    #[test]
+    fn a_stopped_swarm_of_processes_leaves_nothing_running() {
+        let child = hytra()
+            .args(["swarm", "--backend", "processes", "--seeds", "5", "--keep-going"])
+            .env("UCX_NET_DEVICES", "lo")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let ours = format!("hytra-swarm-{pid}-");
+        // Mid-seed: once its nodes run.
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(60) && processes_with(&ours).is_empty() {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let running = processes_with(&ours);
+        std::thread::sleep(Duration::from_millis(500));
+        // SAFETY: kill(2) on the pid of a child this test started and has not reaped.
+        assert_eq!(unsafe { libc::kill(pid as libc::pid_t, libc::SIGINT) }, 0);
+        let out = wait_bounded(child, Duration::from_secs(30));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!running.is_empty(), "no node ever ran: {stderr}");
+        assert_eq!(out.status.code(), Some(128 + 2), "{stderr}");
+        assert!(String::from_utf8_lossy(&out.stdout).contains("swarm: "), "{stderr}");
+        assert_eq!(processes_with(&ours), Vec::<u32>::new(), "nodes left running");
+        let tmp = std::fs::read_dir(std::env::temp_dir()).unwrap();
+        let left: Vec<_> =
+            tmp.flatten().filter(|e| e.file_name().to_string_lossy().starts_with(&ours)).collect();
+        assert!(left.is_empty(), "{left:?} left behind");
+    }
+
+    /// The processes whose command line holds `text`.
+    fn processes_with(text: &str) -> Vec<u32> {
+        let Ok(procs) = std::fs::read_dir("/proc") else { return Vec::new() };
+        procs
+            .flatten()
+            .filter_map(|e| {
+                let pid = e.file_name().to_string_lossy().parse::<u32>().ok()?;
+                let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
+                String::from_utf8_lossy(&cmd).contains(text).then_some(pid)
+            })
+            .collect()
+    }
+
     #[test]
     fn killing_the_requester_stops_the_owner_with_an_error() {
         let (file, data) = io_file("io-kill.toml", "sm", 60.0);

@@ -73,6 +73,9 @@ mod with_pmix {
             .unwrap_or_else(|e| panic!("cannot start mpirun ({e}): apt-get install -y openmpi-bin"))
     }
 
+    /// How long a launched job may take.
+    const LIMIT: Duration = Duration::from_secs(120);
+
     /// Waits for `c` at most `limit`; past it, stops the job (`mpirun` and `srun` pass
     /// SIGTERM on to every process they started) and fails.
     fn wait_bounded(mut c: Child, limit: Duration) -> Output {
@@ -114,13 +117,18 @@ mod with_pmix {
         let file = cluster_file(&dir.0, transports, 3);
         let json = dir.0.join("out.json");
         let job = mpirun(3, &file, &[], &["--json", json.to_str().unwrap()]);
-        let out = wait_bounded(job, Duration::from_secs(120));
+        three_ranks_ran_smallbank(&wait_bounded(job, LIMIT), &json);
+    }
+
+    /// A job of three ranks (`out`, its JSON report at `json`) ended well: only rank 0
+    /// (node 0) printed the cluster's report, and the run was serializable, kept its
+    /// invariants and committed.
+    fn three_ranks_ran_smallbank(out: &Output, json: &Path) {
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-        // Only rank 0 (node 0) prints the cluster's report.
         assert_eq!(stdout.matches("smallbank on ucx").count(), 1, "{stdout}");
         let v: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+            serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
         assert_eq!(v["nodes"], 3);
         assert_eq!(v["checker"]["serializable"], true, "{v}");
         assert_eq!(v["invariant_ok"], true, "{v}");
@@ -218,7 +226,7 @@ mod with_pmix {
         };
         // SAFETY: kill(2) on a process of this test's job, found by its command line.
         assert_eq!(unsafe { libc::kill(victim, libc::SIGKILL) }, 0);
-        let out = wait_bounded(job, Duration::from_secs(120));
+        let out = wait_bounded(job, LIMIT);
         let hub_out = wait_bounded(hub.0.take().unwrap(), Duration::from_secs(30));
         let (stdout, hub_said) = (String::from_utf8_lossy(&out.stdout), said.join().unwrap());
         launched(&out);
@@ -505,20 +513,9 @@ mod with_pmix {
         let dir = Scratch::new(&format!("srun-{transports}"));
         let file = cluster_file(&dir.0, transports, 3);
         let json = dir.0.join("out.json");
-        let out = wait_bounded(slurm.srun(3, &file, &["--json", json.to_str().unwrap()]), LIMIT);
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-        assert_eq!(stdout.matches("smallbank on ucx").count(), 1, "{stdout}");
-        let v: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-        assert_eq!(v["nodes"], 3);
-        assert_eq!(v["checker"]["serializable"], true, "{v}");
-        assert_eq!(v["invariant_ok"], true, "{v}");
-        assert!(v["committed"].as_u64().unwrap() > 100, "{v}");
+        let job = slurm.srun(3, &file, &["--json", json.to_str().unwrap()]);
+        three_ranks_ran_smallbank(&wait_bounded(job, LIMIT), &json);
     }
-
-    /// How long a launched job may take.
-    const LIMIT: Duration = Duration::from_secs(120);
 
     #[test]
     fn srun_runs_three_ranks_over_shared_memory() {

@@ -50,6 +50,9 @@ pub struct LaunchSpec<'a> {
     /// The measured window the nodes were asked for, in seconds: the launch waits at most
     /// the file's timeout, twice this and a minute.
     pub run_s: f64,
+    /// A directory for every node's output (`node-N.out`, `node-N.err`); `None`: the
+    /// launcher's own (node 0's report, or a survivor's, and every node's errors).
+    pub logs: Option<&'a Path>,
 }
 
 /// Why a launch failed; every node it started is stopped by then.
@@ -319,7 +322,14 @@ mod imp {
             if let Some(j) = spec.json.filter(|_| id == 0 || services.is_some()) {
                 cmd.arg("--json").arg(j);
             }
-            if id != 0 && services.is_none() {
+            if let Some(dir) = spec.logs {
+                let file = |ext: &str| {
+                    let path = dir.join(format!("node-{id}.{ext}"));
+                    std::fs::File::create(&path)
+                        .map_err(|e| system(format!("cannot create {}: {e}", path.display())))
+                };
+                cmd.stdout(file("out")?).stderr(file("err")?);
+            } else if id != 0 && services.is_none() {
                 cmd.stdout(Stdio::null());
             }
             let child = cmd.spawn().map_err(|e| system(format!("cannot start node {id}: {e}")))?;

@@ -48,6 +48,7 @@ pub mod reproduce;
 pub mod run;
 pub mod span;
 pub mod swarm;
+pub mod swarm_processes;
 pub mod table;
 pub mod workload;
 

@@ -56,6 +56,10 @@ pub enum SwarmBackend {
     /// one-sided operations, no injected faults or node losses (it cannot stop one node
     /// of a process), one seed at a time. Only in a build with the `ucx` feature.
     Ucx,
+    /// Clusters of processes of this machine over UCX, most seeds with a process killed
+    /// mid-run (`crate::swarm_processes`), one seed at a time. Only in a build with the
+    /// `ucx` feature, run from the `hytra` binary (it launches itself).
+    Processes,
 }
 
 impl SwarmBackend {
@@ -65,12 +69,16 @@ impl SwarmBackend {
             SwarmBackend::Sim => "sim",
             SwarmBackend::Local => "local",
             SwarmBackend::Ucx => "ucx",
+            SwarmBackend::Processes => "processes",
         }
     }
 
     /// Whether this build can run seeds on it.
     pub fn available(self) -> bool {
-        self != SwarmBackend::Ucx || cfg!(feature = "ucx")
+        match self {
+            SwarmBackend::Sim | SwarmBackend::Local => true,
+            SwarmBackend::Ucx | SwarmBackend::Processes => cfg!(feature = "ucx"),
+        }
     }
 }
 
@@ -402,16 +410,17 @@ fn bucket(n: u64) -> String {
 }
 
 /// A choice among `items`.
-fn pick<T: Copy>(rng: &mut Rng, items: &[T]) -> T {
+pub(crate) fn pick<T: Copy>(rng: &mut Rng, items: &[T]) -> T {
     items[rng.below(items.len() as u64) as usize]
 }
 
 /// True with probability `num / den`.
-fn chance(rng: &mut Rng, num: u64, den: u64) -> bool {
+pub(crate) fn chance(rng: &mut Rng, num: u64, den: u64) -> bool {
     rng.below(den) < num
 }
 
-/// Draws seed `seed`'s configuration on `backend`, with `planted` planted.
+/// Draws seed `seed`'s configuration on `backend`, one that runs seeds in this process (not
+/// `Processes`: see `crate::swarm_processes`), with `planted` planted.
 pub fn draw(seed: u64, backend: SwarmBackend, planted: Option<PlantedFault>) -> Draw {
     let mut rng = Rng::derive(seed, DRAW_STREAM);
     let sim = backend == SwarmBackend::Sim;
@@ -440,7 +449,7 @@ pub fn draw(seed: u64, backend: SwarmBackend, planted: Option<PlantedFault>) -> 
     };
     let span_ns = warmup_ns + measure_ns;
     let crashes = match backend {
-        SwarmBackend::Ucx => None,
+        SwarmBackend::Ucx | SwarmBackend::Processes => None,
         _ => draw_node_losses(seed, sim, nodes, span_ns, &mut txn),
     };
     let (mut local_faults, mut fencing) = (Vec::new(), Fencing::Nic);
@@ -497,7 +506,7 @@ pub fn draw(seed: u64, backend: SwarmBackend, planted: Option<PlantedFault>) -> 
     let backend = match backend {
         SwarmBackend::Sim => sim_backend(shape, seed, nic, faults, fencing, &workload),
         SwarmBackend::Local => local_backend(shape, local_faults),
-        SwarmBackend::Ucx => ucx_backend(shape, seed),
+        SwarmBackend::Ucx | SwarmBackend::Processes => ucx_backend(shape, seed),
     };
     Draw {
         seed,
@@ -537,6 +546,7 @@ fn draw_nic(rng: &mut Rng, seed: u64, backend: SwarmBackend) -> (&'static str, N
         }
         SwarmBackend::Local => ("threads", nic, true),
         SwarmBackend::Ucx => (draw_ucx(seed).0, nic, false),
+        SwarmBackend::Processes => unreachable!("a seed of processes is drawn by swarm_processes"),
     }
 }
 
@@ -1199,7 +1209,8 @@ fn run_caught(d: &Draw) -> Result<Outcome, String> {
     }
 }
 
-/// Draws, runs and judges one seed.
+/// Draws, runs and judges one seed in this process (a seed of processes runs with
+/// [`run_seed_on`]).
 pub fn run_seed(seed: u64, backend: SwarmBackend, planted: Option<PlantedFault>) -> SeedReport {
     capture_panics();
     let started = Instant::now();
@@ -1242,6 +1253,26 @@ pub fn run_seed(seed: u64, backend: SwarmBackend, planted: Option<PlantedFault>)
     }
     report.wall = started.elapsed();
     report
+}
+
+/// Runs seed `seed` on `backend`: [`run_seed`] in this process, or as processes
+/// ([`crate::swarm_processes::run_seed`], which alone may stop at `interrupted` and then
+/// reports nothing).
+pub fn run_seed_on(
+    seed: u64,
+    backend: SwarmBackend,
+    planted: Option<PlantedFault>,
+    interrupted: fn() -> bool,
+) -> Option<SeedReport> {
+    match backend {
+        SwarmBackend::Processes => {
+            assert!(planted.is_none(), "no bug is planted in processes");
+            crate::swarm_processes::run_seed(seed, interrupted)
+        }
+        SwarmBackend::Sim | SwarmBackend::Local | SwarmBackend::Ucx => {
+            Some(run_seed(seed, backend, planted))
+        }
+    }
 }
 
 /// The oracles: what is wrong with a finished run of `d`.
@@ -1354,8 +1385,8 @@ pub struct SwarmOptions {
     pub seeds: Option<u64>,
     /// Stop starting seeds after this long (`None`: no limit).
     pub time_limit: Option<Duration>,
-    /// Seeds run at once (the simulator is one thread per seed; `local` and `ucx` run one
-    /// at a time whatever this says).
+    /// Seeds run at once (the simulator is one thread per seed; `local`, `ucx` and
+    /// `processes` run one at a time whatever this says).
     pub jobs: usize,
     /// A bug planted in every seed (to prove that the oracles catch it).
     pub planted: Option<PlantedFault>,
@@ -1520,7 +1551,7 @@ pub fn run_swarm(opts: &SwarmOptions, mut on_seed: impl FnMut(&SeedReport)) -> S
     let started = Instant::now();
     let jobs = match opts.backend {
         SwarmBackend::Sim => opts.jobs.max(1),
-        SwarmBackend::Local | SwarmBackend::Ucx => 1,
+        SwarmBackend::Local | SwarmBackend::Ucx | SwarmBackend::Processes => 1,
     };
     let order = start_order(opts, jobs);
     let next = AtomicU64::new(0);
@@ -1550,7 +1581,14 @@ pub fn run_swarm(opts: &SwarmOptions, mut on_seed: impl FnMut(&SeedReport)) -> S
                     return;
                 }
                 let offset = order.as_ref().map_or(i, |o| o[i as usize]);
-                let report = run_seed(opts.first_seed + offset, opts.backend, opts.planted);
+                let seed = opts.first_seed + offset;
+                let Some(report) = run_seed_on(seed, opts.backend, opts.planted, opts.stop_early)
+                else {
+                    // Stopped by the signal: the seed's processes are gone, and it is not
+                    // reported.
+                    stopped_early.store(true, Ordering::Relaxed);
+                    return;
+                };
                 if tx.send(report).is_err() {
                     return;
                 }

@@ -18,9 +18,10 @@ const MINUTES_MAX: f64 = 7.0 * 24.0 * 60.0;
 #[derive(Args, Debug)]
 pub struct SwarmArgs {
     /// Backend: sim (deterministic, with faults), local (threads in real time, with node
-    /// losses) or ucx (every node in this process over UCX shared memory or TCP, drawn per
-    /// seed, without faults; a build with --features ucx).
-    #[arg(long, default_value = "sim", value_parser = ["sim", "local", "ucx"])]
+    /// losses), ucx (every node in this process over UCX shared memory or TCP, drawn per
+    /// seed, without faults) or processes (a process per node over UCX, most seeds with
+    /// one killed by SIGKILL mid-run); the last two in a build with --features ucx.
+    #[arg(long, default_value = "sim", value_parser = ["sim", "local", "ucx", "processes"])]
     pub backend: String,
     /// Seeds to run [default: 100, or as many as fit in --minutes].
     #[arg(long, allow_negative_numbers = true)]
@@ -59,6 +60,10 @@ fn backend(name: &str) -> Result<SwarmBackend, Usage> {
             "the ucx backend is not in this build: install libucx-dev and build with --features ucx",
         ),
         "ucx" => Ok(SwarmBackend::Ucx),
+        "processes" if !SwarmBackend::Processes.available() => usage(
+            "the processes backend is not in this build: install libucx-dev and build with --features ucx",
+        ),
+        "processes" => Ok(SwarmBackend::Processes),
         other => unreachable!("clap refused --backend {other}"),
     }
 }
@@ -77,6 +82,11 @@ fn planted(name: Option<&str>) -> Result<Option<PlantedFault>, Usage> {
 pub fn options(a: &SwarmArgs, stop_early: fn() -> bool) -> Result<SwarmOptions, Usage> {
     let backend = backend(&a.backend)?;
     let planted = planted(a.plant.as_deref())?;
+    if planted.is_some() && backend == SwarmBackend::Processes {
+        return usage(
+            "--plant plants a bug in a run of this process: not with --backend processes",
+        );
+    }
     let seeds = match a.seeds {
         Some(n) if n < 1 => return usage(format!("--seeds {n}: at least one seed")),
         Some(n) => Some(n as u64),
