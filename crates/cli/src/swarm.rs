@@ -104,9 +104,15 @@ pub fn run(a: SwarmArgs) -> Result<(), CliError> {
         }
     };
     eprintln!("swarm on {}: {bound}, {at_once}", backend.name());
-    // Ctrl-C stops starting seeds; the running ones finish and the summary says what ran.
-    // A second one ends the process at once.
-    crate::signals::exit_on_second_signal();
+    // Ctrl-C stops starting seeds and the summary says what ran. In this process the
+    // running seeds finish, and a second Ctrl-C ends it at once; a seed of processes
+    // stops with them at the first (its launcher stops its nodes within milliseconds),
+    // and ending this process sooner would leave them running.
+    if backend == SwarmBackend::Processes {
+        crate::signals::catch_stop_signals();
+    } else {
+        crate::signals::exit_on_second_signal();
+    }
     let terminal = std::io::stderr().is_terminal();
     let (mut done, mut failed) = (0u64, 0u64);
     let started = std::time::Instant::now();

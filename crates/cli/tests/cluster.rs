@@ -2,7 +2,8 @@
 //! memory and TCP on 127.0.0.1), TPC-C on three processes over shared memory, refused
 //! nodes, a node killed mid-run (`hytra node`: the others stop; `hytra cluster --kill`:
 //! they survive it); `hytra io` on two processes, and its requester
-//! killed mid-run. Built only with the `ucx` feature.
+//! killed mid-run; `hytra swarm --backend processes`, its seeds passing and a stop
+//! leaving nothing behind. Built only with the `ucx` feature.
 
 #[cfg(feature = "ucx")]
 mod common;
@@ -642,27 +643,33 @@ mod with_ucx {
     #[test]
     fn a_swarm_of_processes_passes_its_seeds() {
         use hytra_lab::swarm_processes::draw;
-        // The first two seeds from 1 with SmallBank or YCSB (the quickest), one killed and
-        // one not.
-        let quick = |s: &u64| matches!(draw(*s).workload, "smallbank" | "ycsb");
-        let killed = (1..).filter(quick).find(|&s| draw(s).kill.is_some()).unwrap();
-        let whole = (1..).filter(quick).find(|&s| draw(s).kill.is_none()).unwrap();
         let planted = hytra()
-            .args(["swarm", "--backend", "processes", "--plant"])
-            .arg("skip-version-bump")
+            .args(["swarm", "--backend", "processes", "--plant", "skip-version-bump"])
             .output()
             .unwrap();
         let msg = String::from_utf8_lossy(&planted.stderr);
         assert_eq!((planted.status.code(), msg.lines().count()), (Some(2), 1), "{msg}");
         assert!(msg.contains("not with --backend processes"), "{msg}");
+        let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        // The first two seeds from 1 with SmallBank or YCSB (the quickest), one killed and
+        // one not.
+        let quick = |s: &u64| matches!(draw(*s).workload, "smallbank" | "ycsb");
+        let killed = (1..).filter(quick).find(|&s| draw(s).kill.is_some()).unwrap();
+        let whole = (1..).filter(quick).find(|&s| draw(s).kill.is_none()).unwrap();
         for seed in [killed, whole] {
             let json = scratch(&format!("swarm-processes-{seed}.json"));
-            let out = hytra()
+            let child = hytra()
                 .args(["swarm", "--backend", "processes", "--seed", &seed.to_string()])
                 .args(["--json", json.to_str().unwrap()])
                 .env("UCX_NET_DEVICES", "lo")
-                .output()
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
                 .unwrap();
+            let pid = child.id();
+            let _clear = SwarmLeftovers(pid);
+            let out = wait_bounded(child, Duration::from_secs(120));
+            no_swarm_leftovers(pid);
             let stdout = String::from_utf8_lossy(&out.stdout);
             assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
             assert!(stdout.contains("ok: every oracle passed"), "{stdout}");
@@ -680,6 +687,7 @@ mod with_ucx {
     /// none of its files, reports what ran, and ends as SIGINT ends a process.
     #[test]
     fn a_stopped_swarm_of_processes_leaves_nothing_running() {
+        let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let child = hytra()
             .args(["swarm", "--backend", "processes", "--seeds", "5", "--keep-going"])
             .env("UCX_NET_DEVICES", "lo")
@@ -688,6 +696,7 @@ mod with_ucx {
             .spawn()
             .unwrap();
         let pid = child.id();
+        let _clear = SwarmLeftovers(pid);
         let ours = format!("hytra-swarm-{pid}-");
         // Mid-seed: once its nodes run.
         let started = Instant::now();
@@ -699,15 +708,54 @@ mod with_ucx {
         // SAFETY: kill(2) on the pid of a child this test started and has not reaped.
         assert_eq!(unsafe { libc::kill(pid as libc::pid_t, libc::SIGINT) }, 0);
         let out = wait_bounded(child, Duration::from_secs(30));
+        no_swarm_leftovers(pid);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!running.is_empty(), "no node ever ran: {stderr}");
         assert_eq!(out.status.code(), Some(128 + 2), "{stderr}");
         assert!(String::from_utf8_lossy(&out.stdout).contains("swarm: "), "{stderr}");
-        assert_eq!(processes_with(&ours), Vec::<u32>::new(), "nodes left running");
+    }
+
+    /// Stops the node processes the swarm of processes `pid` left running and removes its
+    /// seeds' directories and the launcher's journals; returns what it found.
+    fn clear_swarm_leftovers(pid: u32) -> (Vec<u32>, Vec<PathBuf>) {
+        let (seeds, journals) = (format!("hytra-swarm-{pid}-"), format!("hytra-cluster-{pid}"));
+        let nodes = processes_with(&seeds);
+        for &p in &nodes {
+            // SAFETY: kill(2) on a node process of this test's swarm, found by its command
+            // line (the cluster file in the seed's directory).
+            unsafe { libc::kill(p as libc::pid_t, libc::SIGKILL) };
+        }
         let tmp = std::fs::read_dir(std::env::temp_dir()).unwrap();
-        let left: Vec<_> =
-            tmp.flatten().filter(|e| e.file_name().to_string_lossy().starts_with(&ours)).collect();
+        let left: Vec<PathBuf> = tmp
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                let name = p.file_name().unwrap_or_default().to_string_lossy();
+                name.starts_with(&seeds) || name == journals
+            })
+            .collect();
+        for d in &left {
+            let _ = std::fs::remove_dir_all(d);
+        }
+        (nodes, left)
+    }
+
+    /// Asserts that the swarm of processes `pid` (which has ended) left no node running
+    /// and neither a seed's directory nor the launcher's journals.
+    fn no_swarm_leftovers(pid: u32) {
+        let (nodes, left) = clear_swarm_leftovers(pid);
+        assert_eq!(nodes, Vec::<u32>::new(), "nodes left running");
         assert!(left.is_empty(), "{left:?} left behind");
+    }
+
+    /// Clears what the swarm of processes it names left when dropped: after a failed
+    /// assertion or a timeout too.
+    struct SwarmLeftovers(u32);
+
+    impl Drop for SwarmLeftovers {
+        fn drop(&mut self) {
+            clear_swarm_leftovers(self.0);
+        }
     }
 
     /// The processes whose command line holds `text`.

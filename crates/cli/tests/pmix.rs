@@ -95,8 +95,9 @@ mod with_pmix {
     }
 
     /// Jobs that run a benchmark go one at a time: on two cores, beside another job's
-    /// processes, their leases would lapse. So do the Slurm clusters: each numbers its
-    /// jobs from 1, and Slurm's PMIx plugin names its directories by job.
+    /// processes, their leases would lapse. So do the Slurm clusters: two at once, each
+    /// numbering its jobs from 1, mixed up their jobs' output (before each had a `TmpFS`
+    /// of its own; not tried since).
     static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
     /// A process killed and reaped when dropped (after a failed assertion too).
@@ -289,10 +290,10 @@ mod with_pmix {
 
     /// A one-node Slurm cluster on 127.0.0.1 while it lives: MUNGE's `munged`,
     /// `slurmctld` and `slurmd` as children of the test, their key, configuration, state,
-    /// logs and temporary files (`TmpFS`, where the PMIx plugin makes its directories) in
-    /// a scratch directory. The node says it has 8 CPUs (`config_overrides`
+    /// logs and temporary files (`TmpFS`) in a scratch directory. The node says it has 8 CPUs (`config_overrides`
     /// lets slurmd say more than the host has), so that four tasks fit on two cores; the
-    /// daemons bind the addresses their names resolve to (`NoInAddrAny`), 127.0.0.1.
+    /// daemons and `srun` bind the addresses their names resolve to (`NoInAddrAny`), which
+    /// [`slurm_unusable`] requires to be loopback ones.
     struct LocalSlurm {
         conf: PathBuf,
         /// `munged`, `slurmctld`, `slurmd`: stopped in the reverse order.
@@ -312,6 +313,35 @@ mod with_pmix {
             .chain([PathBuf::from("/usr/sbin"), PathBuf::from("/sbin")])
             .map(|d| d.join(name))
             .find(|p| p.is_file())
+    }
+
+    /// Why a one-node Slurm cannot run here, if it cannot: a program missing; not root
+    /// (the daemons run as `SlurmUser=root`); or a host name that resolves to other than
+    /// loopback addresses, since `srun` and the daemons bind the addresses their names
+    /// resolve to (`NoInAddrAny`) and the tests stay on 127.0.0.1.
+    fn slurm_unusable() -> Option<String> {
+        use std::net::ToSocketAddrs;
+        let missing: Vec<&str> =
+            SLURM_PROGRAMS.into_iter().filter(|p| program(p).is_none()).collect();
+        if !missing.is_empty() {
+            return Some(format!("no {missing:?} (Debian: slurmd slurmctld slurm-client munge)"));
+        }
+        // SAFETY: geteuid(2) only reads the process's credentials.
+        if unsafe { libc::geteuid() } != 0 {
+            return Some("not root: the one-node Slurm runs its daemons as root".into());
+        }
+        let host = host_name();
+        let loopback = (host.as_str(), 0)
+            .to_socket_addrs()
+            .is_ok_and(|addrs| addrs.map(|a| a.ip().is_loopback()).min() == Some(true));
+        (!loopback)
+            .then(|| format!("the host name {host} does not resolve to loopback addresses only"))
+    }
+
+    /// This host's name, short (slurmctld runs only where it is the controller's).
+    fn host_name() -> String {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        host.trim().split('.').next().unwrap_or_default().to_string()
     }
 
     /// A TCP port of 127.0.0.1 that was free a moment ago.
@@ -334,9 +364,7 @@ mod with_pmix {
     /// The configuration of a [`LocalSlurm`] whose files are in `dir`, authenticated by
     /// the munged listening at `socket`, on two ports of 127.0.0.1 free a moment ago.
     fn slurm_conf(dir: &Path, socket: &Path) -> String {
-        // slurmctld runs only where the host's own name is the controller's.
-        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
-        let host = host.trim().split('.').next().unwrap().to_string();
+        let host = host_name();
         format!(
             "ClusterName=hytra\n\
              SlurmctldHost={host}(127.0.0.1)\n\
@@ -380,13 +408,10 @@ mod with_pmix {
         /// Starts the daemons and waits (at most 30 s) until the node takes jobs. `None`
         /// when a program is missing, unless `HYTRA_REQUIRE_SLURM=1`.
         fn start(name: &str) -> Option<LocalSlurm> {
-            let missing: Vec<&str> =
-                SLURM_PROGRAMS.into_iter().filter(|p| program(p).is_none()).collect();
-            if !missing.is_empty() {
-                let say = format!("no {missing:?} (Debian: slurmd slurmctld slurm-client munge)");
+            if let Some(why) = slurm_unusable() {
                 let required = std::env::var("HYTRA_REQUIRE_SLURM").as_deref() == Ok("1");
-                assert!(!required, "HYTRA_REQUIRE_SLURM=1 but {say}");
-                eprintln!("{say}: not run");
+                assert!(!required, "HYTRA_REQUIRE_SLURM=1 but {why}");
+                eprintln!("{why}: not run");
                 return None;
             }
             let dir = Scratch::new(name);
@@ -492,7 +517,7 @@ mod with_pmix {
             if !within(Duration::from_secs(10), || self.step_daemons().is_empty()) {
                 for pid in self.step_daemons() {
                     // SAFETY: kill(2) on a slurmstepd of this test's Slurm, found by the
-                    // configuration in its environment.
+                    // log of its slurmd, which it holds open.
                     unsafe { libc::kill(pid, libc::SIGKILL) };
                 }
             }

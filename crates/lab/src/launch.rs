@@ -132,6 +132,17 @@ mod imp {
         _journal: TempDir,
     }
 
+    /// Tells the services' threads to stop when a launch returns, whichever way: after a
+    /// failure they would otherwise serve on for as long as the process lives (a swarm of
+    /// processes launches many clusters from one process).
+    struct StopOnDrop(Arc<AtomicBool>);
+
+    impl Drop for StopOnDrop {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::Release);
+        }
+    }
+
     /// The configuration store of a launch: served by the launcher, or this run's keys in
     /// etcd (deleted when the run ends).
     enum StoreService {
@@ -309,6 +320,7 @@ mod imp {
             Job::Bench { .. } => Some(Services::start(f)?),
             Job::Io => None,
         };
+        let _stop = services.as_ref().map(|s| StopOnDrop(s.stop.clone()));
         let mut children = Children(Vec::new());
         for id in 0..u16::try_from(f.nodes.len()).map_err(system)? {
             let mut cmd = Command::new(&spec.exe);

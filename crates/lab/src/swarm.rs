@@ -449,7 +449,7 @@ pub fn draw(seed: u64, backend: SwarmBackend, planted: Option<PlantedFault>) -> 
     };
     let span_ns = warmup_ns + measure_ns;
     let crashes = match backend {
-        SwarmBackend::Ucx | SwarmBackend::Processes => None,
+        SwarmBackend::Ucx => None,
         _ => draw_node_losses(seed, sim, nodes, span_ns, &mut txn),
     };
     let (mut local_faults, mut fencing) = (Vec::new(), Fencing::Nic);
@@ -1142,6 +1142,20 @@ pub struct SeedReport {
 }
 
 impl SeedReport {
+    /// The report of seed `seed` before its run: its configuration and dimensions, no
+    /// finding yet.
+    pub fn new(seed: u64, summary: String, dimensions: Vec<(&'static str, String)>) -> Self {
+        SeedReport {
+            seed,
+            summary,
+            dimensions,
+            findings: Vec::new(),
+            trace_hash: None,
+            commits: 0,
+            wall: Duration::ZERO,
+        }
+    }
+
     /// Whether every oracle was satisfied.
     pub fn passed(&self) -> bool {
         self.findings.is_empty()
@@ -1215,15 +1229,7 @@ pub fn run_seed(seed: u64, backend: SwarmBackend, planted: Option<PlantedFault>)
     capture_panics();
     let started = Instant::now();
     let d = draw(seed, backend, planted);
-    let mut report = SeedReport {
-        seed,
-        summary: d.summary(),
-        dimensions: d.dimensions(),
-        findings: Vec::new(),
-        trace_hash: None,
-        commits: 0,
-        wall: Duration::ZERO,
-    };
+    let mut report = SeedReport::new(seed, d.summary(), d.dimensions());
     match run_caught(&d) {
         Ok(o) => {
             report.commits = o.result.stats.commits;

@@ -203,7 +203,7 @@ pub use imp::run_seed;
 #[cfg(feature = "ucx")]
 mod imp {
     use std::path::{Path, PathBuf};
-    use std::time::{Duration, Instant};
+    use std::time::Instant;
 
     use super::{draw, judge, ProcessesDraw};
     use crate::bench::BenchReport;
@@ -223,15 +223,7 @@ mod imp {
         let started = Instant::now();
         let d = draw(seed);
         let dir = std::env::temp_dir().join(format!("hytra-swarm-{}-{seed}", std::process::id()));
-        let mut report = SeedReport {
-            seed,
-            summary: d.summary(),
-            dimensions: d.dimensions(),
-            findings: Vec::new(),
-            trace_hash: None,
-            commits: 0,
-            wall: Duration::ZERO,
-        };
+        let mut report = SeedReport::new(seed, d.summary(), d.dimensions());
         match run_cluster(&d, &dir, interrupted) {
             Ok(Some(r)) => {
                 report.commits = r.committed;
@@ -319,15 +311,9 @@ mod imp {
 #[cfg(not(feature = "ucx"))]
 pub fn run_seed(seed: u64, _interrupted: fn() -> bool) -> Option<crate::swarm::SeedReport> {
     let d = draw(seed);
-    Some(crate::swarm::SeedReport {
-        seed,
-        summary: d.summary(),
-        dimensions: d.dimensions(),
-        findings: vec!["this build has no UCX: build with --features ucx".into()],
-        trace_hash: None,
-        commits: 0,
-        wall: Duration::ZERO,
-    })
+    let mut report = crate::swarm::SeedReport::new(seed, d.summary(), d.dimensions());
+    report.findings.push("this build has no UCX: build with --features ucx".into());
+    Some(report)
 }
 
 #[cfg(test)]
