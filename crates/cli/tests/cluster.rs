@@ -658,16 +658,10 @@ mod with_ucx {
         let whole = (1..).filter(quick).find(|&s| draw(s).kill.is_none()).unwrap();
         for seed in [killed, whole] {
             let json = scratch(&format!("swarm-processes-{seed}.json"));
-            let child = hytra()
-                .args(["swarm", "--backend", "processes", "--seed", &seed.to_string()])
-                .args(["--json", json.to_str().unwrap()])
-                .env("UCX_NET_DEVICES", "lo")
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap();
+            let seed_arg = seed.to_string();
+            let (child, _clear) =
+                swarm_of_processes(&["--seed", &seed_arg, "--json", json.to_str().unwrap()]);
             let pid = child.id();
-            let _clear = SwarmLeftovers(pid);
             let out = wait_bounded(child, Duration::from_secs(120));
             no_swarm_leftovers(pid);
             let stdout = String::from_utf8_lossy(&out.stdout);
@@ -688,15 +682,8 @@ mod with_ucx {
     #[test]
     fn a_stopped_swarm_of_processes_leaves_nothing_running() {
         let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let child = hytra()
-            .args(["swarm", "--backend", "processes", "--seeds", "5", "--keep-going"])
-            .env("UCX_NET_DEVICES", "lo")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let (child, _clear) = swarm_of_processes(&["--seeds", "5", "--keep-going"]);
         let pid = child.id();
-        let _clear = SwarmLeftovers(pid);
         let ours = format!("hytra-swarm-{pid}-");
         // Mid-seed: once its nodes run.
         let started = Instant::now();
@@ -746,6 +733,21 @@ mod with_ucx {
         let (nodes, left) = clear_swarm_leftovers(pid);
         assert_eq!(nodes, Vec::<u32>::new(), "nodes left running");
         assert!(left.is_empty(), "{left:?} left behind");
+    }
+
+    /// `hytra swarm --backend processes ARGS` started, UCX's TCP held to the loopback
+    /// device, with what clears its leftovers when dropped.
+    fn swarm_of_processes(args: &[&str]) -> (Child, SwarmLeftovers) {
+        let child = hytra()
+            .args(["swarm", "--backend", "processes"])
+            .args(args)
+            .env("UCX_NET_DEVICES", "lo")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let clear = SwarmLeftovers(child.id());
+        (child, clear)
     }
 
     /// Clears what the swarm of processes it names left when dropped: after a failed
