@@ -343,6 +343,11 @@ pub struct BenchReport {
     pub committed: u64,
     /// Transactions that gave up after `config.retries_max` attempts.
     pub gave_up: u64,
+    /// Retries that waited because the same attempt of another transaction kept a lock
+    /// across the transaction's blocked attempts (a holder whose node died keeps it
+    /// until recovery removes the node); the whole run.
+    #[serde(default)]
+    pub stuck_lock_waits: u64,
     /// Aborts per reason.
     pub aborts: BTreeMap<String, u64>,
     /// Latency quantiles.
@@ -495,6 +500,7 @@ impl BenchReport {
                 .collect(),
             committed: s.commits,
             gave_up: s.gave_up,
+            stuck_lock_waits: s.stuck_lock_waits,
             aborts: AbortReason::ALL
                 .iter()
                 .map(|a| (a.name().to_string(), s.aborts[a.index_pub()]))

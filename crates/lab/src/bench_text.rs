@@ -114,6 +114,14 @@ fn report(o: &mut String, r: &BenchReport, types: &[&str], lease_ns: u64) -> fmt
     if !reasons.is_empty() {
         writeln!(o, "aborts       {}", reasons.join(", "))?;
     }
+    if r.stuck_lock_waits > 0 {
+        writeln!(
+            o,
+            "             {} retries waited for a lock that one attempt held across {} of theirs",
+            r.stuck_lock_waits,
+            hytra_txn::STUCK_LOCK_REPEATS + 1
+        )?;
+    }
     if r.workload == "smallbank" && class_rate(AbortClass::Workload) > 0.0 {
         writeln!(o, "             {}", hytra_workloads::smallbank::WORKLOAD_ABORTS)?;
     }

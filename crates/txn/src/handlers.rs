@@ -161,12 +161,15 @@ fn lock<E: Endpoint>(serve: &Serve, ctx: &mut HandlerCtx<'_, E>, req: &[u8]) {
         return RecordReply { status: Status::Ok, lock: h.lock, version: h.version, offset: off }
             .encode(ctx.reply);
     }
-    let status = match replica.try_lock(off, Owner(r.owner)) {
-        Ok(()) => Status::Ok,
-        Err(_) => Status::Locked,
+    // A refused lock reports its holder as the attempt found it (the waiter's backoff
+    // tells holders apart, `TxnCtx::await_stuck_lock`), not whoever holds it a moment
+    // later.
+    let (status, lock) = match replica.try_lock(off, Owner(r.owner)) {
+        Ok(()) => (Status::Ok, r.owner),
+        Err(holder) => (Status::Locked, holder),
     };
     let h = replica.header(off);
-    RecordReply { status, lock: h.lock, version: h.version, offset: off }.encode(ctx.reply);
+    RecordReply { status, lock, version: h.version, offset: off }.encode(ctx.reply);
 }
 
 fn validate<E: Endpoint>(serve: &Serve, ctx: &mut HandlerCtx<'_, E>, req: &[u8]) {

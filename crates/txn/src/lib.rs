@@ -34,6 +34,8 @@
 //! let result = body.await;
 //! match t.finish(result).await {
 //!     Outcome::Committed => {}
+//!     // Before `ctx.retry()`: `ctx.await_reconfiguration()` after `Unreachable`, and
+//!     // `ctx.await_stuck_lock()` after contention (as `hytra_workloads::bench::run_txn`).
 //!     Outcome::Aborted(reason) if reason.retryable() => { /* ctx.retry() and run again */ }
 //!     Outcome::Aborted(_) => {}
 //! }
@@ -70,4 +72,4 @@ pub use outcome::{Abort, AbortClass, AbortReason, Outcome};
 pub use recover::{RecoveryEvent, RecoveryParams, RecoveryStep};
 pub use resync::Rereplication;
 pub use stats::{Phase, PhaseNs, TxnStats, TIMELINE_BUCKETS_MAX, TXN_TYPES_MAX};
-pub use txn::{Intent, Rec, Txn, TxnCtx};
+pub use txn::{Intent, Rec, Txn, TxnCtx, STUCK_LOCK_REPEATS};

@@ -109,6 +109,11 @@ pub struct TxnStats {
     pub nic_busy: u64,
     /// Calls sent again after a timeout (READ, LOCK, VALIDATE of an access).
     pub rpc_resends: u64,
+    /// Waits before a retry because the same attempt of another transaction kept a lock
+    /// the transaction needed across its blocked attempts (a holder whose node died
+    /// keeps it until recovery removes the node).
+    #[serde(default)]
+    pub stuck_lock_waits: u64,
     /// Commits of the whole run (warm-up included) by interval of the worker's timeline
     /// width: entry `i` counts those in `[i * width, (i + 1) * width)`. Empty unless a
     /// width was set.
@@ -134,6 +139,7 @@ impl Default for TxnStats {
             nic_busy: 0,
             nic_timeouts: 0,
             rpc_resends: 0,
+            stuck_lock_waits: 0,
             timeline: Vec::new(),
         }
     }
@@ -163,6 +169,7 @@ impl TxnStats {
         self.nic_busy += o.nic_busy;
         self.nic_timeouts += o.nic_timeouts;
         self.rpc_resends += o.rpc_resends;
+        self.stuck_lock_waits += o.stuck_lock_waits;
         if self.timeline.len() < o.timeline.len() {
             self.timeline.resize(o.timeline.len(), 0);
         }

@@ -47,9 +47,20 @@ use hytra_nicindex::lookup::{fired, request, ENTRIES_BYTES, REQUEST_WORDS};
 /// Times a read is retried after finding its record torn before the attempt aborts.
 const TORN_RETRIES_MAX: u32 = 16;
 
-/// Doublings of the wait after an attempt that found a node unreachable
-/// ([`TxnCtx::await_reconfiguration`]): from a sixty-fourth of a lease to a quarter.
-const UNREACHABLE_BACKOFF_DOUBLINGS: u32 = 4;
+/// Doublings of a wait for a newer configuration after an attempt that found a node
+/// unreachable or a lock stuck ([`TxnCtx::await_reconfiguration`],
+/// [`TxnCtx::await_stuck_lock`]): from a sixty-fourth of a lease to a quarter.
+const BACKOFF_DOUBLINGS_MAX: u32 = 4;
+
+/// Attempts of a transaction that the same holder's lock may abort with only a yield
+/// before the next ([`TxnCtx::await_stuck_lock`]): a live holder that was still
+/// committing across two of them is common under contention, across three rare.
+pub const STUCK_LOCK_REPEATS: u32 = 2;
+
+/// Holders a transaction counts its blocked attempts for ([`TxnCtx::await_stuck_lock`]):
+/// a dead lock among a few hot records' live holders is still counted, and the count
+/// needs no allocation after the first transactions.
+const STUCK_HOLDERS_MAX: usize = 4;
 
 /// Times one access's READ, LOCK or VALIDATE call is sent again after timing out before
 /// the attempt aborts: these calls are idempotent for an attempt, so a lost datagram
@@ -221,6 +232,12 @@ pub struct TxnCtx<E: Endpoint> {
     pub(crate) txn_start: u64,
     pub(crate) attempt_start: u64,
     pub(crate) attempts: u32,
+    /// The holder of a lock that aborted the current attempt on contention, where the
+    /// attempt saw it (reset every attempt; see [`TxnCtx::blocked`]).
+    blocked_by: Option<Owner>,
+    /// The holders that blocked this transaction's attempts, each with the number of
+    /// attempts it blocked (at most [`STUCK_HOLDERS_MAX`]; cleared every transaction).
+    stuck: Vec<(Owner, u32)>,
     pub(crate) phase_ns: PhaseNs,
     /// Per node, this coroutine's lookup slots (offload strategy; empty otherwise, and
     /// for its own node).
@@ -299,6 +316,8 @@ impl<E: Endpoint> TxnCtx<E> {
             txn_start: 0,
             attempt_start: 0,
             attempts: 0,
+            blocked_by: None,
+            stuck: Vec::with_capacity(STUCK_HOLDERS_MAX),
             phase_ns: PhaseNs::default(),
             nic,
             nic_region,
@@ -329,6 +348,7 @@ impl<E: Endpoint> TxnCtx<E> {
         );
         self.ty = ty;
         self.attempts = 0;
+        self.stuck.clear();
         self.start_attempt()
     }
 
@@ -344,6 +364,7 @@ impl<E: Endpoint> TxnCtx<E> {
         self.seq = self.seq.wrapping_add(1);
         self.owner = Owner::new(self.wt.me_idx, self.co_index, self.config.epoch, self.seq);
         self.attempts += 1;
+        self.blocked_by = None;
         self.acc.clear();
         self.acc_index.clear();
         self.payload.clear();
@@ -429,13 +450,84 @@ impl<E: Endpoint> TxnCtx<E> {
     /// peer at once they would spend all of a transaction's attempts within a
     /// millisecond, long before recovery (a lease or more) can remove it.
     pub async fn await_reconfiguration(&self) {
+        let doublings = self.attempts.saturating_sub(1);
+        self.await_epoch_or_backoff(doublings).await;
+    }
+
+    /// Waits before the next attempt of a transaction whose last attempt was aborted by
+    /// a lock that the same attempt of another transaction also held in at least
+    /// [`STUCK_LOCK_REPEATS`] earlier attempts of it (not necessarily in a row: other
+    /// aborts between them do not count), as [`TxnCtx::await_reconfiguration`] does,
+    /// the backoff doubling with the further blocks; returns whether it waited. A live
+    /// transaction holds its locks for a commit, but one whose node died holds them
+    /// until recovery removes the node (a new epoch makes them stale, L6): retries that
+    /// only yield would spend all of a transaction's attempts long before that, without
+    /// ever sending the dead node a request that could find it unreachable.
+    pub async fn await_stuck_lock(&mut self) -> bool {
+        let Some(holder) = self.blocked_by else {
+            return false;
+        };
+        let blocks = match self.stuck.iter_mut().find(|(h, _)| *h == holder) {
+            Some((_, n)) => {
+                *n += 1;
+                *n
+            }
+            None => {
+                if self.stuck.len() == STUCK_HOLDERS_MAX {
+                    // The holder that blocked fewest attempts gives way.
+                    let least = (0..self.stuck.len()).min_by_key(|&i| self.stuck[i].1);
+                    self.stuck.swap_remove(least.expect("a full list"));
+                }
+                self.stuck.push((holder, 1));
+                1
+            }
+        };
+        assert!(self.stuck.len() <= STUCK_HOLDERS_MAX);
+        if blocks <= STUCK_LOCK_REPEATS {
+            return false;
+        }
+        self.wt.stats.borrow_mut().stuck_lock_waits += 1;
+        self.await_epoch_or_backoff(blocks - 1 - STUCK_LOCK_REPEATS).await;
+        true
+    }
+
+    /// Sleeps until a configuration newer than the attempt's is in force, this node
+    /// stops, or a backoff passes of a sixty-fourth of a lease doubled `doublings` times
+    /// (at most [`BACKOFF_DOUBLINGS_MAX`]: a quarter of a lease).
+    async fn await_epoch_or_backoff(&self, doublings: u32) {
         let rec = &self.node.recovery;
-        let polls = 1u64 << self.attempts.saturating_sub(1).min(UNREACHABLE_BACKOFF_DOUBLINGS);
+        let polls = 1u64 << doublings.min(BACKOFF_DOUBLINGS_MAX);
         let until = self.co.now_ns().saturating_add(polls * rec.poll_ns());
         // Bounded by `until`: a poll interval is at least a microsecond.
         while !self.frozen() && !rec.ended() && self.co.now_ns() < until {
             self.co.sleep_until((self.co.now_ns() + rec.poll_ns()).min(until)).await;
         }
+    }
+
+    /// Aborts the attempt on contention with `reason`, blocked by the lock word `lock`
+    /// (the holder its failed lock or check saw). Of the holders one attempt meets (its
+    /// requests land together), the one that blocked the transaction most often is
+    /// kept, so that a stuck lock among live ones is counted every time.
+    pub(crate) fn blocked(&mut self, reason: AbortReason, lock: u64) -> Abort {
+        debug_assert!(reason.class() == crate::AbortClass::Contention, "{reason:?}");
+        // A lock read again after a failed takeover may have been released since, or be
+        // a stale one of an earlier epoch (no lock, L6).
+        let holder = Owner(lock);
+        if lock != 0 && lock != self.owner.0 && holder.holds_in(self.owner) {
+            let blocks = |o: Owner| self.stuck.iter().find(|(h, _)| *h == o).map_or(0, |s| s.1);
+            if self.blocked_by.is_none_or(|b| blocks(holder) > blocks(b)) {
+                self.blocked_by = Some(holder);
+            }
+        }
+        Abort(reason)
+    }
+
+    /// Takes the CPU lock of the record at `off` of `replica` for this attempt, or
+    /// aborts it on the holder.
+    pub(crate) fn lock_cpu(&mut self, replica: &Replica, off: u64) -> Result<(), Abort> {
+        replica
+            .try_lock(off, self.owner)
+            .map_err(|holder| self.blocked(AbortReason::Conflict, holder))
     }
 
     /// Appends one of the clients' tally events to the worker's journal, if it keeps one
@@ -971,7 +1063,7 @@ impl<E: Endpoint> TxnCtx<E> {
             return Ok(());
         };
         if for_update && self.node.cfg.lock == LockStrategy::AtExecution {
-            replica.try_lock(off, self.owner).map_err(|_| Abort(AbortReason::Conflict))?;
+            self.lock_cpu(replica, off)?;
             self.acc[i].locked = Locked::Cpu;
         }
         let range = a.at as usize..a.at as usize + usize::from(a.len);
@@ -1174,7 +1266,7 @@ impl<E: Endpoint> TxnCtx<E> {
             }
             Status::Locked => {
                 a.locked = Locked::No;
-                Err(Abort(AbortReason::Conflict))
+                Err(self.blocked(AbortReason::Conflict, reply.lock))
             }
             Status::Torn => {
                 if lock_now {

@@ -142,7 +142,7 @@ impl<E: Endpoint> TxnCtx<E> {
             let Ok(off) = off else { return Err(Abort(AbortReason::Full)) };
             self.acc[i].off = Some(off);
             if !(a.insert && self.node.cfg.planted(PlantedFault::SkipInsertLock)) {
-                replica.try_lock(off, self.owner).map_err(|_| Abort(AbortReason::Conflict))?;
+                self.lock_cpu(replica, off)?;
             }
             let version = replica.header(off).version;
             self.acc[i].locked = Locked::Cpu;
@@ -265,7 +265,10 @@ impl<E: Endpoint> TxnCtx<E> {
                         let version = self.scratch_region.load(buf + 16);
                         return self.check_locked_version(i, version);
                     }
-                    if Owner(old).holds_in(self.owner) || self.frozen() {
+                    if Owner(old).holds_in(self.owner) {
+                        return Err(self.blocked(AbortReason::Conflict, old));
+                    }
+                    if self.frozen() {
                         return Err(Abort(AbortReason::Conflict));
                     }
                     compare = old;
@@ -349,7 +352,7 @@ impl<E: Endpoint> TxnCtx<E> {
             }
             Status::Locked => {
                 self.acc[i].locked = Locked::No;
-                Err(Abort(AbortReason::Conflict))
+                Err(self.blocked(AbortReason::Conflict, reply.lock))
             }
             Status::Absent => {
                 self.acc[i].locked = Locked::No;
@@ -392,8 +395,11 @@ impl<E: Endpoint> TxnCtx<E> {
 
     /// A record read at `read` is unchanged iff it is not locked (a lock of an earlier
     /// epoch is no lock: L6) and its version is still `read`.
-    fn check_unchanged(&self, lock: u64, version: u64, read: u64) -> Result<(), Abort> {
-        if (lock != 0 && Owner(lock).holds_in(self.owner)) || version != read {
+    fn check_unchanged(&mut self, lock: u64, version: u64, read: u64) -> Result<(), Abort> {
+        if lock != 0 && Owner(lock).holds_in(self.owner) {
+            return Err(self.blocked(AbortReason::Validation, lock));
+        }
+        if version != read {
             return Err(Abort(AbortReason::Validation));
         }
         Ok(())

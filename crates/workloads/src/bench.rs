@@ -1000,7 +1000,8 @@ where
 /// Runs one transaction until it commits, aborts for good, or exhausts its attempts,
 /// backing off between retries: a random number of yields growing with the attempts, or
 /// after an unreachable node until the configuration changes
-/// ([`TxnCtx::await_reconfiguration`]).
+/// ([`TxnCtx::await_reconfiguration`]), or a time doubling with the attempts while the
+/// same holder's lock keeps blocking it ([`TxnCtx::await_stuck_lock`]).
 /// `attempt` runs the body of one attempt on the context.
 pub async fn run_txn<E, F>(
     ctx: &mut TxnCtx<E>,
@@ -1029,6 +1030,13 @@ where
                 }
             }
             Outcome::Aborted(r) if r.retryable() && ctx.attempts() < retries_max => {
+                // A lock that outlives its holder's node lasts until the node is removed.
+                if ctx.await_stuck_lock().await {
+                    if ctx.halted() {
+                        break outcome;
+                    }
+                    continue;
+                }
                 let spins = rng.below(u64::from(ctx.attempts().min(16)) * 2 + 1);
                 for _ in 0..spins {
                     ctx.co().yield_now().await;

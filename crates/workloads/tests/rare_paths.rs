@@ -1,7 +1,7 @@
 //! Paths of the engine that a benchmark takes too rarely to prove them, each forced once
 //! on a two-node simulator: a torn record, a stale location-cache entry, an index slot
-//! read before its offset, a lock held by someone else, a read that changed before
-//! validation; and how soon a commit releases its locks.
+//! read before its offset, a lock held by someone else (once, or across attempts), a read
+//! that changed before validation; and how soon a commit releases its locks.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -47,6 +47,11 @@ enum Scenario {
     InsertOverChangedAbsence,
     /// The transaction inserts `NEVER` (on node 1, a remote primary).
     Insert,
+    /// Someone else holds `key`'s lock across attempts of one transaction, which reads
+    /// it for update or, `read_only`, reads it and updates another record of its node.
+    /// Played by [`stuck`]: the payload reports, per abort, whether the retry waited
+    /// ([`TxnCtx::await_stuck_lock`]).
+    Stuck { key: u64, read_only: bool },
 }
 
 /// A key never loaded (odd: primary on node 1).
@@ -167,6 +172,9 @@ async fn play<E: Endpoint>(
     let off = primary.lookup(KEY).unwrap();
     let payload_at = off + RECORD_HEADER_WORDS * 8;
     let foreign = Owner::new(1, 0, hytra_txn::membership::EPOCH_FIRST, 77);
+    if let Scenario::Stuck { key, read_only } = scenario {
+        return stuck(ctx, if key % 2 == 0 { here } else { there }, key, read_only).await;
+    }
     let key = if let Scenario::Unpublished = scenario { NEW } else { KEY };
     match scenario {
         Scenario::Torn => primary.region().store(payload_at, 999),
@@ -187,6 +195,7 @@ async fn play<E: Endpoint>(
         | Scenario::WriteMany
         | Scenario::InsertOverChangedAbsence
         | Scenario::Insert => {}
+        Scenario::Stuck { .. } => unreachable!("played by stuck()"),
     }
     let mut outcomes = Vec::new();
     let mut seen = Vec::new();
@@ -202,6 +211,7 @@ async fn play<E: Endpoint>(
                 | Scenario::ReadAbsentForUpdate
                 | Scenario::InsertOverChangedAbsence
                 | Scenario::Insert => {}
+                Scenario::Stuck { .. } => unreachable!("played by stuck()"),
             }
         }
         let mut t = ctx.begin(0);
@@ -250,6 +260,7 @@ async fn play<E: Endpoint>(
                 Scenario::Insert => {
                     t.insert(T, NEVER, &[NEVER, NEVER])?;
                 }
+                Scenario::Stuck { .. } => unreachable!("played by stuck()"),
             }
             Ok(())
         }
@@ -292,6 +303,75 @@ async fn play<E: Endpoint>(
         }
     }
     (outcomes, seen)
+}
+
+/// Attempts of one transaction that a foreign owner's lock on `key` (at `node`, its
+/// primary) aborts until, before the fifth, it is released; after each abort, whether
+/// the retry waited. Then a new transaction meets a new lock of the same owner once.
+async fn stuck<E: Endpoint>(
+    ctx: &mut TxnCtx<E>,
+    node: &Arc<NodeEngine>,
+    key: u64,
+    read_only: bool,
+) -> (Vec<Outcome>, Vec<u64>) {
+    let replica = node.store.replica(T, (key % 2) as u16);
+    let off = replica.lookup(key).unwrap();
+    let foreign = Owner::new(1, 0, hytra_txn::membership::EPOCH_FIRST, 77);
+    let mut outcomes = Vec::new();
+    let mut waited = Vec::new();
+    for attempt in 0..7 {
+        if attempt == 5 {
+            // With passive ACK the commit's unlock may still be on its way.
+            let until = ctx.co().now_ns() + WRITE_MANY_GRACE_NS;
+            while ctx.co().now_ns() < until {
+                ctx.co().yield_now().await;
+            }
+        }
+        match attempt {
+            0 | 5 => replica.try_lock(off, foreign).unwrap(),
+            4 | 6 => assert!(replica.unlock_if(off, foreign), "the foreign lock held"),
+            _ => {}
+        }
+        if attempt == 6 {
+            break;
+        }
+        let mut t = if matches!(attempt, 0 | 5) { ctx.begin(0) } else { ctx.retry() };
+        let body = async {
+            let r =
+                if read_only { t.read(T, key).await? } else { t.read_for_update(T, key).await? };
+            let w = if read_only { t.read_for_update(T, key + 2).await? } else { r };
+            t.update(w)[1] += 1;
+            Ok(())
+        }
+        .await;
+        let outcome = t.finish(body).await;
+        outcomes.push(outcome);
+        if outcome != Outcome::Committed {
+            waited.push(u64::from(ctx.await_stuck_lock().await));
+        }
+    }
+    (outcomes, waited)
+}
+
+#[test]
+fn a_lock_held_across_three_attempts_makes_the_retries_wait() {
+    for design in Design::ALL {
+        for key in [KEY, 2] {
+            for read_only in [false, true] {
+                let what = format!("{design:?}, key {key}, read only {read_only}");
+                let (outcomes, waited, stats) = run(design, Scenario::Stuck { key, read_only });
+                let blocked = |o: &Outcome| {
+                    matches!(o, Outcome::Aborted(AbortReason::Conflict | AbortReason::Validation))
+                };
+                assert!(outcomes[..4].iter().all(blocked), "{what}: {outcomes:?}");
+                assert_eq!(outcomes[4], Outcome::Committed, "{what}");
+                assert!(blocked(&outcomes[5]), "{what}: {outcomes:?}");
+                // The third and fourth blocks wait; a new transaction counts afresh.
+                assert_eq!(waited, [0, 0, 1, 1, 0], "{what}");
+                assert_eq!(stats.stuck_lock_waits, 2, "{what}");
+            }
+        }
+    }
 }
 
 #[test]
