@@ -1715,7 +1715,11 @@ async fn others_agree<E: Endpoint>(co: &Co<E>, node: &NodeEngine, cfg: &Config) 
         answered = true;
         agree &= epoch == cfg.epoch && silence >= lease / 2;
     }
-    answered && agree
+    // A configuration installed here while the others answered restarted the silence,
+    // and the takeover is judged again in it: the manager this node would remove may be
+    // gone already, and a removal judged in one epoch and made in another would run
+    // rounds beside a live manager.
+    answered && agree && node.membership.epoch() == cfg.epoch
 }
 
 /// What the manager of `cfg` changes at `now`, if anything: it removes the members
@@ -1967,6 +1971,15 @@ async fn reconfigure<E: Endpoint>(co: &Co<E>, wt: &Rc<WorkerTxn>, mut change: Ch
             }
         }
         let old = node.membership.current();
+        if let Change::Remove(dead) = &mut change {
+            // Only members can be removed: one already gone (a newer configuration came
+            // meanwhile) needs no configuration, and a new epoch for nothing would make
+            // this node its manager beside the one in force.
+            dead.retain(|&n| old.is_member(n));
+            if dead.is_empty() {
+                return;
+            }
+        }
         let next = match &change {
             Change::Remove(dead) => {
                 assert!(!dead.contains(&node.node), "{} would remove itself", node.node);
@@ -2035,24 +2048,34 @@ async fn reconfigure<E: Endpoint>(co: &Co<E>, wt: &Rc<WorkerTxn>, mut change: Ch
                 }
                 return;
             }
-            Err(Round::Silent { node: n, alone }) => {
-                // A member did not answer: remove it too, from the new configuration. But
-                // of two or more others none answered anything: this manager is cut off
-                // (perhaps one way), and would remove them one by one; it steps down, and
-                // they take over from it. So it does if the silent one is its own worker
-                // 0 (its requests to itself lost for a whole silence; late answers count
-                // as heard): it must not remove itself and go on as the manager of a
-                // configuration without it.
-                let others = next.members().filter(|&m| m != node.node).count();
-                if (others > 1 && alone) || n == node.node {
-                    rec.stopped.store(true, Ordering::Release);
-                    return;
-                }
-                change = Change::Remove(vec![n]);
-            }
+            Err(Round::Silent { node: n, alone }) => match after_silence(&node, &next, n, alone) {
+                Some(c) => change = c,
+                None => return,
+            },
             Err(Round::Fatal(why)) => return rec.fail(why),
         }
     }
+}
+
+/// What the manager of `next` does once member `n` left its rounds silent (`alone`: no
+/// member answered anything): removes it too, from `next`; or nothing more.
+fn after_silence(node: &NodeEngine, next: &Config, n: NodeId, alone: bool) -> Option<Change> {
+    // Of two or more others none answered anything: this manager is cut off (perhaps one
+    // way), and would remove them one by one; it steps down, and they take over from it.
+    // So it does if the silent one is its own worker 0 (its requests to itself lost for a
+    // whole silence; late answers count as heard): it must not remove itself and go on
+    // as the manager of a configuration without it.
+    let others = next.members().filter(|&m| m != node.node).count();
+    if (others > 1 && alone) || n == node.node {
+        node.recovery.stopped.store(true, Ordering::Release);
+        return None;
+    }
+    // A newer configuration came during the rounds: its manager judges its members (a
+    // silence here says nothing of that epoch).
+    if node.membership.epoch() != next.epoch {
+        return None;
+    }
+    Some(Change::Remove(vec![n]))
 }
 
 /// A revision that only marks backups ready (`next`, committed): taken here at once and
