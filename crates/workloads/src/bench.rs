@@ -1000,8 +1000,11 @@ where
 /// Runs one transaction until it commits, aborts for good, or exhausts its attempts,
 /// backing off between retries: a random number of yields growing with the attempts, or
 /// after an unreachable node until the configuration changes
-/// ([`TxnCtx::await_reconfiguration`]), or a time doubling with the attempts while the
-/// same holder's lock keeps blocking it ([`TxnCtx::await_stuck_lock`]).
+/// ([`TxnCtx::await_reconfiguration`]), or, once one attempt of another transaction has
+/// blocked more than [`STUCK_LOCK_REPEATS`](hytra_txn::STUCK_LOCK_REPEATS) of this
+/// transaction's attempts, a time that doubles with each further block by that holder
+/// ([`TxnCtx::await_stuck_lock`]). A client whose node left the cluster while it waited
+/// stops without another attempt.
 /// `attempt` runs the body of one attempt on the context.
 pub async fn run_txn<E, F>(
     ctx: &mut TxnCtx<E>,
@@ -1025,21 +1028,14 @@ where
             // Nothing changes for an unreachable node until recovery removes it.
             Outcome::Aborted(AbortReason::Unreachable) if ctx.attempts() < retries_max => {
                 ctx.await_reconfiguration().await;
-                if ctx.halted() {
-                    break outcome;
-                }
             }
+            // A lock that outlives its holder's node lasts until the node is removed.
             Outcome::Aborted(r) if r.retryable() && ctx.attempts() < retries_max => {
-                // A lock that outlives its holder's node lasts until the node is removed.
-                if ctx.await_stuck_lock().await {
-                    if ctx.halted() {
-                        break outcome;
+                if !ctx.await_stuck_lock().await {
+                    let spins = rng.below(u64::from(ctx.attempts().min(16)) * 2 + 1);
+                    for _ in 0..spins {
+                        ctx.co().yield_now().await;
                     }
-                    continue;
-                }
-                let spins = rng.below(u64::from(ctx.attempts().min(16)) * 2 + 1);
-                for _ in 0..spins {
-                    ctx.co().yield_now().await;
                 }
             }
             Outcome::Aborted(r) if r.retryable() => {
@@ -1047,6 +1043,10 @@ where
                 break outcome;
             }
             _ => break outcome,
+        }
+        // The node may have left the cluster while this client waited.
+        if ctx.halted() {
+            break outcome;
         }
     };
     // A transaction that never waited (read-only on local records) ran inside one step
