@@ -162,7 +162,7 @@ mod with_ucx {
         three_processes_run_smallbank_correctly("tcp");
     }
 
-    /// Threads that sleep on UCX's events between messages lose nothing: YCSB with ten
+    /// Threads that sleep on UCX's events when idle lose nothing: YCSB with ten
     /// operations per transaction (their reads sent together) over TCP, serializable, every
     /// update counted, and the nodes did sleep and were woken by what arrived.
     #[test]

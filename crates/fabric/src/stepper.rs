@@ -25,6 +25,18 @@ pub(crate) struct Stepper {
     /// Whether each program is stepped (node faults of the threads backend hold some).
     run: Vec<Run>,
     rounds: u64,
+    /// Rounds in a row, up to this one, in which no program made progress.
+    idle_rounds: u64,
+}
+
+/// What a thread's rest is told: when to be back, and how long it has been idle.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub(crate) struct Rest {
+    /// The earliest time (on the run's clock) a program asked to be woken at, if any.
+    pub(crate) wake_at: Option<u64>,
+    /// Rounds in a row without progress, this one included: 1 on the first idle round
+    /// after work.
+    pub(crate) idle_rounds: u64,
 }
 
 /// Whether a program is stepped.
@@ -40,7 +52,12 @@ enum Run {
 impl Stepper {
     /// A stepper for `programs` programs.
     pub(crate) fn new(programs: usize) -> Stepper {
-        Stepper { done: vec![false; programs], run: vec![Run::Stepped; programs], rounds: 0 }
+        Stepper {
+            done: vec![false; programs],
+            run: vec![Run::Stepped; programs],
+            rounds: 0,
+            idle_rounds: 0,
+        }
     }
 
     /// Stops stepping program `i` while `held`, or steps it again; a halted program
@@ -64,15 +81,15 @@ impl Stepper {
     /// Steps every program once; `on_idle(i)` runs after program `i` reports no work
     /// left. Programs that became done are added to `done_total`. Then pauses as
     /// [`Stepper::pause`] says: a round without progress calls `rest` with the earliest
-    /// time a program asked to be woken at (if any), and `rest` gives the core away
-    /// until then or until something arrives, or for less. Returns true when the caller
-    /// should check whether to stop.
+    /// time a program asked to be woken at (if any) and the idle rounds in a row, and
+    /// `rest` gives the core away until then or until something arrives, or for less.
+    /// Returns true when the caller should check whether to stop.
     pub(crate) fn round<P: Program>(
         &mut self,
         programs: &mut [P],
         done_total: &AtomicUsize,
         mut on_idle: impl FnMut(usize),
-        rest: impl FnOnce(Option<u64>),
+        rest: impl FnOnce(Rest),
     ) -> bool {
         let mut progressed = false;
         let mut wake_at: Option<u64> = None;
@@ -99,7 +116,7 @@ impl Stepper {
         match self.pause(progressed) {
             Pause::Keep => {}
             Pause::Yield => std::thread::yield_now(),
-            Pause::Rest => rest(wake_at),
+            Pause::Rest => rest(Rest { wake_at, idle_rounds: self.idle_rounds }),
         }
         self.rounds % CHECK_EVERY_ROUNDS == 0
     }
@@ -114,6 +131,7 @@ impl Stepper {
     /// (docs/PERFORMANCE.md §18).
     fn pause(&mut self, progressed: bool) -> Pause {
         self.rounds += 1;
+        self.idle_rounds = if progressed { 0 } else { self.idle_rounds + 1 };
         if !progressed {
             Pause::Rest
         } else if self.rounds % BUSY_YIELD_ROUNDS == 0 {
@@ -208,13 +226,19 @@ mod tests {
         let mut s = Stepper::new(programs.len());
         let mut told = Vec::new();
         for _ in 0..2 {
-            s.round(&mut programs, &done, |_| {}, |at| told.push(at));
+            s.round(&mut programs, &done, |_| {}, |r| told.push((r.wake_at, r.idle_rounds)));
         }
-        assert_eq!(told, [Some(300), Some(300)]);
+        assert_eq!(told, [(Some(300), 1), (Some(300), 2)]);
         for p in &mut programs {
             p.wake_at_ns = None;
         }
-        s.round(&mut programs, &done, |_| {}, |at| told.push(at));
-        assert_eq!(told.last(), Some(&None));
+        s.round(&mut programs, &done, |_| {}, |r| told.push((r.wake_at, r.idle_rounds)));
+        assert_eq!(told.last(), Some(&(None, 3)));
+        // Work starts the count again.
+        programs[1].progressed = true;
+        s.round(&mut programs, &done, |_| {}, |_| panic!("a round with work never rests"));
+        programs[1].progressed = false;
+        s.round(&mut programs, &done, |_| {}, |r| told.push((r.wake_at, r.idle_rounds)));
+        assert_eq!(told.last(), Some(&(None, 1)));
     }
 }

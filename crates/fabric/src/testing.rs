@@ -46,7 +46,8 @@ impl TestBackend for crate::ucx::UcxCluster {
     /// Every node in this process, over the transports in `HYTRA_UCX_TLS` (default
     /// `sm`: shared memory); `HYTRA_UCX_ORDER=flush` forces the strictest ordering on
     /// every connection (the path of endpoints with RMA and atomics on different lanes);
-    /// `HYTRA_UCX_WAIT=event` makes idle threads sleep on UCX's event fds.
+    /// `HYTRA_UCX_WAIT=event` makes idle threads sleep on UCX's event fds (after
+    /// [`EVENT_SPIN`](crate::ucx::EVENT_SPIN) of idleness).
     fn for_test(shape: ClusterShape, _seed: u64) -> Self {
         let mut config = crate::ucx::UcxConfig::new(shape);
         config.transports =
@@ -55,7 +56,7 @@ impl TestBackend for crate::ucx::UcxCluster {
             config.ordering = crate::ucx::UcxOrdering::Flush;
         }
         if std::env::var("HYTRA_UCX_WAIT").is_ok_and(|w| w == "event") {
-            config.waiting = crate::ucx::UcxWaiting::Event;
+            config.waiting = crate::ucx::UcxWaiting::EVENT;
         }
         crate::ucx::UcxCluster::new(config).expect("UCX test cluster")
     }

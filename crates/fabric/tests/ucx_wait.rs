@@ -1,11 +1,13 @@
-//! Event waiting on the `ucx` backend: a thread whose workers have nothing to do sleeps
-//! on UCX's event fds and is woken by what arrives, not only by the bound on its sleep;
-//! nothing is lost meanwhile. Datagrams ping-pong between two nodes, each on its own
+//! Event waiting on the `ucx` backend: a thread whose workers have had nothing to do for
+//! its spin sleeps on UCX's event fds and is woken by what arrives, not only by the bound
+//! on its sleep, and never sleeps within the spin; nothing is lost meanwhile. Datagrams ping-pong between two nodes, each on its own
 //! thread, so that each side sleeps while the other answers. Over shared memory, and over
 //! TCP with `HYTRA_UCX_TLS=tcp`.
 
 #[cfg(feature = "ucx")]
 mod with_ucx {
+    use std::time::Duration;
+
     use hytra_fabric::testing::TestBackend;
     use hytra_fabric::ucx::{UcxCluster, UcxConfig, UcxWaiting};
     use hytra_fabric::{
@@ -76,7 +78,8 @@ mod with_ucx {
 
     #[test]
     fn event_waiting_threads_sleep_and_are_woken_by_what_arrives() {
-        let stats = ping_pong(UcxWaiting::Event);
+        // Without a spin, every wait for an echo is a sleep.
+        let stats = ping_pong(UcxWaiting::Event { spin: Duration::ZERO });
         assert!(stats.event_sleeps > 0, "no thread ever slept: {stats:?}");
         // Each side waits for the other about ROUNDS times; were arrivals not waking the
         // sleepers, each of those waits would end at the sleep's bound instead.
@@ -87,6 +90,13 @@ mod with_ucx {
             stats.event_sleeps,
             ROUNDS / 2
         );
+    }
+
+    #[test]
+    fn event_waiting_threads_do_not_sleep_within_their_spin() {
+        // A spin longer than the test's time limit: each thread yields through every wait.
+        let stats = ping_pong(UcxWaiting::Event { spin: Duration::from_secs(3_600) });
+        assert_eq!((stats.event_sleeps, stats.event_wakeups), (0, 0));
     }
 
     #[test]

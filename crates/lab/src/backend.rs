@@ -297,7 +297,7 @@ fn with_ucx<V: BackendVisitor>(spec: &UcxSpec, v: V) -> Result<V::Out, BackendEr
     uc.threads = spec.threads;
     uc.waiting = match spec.wait {
         Wait::Poll => UcxWaiting::Poll,
-        Wait::Event => UcxWaiting::Event,
+        Wait::Event => UcxWaiting::EVENT,
     };
     let mut b = match &spec.placement {
         None => UcxCluster::new(uc)?,

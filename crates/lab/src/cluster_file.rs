@@ -69,7 +69,8 @@ pub struct ClusterFile {
 pub enum Wait {
     /// Keep polling, yielding the core at once when there is nothing to do.
     Poll,
-    /// Sleep until UCX has an event: leaves idle cores to other work on the host.
+    /// Once idle for a while (`ucx::EVENT_SPIN`), sleep until UCX has an event: leaves
+    /// idle cores to other work on the host.
     Event,
 }
 

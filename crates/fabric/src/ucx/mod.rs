@@ -66,7 +66,7 @@ use crate::endpoint::{
 use crate::exec::check_region;
 use crate::ids::{ClusterShape, NodeId, Rkey};
 use crate::memory::Region;
-use crate::stepper::Stepper;
+use crate::stepper::{Rest, Stepper};
 use crate::validate_shape;
 
 /// Configuration of a UCX cluster (or of this process's part of it).
@@ -95,17 +95,31 @@ pub enum UcxWaiting {
     /// hosts with more busy threads than cores alike (docs/PERFORMANCE.md §18).
     #[default]
     Poll,
-    /// Sleep on the UCP workers' event file descriptors until a message or completion
-    /// arrives, a program's timer is due, or [`EVENT_WAIT_MAX`] passes: leaves idle
-    /// cores to other work on the host, at the price of a wake-up per arrival at a
-    /// sleeping thread. The bound covers what raises no event: memory that a peer
-    /// writes one-sidedly without the target's CPU (shared memory, RDMA) and that a
-    /// program polls, and the stop flag.
-    Event,
+    /// Once idle for `spin` (yielding meanwhile), sleep on the UCP workers' event file
+    /// descriptors until a message or completion arrives, a program's timer is due, or
+    /// [`EVENT_WAIT_MAX`] passes: leaves idle cores to other work on the host, at the
+    /// price of a wake-up per arrival at a sleeping thread. The bound covers what
+    /// raises no event: memory that a peer writes one-sidedly without the target's CPU
+    /// (shared memory, RDMA) and that a program polls, and the stop flag.
+    Event {
+        /// Idle time before a sleep; [`EVENT_SPIN`] unless a test needs another.
+        spin: Duration,
+    },
+}
+
+impl UcxWaiting {
+    /// Event waiting after the measured spin, [`EVENT_SPIN`].
+    pub const EVENT: UcxWaiting = UcxWaiting::Event { spin: EVENT_SPIN };
 }
 
 /// Longest sleep of an event-waiting thread.
 pub const EVENT_WAIT_MAX: Duration = Duration::from_micros(100);
+
+/// How long an event-waiting thread stays idle, yielding as a polling one does, before it
+/// sleeps. Most waits end within microseconds: across three processes on two cores,
+/// sleeping at once ran YCSB and SmallBank over TCP at 0.76 and 0.68 of polling's rate
+/// (medians), and sleeping after this spin at 0.81 and 0.87 (docs/PERFORMANCE.md §50).
+pub const EVENT_SPIN: Duration = Duration::from_micros(50);
 
 /// How the backend keeps each connection's operations in order (R1).
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
@@ -335,7 +349,7 @@ impl UcxCluster {
             ffi::hx_context_create(
                 tls.as_ref().map_or(std::ptr::null(), |t| t.as_ptr()),
                 atomic_mode.as_ref().map_or(std::ptr::null(), |m| m.as_ptr()),
-                i32::from(config.waiting == UcxWaiting::Event),
+                i32::from(matches!(config.waiting, UcxWaiting::Event { .. })),
                 err.as_mut_ptr(),
                 err.len(),
             )
@@ -678,7 +692,7 @@ where
     let mut stepper = Stepper::new(programs.len());
     let mut sleeper = match shared.waiting {
         UcxWaiting::Poll => None,
-        UcxWaiting::Event => Some(wait::Sleeper::new(&progress, EVENT_WAIT_MAX)?),
+        UcxWaiting::Event { spin } => Some(wait::Sleeper::new(&progress, EVENT_WAIT_MAX, spin)?),
     };
     // Per program, the worker's progress calls when the loop last progressed it.
     let mut progressed_at: Vec<u64> = progress.iter().map(|p| p.calls()).collect();
@@ -686,11 +700,11 @@ where
     let mut failure = None;
     let mut flushed = false;
     loop {
-        let rest = |wake_at: Option<u64>| match &mut sleeper {
+        let rest = |rest: Rest| match &mut sleeper {
             None => std::thread::yield_now(),
             Some(s) => {
                 let now = shared.start.elapsed().as_nanos() as u64;
-                if let Err(e) = s.rest(wake_at, now) {
+                if let Err(e) = s.rest(rest, now) {
                     failure = Some(e);
                     shared.abort.store(true, Ordering::Relaxed);
                 }

@@ -1,7 +1,9 @@
 //! Event-driven waiting ([`UcxWaiting::Event`](super::UcxWaiting::Event)): a thread none
-//! of whose workers has work drains UCP's pending events, arms every worker's event file
-//! descriptor, and sleeps in `ppoll` on all of them until one is readable, a program's
-//! timer is due, or [`EVENT_WAIT_MAX`](super::EVENT_WAIT_MAX) passes.
+//! of whose workers has had work for [`EVENT_SPIN`](super::EVENT_SPIN) drains UCP's
+//! pending events, arms every worker's event file descriptor, and sleeps in `ppoll` on
+//! all of them until one is readable, a program's timer is due, or
+//! [`EVENT_WAIT_MAX`](super::EVENT_WAIT_MAX) passes. Before that it yields, as a polling
+//! thread does.
 //!
 //! The order matters: UCP arms only a worker with no events left (`ucp_worker_arm` says
 //! busy otherwise), and progress may have put completions or datagrams in the shim's
@@ -13,6 +15,7 @@ use std::time::Duration;
 
 use super::endpoint::Progress;
 use crate::endpoint::BackendError;
+use crate::stepper::Rest;
 
 /// Progress calls per worker before arming: UCP refuses to arm while events remain, and a
 /// worker that keeps producing them has work, so the thread steps again instead.
@@ -24,6 +27,8 @@ pub(crate) struct Sleeper {
     fds: Vec<libc::pollfd>,
     /// Longest sleep.
     cap: Duration,
+    /// When the thread may sleep.
+    spin: Spin,
     /// Sleeps, and those an event ended.
     pub(crate) sleeps: u64,
     pub(crate) wakeups: u64,
@@ -31,25 +36,37 @@ pub(crate) struct Sleeper {
 
 impl Sleeper {
     /// A sleeper over `workers` (whose context was made for event waiting), sleeping at
-    /// most `cap` at a time.
-    pub(crate) fn new(workers: &[Progress], cap: Duration) -> Result<Sleeper, BackendError> {
+    /// most `cap` at a time, once its thread has been idle for `spin`.
+    pub(crate) fn new(
+        workers: &[Progress],
+        cap: Duration,
+        spin: Duration,
+    ) -> Result<Sleeper, BackendError> {
         assert!(!cap.is_zero(), "an event wait needs a positive bound");
         let fds = workers
             .iter()
             .map(|w| Ok(libc::pollfd { fd: w.efd()?, events: libc::POLLIN, revents: 0 }))
             .collect::<Result<Vec<_>, BackendError>>()?;
-        Ok(Sleeper { workers: workers.to_vec(), fds, cap, sleeps: 0, wakeups: 0 })
+        Ok(Sleeper {
+            workers: workers.to_vec(),
+            fds,
+            cap,
+            spin: Spin::new(spin),
+            sleeps: 0,
+            wakeups: 0,
+        })
     }
 
-    /// Sleeps until an event, `wake_at_ns` (on the run's clock, whose time is `now_ns`)
-    /// or the cap, unless work is pending.
-    pub(crate) fn rest(
-        &mut self,
-        wake_at_ns: Option<u64>,
-        now_ns: u64,
-    ) -> Result<(), BackendError> {
+    /// Yields while the thread has been idle for less than the spin, then sleeps until an
+    /// event, `rest.wake_at` (on the run's clock, whose time is `now_ns`) or the cap,
+    /// unless work is pending.
+    pub(crate) fn rest(&mut self, rest: Rest, now_ns: u64) -> Result<(), BackendError> {
+        if !self.spin.may_sleep(rest, now_ns) {
+            std::thread::yield_now();
+            return Ok(());
+        }
         let mut timeout_ns = u64::try_from(self.cap.as_nanos()).unwrap_or(u64::MAX);
-        if let Some(at) = wake_at_ns {
+        if let Some(at) = rest.wake_at {
             if at <= now_ns {
                 return Ok(());
             }
@@ -92,5 +109,61 @@ impl Sleeper {
             }
         }
         Ok(())
+    }
+}
+
+/// When an idle thread may sleep: once its idle rounds in a row have lasted the spin. A
+/// reply is usually a few microseconds away, and a sleep before it arrives costs a
+/// wake-up that yielding does not (docs/PERFORMANCE.md §50).
+#[derive(Debug)]
+struct Spin {
+    spin_ns: u64,
+    /// When the current run of idle rounds began (on the run's clock).
+    idle_since_ns: u64,
+}
+
+impl Spin {
+    fn new(spin: Duration) -> Spin {
+        let spin_ns = u64::try_from(spin.as_nanos()).unwrap_or(u64::MAX);
+        Spin { spin_ns, idle_since_ns: 0 }
+    }
+
+    /// Whether the thread, idle again in `rest` at `now_ns`, has been idle long enough.
+    fn may_sleep(&mut self, rest: Rest, now_ns: u64) -> bool {
+        assert!(rest.idle_rounds >= 1, "a thread rests only after an idle round");
+        if rest.idle_rounds == 1 {
+            self.idle_since_ns = now_ns;
+        }
+        now_ns >= self.idle_since_ns.saturating_add(self.spin_ns)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn idle(rounds: u64) -> Rest {
+        Rest { wake_at: None, idle_rounds: rounds }
+    }
+
+    #[test]
+    fn a_thread_sleeps_only_once_idle_for_the_spin_in_a_row() {
+        let mut s = Spin::new(Duration::from_micros(50));
+        assert!(!s.may_sleep(idle(1), 1_000));
+        assert!(!s.may_sleep(idle(2), 50_999));
+        assert!(s.may_sleep(idle(3), 51_000));
+        assert!(s.may_sleep(idle(4), 52_000));
+        // Work between (the count starts again) restarts the spin.
+        assert!(!s.may_sleep(idle(1), 60_000));
+        assert!(!s.may_sleep(idle(2), 109_999));
+        assert!(s.may_sleep(idle(3), 110_000));
+    }
+
+    #[test]
+    fn without_a_spin_the_first_idle_round_sleeps_and_a_long_one_never_ends() {
+        assert!(Spin::new(Duration::ZERO).may_sleep(idle(1), 5));
+        let mut forever = Spin::new(Duration::MAX);
+        assert!(!forever.may_sleep(idle(1), 0));
+        assert!(!forever.may_sleep(idle(1_000_000), u64::MAX - 1));
     }
 }

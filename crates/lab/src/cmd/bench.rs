@@ -50,9 +50,9 @@ pub struct BenchArgs {
     #[arg(long, default_value = "sm")]
     pub transports: String,
     /// --backend ucx: what a thread does when its workers have nothing to do: poll
-    /// (yield the core and step again; the faster) or event (sleep on UCX's event fds
-    /// until a message or completion arrives; leaves idle cores to other work on the
-    /// host) [default: poll].
+    /// (yield the core and step again; the faster) or event (the same for 50 µs, then sleep on UCX's
+    /// event fds until a message or completion arrives; leaves idle cores to other work
+    /// on the host) [default: poll].
     #[arg(long, value_parser = wait_parser())]
     pub wait: Option<Wait>,
     /// This process's place in a cluster spread over processes (set by `hytra node`).
