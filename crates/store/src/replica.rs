@@ -431,6 +431,42 @@ impl Replica {
         }
     }
 
+    /// Writes a committed record that recovery hands to its primary, for the dead
+    /// coordinator `owner` (F3): as [`Replica::apply_logged`], and also over the same
+    /// version when the record's words do not verify and `owner` still holds its lock.
+    /// That is a write-back of this very commit that stopped part way, its writer dead
+    /// (an RDMA WRITE cut off with its host, a killed process's copy into shared
+    /// memory): the version, first in address order, is already the new one, its lock is
+    /// still the writer's (its release comes after the write-back), and the logged words
+    /// are the ones it meant, so writing them mends the record (L4). One read decides:
+    /// a whole record, or one another owner locked, is left alone.
+    pub fn apply_recovered(
+        &self,
+        key: u64,
+        version: u64,
+        payload: &[u64],
+        owner: Owner,
+    ) -> Result<u64, StoreError> {
+        if payload.len() != self.payload_words() {
+            return Err(StoreError::PayloadSize(self.table, payload.len()));
+        }
+        let off = self.lookup_or_insert(key)?;
+        let _guard = self.apply_stripe(off);
+        const H: usize = RECORD_HEADER_WORDS as usize;
+        let (mut header, mut words) = ([0u64; H], [0u64; PAYLOAD_WORDS_MAX as usize]);
+        let now = &mut words[..payload.len()];
+        self.region.read_words(off, &mut header);
+        self.region.read_words(off + H as u64 * 8, now);
+        let h = RecordHeader::parse_parts(&header, now);
+        let torn_by_owner = h.version == version && !h.intact && h.lock == owner.0;
+        if torn_by_owner {
+            self.write_back(off, version, key, payload);
+        } else {
+            self.write_if_newer_locked(off, version, key, payload);
+        }
+        Ok(off)
+    }
+
     /// Loads an initial value: inserts the key and writes version 0.
     pub fn load(&self, key: u64, payload: &[u64]) -> Result<u64, StoreError> {
         // Touch the home bucket with a write (adding zero changes nothing) before the
@@ -895,6 +931,39 @@ mod tests {
         r.region().store(off + (RECORD_HEADER_WORDS + 1) * 8, 77);
         let mut p = [0u64; 2];
         assert_eq!(r.read(off, 1, &mut p), Err(StoreError::Torn));
+    }
+
+    #[test]
+    fn a_write_back_left_half_done_under_its_lock_is_mended_by_recovery_and_only_then() {
+        let r = replica(4);
+        let off = r.load(1, &[1, 1]).unwrap();
+        let (dead, other) = (Owner::new(1, 0, 2, 1), Owner::new(2, 0, 2, 1));
+        r.try_lock(off, dead).unwrap();
+        // A write-back of version 3 that stopped after its header (version, key and
+        // checksum come first): the old payload is under the new checksum.
+        let header = [3, 1, checksum(3, 1, &[5, 6])];
+        r.region().write_words(off + VERSION_WORD * 8, &header);
+        let mut p = [0u64; 2];
+        assert_eq!(r.read(off, 1, &mut p), Err(StoreError::Torn));
+        // A backup's apply of the same version, an older version, or another owner's
+        // hand-over does not touch it.
+        r.apply_logged(off, 1, 3, &[5, 6]).unwrap();
+        assert_eq!(r.apply_recovered(1, 2, &[7, 7], dead), Ok(off));
+        assert_eq!(r.apply_recovered(1, 3, &[5, 6], other), Ok(off));
+        assert_eq!(r.read(off, 1, &mut p), Err(StoreError::Torn));
+        // The dead owner's commit, handed over by recovery from the log, mends it.
+        assert_eq!(r.apply_recovered(1, 3, &[5, 6], dead), Ok(off));
+        assert_eq!(r.read(off, 1, &mut p).unwrap().version, 3);
+        assert_eq!(p, [5, 6]);
+        // A whole record is never written again by its own version: words that differ
+        // from it (which no log of version 3 could hold) are not taken.
+        r.apply_recovered(1, 3, &[9, 9], dead).unwrap();
+        assert_eq!(r.read(off, 1, &mut p).unwrap().version, 3);
+        assert_eq!(p, [5, 6]);
+        // A newer version is written as by any apply.
+        r.apply_recovered(1, 4, &[8, 8], other).unwrap();
+        assert_eq!(r.read(off, 1, &mut p).unwrap().version, 4);
+        assert_eq!(p, [8, 8]);
     }
 
     #[test]

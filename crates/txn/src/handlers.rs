@@ -113,7 +113,10 @@ fn read<E: Endpoint>(
             if r.flags & LOCK_IT != 0 {
                 replica.unlock_if(off, Owner(r.owner));
             }
-            return RecordReply { status: Status::Torn, lock: 0, version: 0, offset: 0 }
+            // Who holds the torn record: a writer that died mid-write-back holds it
+            // until recovery mends it, and the reader waits for that (T4).
+            let lock = replica.header(off).lock;
+            return RecordReply { status: Status::Torn, lock, version: 0, offset: 0 }
                 .encode(ctx.reply);
         }
     };

@@ -6,12 +6,14 @@
 //! applied), the sequence number of the last transaction applied, and the epoch below
 //! which an entry not resolved by recovery is void. A coordinator appends entries to its
 //! ring at a backup (one-sided WRITE, or an RPC whose handler copies them in); an entry
-//! carries its length in its first and last word, so a torn or partial entry is never
-//! mistaken for a whole one, and its stream position, so that an entry of an earlier lap
-//! at the same place is never taken for a new one. The backup applies entries lazily,
-//! when the coordinator tells it how far its log is committed (RECLAIM), then advances
-//! the ring's head word, which the coordinator reads to learn its credit
-//! (docs/INVARIANTS.md L1-L6).
+//! carries its length in its first and last word, and its stream position in its header
+//! and (hashed) in its last word, so that an entry of an earlier lap at the same place is
+//! never taken for a new one, nor is a new one torn over it: the first lines of a WRITE
+//! whose writer died may have landed over an entry of the same length an earlier lap
+//! left there, whose last word would otherwise pass for the new entry's (M2). The backup
+//! applies entries lazily, when the coordinator tells it how far its log is committed
+//! (RECLAIM), then advances the ring's head word, which the coordinator reads to learn
+//! its credit (docs/INVARIANTS.md L1-L6).
 //!
 //! Entry (words): `LOG | len`; owner; record count, part and parts (`count | part << 16 |
 //! parts << 32`: a transaction's log to one backup may take several entries); the
@@ -19,9 +21,9 @@
 //! stream position; the number of partitions the transaction writes, then those
 //! partitions, four to a word; then per record `table << 48 | payload words << 32 |
 //! flags`, key, version word, the record's offset at its primary (a hint: replicas loaded
-//! alike hold it at the same offset), payload; last, `LOG | len` again. A ring position
-//! that cannot fit the
-//! next entry holds `SKIP | position / 8` and the entry starts over at offset 0.
+//! alike hold it at the same offset), payload; last, `LOG | lap | len` ([`trailer`]). A
+//! ring position that cannot fit the next entry holds `SKIP | position / 8` and the entry
+//! starts over at offset 0.
 
 use std::collections::VecDeque;
 
@@ -29,8 +31,24 @@ use hytra_fabric::{Region, Rkey};
 use hytra_store::layout::KEY_MAX;
 use hytra_store::{NodeStore, TableId};
 
-/// Marks the first and last word of an entry (with its length in words below bit 40).
+/// Marks the first and last word of an entry: with its length in words in the low 16 bits,
+/// and in the last word a hash of its position above them ([`trailer`]).
 pub const LOG_MAGIC: u64 = 0x004C_4F47 << 40;
+/// Bits of an entry's first and last word that hold its length in words.
+const LEN_MASK: u64 = 0xFFFF;
+
+const _: () = assert!(ENTRY_WORDS_MAX as u64 <= LEN_MASK);
+
+/// The last word of an entry of `len` words at stream position `position`: the magic, the
+/// length, and 24 bits of a hash of the position between them. An entry that an earlier
+/// lap left at the same ring offset ends in another word (but for a 2^-24 chance of
+/// equal hashes), so a new entry torn over it is never read as whole.
+pub fn trailer(len: u64, position: u64) -> u64 {
+    assert!(len <= LEN_MASK, "an entry of {len} words");
+    let lap = position.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40;
+    LOG_MAGIC | lap << 16 | len
+}
+
 /// Marks the rest of a ring, up to its end, as unused (with the position below bit 40).
 pub const SKIP_MAGIC: u64 = 0x0053_4B50 << 40;
 const MAGIC_MASK: u64 = !((1 << 40) - 1);
@@ -131,8 +149,8 @@ pub fn place(start: u64, len: u64, ring: u64) -> (Option<u64>, u64, u64) {
 /// position `start`, where [`place`] puts it (with a SKIP word first if the ring wraps).
 /// Position and entry came over the network: one the coordinator could not have placed
 /// (a position not on a word, an entry longer than half the ring or naming another
-/// position, a position so far on that the stream would overflow) is refused and
-/// nothing is written.
+/// position in its header or its trailer, a position so far on that the stream would
+/// overflow) is refused and nothing is written.
 pub fn put(
     region: &Region,
     layout: &LogLayout,
@@ -141,13 +159,17 @@ pub fn put(
     entry: &[u64],
 ) -> Result<(), CorruptLog> {
     let (ring, len) = (layout.ring_bytes, entry.len() as u64 * 8);
-    let placeable = start % 8 == 0 && len <= ring / 2 && start.checked_add(ring + len).is_some();
+    let placeable = start % 8 == 0
+        && len <= ring / 2
+        && len / 8 <= ENTRY_WORDS_MAX as u64
+        && start.checked_add(ring + len).is_some();
     if !placeable {
         return Err(CorruptLog { position: start, word: entry.first().copied().unwrap_or(0) });
     }
     let ring_at = layout.ring_offset(c);
     let (skip, at, end) = place(start, len, ring);
-    if entry.get(POSITION_WORD) != Some(&(end - len)) {
+    let whole = entry.last() == Some(&trailer(len / 8, end - len));
+    if entry.get(POSITION_WORD) != Some(&(end - len)) || !whole {
         return Err(CorruptLog { position: start, word: entry.first().copied().unwrap_or(0) });
     }
     if let Some(pos) = skip {
@@ -249,11 +271,12 @@ impl EntryBuilder {
     }
 
     /// Entry `i` (after `finish`), with the coordinator's transaction sequence number
-    /// and its stream position stamped in.
+    /// and its stream position stamped in (in its header and its [`trailer`]).
     pub fn stamped(&mut self, i: usize, tseq: u64, position: u64) -> &[u64] {
         let (a, b) = self.entries[i];
         self.words[a + TSEQ_WORD] = tseq;
         self.words[a + POSITION_WORD] = position;
+        self.words[b - 1] = trailer((b - a) as u64, position);
         &self.words[a..b]
     }
 
@@ -486,7 +509,7 @@ fn entry_at(
     buf.resize(len as usize, 0);
     region.read_words(ring_at + pos, buf);
     let last = buf[len as usize - 1];
-    if last != LOG_MAGIC | len || buf.get(POSITION_WORD) != Some(&head) {
+    if last != trailer(len, head) || buf.get(POSITION_WORD) != Some(&head) {
         return Err(CorruptLog { position: head, word: last });
     }
     Ok(Some(len as usize))
@@ -606,8 +629,9 @@ pub fn applied_tseq(region: &Region, layout: &LogLayout, c: usize) -> u64 {
 /// epoch. The search goes word by word, not entry by entry: an entry whose WRITE never
 /// landed (its coordinator froze or died before posting it) leaves a hole of unknown
 /// length, and entries after it may be of transactions past their commit point. A word
-/// starts a whole entry only if both its markers agree and its position word names this
-/// very stream position, which no entry of another lap, and no torn one, does.
+/// starts a whole entry only if both its markers agree with its length and both its
+/// position word and its last word name this very stream position, which no entry of
+/// another lap, and no torn one (its last word not yet landed), does.
 fn whole_entries(
     region: &Region,
     layout: &LogLayout,
@@ -905,6 +929,10 @@ mod tests {
         let (_, region, layout) = backup();
         let at = 4096 * 5 + 64;
         let mut entry = [LOG_MAGIC | 9, 0, 0, 0, 0, at, 0, 0, LOG_MAGIC | 9];
+        assert!(put(&region, &layout, 0, at, &entry).is_err(), "a trailer without its lap");
+        entry[8] = trailer(9, at - 4096);
+        assert!(put(&region, &layout, 0, at, &entry).is_err(), "an earlier lap's trailer");
+        entry[8] = trailer(9, at);
         assert!(put(&region, &layout, 0, at, &entry).is_ok());
         let mut back = [0; 9];
         region.read_words(layout.ring_offset(0) + 64, &mut back);
@@ -953,7 +981,7 @@ mod tests {
         for i in 0..n {
             let e = b.stamped(i, 11, 4096 * i as u64).to_vec();
             assert!(e.len() <= ENTRY_WORDS_MAX);
-            assert_eq!(e[0], *e.last().unwrap());
+            assert_eq!(*e.last().unwrap(), trailer(e.len() as u64, 4096 * i as u64));
             assert_eq!(e[0] & MAGIC_MASK, LOG_MAGIC);
             assert_eq!(e[0] & !MAGIC_MASK, e.len() as u64);
             let h = header(&e).unwrap();
@@ -965,6 +993,36 @@ mod tests {
             assert_eq!(super::records(&e).len() as u64, h.count);
         }
         assert_eq!(records, 100);
+    }
+
+    /// A WRITE of an entry that stopped part way (its writer died, M2) over an entry of
+    /// the same length that the previous lap left at the same place: the new first line
+    /// and the old last word. It must not read as whole, or recovery would decide on words
+    /// of two transactions.
+    #[test]
+    fn an_entry_torn_over_an_earlier_laps_is_not_whole() {
+        let (_, region, layout) = backup();
+        let (ring_at, ring) = (layout.ring_offset(0), layout.ring_bytes);
+        let entry = |tseq: u64, position: u64| {
+            let mut b = EntryBuilder::default();
+            b.begin(7, 4, &[0]);
+            b.record(TableId(0), 2, tseq, 0, 0, &[tseq; 2]);
+            assert_eq!(b.finish(), 1);
+            b.stamped(0, tseq, position).to_vec()
+        };
+        let at = 512;
+        let old = entry(1, at);
+        put(&region, &layout, 0, at, &old).unwrap();
+        let mut buf = Vec::new();
+        assert_eq!(entry_at(&region, ring_at, ring, at, &mut buf), Ok(Some(old.len())));
+        let new = entry(2, at + ring);
+        assert_eq!(new.len(), old.len());
+        assert!(new.len() > 8, "an entry of more than one line");
+        region.write_words(ring_at + at, &new[..8]);
+        assert!(entry_at(&region, ring_at, ring, at + ring, &mut buf).is_err(), "torn read whole");
+        assert!(entry_at(&region, ring_at, ring, at, &mut buf).is_err(), "neither lap's");
+        put(&region, &layout, 0, at + ring, &new).unwrap();
+        assert_eq!(entry_at(&region, ring_at, ring, at + ring, &mut buf), Ok(Some(new.len())));
     }
 
     fn written_of(e: &[u64], h: &Header) -> Vec<u16> {

@@ -1090,11 +1090,10 @@ fn apply_group<E: Endpoint>(
         let p = catalog.partition(t, key);
         let replica = node.store.replica(t, p);
         ctx.ep.charge(crate::cpu::RECOVER, 1);
-        if replica.apply_logged(0, key, version, payload).is_ok() {
-            if let Some(off) = replica.lookup(key) {
-                replica.unlock_if(off, hytra_store::Owner(owner));
-                node.file_recovered(t, p, key, off);
-            }
+        let owner = hytra_store::Owner(owner);
+        if let Ok(off) = replica.apply_recovered(key, version, payload, owner) {
+            replica.unlock_if(off, owner);
+            node.file_recovered(t, p, key, off);
         }
     }
 }

@@ -522,6 +522,14 @@ impl<E: Endpoint> TxnCtx<E> {
         Abort(reason)
     }
 
+    /// Notes a torn read of a record whose lock word was `lock`: should the record stay
+    /// torn and end the attempt, its writer (the holder) is what blocked it. A writer that
+    /// died part way through a write-back holds the record until recovery mends it (L4),
+    /// and its readers wait for that as for any lock a dead node left (T4).
+    fn torn_under(&mut self, lock: u64) {
+        let _ = self.blocked(AbortReason::Torn, lock);
+    }
+
     /// Takes the CPU lock of the record at `off` of `replica` for this attempt, or
     /// aborts it on the holder.
     pub(crate) fn lock_cpu(&mut self, replica: &Replica, off: u64) -> Result<(), Abort> {
@@ -1069,7 +1077,7 @@ impl<E: Endpoint> TxnCtx<E> {
         let range = a.at as usize..a.at as usize + usize::from(a.len);
         let snap = replica
             .read(off, a.key, &mut self.payload[range])
-            .map_err(|_| Abort(AbortReason::Torn))?;
+            .map_err(|_| self.blocked(AbortReason::Torn, replica.header(off).lock))?;
         self.took(i, snap.version);
         let a = &mut self.acc[i];
         a.off = Some(off);
@@ -1273,6 +1281,7 @@ impl<E: Endpoint> TxnCtx<E> {
                     a.locked = Locked::No;
                 }
                 self.wt.stats.borrow_mut().torn_reads += 1;
+                self.torn_under(reply.lock);
                 Ok(Next::Call { lock_now, want_offset })
             }
             Status::Stale => {
@@ -1345,6 +1354,7 @@ impl<E: Endpoint> TxnCtx<E> {
                 if (!h.intact && !torn_accepted) || h.key != a.key {
                     // Torn by a concurrent write-back (or not yet written): read again.
                     self.wt.stats.borrow_mut().torn_reads += 1;
+                    self.torn_under(h.lock);
                     return Ok(Next::Record(stage));
                 }
                 let h_len = RECORD_HEADER_WORDS as usize;

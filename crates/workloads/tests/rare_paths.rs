@@ -48,10 +48,11 @@ enum Scenario {
     /// The transaction inserts `NEVER` (on node 1, a remote primary).
     Insert,
     /// Someone else holds `key`'s lock across attempts of one transaction, which reads
-    /// it for update or, `read_only`, reads it and updates another record of its node.
-    /// Played by [`stuck`]: the payload reports, per abort, whether the retry waited
-    /// ([`TxnCtx::await_stuck_lock`]).
-    Stuck { key: u64, read_only: bool },
+    /// it for update or, `read_only`, reads it and updates another record of its node;
+    /// `torn`: the holder's write-back of it stopped part way (a writer that died), so
+    /// its words do not verify either. Played by [`stuck`]: the payload reports, per
+    /// abort, whether the retry waited ([`TxnCtx::await_stuck_lock`]).
+    Stuck { key: u64, read_only: bool, torn: bool },
 }
 
 /// A key never loaded (odd: primary on node 1).
@@ -172,8 +173,8 @@ async fn play<E: Endpoint>(
     let off = primary.lookup(KEY).unwrap();
     let payload_at = off + RECORD_HEADER_WORDS * 8;
     let foreign = Owner::new(1, 0, hytra_txn::membership::EPOCH_FIRST, 77);
-    if let Scenario::Stuck { key, read_only } = scenario {
-        return stuck(ctx, if key % 2 == 0 { here } else { there }, key, read_only).await;
+    if let Scenario::Stuck { key, read_only, torn } = scenario {
+        return stuck(ctx, if key % 2 == 0 { here } else { there }, key, read_only, torn).await;
     }
     let key = if let Scenario::Unpublished = scenario { NEW } else { KEY };
     match scenario {
@@ -313,10 +314,13 @@ async fn stuck<E: Endpoint>(
     node: &Arc<NodeEngine>,
     key: u64,
     read_only: bool,
+    torn: bool,
 ) -> (Vec<Outcome>, Vec<u64>) {
     let replica = node.store.replica(T, (key % 2) as u16);
     let off = replica.lookup(key).unwrap();
     let foreign = Owner::new(1, 0, hytra_txn::membership::EPOCH_FIRST, 77);
+    let payload_at = off + RECORD_HEADER_WORDS * 8;
+    let whole = replica.region().load(payload_at);
     let mut outcomes = Vec::new();
     let mut waited = Vec::new();
     for attempt in 0..7 {
@@ -331,6 +335,13 @@ async fn stuck<E: Endpoint>(
             0 | 5 => replica.try_lock(off, foreign).unwrap(),
             4 | 6 => assert!(replica.unlock_if(off, foreign), "the foreign lock held"),
             _ => {}
+        }
+        if torn {
+            // Torn while held, whole again once released.
+            let word = if matches!(attempt, 0 | 5) { whole ^ 0xdead } else { whole };
+            if matches!(attempt, 0 | 4 | 5 | 6) {
+                replica.region().store(payload_at, word);
+            }
         }
         if attempt == 6 {
             break;
@@ -359,7 +370,8 @@ fn a_lock_held_across_three_attempts_makes_the_retries_wait() {
         for key in [KEY, 2] {
             for read_only in [false, true] {
                 let what = format!("{design:?}, key {key}, read only {read_only}");
-                let (outcomes, waited, stats) = run(design, Scenario::Stuck { key, read_only });
+                let scenario = Scenario::Stuck { key, read_only, torn: false };
+                let (outcomes, waited, stats) = run(design, scenario);
                 let blocked = |o: &Outcome| {
                     matches!(o, Outcome::Aborted(AbortReason::Conflict | AbortReason::Validation))
                 };
@@ -370,6 +382,35 @@ fn a_lock_held_across_three_attempts_makes_the_retries_wait() {
                 assert_eq!(waited, [0, 0, 1, 1, 0], "{what}");
                 assert_eq!(stats.stuck_lock_waits, 2, "{what}");
             }
+        }
+    }
+}
+
+/// A record that a dead writer left torn and locked: its readers, which abort as torn
+/// (or, locking it, on its lock), wait as for any stuck lock.
+#[test]
+fn a_record_left_torn_under_a_lock_makes_the_retries_wait() {
+    for design in Design::ALL {
+        for key in [KEY, 2] {
+            let what = format!("{design:?}, key {key}");
+            let (outcomes, waited, stats) =
+                run(design, Scenario::Stuck { key, read_only: true, torn: true });
+            let blocked = |o: &Outcome| {
+                matches!(
+                    o,
+                    Outcome::Aborted(
+                        AbortReason::Torn | AbortReason::Conflict | AbortReason::Validation
+                    )
+                )
+            };
+            assert!(outcomes[..4].iter().all(blocked), "{what}: {outcomes:?}");
+            assert!(
+                outcomes.contains(&Outcome::Aborted(AbortReason::Torn)),
+                "{what}: {outcomes:?}"
+            );
+            assert_eq!(outcomes[4], Outcome::Committed, "{what}");
+            assert_eq!(waited, [0, 0, 1, 1, 0], "{what}");
+            assert_eq!(stats.stuck_lock_waits, 2, "{what}");
         }
     }
 }
