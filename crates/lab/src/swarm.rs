@@ -21,7 +21,7 @@ use hytra_fabric::cpu::CpuTable;
 use hytra_fabric::local::LocalConfig;
 use hytra_fabric::rng::Rng;
 use hytra_fabric::sim::faults::{
-    ClockDrift, FaultConfig, NodeFault, NodeFaultKind, Partition, Way,
+    ClockDrift, CrashTiming, FaultConfig, NodeFault, NodeFaultKind, Partition, Way,
 };
 use hytra_fabric::sim::profile::NicProfile;
 use hytra_fabric::sim::{Fencing, SimConfig};
@@ -328,7 +328,7 @@ impl Draw {
     }
 
     /// Which kinds of fault the draw has: (name, whether it does).
-    fn fault_kinds(&self) -> [(&'static str, bool); 14] {
+    fn fault_kinds(&self) -> [(&'static str, bool); 15] {
         let (s, t) = (&self.spec, &self.spec.txn);
         let none = FaultConfig::none();
         let (net, fencing) = match &s.backend {
@@ -354,6 +354,7 @@ impl Draw {
             ),
             ("long pause", node_faults.iter().any(long)),
             ("crash", node_faults.iter().any(|n| n.kind == NodeFaultKind::Crash)),
+            ("crash mid-write", net.crash_timing == CrashTiming::MidWrite),
             ("restart", node_faults.iter().any(|n| n.kind == NodeFaultKind::Restart)),
             ("crash at a point", t.crash_point.is_some()),
             (
@@ -1115,11 +1116,16 @@ fn add_leased_faults(
             .filter(|d| d.ppm != 0)
             .collect();
     }
-    if chance(&mut rng, 1, 4) {
-        Fencing::Unavailable
-    } else {
-        Fencing::Nic
+    let fencing = match chance(&mut rng, 1, 4) {
+        true => Fencing::Unavailable,
+        false => Fencing::Nic,
+    };
+    // Half the seeds that crash a node: at a WRITE of several packets, torn.
+    let crashes = faults.node_faults.iter().any(|f| f.kind == NodeFaultKind::Crash);
+    if crashes && chance(&mut rng, 1, 2) {
+        faults.crash_timing = CrashTiming::MidWrite;
     }
+    fencing
 }
 
 /// What one seed's run showed.

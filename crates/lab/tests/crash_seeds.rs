@@ -5,7 +5,7 @@ use hytra_lab::swarm::{draw, run_seed, SwarmBackend};
 use hytra_txn::ProtocolPoint;
 
 /// (seed, what it found).
-const FOUND: [(u64, &str); 18] = [
+const FOUND: [(u64, &str); 19] = [
     (19, "a crashed coordinator's updates that recovery committed were not counted"),
     (124, "an answer from before a recovery started a log ring over below its new head: a new backup never applied what was logged there"),
     (228, "a takeover counted a new backup that never took a transaction's log among those that must hold it"),
@@ -23,6 +23,7 @@ const FOUND: [(u64, &str); 18] = [
     (77058, "with a step budget on worker 0 alone, Stock-Level turns on the other workers held re-replication's copies to one turn per 2-3 ms: two were still copying when the run ended"),
     (78515, "a new backup asked the primary's worker for its record counts with a 1 ms timeout, and that worker's steps (a budget of 625 us and a Stock-Level turn) took 2 ms to answer: every request timed out, each answer arriving during the next, and two copies never began"),
     (74837, "twenty Stock-Level turns of 100-170 us in one step held a member's renewals back for 3.4 ms, past its 2 ms lease: the manager, hearing no member, stepped down, and every node stopped"),
+    (112008, "a log entry torn by its writer's crash mid-WRITE, over an earlier lap's entry of the same length, passed for whole while its last word named no position: replayed, it wrote words of two transactions (fails with the trailer's position taken out)"),
     (102279, "a member that took the dead manager for dead removed it again after the configuration without it was installed: a node running rounds beside the live manager removed that one too, and a third crash met a partition still copying"),
 ];
 

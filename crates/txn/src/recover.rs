@@ -337,6 +337,10 @@ pub struct NodeRecovery {
     /// Member: the manager's clock at the newest grant received in the configuration in
     /// force (0: none yet), said back in each renewal.
     grant_echo: AtomicU64,
+    /// The newest epoch another member asked [`HEARD`] from: one newer than this node's
+    /// was committed without it hearing (its manager died before telling anyone), and
+    /// the membership task reads the store for it at its next turn.
+    asked_from: AtomicU64,
     /// Manager: how far each member is with the end of the run ([`EndState`]).
     end_states: Vec<AtomicU8>,
     /// The whole run is over.
@@ -397,6 +401,7 @@ impl NodeRecovery {
             round_trip: (0..nodes).map(|_| AtomicU64::new(0)).collect(),
             grant_heard: AtomicU64::new(0),
             grant_echo: AtomicU64::new(0),
+            asked_from: AtomicU64::new(0),
             end_states: (0..nodes).map(|_| AtomicU8::new(EndState::Running as u8)).collect(),
             finished: AtomicBool::new(false),
             stopped: AtomicBool::new(false),
@@ -618,7 +623,7 @@ pub(crate) fn register<E: Endpoint + 'static>(w: &mut Worker<E>, node: &Arc<Node
     let n = node.clone();
     w.handle(FINISH, Box::new(move |ctx, _| finish(&n, ctx)));
     let n = node.clone();
-    w.handle(HEARD, Box::new(move |ctx, req| member_only(&n, ctx, req, |n, c, _| heard(n, c))));
+    w.handle(HEARD, Box::new(move |ctx, req| member_only(&n, ctx, req, heard)));
     let n = node.clone();
     w.handle(JOIN, Box::new(move |ctx, _| join(&n, ctx)));
 }
@@ -653,9 +658,13 @@ fn join<E: Endpoint>(node: &NodeEngine, ctx: &mut HandlerCtx<'_, E>) {
     }
 }
 
-/// How long this node has heard no grant from its manager, and in which epoch.
-fn heard<E: Endpoint>(node: &NodeEngine, ctx: &mut HandlerCtx<'_, E>) {
+/// How long this node has heard no grant from its manager, and in which epoch; notes the
+/// asker's epoch (`asked_from`).
+fn heard<E: Endpoint>(node: &NodeEngine, ctx: &mut HandlerCtx<'_, E>, req: &[u8]) {
     let rec = &node.recovery;
+    if let Some(epoch) = In(req).u64() {
+        rec.asked_from.fetch_max(epoch, Ordering::AcqRel);
+    }
     let silence = ctx.ep.now_ns().saturating_sub(rec.grant_heard.load(Ordering::Acquire));
     Out(ctx.reply).u64(node.membership.epoch()).u64(silence);
 }
@@ -1499,6 +1508,20 @@ async fn call_all<E: Endpoint, T>(
     Ok(out.into_iter().map(|v| v.expect("every request was answered")).collect())
 }
 
+/// A member told that the run is over says so, so that the manager need not go on
+/// telling (a lost acknowledgement only keeps it telling longer).
+fn say_finished<E: Endpoint>(co: &Co<E>, rec: &NodeRecovery, cfg: &Config, me: NodeId) {
+    if rec.end_state_here() == EndState::Finished && cfg.manager() != me {
+        let mut req = Vec::new();
+        Out(&mut req)
+            .u64(cfg.epoch)
+            .u8(EndState::Finished as u8)
+            .u64(co.now_ns().max(1))
+            .u64(rec.grant_echo.load(Ordering::Acquire));
+        let _ = co.send_oneway(first(cfg.manager()), LEASE, &req);
+    }
+}
+
 /// The membership task of a node (on its worker 0): renews the lease with the manager,
 /// and as the manager watches the members, reconfigures when one fails, and ends the run
 /// once every member's clients are done.
@@ -1520,19 +1543,7 @@ pub(crate) async fn membership<E: Endpoint>(co: Co<E>, wt: Rc<WorkerTxn>) {
     }
     loop {
         if rec.ended() {
-            let cfg = wt.view.get();
-            if rec.end_state_here() == EndState::Finished && cfg.manager() != me {
-                // Told the run is over: say so, so that the manager need not go on
-                // telling (a lost acknowledgement only keeps it telling longer).
-                let mut req = Vec::new();
-                Out(&mut req)
-                    .u64(cfg.epoch)
-                    .u8(EndState::Finished as u8)
-                    .u64(co.now_ns().max(1))
-                    .u64(rec.grant_echo.load(Ordering::Acquire));
-                let _ = co.send_oneway(first(cfg.manager()), LEASE, &req);
-            }
-            return;
+            return say_finished(&co, rec, &wt.view.get(), me);
         }
         let cfg = wt.view.get().clone();
         let now = co.now_ns();
@@ -1546,6 +1557,15 @@ pub(crate) async fn membership<E: Endpoint>(co: Co<E>, wt: Rc<WorkerTxn>) {
             restart_silences(rec, &cfg, now);
         }
         last_turn = now;
+        if rec.asked_from.swap(0, Ordering::AcqRel) > cfg.epoch {
+            // A member asked from a newer epoch whether the manager is gone: that epoch
+            // was committed, but its manager may have died before telling anyone, and
+            // the asker can take over only once the others are in it too.
+            if let Err(e) = follow_newer(&co, &node).await {
+                return rec.fail(e.to_string());
+            }
+            continue;
+        }
         if !cfg.is_member(me) {
             // Removed: this node stops for good (it is fenced off anyway).
             rec.stopped.store(true, Ordering::Release);
@@ -1702,8 +1722,10 @@ async fn others_agree<E: Endpoint>(co: &Co<E>, node: &NodeEngine, cfg: &Config) 
     }
     let lease = node.recovery.params.lease_ns;
     let wait_ns = co.config().rpc_timeout_ns.min(lease / 4).max(1);
+    let mut req = Vec::new();
+    Out(&mut req).u64(cfg.epoch);
     let tickets: Vec<_> =
-        others.iter().map(|&n| co.call_control(first(n), HEARD, &[], wait_ns).ok()).collect();
+        others.iter().map(|&n| co.call_control(first(n), HEARD, &req, wait_ns).ok()).collect();
     let (mut answered, mut agree) = (false, true);
     for t in tickets.into_iter().flatten() {
         let read = |r: &[u8]| {

@@ -12,8 +12,9 @@
 //!    READs, a block of records at a time, at a paced rate. Each whole record is written
 //!    only if newer than what the backup holds, as a log entry would be: a commit that
 //!    raced with the copy reaches the backup by its log, with a newer version, in any
-//!    order. A record read torn (a write-back in flight) is read again. If the primary
-//!    moves on the way, the copy starts over from the new primary, which held everything.
+//!    order. A record read torn (a write-back in flight, or one its writer's crash cut
+//!    short, until recovery mends it) is read again. If the primary moves on the way,
+//!    the copy starts over from the new primary, which held everything.
 //! 3. Marking. A backup that holds every record of a partition says so in its lease
 //!    renewals; the manager commits a configuration in which it is `Ready`
 //!    ([`ready_config`]), through the same rounds as any reconfiguration (F5).
@@ -57,10 +58,16 @@ pub const COPY_BUFFER_BYTES: u64 = BLOCK_BYTES * BLOCKS_BEHIND_MAX;
 /// RPC timeouts a [`SYNC`] waits at most, once the primary answered late.
 const SYNC_WAIT_TIMEOUTS: u64 = 4;
 
-/// Times a record read torn is read again before the copy gives up on it (a write-back
-/// tears a read for the few hundred nanoseconds it takes; every retry waits for the
-/// next block's turn).
-const TORN_TRIES_MAX: u32 = 1_000;
+/// Times in a row a record read torn is read again at the copy's pace: a write-back
+/// tears a read for the few hundred nanoseconds it takes. Past that, the record waits
+/// for recovery (a write-back its writer's crash cut short stays torn until recovery
+/// mends it, `Replica::apply_recovered`): it is read again once per recovery poll, while
+/// the copy of the other records keeps its pace.
+const TORN_QUICK_TRIES: u32 = 16;
+
+/// Leases a record may stay torn before the copy gives up on it: long enough for the
+/// crash of its writer to be noticed and recovered from, several times over.
+const TORN_LEASES_MAX: u64 = 16;
 
 /// Whether and how fast a partition that lost a copy gets a new one.
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]
@@ -237,12 +244,24 @@ fn counts<E: Endpoint>(node: &NodeEngine, ctx: &mut HandlerCtx<'_, E>, req: &[u8
     }
 }
 
-/// A record to read again: its table and slot, and how often it was read torn.
+/// A record to read again: its table and slot, and since when it reads torn.
 #[derive(Copy, Clone, Debug)]
 struct Torn {
     table: usize,
     slot: u64,
+    again: Again,
+}
+
+/// How a record read torn was read so far.
+#[derive(Copy, Clone, Debug)]
+struct Again {
+    /// Reads that found it torn.
     tries: u32,
+    /// When the first of them did.
+    since_ns: u64,
+    /// When it is read again: at once for the first [`TORN_QUICK_TRIES`], then a
+    /// recovery poll after the last read.
+    due_ns: u64,
 }
 
 /// One partition being copied into this node.
@@ -273,7 +292,8 @@ struct Block {
     table: usize,
     slot: u64,
     records: u64,
-    tries: u32,
+    /// For a record read again, how it was read before.
+    again: Option<Again>,
 }
 
 /// One worker's share of the copies into its node: partition `p` is copied by worker
@@ -351,7 +371,14 @@ impl Copier {
             return Turn::Until(self.next_at);
         }
         let (table, slot, torn) = (job.table, job.slot, job.torn.len());
-        let blocks = plan_blocks(job, node, blocks_at_once(now - self.next_at, rate));
+        let at_once = blocks_at_once(now - self.next_at, rate);
+        let blocks = plan_blocks(job, node, at_once, co.now_ns());
+        if blocks.is_empty() {
+            if let Some(due) = job.torn.iter().map(|t| t.again.due_ns).min() {
+                // Only records torn until a recovery mends them are left.
+                return Turn::Until(due.max(self.next_at));
+            }
+        }
         let bytes: u64 = blocks.iter().map(|b| b.records * record_bytes(node, b.table)).sum();
         self.next_at += bytes.saturating_mul(1_000_000_000) / rate;
         if !read_blocks(co, node, job, &blocks).await {
@@ -443,10 +470,10 @@ fn blocks_at_once(late_ns: u64, rate: u64) -> u64 {
     BLOCKS_AT_ONCE.saturating_add(behind).min(BLOCKS_BEHIND_MAX)
 }
 
-/// The blocks of the next batch: first records to read again, then whole records from
-/// where the copy is, at most `at_once` (at most [`BLOCKS_BEHIND_MAX`], which the copy
-/// buffer holds).
-fn plan_blocks(job: &mut Job, node: &NodeEngine, at_once: u64) -> Vec<Block> {
+/// The blocks of the next batch: first records to read again that are due by `now`,
+/// then whole records from where the copy is, at most `at_once` (at most
+/// [`BLOCKS_BEHIND_MAX`], which the copy buffer holds).
+fn plan_blocks(job: &mut Job, node: &NodeEngine, at_once: u64, now: u64) -> Vec<Block> {
     assert!(
         (1..=BLOCKS_BEHIND_MAX).contains(&at_once),
         "{at_once} blocks at once: the copy buffer holds {BLOCKS_BEHIND_MAX}"
@@ -455,8 +482,9 @@ fn plan_blocks(job: &mut Job, node: &NodeEngine, at_once: u64) -> Vec<Block> {
     let tables = counts.len();
     let mut blocks = Vec::with_capacity(at_once as usize);
     while blocks.len() < at_once as usize {
-        if let Some(t) = job.torn.pop() {
-            blocks.push(Block { table: t.table, slot: t.slot, records: 1, tries: t.tries });
+        if let Some(i) = job.torn.iter().rposition(|t| t.again.due_ns <= now) {
+            let t = job.torn.remove(i);
+            blocks.push(Block { table: t.table, slot: t.slot, records: 1, again: Some(t.again) });
             continue;
         }
         // Past every table's end: the batch is what it is.
@@ -469,7 +497,7 @@ fn plan_blocks(job: &mut Job, node: &NodeEngine, at_once: u64) -> Vec<Block> {
         }
         let per_block = (BLOCK_BYTES / record_bytes(node, job.table)).max(1);
         let records = per_block.min(counts[job.table] - job.slot);
-        blocks.push(Block { table: job.table, slot: job.slot, records, tries: 0 });
+        blocks.push(Block { table: job.table, slot: job.slot, records, again: None });
         job.slot += records;
     }
     blocks
@@ -477,12 +505,13 @@ fn plan_blocks(job: &mut Job, node: &NodeEngine, at_once: u64) -> Vec<Block> {
 
 /// Undoes [`plan_blocks`] for a batch that was not read: the copy goes back to
 /// `table`/`slot`, and the records to read again taken from `torn` (it had `torn_len`
-/// of them; taken from its end, they lead the batch) are put back in their order.
+/// of them; they lead the batch) are put back.
 fn unplan_blocks(job: &mut Job, blocks: &[Block], (table, slot, torn_len): (usize, u64, usize)) {
     let taken = torn_len - job.torn.len();
     for b in blocks[..taken].iter().rev() {
         debug_assert_eq!(b.records, 1, "a record read again is a block of one");
-        job.torn.push(Torn { table: b.table, slot: b.slot, tries: b.tries });
+        let again = b.again.expect("a record read again was read torn before");
+        job.torn.push(Torn { table: b.table, slot: b.slot, again });
     }
     assert_eq!(job.torn.len(), torn_len, "every record to read again is back");
     (job.table, job.slot) = (table, slot);
@@ -545,6 +574,8 @@ fn write_blocks<E: Endpoint>(
     let me = co.me();
     let workers = co.shape().workers_per_node;
     let region = co.region(node.scratch.rkey).expect("the scratch region is this node's");
+    let now = co.now_ns();
+    let torn_max_ns = TORN_LEASES_MAX.saturating_mul(node.recovery.params().lease_ns);
     let mut words = Vec::new();
     for (k, b) in blocks.iter().enumerate() {
         let t = TableId(b.table as u16);
@@ -558,13 +589,20 @@ fn write_blocks<E: Endpoint>(
             let h = RecordHeader::parse(rec);
             if !h.intact {
                 // A write-back in flight, or a record being created: read it again.
-                if b.tries >= TORN_TRIES_MAX {
+                let tries = b.again.map_or(1, |a| a.tries + 1);
+                let since_ns = b.again.map_or(now, |a| a.since_ns);
+                let due_ns = match tries < TORN_QUICK_TRIES {
+                    true => now,
+                    false => now + node.recovery.poll_ns(),
+                };
+                let again = Again { tries, since_ns, due_ns };
+                if now - again.since_ns > torn_max_ns {
                     return Err(format!(
-                        "{}: record {slot} of table {} of partition {} at {} read torn {TORN_TRIES_MAX} times while copying it",
-                        me.node, t.0, job.partition, job.primary
+                        "{}: record {slot} of table {} of partition {} at {} read torn for {} ns ({} reads) while copying it",
+                        me.node, t.0, job.partition, job.primary, now - again.since_ns, again.tries
                     ));
                 }
-                job.torn.push(Torn { table: b.table, slot, tries: b.tries + 1 });
+                job.torn.push(Torn { table: b.table, slot, again });
                 continue;
             }
             if h.version == ABSENT {

@@ -13,7 +13,7 @@ use crate::ids::{ClusterShape, NodeId, Qp, Rkey, WorkerId};
 use crate::memory::Region;
 use crate::rng::Rng;
 use crate::sim::calendar::EventQueue;
-use crate::sim::faults::{FaultConfig, NodeFaultKind};
+use crate::sim::faults::{CrashTiming, FaultConfig, NodeFault, NodeFaultKind, CRASH_WAIT_NS};
 use crate::sim::measure::ProgramCpu;
 use crate::sim::nic::{BufPool, Datagram, Model, Nic, NodeState, OneSided, Queued};
 use crate::sim::profile::NicProfile;
@@ -68,6 +68,27 @@ pub(crate) enum Answer {
     /// A one-way cut loses it past the transport's retries: the request took effect, and
     /// its completion fails (the connection breaks).
     Lost,
+    /// Its poster crashed while sending it: its first `end` bytes take effect, and
+    /// nothing goes back.
+    Cut {
+        /// Bytes from the start of the request that reached the target.
+        end: u32,
+    },
+}
+
+/// When a crashed node's NIC stopped sending, and when it came back (`None`: not yet).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Silence {
+    pub(super) from: Ps,
+    pub(super) until: Option<Ps>,
+}
+
+impl Silence {
+    /// Whether what left the NIC at `left` was never sent: after it stopped, before the
+    /// node's next life began.
+    pub(super) fn unsent(&self, left: Ps) -> bool {
+        left > self.from && self.until.is_none_or(|u| left < u)
+    }
 }
 
 /// What the event queue holds.
@@ -84,6 +105,8 @@ pub(crate) enum Event {
     Step { worker: u32, token: u32 },
     /// The `index`-th configured node fault strikes.
     NodeFault { index: usize },
+    /// A crash that waited for a WRITE to tear strikes if none did (`CrashTiming`).
+    CrashDue { node: NodeId },
     /// A paused node's CPUs run again.
     Resume { node: NodeId },
     /// A work queue of a verb program runs its next entry.
@@ -256,6 +279,9 @@ pub struct SimStats {
     pub unreachable: u64,
     /// Requests the transport held back until a partition healed.
     pub held: u64,
+    /// Requests and datagrams whose poster crashed before they were all sent (R7); the
+    /// requests behind a WRITE cut short on its connection fail as `unreachable`.
+    pub cut_short: u64,
     /// Requests refused by a protection check at the target.
     pub access_errors: u64,
     /// Work queues of verb programs stopped by a failed entry.
@@ -303,6 +329,14 @@ pub(super) struct Core {
     pub(super) drift_ppm: Vec<i32>,
     /// Per node, when it last crashed.
     pub(super) crashed_at: Vec<Option<Ps>>,
+    /// Per node crashed by a fault at a set time, or in the middle of a WRITE: when its
+    /// NIC stopped sending, and when it restarted. What left it before lands; nothing
+    /// of that life after does (R7). A node that crashes itself at a protocol point
+    /// (`crash_here`) has sent what it posted.
+    pub(super) cut_at: Vec<Option<Silence>>,
+    /// Per node whose crash waits for a WRITE to tear (`CrashTiming::MidWrite`): when
+    /// it strikes anyway.
+    pub(super) dying: Vec<Option<Ps>>,
 }
 
 impl Core {
@@ -360,6 +394,8 @@ impl Core {
             links: vec![vec![Link::Open; usize::from(shape.nodes)]; usize::from(shape.nodes)],
             drift_ppm,
             crashed_at: vec![None; usize::from(shape.nodes)],
+            cut_at: vec![None; usize::from(shape.nodes)],
+            dying: vec![None; usize::from(shape.nodes)],
         }
     }
 
@@ -626,6 +662,12 @@ impl Core {
     }
 
     pub(crate) fn end_step(&mut self, w: u32) {
+        let node = self.shape.worker_at(w as usize).node;
+        if self.node_crashed(node) {
+            // Its node crashed in this step (a WRITE it sent tore, `Core::tear`): what
+            // it queued without a doorbell never reached the NIC.
+            self.drop_batch(w);
+        }
         assert!(
             !self.batch_open(w),
             "{} ended its step with an open doorbell batch",
@@ -634,6 +676,24 @@ impl Core {
         let ws = &mut self.workers[w as usize];
         ws.running = false;
         self.trace.add(u64::from(w) << 48 ^ ws.clock);
+    }
+
+    /// Forgets the requests and datagrams `w` queued behind `MORE`, with their buffers.
+    fn drop_batch(&mut self, w: u32) {
+        let batch = std::mem::take(&mut self.workers[w as usize].batch);
+        for q in batch {
+            match q {
+                Queued::OneSided(op) => {
+                    if let Some(i) = op.inline {
+                        self.inline_pool.release(i);
+                    }
+                }
+                Queued::Datagram(dg) => {
+                    self.workers[w as usize].ud_queued -= 1;
+                    self.msg_pool.release(dg.buf);
+                }
+            }
+        }
     }
 
     // ---- node faults ---------------------------------------------------------------
@@ -657,10 +717,36 @@ impl Core {
         if f.kind == NodeFaultKind::Restart {
             return self.restart(index, f.node);
         }
-        let nic = &mut self.nics[n];
-        if nic.state == NodeState::Crashed {
+        if self.nics[n].state == NodeState::Crashed {
             return Struck::Quietly;
         }
+        if f.kind == NodeFaultKind::Crash && self.faults.crash_timing == CrashTiming::MidWrite {
+            // It waits for a WRITE to tear (`Core::tear`), and strikes anyway when the
+            // wait is over.
+            if self.dying[n].is_none() {
+                let until = self.now + ps(CRASH_WAIT_NS as f64);
+                self.dying[n] = Some(until);
+                self.schedule(until, Event::CrashDue { node: f.node });
+            }
+            return Struck::Quietly;
+        }
+        self.strike(f)
+    }
+
+    /// A crash that waited for a WRITE to tear strikes now, unless one did.
+    pub(crate) fn crash_due(&mut self, node: NodeId) -> Struck {
+        let waited = self.dying[usize::from(node.0)].take();
+        if waited.is_none() || self.node_crashed(node) {
+            return Struck::Quietly;
+        }
+        self.strike(NodeFault { node, at_ns: 0, kind: NodeFaultKind::Crash })
+    }
+
+    /// Strikes pause or crash `f` on its node, which is not crashed.
+    fn strike(&mut self, f: NodeFault) -> Struck {
+        let n = usize::from(f.node.0);
+        let nic = &mut self.nics[n];
+        debug_assert_ne!(nic.state, NodeState::Crashed, "a crashed node is struck no more");
         self.trace.add(0xFA << 56 | u64::from(f.node.0));
         match f.kind {
             NodeFaultKind::Pause { for_ns } => {
@@ -671,6 +757,7 @@ impl Core {
             NodeFaultKind::Crash => {
                 nic.state = NodeState::Crashed;
                 self.crashed_at[n] = Some(self.now);
+                self.cut_at[n] = Some(Silence { from: self.now, until: None });
             }
             NodeFaultKind::Restart => unreachable!("handled above"),
         }
@@ -689,6 +776,11 @@ impl Core {
     /// node until its workers admit them, and its workers start afresh, one life on.
     fn restart(&mut self, index: usize, node: NodeId) -> Struck {
         let n = usize::from(node.0);
+        if let Some(until) = self.dying[n] {
+            // Its crash has yet to strike: the restart follows it.
+            self.schedule(until + self.model.rc_timeout, Event::NodeFault { index });
+            return Struck::Quietly;
+        }
         let Some(crashed_at) = self.crashed_at[n].filter(|_| self.node_crashed(node)) else {
             self.trace.add(0xF0 << 56 | u64::from(node.0));
             return Struck::Quietly;
@@ -710,6 +802,10 @@ impl Core {
             self.links[other][n] = Link::Unconnected;
         }
         self.nics[n].state = NodeState::Up;
+        // The old life's requests and datagrams still on their way stay unsent.
+        if let Some(s) = &mut self.cut_at[n] {
+            s.until = Some(self.now);
+        }
         let life = self.workers[self.node_workers(node).start as usize].life + 1;
         let qps = usize::from(self.shape.nodes) * usize::from(self.shape.lanes_per_peer);
         for w in self.node_workers(node) {

@@ -67,7 +67,26 @@ pub struct FaultConfig {
     pub partitions: Vec<Partition>,
     /// Nodes whose clocks run fast or slow.
     pub clock_drift: Vec<ClockDrift>,
+    /// When a crash strikes.
+    pub crash_timing: CrashTiming,
 }
+
+/// When a [`NodeFaultKind::Crash`] strikes on the simulator.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub enum CrashTiming {
+    /// At its time: the node's NIC sends nothing from then on.
+    #[default]
+    AtTime,
+    /// At the first WRITE of several packets its node sends from its time on (at most
+    /// [`CRASH_WAIT_NS`] later, else then): the NIC dies after a number of that
+    /// WRITE's packets drawn from the seed, as a host that loses power mid-transfer.
+    /// The target holds a torn copy of what the WRITE carried, which is what recovery
+    /// must cope with (docs/INVARIANTS.md R7).
+    MidWrite,
+}
+
+/// How long a [`CrashTiming::MidWrite`] crash waits at most for a WRITE to tear.
+pub const CRASH_WAIT_NS: u64 = 50_000;
 
 /// A node whose clock runs fast (positive) or slow against true time: what it reads
 /// from its clock and the timers it sets. Faults, partitions and the run's window are in
@@ -230,6 +249,9 @@ impl std::fmt::Display for FaultConfig {
         }
         for d in &self.clock_drift {
             parts.push(format!("clock of {} {:+} ppm", d.node, d.ppm));
+        }
+        if self.crash_timing == CrashTiming::MidWrite {
+            parts.push("crashes mid-write".to_string());
         }
         if parts.is_empty() {
             f.write_str("none")

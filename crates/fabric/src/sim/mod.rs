@@ -435,6 +435,11 @@ impl SimCluster {
                     Struck::Restarted(node, life) => self.restart(node, life, run),
                 }
             }
+            Event::CrashDue { node } => {
+                if let Struck::Crashed(node) = self.core.borrow_mut().crash_due(node) {
+                    self.count_crashed_done(node, done, remaining);
+                }
+            }
             Event::Resume { node } => self.core.borrow_mut().resume(node),
             Event::WqRun { node, wq } => self.core.borrow_mut().wq_run(node, wq),
             Event::WqEffect(e) => self.core.borrow_mut().wq_effect(*e),

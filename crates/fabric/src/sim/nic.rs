@@ -8,7 +8,7 @@
 use crate::constants::{CQ_DEPTH, DATAGRAM_MTU, INLINE_MAX, RECV_DEPTH, SQ_DEPTH};
 use crate::exec::{check_target, execute, validate_post, Flat};
 use crate::ids::{NodeId, Qp, WorkerId, WrId};
-use crate::sim::core::{ps, Answer, Core, CqEntry, Event, Ps, RxEntry, Timed};
+use crate::sim::core::{ps, Answer, Core, CqEntry, Event, Ps, RxEntry, Silence, Timed};
 use crate::sim::profile::NicProfile;
 use crate::sim::qp_cache::QpCache;
 use crate::sim::timeline::Timeline;
@@ -20,6 +20,24 @@ use crate::verbs::{Completion, OpFlags, OpKind, PostError, Status, WorkRequest};
 /// return a torn mix, as on real NICs (docs/INVARIANTS.md M2); a later request of the
 /// same connection takes effect only after the last line (R1).
 pub(super) const LINE_BYTES: u64 = 64;
+
+/// Bytes of a one-sided request that reach the target as one packet: InfiniBand's
+/// smallest path MTU. A node that crashes while sending a WRITE has sent some of its
+/// packets and not the rest (a dead NIC retransmits nothing), so the target applies a
+/// prefix of whole packets; with the smallest MTU, every prefix any fabric's MTU can
+/// leave is one the simulator can leave too (docs/INVARIANTS.md R7).
+pub(super) const PACKET_BYTES: u64 = 256;
+
+/// How much of a one-sided request its source's NIC put on the wire.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Sent {
+    /// All of it: the source is up, or crashed only after sending it.
+    Whole,
+    /// Its first `end` bytes, whole packets, before its source crashed.
+    Prefix { end: u32 },
+    /// Not a single packet before its source crashed.
+    Nothing,
+}
 
 /// Lines of a transfer of `len` bytes at `offset`: (count, bytes of the first).
 pub(super) fn lines(offset: u64, len: u64) -> (u64, u64) {
@@ -41,6 +59,9 @@ pub(super) struct OneSided {
     /// The poster's incarnation: a request of a node's earlier life (posted before it
     /// crashed and restarted) tells its new workers nothing.
     pub(super) life: u32,
+    /// When its last byte left the source's NIC (the first try's, or a retransmission's
+    /// after a partition healed): what its source's crash may have cut short.
+    pub(super) left: Ps,
 }
 
 /// A datagram in flight.
@@ -50,6 +71,8 @@ pub(super) struct Datagram {
     pub(super) to: u32,
     pub(super) buf: u32,
     pub(super) len: u32,
+    /// When it left the sender's NIC: a sender that crashed before sent nothing.
+    pub(super) left: Ps,
 }
 
 /// A request queued behind `MORE`, waiting for its queue pair's doorbell.
@@ -272,7 +295,18 @@ impl Core {
             ws.signaled_in_flight += 1;
         }
         let flat = Flat::of(wr);
-        let op = OneSided { src: w, qp_slot: slot, qp_seq, wr_id, flat, inline, signaled, life };
+        // `left` is known once the NIC sends it (`launch`).
+        let op = OneSided {
+            src: w,
+            qp_slot: slot,
+            qp_seq,
+            wr_id,
+            flat,
+            inline,
+            signaled,
+            life,
+            left: 0,
+        };
         self.charge(w, self.model.wqe_cpu + copy_cost);
         if flags.has(OpFlags::MORE) {
             self.workers[w as usize].batch.push(Queued::OneSided(op));
@@ -314,7 +348,7 @@ impl Core {
         ws.ud_queued += 1;
         let buf = self.msg_pool.put(payload);
         let to = self.shape.worker_index(to) as u32;
-        let dg = Datagram { from: w, to, buf, len: payload.len() as u32 };
+        let dg = Datagram { from: w, to, buf, len: payload.len() as u32, left: 0 };
         self.charge(w, self.model.wqe_cpu + self.model.copy_cpu(payload.len()));
         self.workers[w as usize].batch.push(Queued::Datagram(dg));
         if !flags.has(OpFlags::MORE) {
@@ -413,7 +447,7 @@ impl Core {
         }
     }
 
-    fn launch(&mut self, op: OneSided, t_post: Ps) {
+    fn launch(&mut self, mut op: OneSided, t_post: Ps) {
         let src_node = self.shape.worker_at(op.src as usize).node;
         let k = kind_index(op.flat.kind);
         let mut t = t_post + self.model.doorbell_latency;
@@ -429,6 +463,10 @@ impl Core {
             _ => 0,
         };
         let left = self.transmit(src_node, t, self.model.rc_header + payload);
+        op.left = left;
+        if self.dying[usize::from(src_node.0)].is_some() {
+            self.tear(&op, src_node);
+        }
         let q = &mut self.workers[op.src as usize].qps[op.qp_slot as usize];
         // Requests on one connection execute in post order (RC is FIFO): the next one
         // takes effect after this one's last line (strictly after, when that line is a
@@ -439,7 +477,31 @@ impl Core {
         self.schedule(arrive, Event::Arrive(op));
     }
 
-    fn launch_datagram(&mut self, dg: Datagram, t_post: Ps) {
+    /// A crash that waits for a WRITE to tear (`CrashTiming::MidWrite`) strikes in the
+    /// middle of `op`, just sent by its node, if it is a WRITE of several packets: its
+    /// node stops here, and its NIC after a number of `op`'s packets drawn from the
+    /// fault generator (R7).
+    fn tear(&mut self, op: &OneSided, node: NodeId) {
+        let len = u64::from(op.flat.len);
+        if op.flat.kind != OpKind::Write || len <= PACKET_BYTES {
+            return;
+        }
+        let packets = len.div_ceil(PACKET_BYTES);
+        let whole = 1 + self.fault_rng.below(packets - 1);
+        let bytes = self.model.rc_header + len;
+        let on_link = self.model.wire_time(bytes).max(1);
+        let start = op.left.saturating_sub(on_link);
+        let sent = self.model.rc_header + whole * PACKET_BYTES;
+        let into = (u128::from(on_link) * u128::from(sent)).div_ceil(u128::from(bytes));
+        let cut = start + u64::try_from(into).expect("within the request's time on the link");
+        self.dying[usize::from(node.0)] = None;
+        self.crash_here(node);
+        self.cut_at[usize::from(node.0)] = Some(Silence { from: cut, until: None });
+        let end = (whole * PACKET_BYTES) as u32;
+        assert_eq!(self.sent(op, node), Sent::Prefix { end }, "the WRITE is cut where drawn");
+    }
+
+    fn launch_datagram(&mut self, mut dg: Datagram, t_post: Ps) {
         let from = self.shape.worker_at(dg.from as usize).node;
         let mut t = t_post + self.model.doorbell_latency;
         if dg.len as usize > INLINE_MAX {
@@ -447,6 +509,7 @@ impl Core {
         }
         let t = self.engine(from, t, self.model.req[kind_index(OpKind::Send)], None);
         let left = self.transmit(from, t, self.model.ud_header + u64::from(dg.len));
+        dg.left = left;
         self.workers[dg.from as usize].ud_in_flight.push_back(left);
         let mut arrive = left + self.model.wire;
         if self.faults.datagram_faults() {
@@ -524,7 +587,7 @@ impl Core {
     }
 
     /// A one-sided request reaches its target: check, apply, and schedule the answer.
-    pub(crate) fn arrive(&mut self, op: OneSided) {
+    pub(crate) fn arrive(&mut self, mut op: OneSided) {
         let src_node = self.shape.worker_at(op.src as usize).node;
         let now = self.now;
         let target = op.flat.remote.node;
@@ -540,43 +603,29 @@ impl Core {
         let broken = self.workers[op.src as usize].qps[op.qp_slot as usize].broken;
         let now_ns = now / 1000;
         let request_cut = self.faults.cuts(src_node, target, now_ns);
-        let answer = match self.faults.cuts(target, src_node, now_ns) {
+        let mut answer = match self.faults.cuts(target, src_node, now_ns) {
             true => Answer::Lost,
             false => Answer::Back,
         };
-        if !crashed && !broken && (request_cut || answer == Answer::Lost) {
-            // RC retransmits until its retry budget is spent: a partition that heals
-            // within it, both ways, only delays the request (and every later one of the
-            // connection).
-            let heal = ps(self.faults.round_trip_at(src_node, target, now_ns) as f64);
-            if heal - now < self.model.rc_timeout {
-                self.stats.held += 1;
-                self.workers[op.src as usize].qps[op.qp_slot as usize].held_until = heal;
-                self.schedule(heal, Event::Arrive(op));
-                return;
+        let sent = match crashed {
+            true => Sent::Whole,
+            false => self.sent(&op, src_node),
+        };
+        if sent != Sent::Whole {
+            match self.cut_short(&op, sent, request_cut || broken) {
+                Some(cut) => answer = cut,
+                None => return self.unreachable(op, false),
+            }
+        } else if !crashed && !broken && (request_cut || answer == Answer::Lost) {
+            match self.hold(op, src_node, request_cut) {
+                Some(back) => op = back,
+                None => return,
             }
         }
         if crashed || broken || request_cut {
             return self.unreachable(op, crashed);
         }
-        let k = kind_index(op.flat.kind);
-        let in_bytes = self.model.rc_header
-            + match op.flat.kind {
-                OpKind::Write => u64::from(op.flat.len),
-                _ => 8,
-            };
-        let t_in = self.receive(target, now, in_bytes);
-        let qp_id = self.qp_id(op.src, op.qp_slot);
-        let mut t = self.engine(target, t_in, self.model.resp[k], Some(qp_id));
-        let atomic = matches!(op.flat.kind, OpKind::Cas | OpKind::Faa);
-        if atomic {
-            let unit = self.model.atomic_unit;
-            t = self.nics[usize::from(target.0)].atomic_unit.book(t, unit, now);
-        }
-        t += match op.flat.kind {
-            OpKind::Write => self.model.target_write,
-            _ => self.model.target_read,
-        };
+        let mut t = self.target_time(&op);
         let (mut status, mut value, rest) = self.apply(&op, src_node);
         // The answer leaves once the last line has taken effect, and the connection's
         // next request takes effect only after it (strictly: its lines are later events).
@@ -594,6 +643,15 @@ impl Core {
         if status == Status::Success && op.flat.kind != OpKind::Read {
             self.wake_watcher(target, op.flat.remote.rkey, t);
         }
+        if let Answer::Cut { end } = answer {
+            // Nothing goes back to a dead poster; the packets it sent still take effect.
+            match rest {
+                Some(from) if from < end => self.second_line(op, from, t, answer),
+                Some(_) => self.release_inline(&op),
+                None => {}
+            }
+            return;
+        }
         let back_bytes = self.model.rc_header
             + match (op.flat.kind, status) {
                 (OpKind::Read, Status::Success) => u64::from(op.flat.len),
@@ -606,6 +664,7 @@ impl Core {
             // Its answer is lost one way, past the transport's retries: the request took
             // effect, the poster sees it fail, and the connection breaks (R2).
             Answer::Lost => left.max(now + self.model.rc_timeout),
+            Answer::Cut { .. } => unreachable!("a request cut short is not answered"),
         } + self.model.completion;
         if answer == Answer::Lost {
             self.workers[op.src as usize].qps[op.qp_slot as usize].broken = true;
@@ -627,6 +686,99 @@ impl Core {
             // CAS has cleared the atomic unit, or the poster never feels that unit's
             // queue and keeps feeding it.
             None => self.behind(&op, cqe_at),
+        }
+    }
+
+    /// When the target of `op`, arriving now, is done with it: its receive link, engine
+    /// and (atomics) atomic unit booked, and memory reached.
+    fn target_time(&mut self, op: &OneSided) -> Ps {
+        let (now, target) = (self.now, op.flat.remote.node);
+        let k = kind_index(op.flat.kind);
+        let in_bytes = self.model.rc_header
+            + match op.flat.kind {
+                OpKind::Write => u64::from(op.flat.len),
+                _ => 8,
+            };
+        let t_in = self.receive(target, now, in_bytes);
+        let qp_id = self.qp_id(op.src, op.qp_slot);
+        let mut t = self.engine(target, t_in, self.model.resp[k], Some(qp_id));
+        let atomic = matches!(op.flat.kind, OpKind::Cas | OpKind::Faa);
+        if atomic {
+            let unit = self.model.atomic_unit;
+            t = self.nics[usize::from(target.0)].atomic_unit.book(t, unit, now);
+        }
+        t += match op.flat.kind {
+            OpKind::Write => self.model.target_write,
+            _ => self.model.target_read,
+        };
+        t
+    }
+
+    /// What a request that its source's crash cut short does at its target: fails
+    /// (`None`) if nothing of it left, or if its connection lost it anyway; else lands
+    /// its first bytes, is not answered, and breaks its connection, whose later requests
+    /// were never sent (R7).
+    fn cut_short(&mut self, op: &OneSided, sent: Sent, lost: bool) -> Option<Answer> {
+        self.stats.cut_short += 1;
+        match sent {
+            Sent::Prefix { end } if !lost => {
+                self.workers[op.src as usize].qps[op.qp_slot as usize].broken = true;
+                Some(Answer::Cut { end })
+            }
+            Sent::Prefix { .. } | Sent::Nothing => None,
+            Sent::Whole => unreachable!("a request sent whole is not cut short"),
+        }
+    }
+
+    /// RC retransmits until its retry budget is spent: a partition that heals within it,
+    /// both ways, only delays `op` (and every later request of the connection), which
+    /// arrives again then (`None`). A request that was lost lands as its
+    /// retransmission, which a crash of its source meanwhile stops. Past the budget, `op`
+    /// is handed back, to fail.
+    fn hold(&mut self, mut op: OneSided, src_node: NodeId, request_cut: bool) -> Option<OneSided> {
+        let (now, target) = (self.now, op.flat.remote.node);
+        let heal = ps(self.faults.round_trip_at(src_node, target, now / 1000) as f64);
+        if heal - now >= self.model.rc_timeout {
+            return Some(op);
+        }
+        self.stats.held += 1;
+        self.workers[op.src as usize].qps[op.qp_slot as usize].held_until = heal;
+        if request_cut {
+            op.left = op.left.max(heal.saturating_sub(self.model.wire));
+        }
+        self.schedule(heal, Event::Arrive(op));
+        None
+    }
+
+    /// How much of `op` its source's NIC sent: all of it unless the NIC stopped with a
+    /// crash (`cut_at`) before the last byte left. A WRITE cut short lands the whole
+    /// packets that had left by then, as a share of its time on the link (R7).
+    fn sent(&self, op: &OneSided, src_node: NodeId) -> Sent {
+        let Some(silence) = self.cut_at[usize::from(src_node.0)] else {
+            return Sent::Whole;
+        };
+        if !silence.unsent(op.left) {
+            return Sent::Whole;
+        }
+        let cut = silence.from;
+        if op.flat.kind != OpKind::Write {
+            return Sent::Nothing;
+        }
+        let len = u64::from(op.flat.len);
+        let bytes = self.model.rc_header + len;
+        let on_link = self.model.wire_time(bytes).max(1);
+        let start = op.left.saturating_sub(on_link);
+        if cut <= start {
+            return Sent::Nothing;
+        }
+        let out = u128::from(cut - start) * u128::from(bytes) / u128::from(on_link);
+        let out = u64::try_from(out).expect("less than the request's bytes");
+        let payload = out.saturating_sub(self.model.rc_header).min(len);
+        let end = payload / PACKET_BYTES * PACKET_BYTES;
+        match end {
+            0 => Sent::Nothing,
+            e if e >= len => Sent::Whole,
+            e => Sent::Prefix { end: e as u32 },
         }
     }
 
@@ -680,15 +832,21 @@ impl Core {
         loop {
             if self.nics[usize::from(remote.node.0)].state == NodeState::Crashed {
                 self.release_inline(&op);
-                let late = cqe_at.max(self.now) + self.model.rc_timeout;
-                self.push_cqe(&op, late, Status::Unreachable, 0);
+                if !matches!(answer, Answer::Cut { .. }) {
+                    let late = cqe_at.max(self.now) + self.model.rc_timeout;
+                    self.push_cqe(&op, late, Status::Unreachable, 0);
+                }
                 return;
             }
             let regions = &self.regions;
             let inline = op.inline.map(|i| self.inline_pool.get(i));
             let target_op = op.flat.target_op(&regions[usize::from(src_node.0)], inline);
             let target = regions[usize::from(remote.node.0)].get(remote.rkey.0 as usize);
-            let (offset, total) = (u64::from(from), u64::from(op.flat.len));
+            let end = match answer {
+                Answer::Cut { end } => end,
+                Answer::Back | Answer::Lost => op.flat.len,
+            };
+            let (offset, total) = (u64::from(from), u64::from(end));
             let len = LINE_BYTES.min(total - offset);
             let (status, _) = execute(target, target_op.piece(offset, len));
             assert_eq!(status, Status::Success, "a line of a checked transfer");
@@ -709,6 +867,7 @@ impl Core {
                 Answer::Back => self.behind(&op, cqe_at),
                 // Failed, signaled or not (R2).
                 Answer::Lost => self.push_cqe(&op, cqe_at, Status::Unreachable, 0),
+                Answer::Cut { .. } => {}
             }
             return;
         }
@@ -742,12 +901,16 @@ impl Core {
                 ^ self.msg_pool.get(dg.buf).first().copied().map_or(0, u64::from) << 32,
         );
         let ws_full = self.workers[dg.to as usize].rx.len() >= RECV_DEPTH;
-        if self.nics[usize::from(to_node.0)].state == NodeState::Crashed
+        // A sender that crashed before the datagram left sent nothing (R7).
+        let unsent = self.cut_at[usize::from(from_node.0)].is_some_and(|s| s.unsent(dg.left));
+        if unsent
+            || self.nics[usize::from(to_node.0)].state == NodeState::Crashed
             || self.is_fenced(to_node, from_node)
             || self.faults.cuts(from_node, to_node, now / 1000)
             || ws_full
         {
             self.stats.datagrams_dropped += 1;
+            self.stats.cut_short += u64::from(unsent);
             self.msg_pool.release(dg.buf);
             return;
         }
