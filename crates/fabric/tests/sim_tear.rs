@@ -112,7 +112,11 @@ fn a_crash_that_waits_for_a_write_tears_it_at_a_packet() {
     let bytes = whole_packets(&seen.words);
     assert!(bytes > 0 && bytes < len, "{bytes} of {len} bytes landed: not torn");
     assert_eq!(seen.behind, 0, "the WRITE behind the torn one landed");
-    assert_eq!(counts, (1, 1), "the WRITE was cut short and the one behind it failed");
+    // The WRITE behind may have left before the cut (it fills a gap on the link) or
+    // after it: it fails either way, and counts as cut short only in the second case.
+    let (cut, failed) = counts;
+    assert!((1..=2).contains(&cut), "{cut} requests cut short");
+    assert_eq!(failed, 1, "the WRITE behind the torn one did not fail");
 }
 
 #[test]
@@ -123,7 +127,11 @@ fn a_crash_at_its_time_tears_the_write_on_the_link() {
     let bytes = whole_packets(&seen.words);
     assert!(bytes > 0 && bytes < len, "{bytes} of {len} bytes landed: not torn");
     assert_eq!(seen.behind, 0, "the WRITE behind the torn one landed");
-    assert_eq!(counts, (1, 1), "the WRITE was cut short and the one behind it failed");
+    // The WRITE behind may have left before the cut (it fills a gap on the link) or
+    // after it: it fails either way, and counts as cut short only in the second case.
+    let (cut, failed) = counts;
+    assert!((1..=2).contains(&cut), "{cut} requests cut short");
+    assert_eq!(failed, 1, "the WRITE behind the torn one did not fail");
 }
 
 #[test]

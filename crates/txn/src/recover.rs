@@ -1561,10 +1561,14 @@ pub(crate) async fn membership<E: Endpoint>(co: Co<E>, wt: Rc<WorkerTxn>) {
             // A member asked from a newer epoch whether the manager is gone: that epoch
             // was committed, but its manager may have died before telling anyone, and
             // the asker can take over only once the others are in it too.
-            if let Err(e) = follow_newer(&co, &node).await {
-                return rec.fail(e.to_string());
+            match follow_newer(&co, &node).await {
+                Ok(Followed::NewEpoch | Followed::NewRevision) => {
+                    last_turn = co.now_ns();
+                    continue;
+                }
+                Ok(Followed::Nothing) => {}
+                Err(e) => return rec.fail(e.to_string()),
             }
-            continue;
         }
         if !cfg.is_member(me) {
             // Removed: this node stops for good (it is fenced off anyway).

@@ -279,8 +279,9 @@ pub struct SimStats {
     pub unreachable: u64,
     /// Requests the transport held back until a partition healed.
     pub held: u64,
-    /// Requests and datagrams whose poster crashed before they were all sent (R7); the
-    /// requests behind a WRITE cut short on its connection fail as `unreachable`.
+    /// Requests and datagrams whose poster's NIC stopped before they were all sent (R7).
+    /// Those of them that land nothing, and the requests behind a WRITE cut short on
+    /// its connection, count as `unreachable` too.
     pub cut_short: u64,
     /// Requests refused by a protection check at the target.
     pub access_errors: u64,
@@ -332,7 +333,7 @@ pub(super) struct Core {
     /// Per node crashed by a fault at a set time, or in the middle of a WRITE: when its
     /// NIC stopped sending, and when it restarted. What left it before lands; nothing
     /// of that life after does (R7). A node that crashes itself at a protocol point
-    /// (`crash_here`) has sent what it posted.
+    /// (`crash_here`) has sent what it rang a doorbell for.
     pub(super) cut_at: Vec<Option<Silence>>,
     /// Per node whose crash waits for a WRITE to tear (`CrashTiming::MidWrite`): when
     /// it strikes anyway.
